@@ -1,0 +1,56 @@
+#pragma once
+// Hardware descriptions: one accelerator type and how devices are linked. Presets carry published
+// vendor figures (peak FLOP/s per dtype, memory size and bandwidth, link bandwidths); cluster JSON
+// files (io/cluster_json.h) describe others.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiwi/ir/dtype.h"
+#include "kiwi/ir/mesh.h"
+#include "kiwi/util/result.h"
+
+namespace kiwi::cost {
+
+struct DeviceSpec {
+  std::string name;                    // "V100-SXM2-16GB"
+  std::array<double, 7> peak_flops{};  // dense FLOP/s indexed by ir::DType (0 = unsupported)
+  int64_t memory_bytes = 0;            // device memory capacity
+  double memory_bandwidth = 0.0;       // bytes/s
+
+  double PeakFlops(ir::DType dtype) const { return peak_flops[static_cast<size_t>(dtype)]; }
+  void SetPeakFlops(ir::DType dtype, double flops) { peak_flops[static_cast<size_t>(dtype)] = flops; }
+};
+
+struct Link {
+  std::string name;        // "nvlink2", "pcie3", "ib-100g"
+  double bandwidth = 0.0;  // bytes/s per device, one direction
+  double latency = 0.0;    // seconds
+};
+
+struct Cluster {
+  std::string name;
+  DeviceSpec device;
+  int num_nodes = 1;
+  int devices_per_node = 1;
+  Link intra_node;  // between devices of one node
+  Link inter_node;  // between nodes (per device share of the node's NICs)
+
+  int NumDevices() const { return num_nodes * devices_per_node; }
+
+  // Lays a logical mesh over the cluster: axes are filled from the innermost (last) axis outwards
+  // with devices of one node, so the inner axes use intra-node links and an axis that spans nodes
+  // uses the inter-node link. Fails if the mesh needs more devices than the cluster has, or if an
+  // axis would straddle a node boundary without tiling it.
+  Result<ir::DeviceMesh> MakeMesh(const std::vector<int>& shape) const;
+  // The 1-D mesh over all devices.
+  ir::DeviceMesh FlatMesh() const;
+};
+
+// Presets named in CONTRACT.md: v100-nvlink-8, rtx-titan-pcie-8, a100-nvlink-ib-16,
+// a100-nvlink-ib-64, h100-nvlink-8.
+Result<Cluster> ClusterPreset(const std::string& name);
+std::vector<std::string> ClusterPresetNames();
+
+}  // namespace kiwi::cost

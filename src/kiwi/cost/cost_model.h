@@ -1,0 +1,67 @@
+#pragma once
+// The one place that answers "how long" and "how many bytes" (DESIGN.md). Solvers and the simulator
+// ask it; nothing else invents costs.
+//
+//   CostModel cm(cluster.device);
+//   double t = cm.ComputeTime(graph.node(i));                  // one device runs the whole op
+//   double c = cm.CollectiveTime(Collective::kAllReduce, bytes, mesh, ir::AxisBit(1));
+//   double r = cm.ReshardTime(type, from, to, mesh);
+#include <array>
+#include <optional>
+
+#include "kiwi/cost/cluster.h"
+#include "kiwi/cost/collectives.h"
+#include "kiwi/cost/profile.h"
+#include "kiwi/ir/graph.h"
+#include "kiwi/ir/sharding.h"
+
+namespace kiwi::cost {
+
+struct CostModelOptions {
+  // Fraction of peak FLOP/s each kind reaches (roofline compute roof), indexed by ir::OpKind.
+  std::array<double, ir::kNumOpKinds> compute_efficiency = DefaultComputeEfficiency();
+  double memory_efficiency = 0.8;      // fraction of peak memory bandwidth reached
+  double kernel_overhead = 0.0;        // seconds added per executed op with flops or bytes (launch cost)
+  double overlap_slowdown = 1.3;       // Galvatron-BMW §V: compute and communication overlapped run 1.3x slower
+  bool use_measured_costs = true;      // prefer Node::measured_cost / the profile over the roofline
+
+  static std::array<double, ir::kNumOpKinds> DefaultComputeEfficiency();
+};
+
+class CostModel {
+ public:
+  explicit CostModel(DeviceSpec device, CostModelOptions options = {}, Profile profile = {});
+
+  const DeviceSpec& device() const { return device_; }
+  const CostModelOptions& options() const { return options_; }
+
+  // Time for one device to run `work_fraction` of the op (1/k when the op is split k ways).
+  // Measured first (profile by name, then Node::measured_cost, both scaled by work_fraction),
+  // else roofline: max(flops / (peak(dtype) * eff(kind)), bytes / (mem_bw * mem_eff)) + overhead.
+  // Persistent nodes (parameters, optimizer state) and inputs cost 0: they are not computed.
+  double ComputeTime(const ir::Node& node, double work_fraction = 1.0) const;
+
+  double CollectiveTime(Collective c, int64_t bytes, const ir::DeviceMesh& mesh, ir::AxisMask axes) const;
+
+  // Converting a tensor from one layout to another: an all-to-all per mesh axis that moves between
+  // dims, an all-gather per axis dropped, free local slicing per axis added.
+  double ReshardTime(const ir::TensorType& type, const ir::ShardingSpec& from, const ir::ShardingSpec& to,
+                     const ir::DeviceMesh& mesh) const;
+
+  // Wall time of compute and communication run concurrently, both slowed by the factor k while they
+  // overlap (Galvatron-BMW §V): the shorter one finishes at k*min, the longer then runs alone, so
+  // time = max + (k - 1) * min, never more than the serial sum.
+  double OverlappedTime(double compute_seconds, double comm_seconds) const;
+
+  static int64_t BytesPerDevice(const ir::TensorType& type, const ir::ShardingSpec& spec,
+                                const ir::DeviceMesh& mesh) {
+    return ir::BytesPerDevice(type, spec, mesh);
+  }
+
+ private:
+  DeviceSpec device_;
+  CostModelOptions options_;
+  Profile profile_;
+};
+
+}  // namespace kiwi::cost

@@ -1,0 +1,34 @@
+#pragma once
+// Derives the training graph (forward + backward + optimizer update) from a forward graph, so that
+// rematerialization decisions are meaningful: each backward op reads exactly the forward tensors its
+// gradient formula needs (e.g. d(X W)/dW reads X and dY, never the matmul's output; GELU's gradient
+// reads its input; softmax's gradient reads its output; a dropout multiply reads only the mask).
+//
+//   Result<Graph> training = BuildTrainingGraph(forward, {.optimizer = Optimizer::kAdam});
+//
+// Gradient rules live in a table keyed by (kind, op) with one small handler each; an op without a
+// rule is rejected with an error naming it.
+#include "kiwi/ir/graph.h"
+#include "kiwi/util/result.h"
+
+namespace kiwi::ir {
+
+enum class Optimizer : uint8_t { kNone, kSgd, kAdam };
+
+struct TrainingOptions {
+  Optimizer optimizer = Optimizer::kAdam;  // adam adds two fp32 state tensors per parameter
+  bool master_weights = false;             // mixed precision: an fp32 master copy per parameter
+};
+
+// Requires exactly one kLoss node and a verified forward-only graph. The result keeps the forward
+// nodes with their ids, then the backward nodes in reverse topological order of the forward pass
+// (pass = kBackward, grad_of set, layer/scope inherited), then the optimizer state nodes (kind
+// kOptimizerState, before first use) and a final kOptimizer node reading every parameter gradient.
+// Gradients are only built for tensors that depend on a parameter (inputs and random masks get none).
+Result<Graph> BuildTrainingGraph(const Graph& forward, const TrainingOptions& options);
+
+// Bytes of forward tensors (not parameters/optimizer state) read by at least one backward op: the
+// activations a no-rematerialization schedule keeps for the backward pass. `layer` = -1 sums all.
+int64_t SavedActivationBytes(const Graph& training, int32_t layer = -1);
+
+}  // namespace kiwi::ir

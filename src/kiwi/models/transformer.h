@@ -1,0 +1,47 @@
+#pragma once
+// Operator-level builders for transformer models: individual matmuls (with fused bias), head
+// transposes, batched matmuls for scores and context, fused scale+mask softmax, dropout (a kRandom
+// mask + multiply), layernorm/rmsnorm, GELU/SwiGLU, residual adds; embeddings, final norm, LM/class
+// head and loss. Node::layer is set per transformer layer and Node::scope to "layer{i}.attn" etc.
+#include <cstdint>
+#include <string>
+
+#include "kiwi/ir/graph.h"
+#include "kiwi/util/result.h"
+
+namespace kiwi::models {
+
+enum class Family : uint8_t {
+  kGpt,   // decoder-only, causal self-attention, learned positions, GELU MLP
+  kBert,  // encoder, bidirectional self-attention
+  kT5,    // encoder + decoder with cross-attention, relative position bias, ReLU MLP, RMS-style norm
+  kVit,   // patch embedding (conv) + encoder + classification head
+  kSwin,  // hierarchical stages of windowed attention with patch merging
+  kLlama, // decoder-only, RMSNorm, SwiGLU, rotary positions, no biases, no dropout
+};
+
+struct TransformerConfig {
+  Family family = Family::kGpt;
+  int layers = 4;            // encoder layers (decoder-only models: all layers)
+  int decoder_layers = 0;    // T5 only
+  int64_t hidden = 1024;
+  int64_t heads = 16;
+  int64_t kv_heads = 0;      // grouped-query attention (Llama 2 70B); 0 = heads
+  int64_t ffn = 0;           // 0 = 4 * hidden
+  int64_t seq = 1024;        // encoder / decoder-only sequence length
+  int64_t decoder_seq = 0;   // T5 decoder length; 0 = seq
+  int64_t batch = 8;
+  int64_t vocab = 50257;     // token models; ViT/Swin: number of classes
+  int64_t image = 224;       // ViT/Swin input size
+  int64_t patch = 16;        // ViT/Swin patch size
+  int64_t window = 7;        // Swin window size
+  std::vector<int> stage_depths;    // Swin: layers per stage (sum = layers)
+  ir::DType dtype = ir::DType::kF32;
+  bool dropout = true;       // GPT/BERT/T5/ViT train with dropout; Llama without
+  bool embeddings = true;    // include embeddings, final norm, head and loss (false: layers + loss only)
+};
+
+// The forward graph (verified), ending in one kLoss node.
+Result<ir::Graph> BuildTransformerForward(const TransformerConfig& config);
+
+}  // namespace kiwi::models

@@ -1,0 +1,86 @@
+#pragma once
+// A plan: what a solver decides and the simulator replays. Two levels share one versioned format
+// (io/plan_json.h, documented in docs/plan-format.md):
+//  - operator level (Checkmate, KIWI, Alpa-style): per-op sharding on a mesh + an execution sequence
+//    of computes and frees, where a node computed twice is a recomputation;
+//  - layer level (Galvatron-BMW): per-layer DP/SDP/TP/checkpoint, pipeline partition, batch sizes.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kiwi/ir/graph.h"
+#include "kiwi/ir/sharding.h"
+
+namespace kiwi::plan {
+
+inline constexpr int kPlanVersion = 1;
+
+// How one operator runs on the mesh. Its work is split over the axes its output is sharded on plus
+// the axes its contraction is split on (`reduce_axes`: partial sums, reduced after the op by a
+// reduce-scatter over the reduce axes the output is sharded on and an all-reduce over the rest).
+struct OpSharding {
+  ir::ShardingSpec output;                  // layout of the op's output tensor
+  std::vector<ir::ShardingSpec> operands;   // required layout of each input; empty = as produced
+  ir::AxisMask reduce_axes = 0;
+  std::string strategy;                     // name for reports, e.g. "S0R = S0R x RR"
+};
+
+enum class StepKind : uint8_t { kCompute, kFree };
+
+// One step of the execution sequence. A tensor is resident from its compute until its free.
+struct Step {
+  StepKind kind = StepKind::kCompute;
+  ir::NodeId node = ir::kNoNode;
+  bool operator==(const Step&) const = default;
+};
+
+struct OperatorPlan {
+  std::vector<int> mesh_shape;                   // empty = one device
+  std::map<ir::NodeId, OpSharding> shardings;    // ops not listed are replicated
+  std::vector<Step> schedule;                    // empty = checkpoint-all in graph order
+};
+
+struct LayerStrategy {
+  int tp = 1;               // tensor-parallel degree (Megatron)
+  int dp = 1;               // data-parallel degree (replicas or shards)
+  bool sdp = false;         // sharded data parallel (ZeRO-3) instead of plain DP
+  bool checkpoint = false;  // recompute the layer's activations in the backward pass
+  bool operator==(const LayerStrategy&) const = default;
+};
+
+enum class PipelineSchedule : uint8_t { k1F1B, kGPipe };
+
+struct LayerPlan {
+  std::vector<LayerStrategy> layers;  // one per model layer
+  int pp_degree = 1;
+  std::vector<int> pp_partition;      // layers per stage; sums to layers.size(); empty = one stage
+  int64_t global_batch = 1;
+  int micro_batches = 1;
+  PipelineSchedule pipeline = PipelineSchedule::k1F1B;
+};
+
+// What a solver claims the plan achieves; tests compare it with the simulator's answer.
+struct Claims {
+  std::optional<int64_t> peak_memory_bytes;
+  std::optional<double> iteration_seconds;
+};
+
+struct Plan {
+  int version = kPlanVersion;
+  std::string graph;    // graph name or file the plan is for (informational)
+  std::string model;    // model preset, when made for one
+  std::string cluster;  // cluster preset or file
+  std::string solver;   // who made it
+  std::optional<OperatorPlan> op;
+  std::optional<LayerPlan> layer;
+  Claims claims;
+};
+
+// The checkpoint-all execution (CONTRACT.md `checkpoint_all_peak_bytes`): every node once in graph
+// order; each output freed right after its last consumer runs, an output with no consumer right after
+// it is computed. Persistent nodes (parameters, optimizer state) are never freed.
+std::vector<Step> CheckpointAllSchedule(const ir::Graph& graph);
+
+}  // namespace kiwi::plan
