@@ -1,0 +1,18 @@
+#pragma once
+// Each subcommand lives in its own file and registers itself on the root app; `run` executes it
+// after parsing and returns the exit code.
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace kiwi::cli {
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;
+};
+
+Command AddGraphCommand(CLI::App& root);
+Command AddSimulateCommand(CLI::App& root);
+Command AddPlanCommand(CLI::App& root);
+
+}  // namespace kiwi::cli

@@ -1,0 +1,91 @@
+#include "kiwi/cli/common.h"
+
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "kiwi/util/units.h"
+
+namespace kiwi::cli {
+namespace {
+
+Result<ir::Optimizer> ParseOptimizer(const std::string& name) {
+  if (name == "adam") return ir::Optimizer::kAdam;
+  if (name == "sgd") return ir::Optimizer::kSgd;
+  if (name == "none") return ir::Optimizer::kNone;
+  return BadInput(fmt::format("--optimizer: '{}' is not one of adam, sgd, none", name));
+}
+
+}  // namespace
+
+void ModelFlags::Add(CLI::App* app, const std::string& default_model) {
+  model = default_model;
+  app->add_option("--model", model, "model family or preset (see `kiwi plan --help`)")
+      ->capture_default_str();
+  app->add_option("--layers", layers, "number of transformer layers");
+  app->add_option("--hidden", hidden, "hidden size");
+  app->add_option("--heads", heads, "attention heads");
+  app->add_option("--seq", seq, "sequence length");
+  app->add_option("--batch", batch, "global batch size");
+  app->add_option("--ffn", ffn, "feed-forward size (default 4 x hidden)");
+  app->add_option("--dtype", dtype, "fp32 | bf16 | fp16 (default: the preset's)");
+  app->add_option("--optimizer", optimizer, "adam | sgd (default: the preset's)");
+}
+
+Result<models::ModelSpec> ModelFlags::Load() const {
+  models::ModelOverrides o;
+  o.layers = layers;
+  o.hidden = hidden;
+  o.heads = heads;
+  o.seq = seq;
+  o.batch = batch;
+  o.ffn = ffn;
+  if (!dtype.empty()) {
+    std::optional<ir::DType> d = ir::ParseDType(dtype);
+    if (!d || !ir::IsFloating(*d) || *d == ir::DType::kF64)
+      return BadInput(fmt::format("--dtype: '{}' is not one of fp32, bf16, fp16", dtype));
+    o.dtype = d;
+  }
+  if (!optimizer.empty()) {
+    Result<ir::Optimizer> opt = ParseOptimizer(optimizer);
+    if (!opt) return opt.error();
+    o.optimizer = *opt;
+  }
+  return models::LoadModel(model, o);
+}
+
+int ReportError(const Error& error) {
+  std::string message = error.message;
+  for (char& c : message)
+    if (c == '\n' || c == '\r') c = ' ';
+  std::cerr << "kiwi: error: " << message << '\n';
+  return ExitCodeFor(error.code);
+}
+
+void PrintJson(const nlohmann::json& object) { std::cout << object.dump(2) << std::endl; }
+
+int64_t SpecBatch(const models::ModelSpec& spec) {
+  if (const auto* t = std::get_if<models::TransformerConfig>(&spec.config)) return t->batch;
+  return std::get<models::MlpConfig>(spec.config).batch;
+}
+
+std::string DescribeModel(const models::ModelSpec& spec) {
+  if (const auto* t = std::get_if<models::TransformerConfig>(&spec.config)) {
+    const int layers = t->layers + t->decoder_layers;
+    return fmt::format("{}: {} layers, hidden {}, {} heads, seq {}, batch {}, {}", spec.name, layers,
+                       t->hidden, t->heads, t->seq, t->batch, ir::DTypeName(t->dtype));
+  }
+  const auto& m = std::get<models::MlpConfig>(spec.config);
+  return fmt::format("{}: {} linear layers, batch {}, {}", spec.name, m.widths.size() - 1, m.batch,
+                     ir::DTypeName(m.dtype));
+}
+
+std::string DescribeCluster(const cost::Cluster& cluster) {
+  std::string links = fmt::format("{} {:.0f} GB/s", cluster.intra_node.name, cluster.intra_node.bandwidth / 1e9);
+  if (cluster.num_nodes > 1)
+    links += fmt::format(", {} {:.1f} GB/s between nodes", cluster.inter_node.name, cluster.inter_node.bandwidth / 1e9);
+  return fmt::format("{}: {} x {} ({}), {}", cluster.name, cluster.NumDevices(), cluster.device.name,
+                     FormatBytes(cluster.device.memory_bytes), links);
+}
+
+}  // namespace kiwi::cli

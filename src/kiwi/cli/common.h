@@ -1,0 +1,39 @@
+#pragma once
+// Flags and output helpers shared by subcommands.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+
+#include "kiwi/cost/cluster.h"
+#include "kiwi/models/presets.h"
+#include "kiwi/util/result.h"
+
+namespace kiwi::cli {
+
+// --model NAME and the size flags of CONTRACT.md (--layers --hidden --heads --seq --batch --ffn
+// --dtype --optimizer).
+struct ModelFlags {
+  std::string model;
+  std::optional<int> layers;
+  std::optional<int64_t> hidden, heads, seq, batch, ffn;
+  std::string dtype, optimizer;
+
+  void Add(CLI::App* app, const std::string& default_model);
+  Result<models::ModelSpec> Load() const;
+};
+
+// Prints "kiwi: error: <message>" (one line) on stderr and returns the contract's exit code.
+int ReportError(const Error& error);
+
+// Prints exactly one JSON object on stdout (CONTRACT.md --json).
+void PrintJson(const nlohmann::json& object);
+
+// The batch size a model spec was built for.
+int64_t SpecBatch(const models::ModelSpec& spec);
+// "gpt: 4 layers, hidden 1024, 16 heads, seq 1024, batch 8, f32"
+std::string DescribeModel(const models::ModelSpec& spec);
+// "v100-nvlink-8: 8 x V100-SXM2-16GB (16.0 GiB), nvlink2 150 GB/s"
+std::string DescribeCluster(const cost::Cluster& cluster);
+
+}  // namespace kiwi::cli

@@ -1,0 +1,147 @@
+// `kiwi simulate PLAN [GRAPH]`: replays a plan with the simulator and reports peak memory per device,
+// the time split and, when the plan carries claims, whether the simulator agrees with them.
+#include <fmt/format.h>
+
+#include <cmath>
+#include <iostream>
+#include <memory>
+
+#include "kiwi/cli/command.h"
+#include "kiwi/cli/common.h"
+#include "kiwi/io/cluster_json.h"
+#include "kiwi/io/graph_json.h"
+#include "kiwi/io/plan_json.h"
+#include "kiwi/report/sim_report.h"
+#include "kiwi/util/units.h"
+
+namespace kiwi::cli {
+namespace {
+
+struct SimulateOptions {
+  std::string plan_path;
+  std::string graph_path;
+  ModelFlags model;
+  std::string cluster;
+  std::string memory;
+  bool timeline = false;
+  bool json = false;
+};
+
+struct Inputs {
+  plan::Plan plan;
+  cost::Cluster cluster;
+  report::SimReportOptions report;
+};
+
+Result<Inputs> LoadInputs(const SimulateOptions& o) {
+  Result<plan::Plan> p = io::ReadPlanFile(o.plan_path);
+  if (!p) return p.error();
+  if (!p->op && !p->layer) return BadInput(o.plan_path + ": the plan has neither an \"operator\" nor a \"layer\" section");
+  std::string cluster_name = o.cluster.empty() ? p->cluster : o.cluster;
+  if (cluster_name.empty()) cluster_name = "v100-nvlink-8";
+  Result<cost::Cluster> cluster = io::LoadCluster(cluster_name);
+  if (!cluster) return cluster.error();
+  Inputs in{std::move(*p), std::move(*cluster), {}};
+  in.report.timeline = o.timeline;
+  if (!o.memory.empty()) {
+    Result<int64_t> budget = ParseBytes(o.memory, "--memory");
+    if (!budget) return budget.error();
+    in.report.memory_budget = *budget;
+  }
+  return in;
+}
+
+// The model a plan refers to: --model, else the plan's own model preset.
+Result<models::ModelSpec> LoadPlanModel(const SimulateOptions& o, const CLI::App& app, const plan::Plan& p);
+
+// The graph an operator plan refers to: GRAPH, else --model, else the plan's own model preset.
+Result<ir::Graph> LoadPlanGraph(const SimulateOptions& o, const CLI::App& app, const plan::Plan& p) {
+  if (!o.graph_path.empty()) return io::ReadGraphFile(o.graph_path);
+  Result<models::ModelSpec> spec = LoadPlanModel(o, app, p);
+  if (!spec) return spec.error();
+  return models::BuildTrainingGraph(*spec);
+}
+
+Result<models::ModelSpec> LoadPlanModel(const SimulateOptions& o, const CLI::App& app, const plan::Plan& p) {
+  if (app.count("--model") > 0 || p.model.empty()) return o.model.Load();
+  ModelFlags from_plan = o.model;
+  from_plan.model = p.model;
+  return from_plan.Load();
+}
+
+nlohmann::json ClaimsJson(const plan::Claims& claims, int64_t peak, double seconds) {
+  nlohmann::json j = nlohmann::json::object();
+  if (claims.peak_memory_bytes) j["peak_memory_bytes_matches"] = *claims.peak_memory_bytes == peak;
+  if (claims.iteration_seconds)
+    j["iteration_seconds_matches"] = std::fabs(*claims.iteration_seconds - seconds) <= 1e-9 * std::max(1.0, seconds);
+  return j;
+}
+
+int SimulateOperator(const SimulateOptions& o, const CLI::App& app, const Inputs& in) {
+  Result<ir::Graph> graph = LoadPlanGraph(o, app, in.plan);
+  if (!graph) return ReportError(graph.error());
+  const std::vector<int>& shape = in.plan.op->mesh_shape;
+  Result<ir::DeviceMesh> mesh = shape.empty() ? Result<ir::DeviceMesh>(ir::DeviceMesh{{ir::MeshAxis{}}})
+                                              : in.cluster.MakeMesh(shape);
+  if (!mesh) return ReportError(mesh.error());
+  const cost::CostModel cm(in.cluster.device);
+  Result<sim::SimResult> r = sim::SimulateOperatorPlan(*graph, *in.plan.op, cm, *mesh);
+  if (!r) return ReportError(r.error());
+  if (o.json) {
+    nlohmann::json j = report::ToJson(*r, in.report);
+    j["level"] = "operator";
+    j["claims"] = ClaimsJson(in.plan.claims, r->peak_memory_bytes, r->iteration_seconds);
+    PrintJson(j);
+  } else {
+    std::cout << fmt::format("simulate {} (operator level) on {} mesh {}\n", o.plan_path, in.cluster.name,
+                             mesh->ShapeString())
+              << report::ToText(*r, &*graph, in.report);
+  }
+  return 0;
+}
+
+int SimulateLayer(const SimulateOptions& o, const CLI::App& app, const Inputs& in) {
+  Result<models::ModelSpec> spec = LoadPlanModel(o, app, in.plan);
+  if (!spec) return ReportError(spec.error());
+  Result<ir::Graph> graph = models::BuildTrainingGraph(*spec);
+  if (!graph) return ReportError(graph.error());
+  const cost::CostModel cm(in.cluster.device);
+  Result<sim::LayerModel> model = sim::BuildLayerModel(*graph, SpecBatch(*spec), cm);
+  if (!model) return ReportError(model.error());
+  Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(*model, *in.plan.layer, in.cluster, cm);
+  if (!r) return ReportError(r.error());
+  if (o.json) {
+    nlohmann::json j = report::ToJson(*r, in.report);
+    j["level"] = "layer";
+    j["claims"] = ClaimsJson(in.plan.claims, r->summary.peak_memory_bytes, r->summary.iteration_seconds);
+    PrintJson(j);
+  } else {
+    std::cout << fmt::format("simulate {} (layer level): {} on {}\n", o.plan_path, DescribeModel(*spec),
+                             DescribeCluster(in.cluster))
+              << report::ToText(*r, in.report);
+  }
+  return 0;
+}
+
+int RunSimulate(const SimulateOptions& o, const CLI::App& app) {
+  Result<Inputs> in = LoadInputs(o);
+  if (!in) return ReportError(in.error());
+  return in->plan.op ? SimulateOperator(o, app, *in) : SimulateLayer(o, app, *in);
+}
+
+}  // namespace
+
+Command AddSimulateCommand(CLI::App& root) {
+  auto o = std::make_shared<SimulateOptions>();
+  CLI::App* app = root.add_subcommand("simulate", "replay a plan: peak memory per device and time breakdown");
+  app->add_option("PLAN", o->plan_path, "plan JSON (docs/plan-format.md)")->required();
+  app->add_option("GRAPH", o->graph_path, "graph file an operator-level plan refers to");
+  o->model.Add(app, "gpt");
+  app->add_option("--cluster", o->cluster, "cluster preset or JSON file (default: the plan's, else v100-nvlink-8)");
+  app->add_option("--memory", o->memory, "memory budget per device to check the plan against");
+  app->add_flag("--timeline", o->timeline, "include the per-step memory timeline (with --json)");
+  app->add_flag("--json", o->json, "print one JSON object");
+  return {app, [o, app] { return RunSimulate(*o, *app); }};
+}
+
+}  // namespace kiwi::cli

@@ -1,0 +1,27 @@
+#pragma once
+// Renders the simulator's results (reports read the simulator, never a solver's internals).
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "kiwi/ir/graph.h"
+#include "kiwi/sim/layer_simulator.h"
+#include "kiwi/sim/simulator.h"
+
+namespace kiwi::report {
+
+struct SimReportOptions {
+  std::optional<int64_t> memory_budget;  // adds "within_budget"
+  bool timeline = false;                 // include the per-step memory timeline
+};
+
+nlohmann::json ToJson(const sim::SimResult& result, const SimReportOptions& options = {});
+nlohmann::json ToJson(const sim::LayerSimResult& result, const SimReportOptions& options = {});
+
+// Human text: peak memory, time split, and the ops resident at the peak for operator plans.
+std::string ToText(const sim::SimResult& result, const ir::Graph* graph, const SimReportOptions& options = {});
+std::string ToText(const sim::LayerSimResult& result, const SimReportOptions& options = {});
+
+}  // namespace kiwi::report

@@ -1,0 +1,59 @@
+#include "kiwi/solve/hybrid/uniform_plans.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace kiwi::solve {
+namespace {
+
+std::vector<int> PowersOfTwoDividing(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; d *= 2)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+std::string PlanName(int pp, int tp, int dp, bool sdp, bool checkpoint) {
+  std::vector<std::string> parts;
+  if (pp > 1) parts.push_back(fmt::format("PP{}", pp));
+  if (tp > 1) parts.push_back(fmt::format("TP{}", tp));
+  if (dp > 1) parts.push_back(fmt::format("{}{}", sdp ? "SDP" : "DP", dp));
+  std::string name = parts.empty() ? "single" : fmt::format("{}", fmt::join(parts, "x"));
+  return checkpoint ? name + "+CKPT" : name;
+}
+
+}  // namespace
+
+std::vector<int> EvenPartition(int num_layers, int num_stages) {
+  std::vector<int> parts(static_cast<size_t>(num_stages), num_layers / num_stages);
+  for (int i = 0; i < num_layers % num_stages; ++i) ++parts[static_cast<size_t>(i)];
+  return parts;
+}
+
+std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& o) {
+  std::vector<NamedLayerPlan> plans;
+  for (int pp : PowersOfTwoDividing(o.num_devices)) {
+    if (pp > o.num_layers) continue;
+    const int stage_devices = o.num_devices / pp;
+    for (int tp : PowersOfTwoDividing(stage_devices)) {
+      const int dp = stage_devices / tp;
+      if (o.global_batch % dp != 0) continue;
+      for (bool sdp : {false, true}) {
+        if (sdp && (dp == 1 || !o.allow_sdp)) continue;
+        for (bool checkpoint : {false, true}) {
+          if (checkpoint && !o.allow_checkpoint) continue;
+          plan::LayerPlan p;
+          p.layers.assign(static_cast<size_t>(o.num_layers), plan::LayerStrategy{tp, dp, sdp, checkpoint});
+          p.pp_degree = pp;
+          p.pp_partition = EvenPartition(o.num_layers, pp);
+          p.global_batch = o.global_batch;
+          p.micro_batches = pp == 1 ? 1 : static_cast<int>(o.global_batch / dp);
+          plans.push_back({PlanName(pp, tp, dp, sdp, checkpoint), std::move(p)});
+        }
+      }
+    }
+  }
+  return plans;
+}
+
+}  // namespace kiwi::solve

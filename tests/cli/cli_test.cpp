@@ -1,0 +1,175 @@
+// End-to-end tests of the `kiwi` command against CONTRACT.md: outputs, exit codes, error lines.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "run_kiwi.h"
+
+namespace kiwi {
+namespace {
+
+using testing::CountLines;
+using testing::RunKiwi;
+using testing::TempDir;
+
+const std::string kRemat = std::string(KIWI_SHARED_DIR) + "/benchmarks/remat/";
+
+std::string WriteTemp(const std::string& name, const std::string& contents) {
+  const auto path = TempDir() / name;
+  std::ofstream(path, std::ios::binary) << contents;
+  return path.string();
+}
+
+TEST(Cli, VersionAndHelp) {
+  auto v = RunKiwi("--version");
+  EXPECT_EQ(v.exit_code, 0);
+  EXPECT_NE(v.out.find("kiwi "), std::string::npos);
+  for (const char* sub : {"--help", "graph --help", "simulate --help", "plan --help"}) {
+    auto h = RunKiwi(sub);
+    EXPECT_EQ(h.exit_code, 0) << sub;
+    EXPECT_NE(h.out.find("--json"), std::string::npos) << sub;
+  }
+}
+
+TEST(Cli, UnknownFlagIsUsageErrorOnOneLine) {
+  auto r = RunKiwi("graph --no-such-flag");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(CountLines(r.err), 1) << r.err;
+}
+
+TEST(Cli, GraphVgg16MatchesTheContract) {
+  if (!std::filesystem::exists(kRemat + "vgg16_b256_train.json")) GTEST_SKIP() << "no ../shared/benchmarks";
+  auto r = RunKiwi("graph " + kRemat + "vgg16_b256_train.json --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = r.Json();
+  EXPECT_EQ(j["nodes"], 45);
+  EXPECT_EQ(j["edges"], 87);
+  EXPECT_EQ(j["forward_nodes"].get<int>() + j["backward_nodes"].get<int>(), 45);
+  EXPECT_GT(j["checkpoint_all_peak_bytes"].get<int64_t>(), 0);
+  EXPECT_GT(j["compute_cost"].get<double>(), 0);
+}
+
+TEST(Cli, GraphWorksOnEveryBenchmarkFile) {
+  if (!std::filesystem::exists(kRemat)) GTEST_SKIP() << "no ../shared/benchmarks";
+  for (const auto& entry : std::filesystem::directory_iterator(kRemat)) {
+    auto r = RunKiwi("graph " + entry.path().string() + " --json");
+    ASSERT_EQ(r.exit_code, 0) << entry.path() << ": " << r.err;
+    auto j = r.Json();
+    EXPECT_GT(j["nodes"].get<int>(), 0);
+    EXPECT_GT(j["checkpoint_all_peak_bytes"].get<int64_t>(), 0);
+  }
+}
+
+TEST(Cli, MalformedGraphsExitTwoWithOneLineNamingTheFile) {
+  std::mt19937 rng(42);
+  std::string noise(1 << 20, '\0');
+  for (char& c : noise) c = static_cast<char>(rng() & 0xff);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"truncated.json", R"({"directed": true, "nodes": [{"id": 0, "cost_ram": 4)"},
+      {"cycle.json", R"({"nodes": [{"id": 0, "name": "a", "backward": false, "cost_cpu": 1, "cost_ram": 4},
+                                  {"id": 1, "name": "b", "backward": false, "cost_cpu": 1, "cost_ram": 4}],
+                       "links": [{"source": 0, "target": 1}, {"source": 1, "target": 0}]})"},
+      {"missing.json", R"({"nodes": [{"id": 0, "name": "a", "backward": false, "cost_cpu": 1}], "links": []})"},
+      {"negative.json", R"({"nodes": [{"id": 0, "name": "a", "backward": false, "cost_cpu": 1, "cost_ram": -4}],
+                          "links": []})"},
+      {"unknown_kind.json", R"({"kiwi_graph_version": 1, "nodes": [{"id": 0, "name": "a", "kind": "frobnicate",
+                               "dtype": "f32", "shape": [4]}]})"},
+      {"noise.json", noise},
+      {"empty.json", ""},
+  };
+  for (const auto& [name, contents] : cases) {
+    const std::string path = WriteTemp(name, contents);
+    auto r = RunKiwi("graph " + path + " --json");
+    EXPECT_EQ(r.exit_code, 2) << name << ": " << r.err;
+    EXPECT_EQ(CountLines(r.err), 1) << name << ": " << r.err;
+    EXPECT_NE(r.err.find(name), std::string::npos) << name << ": " << r.err;
+    EXPECT_TRUE(r.out.empty()) << name;
+  }
+  auto missing = RunKiwi("graph /nonexistent/graph.json");
+  EXPECT_EQ(missing.exit_code, 2);
+}
+
+TEST(Cli, GraphFromModelZooAndExportRoundTrips) {
+  const std::string exported = (TempDir() / "gpt2l.json").string();
+  auto r = RunKiwi("graph --model gpt --layers 2 --hidden 64 --heads 4 --seq 16 --batch 2 --json --export " + exported);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto zoo = r.Json();
+  EXPECT_EQ(zoo["layers"], 2);
+  EXPECT_GT(zoo["backward_nodes"].get<int>(), 0);
+  auto again = RunKiwi("graph " + exported + " --json");
+  ASSERT_EQ(again.exit_code, 0) << again.err;
+  auto file = again.Json();
+  for (const char* field : {"nodes", "edges", "forward_nodes", "backward_nodes", "checkpoint_all_peak_bytes"})
+    EXPECT_EQ(zoo[field], file[field]) << field;
+  EXPECT_DOUBLE_EQ(zoo["compute_cost"].get<double>(), file["compute_cost"].get<double>());
+}
+
+TEST(Cli, BadModelFlagsExitTwo) {
+  EXPECT_EQ(RunKiwi("graph --model gpt --heads 7 --hidden 64").exit_code, 2);
+  EXPECT_EQ(RunKiwi("graph --model no-such-model").exit_code, 2);
+  EXPECT_EQ(RunKiwi("plan --cluster no-such-cluster").exit_code, 2);
+  EXPECT_EQ(RunKiwi("plan --memory 12parsecs").exit_code, 2);
+}
+
+TEST(Cli, MainJobPrintsATableOnItsDefaults) {
+  auto r = RunKiwi("");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("v100-nvlink-8"), std::string::npos);
+  EXPECT_NE(r.out.find("DP8"), std::string::npos);
+  EXPECT_NE(r.out.find("Best plan that fits"), std::string::npos);
+}
+
+TEST(Cli, PlanJsonPicksTheFastestFittingPlan) {
+  auto r = RunKiwi("plan --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = r.Json();
+  const double best = j["best"]["throughput_samples_per_second"];
+  for (const auto& p : j["plans"]) {
+    if (p["fits"].get<bool>()) EXPECT_LE(p["throughput_samples_per_second"].get<double>(), best + 1e-9);
+    EXPECT_EQ(p["fits"].get<bool>(), p["peak_memory_bytes"].get<int64_t>() <= j["memory_budget_bytes"].get<int64_t>());
+  }
+}
+
+TEST(Cli, ImpossibleBudgetExitsThreeWithTheSmallestKnownBudget) {
+  auto r = RunKiwi("plan --memory 1MiB");
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(CountLines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("--memory"), std::string::npos) << r.err;
+}
+
+TEST(Cli, PlanWrittenByPlanReplaysWithTheSamePrediction) {
+  const std::string path = (TempDir() / "best_plan.json").string();
+  auto planned = RunKiwi("plan --json --out " + path);
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  auto sim = RunKiwi("simulate " + path + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  auto j = sim.Json();
+  EXPECT_EQ(j["level"], "layer");
+  EXPECT_EQ(j["peak_memory_bytes"], planned.Json()["best"]["peak_memory_bytes"]);
+  EXPECT_TRUE(j["claims"]["peak_memory_bytes_matches"].get<bool>());
+  EXPECT_TRUE(j["claims"]["iteration_seconds_matches"].get<bool>());
+}
+
+TEST(Cli, SimulateOperatorPlanOnAGraphFile) {
+  if (!std::filesystem::exists(kRemat + "vgg16_b256_train.json")) GTEST_SKIP() << "no ../shared/benchmarks";
+  const std::string plan = WriteTemp("empty_op_plan.json", R"({"kiwi_plan_version": 1, "operator": {}})");
+  auto sim = RunKiwi("simulate " + plan + " " + kRemat + "vgg16_b256_train.json --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  auto graph = RunKiwi("graph " + kRemat + "vgg16_b256_train.json --json");
+  EXPECT_EQ(sim.Json()["peak_memory_bytes"], graph.Json()["checkpoint_all_peak_bytes"]);
+}
+
+TEST(Cli, SimulateRejectsABrokenSchedule) {
+  if (!std::filesystem::exists(kRemat + "vgg16_b256_train.json")) GTEST_SKIP() << "no ../shared/benchmarks";
+  // Node 1 reads node 0, which was never computed.
+  const std::string plan = WriteTemp("broken_plan.json",
+      R"({"kiwi_plan_version": 1, "operator": {"schedule": [{"op": "compute", "node": 1}]}})");
+  auto r = RunKiwi("simulate " + plan + " " + kRemat + "vgg16_b256_train.json");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(CountLines(r.err), 1) << r.err;
+}
+
+}  // namespace
+}  // namespace kiwi

@@ -1,0 +1,55 @@
+#pragma once
+// Runs the built `kiwi` binary in a subprocess and captures exit code, stdout and stderr.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace kiwi::testing {
+
+struct RunResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+  nlohmann::json Json() const { return nlohmann::json::parse(out); }
+};
+
+inline std::string Slurp(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline std::filesystem::path TempDir() {
+  auto dir = std::filesystem::temp_directory_path() / ("kiwi_cli_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+// `args` is appended to the binary path as is (quote paths yourself when needed).
+inline RunResult RunKiwi(const std::string& args) {
+  const auto dir = TempDir();
+  const auto out = dir / "stdout.txt";
+  const auto err = dir / "stderr.txt";
+  const std::string cmd = std::string(KIWI_BINARY) + " " + args + " >" + out.string() + " 2>" + err.string();
+  const int status = std::system(cmd.c_str());
+  RunResult r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = Slurp(out);
+  r.err = Slurp(err);
+  return r;
+}
+
+inline int CountLines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+}  // namespace kiwi::testing
