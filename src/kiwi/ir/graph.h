@@ -2,10 +2,12 @@
 // The training graph: operators, each producing one tensor, in one container.
 //
 //   Graph g("tiny");
-//   NodeId x = g.Add({.name = "x", .kind = OpKind::kInput, .output = {DType::kF32, {8, 16}}});
-//   NodeId w = g.Add({.name = "w", .kind = OpKind::kParameter, .output = {DType::kF32, {16, 4}}});
-//   NodeId y = g.Add({.name = "y", .kind = OpKind::kMatmul, .output = {DType::kF32, {8, 4}},
-//                     .inputs = {x, w}, .flops = 2.0 * 8 * 16 * 4});
+//   Node x;  x.name = "x";  x.kind = OpKind::kInput;      x.output = {DType::kF32, {8, 16}};
+//   Node w;  w.name = "w";  w.kind = OpKind::kParameter;  w.output = {DType::kF32, {16, 4}};
+//   Node y;  y.name = "y";  y.kind = OpKind::kMatmul;     y.output = {DType::kF32, {8, 4}};
+//   y.inputs = {g.Add(x), g.Add(w)};
+//   g.Add(y);
+//   AnnotateFlopsAndBytes(g);    // ir/annotate.h
 //   Status s = VerifyGraph(g);   // ir/verify.h
 //
 // Node ids are indices into the graph. The execution order is `order()`: the node ids ascending

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kiwi/ir/graph.h"
+#include "kiwi/util/result.h"
 
 namespace kiwi::ir {
 
