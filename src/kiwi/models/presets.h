@@ -21,10 +21,10 @@ struct ModelSpec {
 
 // Overrides users give on the command line (--layers, --hidden, ...); unset fields keep the preset's.
 struct ModelOverrides {
-  std::optional<int> layers;
-  std::optional<int64_t> hidden, heads, seq, batch, ffn;
-  std::optional<ir::DType> dtype;
-  std::optional<ir::Optimizer> optimizer;
+  std::optional<int> layers = {};
+  std::optional<int64_t> hidden = {}, heads = {}, seq = {}, batch = {}, ffn = {};
+  std::optional<ir::DType> dtype = {};
+  std::optional<ir::Optimizer> optimizer = {};
 };
 
 // A family name (gpt, bert, t5, vit, swin, llama, mlp) or a preset, with overrides applied.

@@ -1,0 +1,75 @@
+// Closed-form parameter and activation counts, written independently of the builders so that tests
+// can check the builders against them (Narayanan et al. 2021 §5.1; Korthikanti et al. 2022 eq. 1).
+#include <array>
+
+#include "kiwi/models/builder.h"
+#include "kiwi/models/presets.h"
+
+namespace kiwi::models {
+namespace {
+
+using detail::FfnSize;
+using detail::KvHeads;
+
+// One pre/post-LN layer with biases: q,k,v,out (4h^2 + 4h), fc1/fc2 (2hf + f + h), two layernorms
+// (4h): 12h^2 + 13h when f = 4h (Narayanan et al. 2021).
+int64_t BiasedLayer(int64_t h, int64_t f) { return 4 * h * h + 4 * h + 2 * h * f + f + h + 4 * h; }
+
+int64_t Gpt(const TransformerConfig& c) {
+  const int64_t h = c.hidden;
+  const int64_t layers = c.layers * BiasedLayer(h, FfnSize(c));
+  if (!c.embeddings) return layers;
+  // token + position embeddings, final layernorm, untied LM head.
+  return layers + c.vocab * h + c.seq * h + 2 * h + h * c.vocab;
+}
+
+int64_t Bert(const TransformerConfig& c) {
+  const int64_t h = c.hidden;
+  const int64_t layers = c.layers * BiasedLayer(h, FfnSize(c));
+  if (!c.embeddings) return layers;
+  const int64_t embeddings = c.vocab * h + c.seq * h + 2 * h + 2 * h;  // word, position, 2 types, layernorm
+  const int64_t mlm_head = h * h + h + 2 * h + c.vocab;               // transform, layernorm, decoder bias (tied)
+  return layers + embeddings + mlm_head;
+}
+
+// T5: no biases, RMS norms, ReLU MLP; decoder layers add cross-attention and a third norm.
+int64_t T5(const TransformerConfig& c) {
+  const int64_t h = c.hidden, f = FfnSize(c), kv = KvHeads(c) * (h / c.heads);
+  const int64_t attention = 2 * h * h + 2 * h * kv;
+  const int64_t encoder = c.layers * (attention + 2 * h * f + 2 * h);
+  const int64_t decoder = c.decoder_layers * (2 * attention + 2 * h * f + 3 * h);
+  if (!c.embeddings) return encoder + decoder;
+  // shared embedding (tied LM head), two final norms, a relative bias table per stack.
+  return encoder + decoder + c.vocab * h + 2 * h + 2 * detail::kT5Buckets * c.heads;
+}
+
+int64_t Vit(const TransformerConfig& c) {
+  const int64_t h = c.hidden, grid = c.image / c.patch;
+  const int64_t layers = c.layers * BiasedLayer(h, FfnSize(c));
+  if (!c.embeddings) return layers;
+  // conv patch embedding + bias, positions, final layernorm, classifier.
+  return layers + detail::kImageChannels * c.patch * c.patch * h + h + grid * grid * h + 2 * h + h * c.vocab + c.vocab;
+}
+
+// Llama: q, out (2h^2), k, v (2h * kv_heads * d), SwiGLU (3hf), two RMS norms; untied head.
+int64_t Llama(const TransformerConfig& c) {
+  const int64_t h = c.hidden, f = FfnSize(c), kv = KvHeads(c) * (h / c.heads);
+  const int64_t layers = c.layers * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h);
+  if (!c.embeddings) return layers;
+  return layers + c.vocab * h + h + h * c.vocab;
+}
+
+using Counter = int64_t (*)(const TransformerConfig&);
+constexpr std::array<Counter, 6> kCounters = {Gpt, Bert, T5, Vit, detail::SwinParameterCount, Llama};
+
+}  // namespace
+
+int64_t ClosedFormParameterCount(const TransformerConfig& config) {
+  return kCounters[static_cast<size_t>(config.family)](config);
+}
+
+int64_t ClosedFormLayerActivationBytes16(int64_t seq, int64_t batch, int64_t hidden, int64_t heads) {
+  return 34 * seq * batch * hidden + 5 * heads * seq * seq * batch;
+}
+
+}  // namespace kiwi::models

@@ -1,0 +1,256 @@
+// Named models (CONTRACT.md "Names"): the families with default sizes and the presets of
+// Galvatron-BMW Table I plus GPT-3 13B and Llama 2 7B/70B; command-line overrides on top.
+#include "kiwi/models/presets.h"
+
+#include <algorithm>
+#include <array>
+#include <numeric>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "kiwi/models/builder.h"
+
+namespace kiwi::models {
+namespace {
+
+using ir::DType;
+
+constexpr ir::TrainingOptions kFp32Adam = {.optimizer = ir::Optimizer::kAdam, .master_weights = false};
+// bf16 mixed precision: Adam states and an fp32 master copy per parameter.
+constexpr ir::TrainingOptions kMixedAdam = {.optimizer = ir::Optimizer::kAdam, .master_weights = true};
+constexpr int64_t kSwinHeadDim = 32;  // Swin: heads = dim / 32 in every stage
+
+// A preset plus which sizes follow --hidden when it is overridden.
+struct Preset {
+  ModelSpec spec;
+  bool ffn_follows_hidden = false;    // family defaults: ffn derived from hidden (4h, or SwiGLU's 8h/3)
+};
+
+TransformerConfig Base(Family family, int layers, int64_t hidden, int64_t heads, int64_t seq, int64_t vocab) {
+  TransformerConfig c;
+  c.family = family;
+  c.layers = layers;
+  c.hidden = hidden;
+  c.heads = heads;
+  c.seq = seq;
+  c.vocab = vocab;
+  return c;
+}
+
+Preset Make(std::string name, TransformerConfig c, ir::TrainingOptions training, bool ffn_follows = false) {
+  return {ModelSpec{std::move(name), std::move(c), training}, ffn_follows};
+}
+
+// Llama's SwiGLU width: 2/3 of 4h, rounded up to a multiple of 256 (Touvron et al. 2023).
+int64_t LlamaFfn(int64_t hidden) { return (8 * hidden / 3 + 255) / 256 * 256; }
+
+TransformerConfig Vit(int layers, int64_t hidden, int64_t heads, int64_t patch) {
+  TransformerConfig c = Base(Family::kVit, layers, hidden, heads, (224 / patch) * (224 / patch), 1000);
+  c.patch = patch;
+  return c;
+}
+
+TransformerConfig Swin(int64_t hidden, std::vector<int> depths) {
+  const int layers = std::accumulate(depths.begin(), depths.end(), 0);
+  TransformerConfig c = Base(Family::kSwin, layers, hidden, hidden / kSwinHeadDim, (224 / 4) * (224 / 4), 1000);
+  c.patch = 4;
+  c.stage_depths = std::move(depths);
+  c.dropout = false;  // Swin trains with stochastic depth, not dropout (drop_rate 0)
+  return c;
+}
+
+TransformerConfig T5(int per_stack, int64_t decoder_seq) {
+  TransformerConfig c = Base(Family::kT5, per_stack, 1024, 16, 512, 32128);
+  c.decoder_layers = per_stack;
+  c.ffn = 4096;
+  c.decoder_seq = decoder_seq;
+  return c;
+}
+
+TransformerConfig Llama(int layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t ffn, int64_t seq) {
+  TransformerConfig c = Base(Family::kLlama, layers, hidden, heads, seq, 32000);
+  c.kv_heads = kv_heads;
+  c.ffn = ffn;
+  c.dtype = DType::kBF16;
+  c.dropout = false;
+  return c;
+}
+
+TransformerConfig Bf16(TransformerConfig c) {
+  c.dtype = DType::kBF16;
+  return c;
+}
+
+// Family defaults (gpt: the README's default job) then the presets, in ModelNames() order.
+std::vector<Preset> Presets() {
+  TransformerConfig t5 = T5(2, 0);
+  t5.ffn = 0;
+  return {
+      Make("gpt", Base(Family::kGpt, 4, 1024, 16, 1024, 50257), kFp32Adam, true),
+      Make("bert", Base(Family::kBert, 4, 1024, 16, 512, 30522), kFp32Adam, true),
+      Make("t5", t5, kFp32Adam, true),
+      Make("vit", Vit(4, 1024, 16, 16), kFp32Adam, true),
+      Make("swin", Swin(96, {2, 2, 6, 2}), kFp32Adam),  // Swin-T
+      Make("llama", Llama(4, 1024, 16, 0, 0, 1024), kMixedAdam, true),
+      {ModelSpec{"mlp", MlpConfig{}, kFp32Adam}, false},
+      // Galvatron-BMW Table I (fp32, Adam).
+      Make("bert-huge-32", Base(Family::kBert, 32, 1280, 16, 512, 30522), kFp32Adam),
+      Make("bert-huge-48", Base(Family::kBert, 48, 1280, 16, 512, 30522), kFp32Adam),
+      Make("vit-huge-32", Vit(32, 1280, 16, 14), kFp32Adam),
+      Make("vit-huge-48", Vit(48, 1280, 16, 14), kFp32Adam),
+      Make("t5-large-32", T5(16, 0), kFp32Adam),
+      Make("t5-large-48", T5(24, 0), kFp32Adam),
+      Make("t5-512-4-32", T5(16, 4), kFp32Adam),
+      Make("t5-512-4-48", T5(24, 4), kFp32Adam),
+      Make("swin-huge-32", Swin(320, {2, 2, 26, 2}), kFp32Adam),
+      Make("swin-huge-48", Swin(320, {2, 2, 42, 2}), kFp32Adam),
+      // bf16 mixed precision with Adam and fp32 master weights.
+      Make("gpt3-13b", Bf16(Base(Family::kGpt, 40, 5120, 40, 2048, 50257)), kMixedAdam),
+      Make("llama2-7b", Llama(32, 4096, 32, 0, 11008, 4096), kMixedAdam),
+      Make("llama2-70b", Llama(80, 8192, 64, 8, 28672, 4096), kMixedAdam),
+  };
+}
+
+Status CheckPositive(const char* flag, std::optional<int64_t> value) {
+  if (value && *value <= 0) return BadInput(fmt::format("{}: must be positive, got {}", flag, *value));
+  return Status::Ok();
+}
+
+Status CheckOverrideValues(const ModelOverrides& o) {
+  KIWI_RETURN_IF_ERROR(CheckPositive("--layers", o.layers));
+  KIWI_RETURN_IF_ERROR(CheckPositive("--hidden", o.hidden));
+  KIWI_RETURN_IF_ERROR(CheckPositive("--heads", o.heads));
+  KIWI_RETURN_IF_ERROR(CheckPositive("--seq", o.seq));
+  KIWI_RETURN_IF_ERROR(CheckPositive("--batch", o.batch));
+  KIWI_RETURN_IF_ERROR(CheckPositive("--ffn", o.ffn));
+  if (o.optimizer && *o.optimizer == ir::Optimizer::kNone) return BadInput("--optimizer: must be adam or sgd");
+  return Status::Ok();
+}
+
+Status NotApplicable(const std::string& model, const char* flag, const char* why) {
+  return BadInput(fmt::format("{}: not applicable to model {}: {}", flag, model, why));
+}
+
+// --layers for T5: encoder + decoder, split evenly (t5-large-32 = 16 + 16).
+Status ApplyT5Layers(const std::string& name, int layers, TransformerConfig& c) {
+  if (layers < 2 || layers % 2 != 0)
+    return BadInput(fmt::format("--layers: {} needs an even number of layers >= 2 (encoder + decoder), got {}",
+                                name, layers));
+  c.layers = c.decoder_layers = layers / 2;
+  return Status::Ok();
+}
+
+// --layers for Swin: the deepest stage absorbs the change (2/2/26/2 -> 2/2/x/2).
+Status ApplySwinLayers(const std::string& name, int layers, TransformerConfig& c) {
+  auto deepest = std::max_element(c.stage_depths.begin(), c.stage_depths.end());
+  const int others = c.layers - *deepest;
+  if (layers <= others)
+    return BadInput(fmt::format("--layers: {} needs more than {} layers (stage depths {}), got {}", name, others,
+                                fmt::join(c.stage_depths, "/"), layers));
+  *deepest = layers - others;
+  c.layers = layers;
+  return Status::Ok();
+}
+
+Status ApplyDivisibility(const std::string& name, const ModelOverrides& o, TransformerConfig& c) {
+  if (c.hidden % c.heads != 0) {
+    if (o.heads) return BadInput(fmt::format("--heads: {} does not divide --hidden {}", c.heads, c.hidden));
+    return BadInput(fmt::format("--hidden: {} is not divisible by the {} heads of {}", c.hidden, c.heads, name));
+  }
+  if (c.kv_heads > 0 && c.heads % c.kv_heads != 0)
+    return BadInput(fmt::format("--heads: {} is not a multiple of the {} key/value heads of {}", c.heads,
+                                c.kv_heads, name));
+  return Status::Ok();
+}
+
+Status ApplyTransformer(const Preset& preset, const ModelOverrides& o, TransformerConfig& c) {
+  const std::string& name = preset.spec.name;
+  const bool image_model = c.family == Family::kVit || c.family == Family::kSwin;
+  if (o.seq && image_model) return NotApplicable(name, "--seq", "its tokens are (image / patch)^2");
+  if (o.ffn && c.family == Family::kSwin) return NotApplicable(name, "--ffn", "Swin's MLP is 4x each stage");
+  if (o.layers && c.family == Family::kT5) KIWI_RETURN_IF_ERROR(ApplyT5Layers(name, *o.layers, c));
+  if (o.layers && c.family == Family::kSwin) KIWI_RETURN_IF_ERROR(ApplySwinLayers(name, *o.layers, c));
+  if (o.layers && c.family != Family::kT5 && c.family != Family::kSwin) c.layers = *o.layers;
+  if (o.hidden) c.hidden = *o.hidden;
+  if (o.hidden && !o.heads && c.family == Family::kSwin) {
+    if (c.hidden % kSwinHeadDim != 0)
+      return BadInput(fmt::format("--hidden: {} is not a multiple of 32 (swin heads = hidden / 32); give --heads",
+                                  c.hidden));
+    c.heads = c.hidden / kSwinHeadDim;
+  }
+  if (o.heads) c.heads = *o.heads;
+  if (o.seq) c.seq = *o.seq;
+  if (o.batch) c.batch = *o.batch;
+  if (o.ffn) c.ffn = *o.ffn;
+  if (!o.ffn && preset.ffn_follows_hidden && c.family == Family::kLlama) c.ffn = LlamaFfn(c.hidden);
+  if (!o.ffn && preset.ffn_follows_hidden && c.family != Family::kLlama) c.ffn = 0;  // 4 * hidden
+  if (o.dtype) c.dtype = *o.dtype;
+  KIWI_RETURN_IF_ERROR(ApplyDivisibility(name, o, c));
+  return detail::ValidateTransformerConfig(c);
+}
+
+// --layers = number of linears, --hidden = input/output width, --ffn = inner width.
+Status ApplyMlp(const std::string& name, const ModelOverrides& o, MlpConfig& c) {
+  if (o.heads) return NotApplicable(name, "--heads", "an MLP has no attention");
+  if (o.seq) return NotApplicable(name, "--seq", "an MLP has no sequence");
+  if (o.layers || o.hidden || o.ffn) {
+    const int layers = o.layers.value_or(static_cast<int>(c.widths.size()) - 1);
+    const int64_t outer = o.hidden.value_or(c.widths.front());
+    const int64_t inner = o.ffn.value_or(c.widths.size() > 2 ? c.widths[1] : 4 * outer);
+    c.widths.assign(static_cast<size_t>(layers) + 1, inner);
+    c.widths.front() = c.widths.back() = outer;
+  }
+  if (o.batch) c.batch = *o.batch;
+  if (o.dtype) c.dtype = *o.dtype;
+  return Status::Ok();
+}
+
+bool Is16Bit(DType dtype) { return dtype == DType::kBF16 || dtype == DType::kF16; }
+
+DType SpecDType(const ModelSpec& spec) {
+  if (const auto* t = std::get_if<TransformerConfig>(&spec.config)) return t->dtype;
+  return std::get<MlpConfig>(spec.config).dtype;
+}
+
+}  // namespace
+
+std::vector<std::string> ModelNames() {
+  std::vector<std::string> names;
+  for (const Preset& p : Presets()) names.push_back(p.spec.name);
+  return names;
+}
+
+Result<ModelSpec> LoadModel(const std::string& name, const ModelOverrides& overrides) {
+  std::vector<Preset> presets = Presets();
+  auto it = std::find_if(presets.begin(), presets.end(), [&](const Preset& p) { return p.spec.name == name; });
+  if (it == presets.end())
+    return BadInput(fmt::format("--model: unknown model '{}' (known: {})", name, fmt::join(ModelNames(), ", ")));
+  KIWI_RETURN_IF_ERROR(CheckOverrideValues(overrides));
+  ModelSpec spec = it->spec;
+  if (auto* t = std::get_if<TransformerConfig>(&spec.config)) {
+    KIWI_RETURN_IF_ERROR(ApplyTransformer(*it, overrides, *t));
+  } else {
+    KIWI_RETURN_IF_ERROR(ApplyMlp(name, overrides, std::get<MlpConfig>(spec.config)));
+  }
+  if (overrides.optimizer) spec.training.optimizer = *overrides.optimizer;
+  // 16-bit training keeps fp32 master weights (mixed precision); fp32 training needs none.
+  if (overrides.dtype) spec.training.master_weights = Is16Bit(SpecDType(spec));
+  return spec;
+}
+
+Result<ir::Graph> BuildForwardGraph(const ModelSpec& spec) {
+  Result<ir::Graph> graph = std::holds_alternative<TransformerConfig>(spec.config)
+                                ? BuildTransformerForward(std::get<TransformerConfig>(spec.config))
+                                : BuildMlpForward(std::get<MlpConfig>(spec.config));
+  if (graph) graph->set_name(spec.name);
+  return graph;
+}
+
+Result<ir::Graph> BuildTrainingGraph(const ModelSpec& spec) {
+  Result<ir::Graph> forward = BuildForwardGraph(spec);
+  if (!forward) return forward.error();
+  return ir::BuildTrainingGraph(*forward, spec.training);
+}
+
+}  // namespace kiwi::models

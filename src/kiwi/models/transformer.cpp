@@ -1,0 +1,254 @@
+// Transformer families: GPT, BERT, T5, ViT and Llama (Swin lives in swin.cpp). Each family builder
+// is a stem (embeddings), a stack of TransformerLayer()s and a head; the blocks are shared.
+#include "kiwi/models/transformer.h"
+
+#include <array>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "kiwi/models/builder.h"
+
+namespace kiwi::models {
+namespace detail {
+
+std::string FamilyName(Family family) {
+  constexpr std::array<const char*, 6> kNames = {"gpt", "bert", "t5", "vit", "swin", "llama"};
+  return kNames[static_cast<size_t>(family)];
+}
+
+int64_t FfnSize(const TransformerConfig& config) { return config.ffn > 0 ? config.ffn : 4 * config.hidden; }
+int64_t KvHeads(const TransformerConfig& config) { return config.kv_heads > 0 ? config.kv_heads : config.heads; }
+int64_t DecoderSeq(const TransformerConfig& config) {
+  return config.decoder_seq > 0 ? config.decoder_seq : config.seq;
+}
+
+NodeId LossHead(GraphBuilder& gb, NodeId logits) {
+  gb.Enter(-1, "head");
+  Shape labels_shape = gb.shape(logits);
+  labels_shape.pop_back();
+  NodeId labels = gb.Input("labels", ir::DType::kI64, std::move(labels_shape));
+  return CrossEntropy(gb, "loss", logits, labels);
+}
+
+namespace {
+
+double DropoutP(const TransformerConfig& c) { return c.dropout ? kDropoutP : 0.0; }
+
+LayerOptions StandardLayer(const TransformerConfig& c, NormKind norm, bool pre_norm, Activation act, bool bias) {
+  LayerOptions o;
+  o.norm = norm;
+  o.pre_norm = pre_norm;
+  o.self_attn = {.heads = c.heads, .kv_heads = KvHeads(c), .bias = bias, .rotary = false,
+                 .dropout_p = DropoutP(c), .score_bias = ir::kNoNode};
+  o.mlp = {.ffn = FfnSize(c), .activation = act, .bias = bias, .dropout_p = DropoutP(c)};
+  return o;
+}
+
+// embeddings == false: the first layer reads a given hidden-state input.
+NodeId HiddenInput(GraphBuilder& gb, const std::string& name, Shape shape) {
+  gb.Enter(-1, "embed");
+  return gb.Input(name, gb.dtype(), std::move(shape));
+}
+
+NodeId TokenEmbedding(GraphBuilder& gb, const std::string& name, NodeId table, int64_t batch, int64_t seq) {
+  NodeId ids = gb.Input(name + "_ids", ir::DType::kI64, {batch, seq});
+  return Embedding(gb, name, table, ids);
+}
+
+// T5 relative position bias: bucket ids [sq, sk] -> table[32, heads] -> [heads, sq, sk].
+NodeId RelativeBias(GraphBuilder& gb, const std::string& name, int64_t sq, int64_t sk, int64_t heads) {
+  NodeId buckets = gb.Input(name + "_buckets", ir::DType::kI64, {sq, sk});
+  NodeId table = gb.Parameter(name + ".weight", {kT5Buckets, heads});
+  return Transpose(gb, name, Embedding(gb, name + "_lookup", table, buckets), {2, 0, 1});
+}
+
+Result<ir::Graph> BuildGpt(const TransformerConfig& c) {
+  GraphBuilder gb("gpt", c.dtype);
+  NodeId x;
+  if (c.embeddings) {
+    gb.Enter(-1, "embed");
+    x = TokenEmbedding(gb, "tokens", gb.Parameter("word.weight", {c.vocab, c.hidden}), c.batch, c.seq);
+    x = Binary(gb, "add", "positions", x, gb.Parameter("position.weight", {c.seq, c.hidden}));
+    x = Dropout(gb, "dropout", x, DropoutP(c));
+  } else {
+    x = HiddenInput(gb, "hidden", {c.batch, c.seq, c.hidden});
+  }
+  const LayerOptions layer = StandardLayer(c, NormKind::kLayerNorm, true, Activation::kGelu, true);
+  for (int i = 0; i < c.layers; ++i) x = TransformerLayer(gb, i, x, layer);
+  if (c.embeddings) {
+    gb.Enter(-1, "head");
+    x = Linear(gb, "lm_head", Norm(gb, "final_norm", x, NormKind::kLayerNorm), c.vocab, false);  // untied
+  }
+  LossHead(gb, x);
+  return std::move(gb).Finish();
+}
+
+Result<ir::Graph> BuildBert(const TransformerConfig& c) {
+  GraphBuilder gb("bert", c.dtype);
+  NodeId x, word = ir::kNoNode;
+  if (c.embeddings) {
+    gb.Enter(-1, "embed");
+    word = gb.Parameter("word.weight", {c.vocab, c.hidden});
+    x = TokenEmbedding(gb, "tokens", word, c.batch, c.seq);
+    x = Binary(gb, "add", "types", x,
+               TokenEmbedding(gb, "token_types", gb.Parameter("type.weight", {2, c.hidden}), c.batch, c.seq));
+    x = Binary(gb, "add", "positions", x, gb.Parameter("position.weight", {c.seq, c.hidden}));
+    x = Dropout(gb, "dropout", Norm(gb, "norm", x, NormKind::kLayerNorm), DropoutP(c));
+  } else {
+    x = HiddenInput(gb, "hidden", {c.batch, c.seq, c.hidden});
+  }
+  const LayerOptions layer = StandardLayer(c, NormKind::kLayerNorm, false, Activation::kGelu, true);
+  for (int i = 0; i < c.layers; ++i) x = TransformerLayer(gb, i, x, layer);
+  if (c.embeddings) {  // MLM head: transform + decoder tied to the word embedding (as BERT)
+    gb.Enter(-1, "head");
+    x = Unary(gb, "gelu", "transform_act", Linear(gb, "transform", x, c.hidden, true));
+    x = Norm(gb, "transform_norm", x, NormKind::kLayerNorm);
+    x = Matmul(gb, "decoder", x, word, gb.Parameter("decoder.bias", {c.vocab}), /*transpose_b=*/true);
+  }
+  LossHead(gb, x);
+  return std::move(gb).Finish();
+}
+
+Result<ir::Graph> BuildT5(const TransformerConfig& c) {
+  GraphBuilder gb("t5", c.dtype);
+  const int64_t sd = DecoderSeq(c);
+  const double p = DropoutP(c);
+  LayerOptions enc = StandardLayer(c, NormKind::kRmsNorm, true, Activation::kRelu, false);
+  LayerOptions dec = enc;
+  dec.cross_attention = true;
+  dec.cross_attn = dec.self_attn;
+  NodeId x, shared = ir::kNoNode;
+  if (c.embeddings) {
+    gb.Enter(-1, "embed");
+    shared = gb.Parameter("shared.weight", {c.vocab, c.hidden});
+    x = Dropout(gb, "dropout", TokenEmbedding(gb, "tokens", shared, c.batch, c.seq), p);
+    enc.self_attn.score_bias = RelativeBias(gb, "encoder_bias", c.seq, c.seq, c.heads);
+  } else {
+    x = HiddenInput(gb, "hidden", {c.batch, c.seq, c.hidden});
+  }
+  for (int i = 0; i < c.layers; ++i) x = TransformerLayer(gb, i, x, enc);
+  if (c.embeddings) {  // the encoder's final norm belongs to its last layer (it sits between stacks)
+    gb.Enter(c.layers - 1, fmt::format("layer{}.final_norm", c.layers - 1));
+    x = Norm(gb, "norm", x, NormKind::kRmsNorm);
+  }
+  const NodeId memory = x;
+  NodeId y;
+  if (c.embeddings) {
+    gb.Enter(-1, "decoder_embed");
+    y = Dropout(gb, "dropout", TokenEmbedding(gb, "tokens", shared, c.batch, sd), p);
+    dec.self_attn.score_bias = RelativeBias(gb, "decoder_bias", sd, sd, c.heads);
+  } else {
+    y = HiddenInput(gb, "decoder_hidden", {c.batch, sd, c.hidden});
+  }
+  for (int i = 0; i < c.decoder_layers; ++i) y = TransformerLayer(gb, c.layers + i, y, dec, memory);
+  if (c.embeddings) {  // T5 v1.0: final norm, d^-1/2 rescale, LM head tied to the shared embedding
+    gb.Enter(-1, "head");
+    y = Unary(gb, "scale", "rescale", Norm(gb, "final_norm", y, NormKind::kRmsNorm));
+    y = Matmul(gb, "lm_head", y, shared, ir::kNoNode, /*transpose_b=*/true);
+  }
+  LossHead(gb, y);
+  return std::move(gb).Finish();
+}
+
+Result<ir::Graph> BuildVit(const TransformerConfig& c) {
+  GraphBuilder gb("vit", c.dtype);
+  const int64_t grid = c.image / c.patch;
+  NodeId x;
+  if (c.embeddings) {  // patch embedding = conv with kernel = stride = patch
+    gb.Enter(-1, "embed");
+    NodeId image = gb.Input("image", c.dtype, {c.batch, kImageChannels, c.image, c.image});
+    NodeId w = gb.Parameter("patch.weight", {c.hidden, kImageChannels, c.patch, c.patch});
+    x = Conv2d(gb, "patch", image, w, gb.Parameter("patch.bias", {c.hidden}), c.patch);
+    x = Transpose(gb, "tokens", Reshape(gb, "flatten", x, {c.batch, c.hidden, grid * grid}), {0, 2, 1});
+    x = Binary(gb, "add", "positions", x, gb.Parameter("position.weight", {grid * grid, c.hidden}));
+    x = Dropout(gb, "dropout", x, DropoutP(c));
+  } else {
+    x = HiddenInput(gb, "hidden", {c.batch, grid * grid, c.hidden});
+  }
+  const LayerOptions layer = StandardLayer(c, NormKind::kLayerNorm, true, Activation::kGelu, true);
+  for (int i = 0; i < c.layers; ++i) x = TransformerLayer(gb, i, x, layer);
+  if (c.embeddings) {  // no concat/slice in the IR: the classifier reads mean-pooled tokens, not a cls token
+    gb.Enter(-1, "head");
+    x = ReduceMean(gb, "pool", Norm(gb, "final_norm", x, NormKind::kLayerNorm), 1);
+    x = Linear(gb, "classifier", x, c.vocab, true);
+  }
+  LossHead(gb, x);
+  return std::move(gb).Finish();
+}
+
+Result<ir::Graph> BuildLlama(const TransformerConfig& c) {
+  GraphBuilder gb("llama", c.dtype);
+  NodeId x;
+  if (c.embeddings) {
+    gb.Enter(-1, "embed");
+    x = TokenEmbedding(gb, "tokens", gb.Parameter("word.weight", {c.vocab, c.hidden}), c.batch, c.seq);
+  } else {
+    x = HiddenInput(gb, "hidden", {c.batch, c.seq, c.hidden});
+  }
+  LayerOptions layer = StandardLayer(c, NormKind::kRmsNorm, true, Activation::kSwiGlu, false);
+  layer.self_attn.rotary = true;
+  for (int i = 0; i < c.layers; ++i) x = TransformerLayer(gb, i, x, layer);
+  if (c.embeddings) {
+    gb.Enter(-1, "head");
+    x = Linear(gb, "lm_head", Norm(gb, "final_norm", x, NormKind::kRmsNorm), c.vocab, false);
+  }
+  LossHead(gb, x);
+  return std::move(gb).Finish();
+}
+
+Status Positive(int64_t value, const char* field) {
+  if (value <= 0) return BadInput(fmt::format("model config: {}: must be positive, got {}", field, value));
+  return Status::Ok();
+}
+
+Status ValidateFamily(const TransformerConfig& c) {
+  if (c.family == Family::kT5) {
+    KIWI_RETURN_IF_ERROR(Positive(c.decoder_layers, "decoder_layers"));
+    if (c.decoder_seq < 0) return BadInput(fmt::format("model config: decoder_seq: must be >= 0, got {}", c.decoder_seq));
+  }
+  if (c.family == Family::kVit) {
+    KIWI_RETURN_IF_ERROR(Positive(c.image, "image"));
+    KIWI_RETURN_IF_ERROR(Positive(c.patch, "patch"));
+    if (c.image % c.patch != 0)
+      return BadInput(fmt::format("model config: patch: {} does not divide image {}", c.patch, c.image));
+  }
+  if (c.family == Family::kSwin) return ValidateSwin(c);
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateTransformerConfig(const TransformerConfig& c) {
+  if (static_cast<size_t>(c.family) > static_cast<size_t>(Family::kLlama))
+    return BadInput("model config: family: unknown");
+  KIWI_RETURN_IF_ERROR(Positive(c.layers, "layers"));
+  KIWI_RETURN_IF_ERROR(Positive(c.hidden, "hidden"));
+  KIWI_RETURN_IF_ERROR(Positive(c.heads, "heads"));
+  KIWI_RETURN_IF_ERROR(Positive(c.seq, "seq"));
+  KIWI_RETURN_IF_ERROR(Positive(c.batch, "batch"));
+  KIWI_RETURN_IF_ERROR(Positive(c.vocab, "vocab"));
+  if (c.ffn < 0) return BadInput(fmt::format("model config: ffn: must be >= 0, got {}", c.ffn));
+  if (c.kv_heads < 0) return BadInput(fmt::format("model config: kv_heads: must be >= 0, got {}", c.kv_heads));
+  if (c.hidden % c.heads != 0)
+    return BadInput(fmt::format("model config: heads: {} does not divide hidden {}", c.heads, c.hidden));
+  if (c.heads % KvHeads(c) != 0)
+    return BadInput(fmt::format("model config: kv_heads: {} does not divide heads {}", KvHeads(c), c.heads));
+  return ValidateFamily(c);
+}
+
+namespace {
+
+using FamilyBuilder = Result<ir::Graph> (*)(const TransformerConfig&);
+constexpr std::array<FamilyBuilder, 6> kBuilders = {BuildGpt, BuildBert, BuildT5, BuildVit, BuildSwinForward,
+                                                    BuildLlama};
+
+}  // namespace
+}  // namespace detail
+
+Result<ir::Graph> BuildTransformerForward(const TransformerConfig& config) {
+  KIWI_RETURN_IF_ERROR(detail::ValidateTransformerConfig(config));
+  return detail::kBuilders[static_cast<size_t>(config.family)](config);
+}
+
+}  // namespace kiwi::models

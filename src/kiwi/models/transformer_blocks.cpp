@@ -1,0 +1,122 @@
+// Transformer building blocks: linear layers, norms, multi-head attention, MLPs and the layer that
+// composes them (Megatron-LM layout; dropout sites as in Korthikanti et al. 2022, Fig. 2/eq. 1).
+#include <string>
+
+#include "kiwi/models/builder.h"
+
+namespace kiwi::models::detail {
+
+NodeId Linear(GraphBuilder& gb, const std::string& name, NodeId x, int64_t out, bool bias) {
+  const int64_t in = gb.shape(x).back();
+  NodeId w = gb.Parameter(name + ".weight", {in, out});
+  NodeId b = bias ? gb.Parameter(name + ".bias", {out}) : ir::kNoNode;
+  return Matmul(gb, name, x, w, b);
+}
+
+NodeId Norm(GraphBuilder& gb, const std::string& name, NodeId x, NormKind kind) {
+  const int64_t h = gb.shape(x).back();
+  NodeId gamma = gb.Parameter(name + ".gamma", {h});
+  if (kind == NormKind::kRmsNorm) {
+    return gb.Add(ir::OpKind::kLayerNorm, "rmsnorm", name, {x, gamma}, {gb.dtype(), gb.shape(x)});
+  }
+  NodeId beta = gb.Parameter(name + ".beta", {h});
+  return gb.Add(ir::OpKind::kLayerNorm, "layernorm", name, {x, gamma, beta}, {gb.dtype(), gb.shape(x)});
+}
+
+namespace {
+
+// [B, s, n*g*d] -> [B, n, g*s, d]: n key/value heads, each shared by g query heads (g = 1: [B, a, s, d]).
+NodeId SplitHeads(GraphBuilder& gb, const std::string& name, NodeId x, int64_t n, int64_t g, int64_t d) {
+  const int64_t batch = gb.shape(x)[0];
+  const int64_t s = gb.shape(x)[1];
+  if (g == 1) {
+    NodeId r = Reshape(gb, name + "_split", x, {batch, s, n, d});
+    return Transpose(gb, name + "_heads", r, {0, 2, 1, 3});
+  }
+  // Grouped-query attention: each K/V head attends for its g query heads as one [g*s, d] block.
+  NodeId r = Reshape(gb, name + "_split", x, {batch, s, n, g, d});
+  NodeId t = Transpose(gb, name + "_heads", r, {0, 2, 3, 1, 4});
+  return Reshape(gb, name + "_groups", t, {batch, n, g * s, d});
+}
+
+// Inverse of SplitHeads: [B, n, g*s, d] -> [B, s, n*g*d].
+NodeId MergeHeads(GraphBuilder& gb, const std::string& name, NodeId x, int64_t g) {
+  const Shape& in = gb.shape(x);
+  const int64_t batch = in[0], n = in[1], s = in[2] / g, d = in[3];
+  if (g == 1) {
+    NodeId t = Transpose(gb, name + "_merge", x, {0, 2, 1, 3});
+    return Reshape(gb, name, t, {batch, s, n * d});
+  }
+  NodeId r = Reshape(gb, name + "_groups", x, {batch, n, g, s, d});
+  NodeId t = Transpose(gb, name + "_merge", r, {0, 3, 1, 2, 4});
+  return Reshape(gb, name, t, {batch, s, n * g * d});
+}
+
+}  // namespace
+
+NodeId Attention(GraphBuilder& gb, NodeId x_q, NodeId x_kv, const AttentionOptions& options) {
+  const int64_t h = gb.shape(x_q).back();
+  const int64_t d = h / options.heads;
+  const int64_t groups = options.heads / options.kv_heads;
+  // Separate q/k/v projections (no fused qkv: the IR has no split op).
+  NodeId q = Linear(gb, "q", x_q, h, options.bias);
+  NodeId k = Linear(gb, "k", x_kv, options.kv_heads * d, options.bias);
+  NodeId v = Linear(gb, "v", x_kv, options.kv_heads * d, options.bias);
+  if (options.rotary) {
+    q = Unary(gb, "rotary", "q_rotary", q);
+    k = Unary(gb, "rotary", "k_rotary", k);
+  }
+  NodeId qh = SplitHeads(gb, "q", q, options.kv_heads, groups, d);
+  NodeId kh = SplitHeads(gb, "k", k, options.kv_heads, 1, d);
+  NodeId vh = SplitHeads(gb, "v", v, options.kv_heads, 1, d);
+  NodeId scores = BatchMatmul(gb, "scores", qh, kh, /*transpose_b=*/true);
+  if (options.score_bias != ir::kNoNode) scores = Binary(gb, "add", "scores_bias", scores, options.score_bias);
+  NodeId probs = Softmax(gb, "softmax", scores);  // fused scale + mask + softmax
+  probs = Dropout(gb, "attn_dropout", probs, options.dropout_p);
+  NodeId context = BatchMatmul(gb, "context", probs, vh, /*transpose_b=*/false);
+  NodeId merged = MergeHeads(gb, "context", context, groups);
+  NodeId out = Linear(gb, "out", merged, h, options.bias);
+  return Dropout(gb, "out_dropout", out, options.dropout_p);
+}
+
+NodeId FeedForward(GraphBuilder& gb, NodeId x, const MlpOptions& options) {
+  const int64_t h = gb.shape(x).back();
+  NodeId hidden;
+  if (options.activation == Activation::kSwiGlu) {
+    NodeId gate = Linear(gb, "gate", x, options.ffn, options.bias);
+    NodeId up = Linear(gb, "up", x, options.ffn, options.bias);
+    hidden = Binary(gb, "mul", "gated", Unary(gb, "silu", "act", gate), up);
+  } else {
+    NodeId fc1 = Linear(gb, "fc1", x, options.ffn, options.bias);
+    hidden = Unary(gb, options.activation == Activation::kGelu ? "gelu" : "relu", "act", fc1);
+  }
+  NodeId fc2 = Linear(gb, options.activation == Activation::kSwiGlu ? "down" : "fc2", hidden, h, options.bias);
+  return Dropout(gb, "dropout", fc2, options.dropout_p);
+}
+
+namespace {
+
+// Residual sublayer: pre-LN x + f(norm(x)), or post-LN norm(x + f(x)).
+template <typename F>
+NodeId Sublayer(GraphBuilder& gb, NodeId x, NormKind norm, bool pre_norm, F&& body) {
+  if (pre_norm) return Binary(gb, "add", "residual", x, body(Norm(gb, "norm", x, norm)));
+  return Norm(gb, "norm", Binary(gb, "add", "residual", x, body(x)), norm);
+}
+
+}  // namespace
+
+NodeId TransformerLayer(GraphBuilder& gb, int32_t layer, NodeId x, const LayerOptions& options, NodeId memory) {
+  const std::string prefix = "layer" + std::to_string(layer);
+  gb.Enter(layer, prefix + ".attn");
+  x = Sublayer(gb, x, options.norm, options.pre_norm,
+               [&](NodeId h) { return Attention(gb, h, h, options.self_attn); });
+  if (options.cross_attention) {
+    gb.Enter(layer, prefix + ".cross_attn");
+    x = Sublayer(gb, x, options.norm, options.pre_norm,
+                 [&](NodeId h) { return Attention(gb, h, memory, options.cross_attn); });
+  }
+  gb.Enter(layer, prefix + ".mlp");
+  return Sublayer(gb, x, options.norm, options.pre_norm, [&](NodeId h) { return FeedForward(gb, h, options.mlp); });
+}
+
+}  // namespace kiwi::models::detail

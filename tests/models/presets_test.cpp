@@ -1,0 +1,190 @@
+// Named models: defaults, overrides, errors naming the flag, and every preset building a verified
+// forward graph whose size grows linearly with the number of layers.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+#include "kiwi/ir/layers.h"
+#include "kiwi/ir/verify.h"
+#include "kiwi/models/presets.h"
+
+namespace kiwi::models {
+namespace {
+
+// ModelOverrides' optionals have no default member initializers, so designated initializers
+// would trip -Wmissing-field-initializers: set fields fluently instead.
+struct Overrides {
+  ModelOverrides o;
+  Overrides& Layers(int v) { o.layers = v; return *this; }
+  Overrides& Hidden(int64_t v) { o.hidden = v; return *this; }
+  Overrides& Heads(int64_t v) { o.heads = v; return *this; }
+  Overrides& Seq(int64_t v) { o.seq = v; return *this; }
+  Overrides& Batch(int64_t v) { o.batch = v; return *this; }
+  Overrides& Ffn(int64_t v) { o.ffn = v; return *this; }
+  Overrides& DType(ir::DType v) { o.dtype = v; return *this; }
+  Overrides& Optimizer(ir::Optimizer v) { o.optimizer = v; return *this; }
+  operator const ModelOverrides&() const { return o; }  // NOLINT(google-explicit-constructor)
+};
+
+using ::testing::HasSubstr;
+
+const TransformerConfig& Config(const ModelSpec& spec) { return std::get<TransformerConfig>(spec.config); }
+
+TEST(ModelNames, ListsEveryContractName) {
+  const std::vector<std::string> names = ModelNames();
+  for (const char* name : {"gpt", "bert", "t5", "vit", "swin", "llama", "mlp", "bert-huge-32", "bert-huge-48",
+                           "vit-huge-32", "vit-huge-48", "t5-large-32", "t5-large-48", "t5-512-4-32",
+                           "t5-512-4-48", "swin-huge-32", "swin-huge-48", "gpt3-13b", "llama2-7b", "llama2-70b"})
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
+}
+
+TEST(LoadModel, GptDefaultIsTheReadmeJob) {
+  Result<ModelSpec> spec = LoadModel("gpt");
+  ASSERT_TRUE(spec.ok());
+  const TransformerConfig& c = Config(*spec);
+  EXPECT_EQ(c.family, Family::kGpt);
+  EXPECT_EQ(c.layers, 4);
+  EXPECT_EQ(c.hidden, 1024);
+  EXPECT_EQ(c.heads, 16);
+  EXPECT_EQ(c.seq, 1024);
+  EXPECT_EQ(c.batch, 8);
+  EXPECT_EQ(c.dtype, ir::DType::kF32);
+  EXPECT_EQ(spec->training.optimizer, ir::Optimizer::kAdam);
+  EXPECT_FALSE(spec->training.master_weights);
+}
+
+TEST(LoadModel, PresetPrecisionFollowsTheirPapers) {
+  for (const char* name : {"gpt3-13b", "llama2-7b", "llama2-70b"}) {
+    Result<ModelSpec> spec = LoadModel(name);
+    ASSERT_TRUE(spec.ok());
+    EXPECT_EQ(Config(*spec).dtype, ir::DType::kBF16) << name;
+    EXPECT_TRUE(spec->training.master_weights) << name;
+  }
+  Result<ModelSpec> bert = LoadModel("bert-huge-32");
+  ASSERT_TRUE(bert.ok());
+  EXPECT_EQ(Config(*bert).dtype, ir::DType::kF32);
+  EXPECT_FALSE(bert->training.master_weights);
+  EXPECT_EQ(Config(*LoadModel("llama2-70b")).kv_heads, 8);
+  EXPECT_EQ(Config(*LoadModel("t5-512-4-32")).decoder_seq, 4);
+  EXPECT_EQ(Config(*LoadModel("swin-huge-48")).stage_depths, (std::vector<int>{2, 2, 42, 2}));
+}
+
+TEST(LoadModel, OverridesApplyOnTop) {
+  Result<ModelSpec> gpt = LoadModel("gpt", Overrides().Layers(2).Hidden(256).Heads(8).Seq(128).Batch(3).Ffn(512)
+                                            .DType(ir::DType::kBF16).Optimizer(ir::Optimizer::kSgd));
+  ASSERT_TRUE(gpt.ok()) << gpt.error().message;
+  const TransformerConfig& c = Config(*gpt);
+  EXPECT_EQ(std::tie(c.layers, c.hidden, c.heads, c.seq, c.batch, c.ffn), std::make_tuple(2, 256, 8, 128, 3, 512));
+  EXPECT_EQ(c.dtype, ir::DType::kBF16);
+  EXPECT_EQ(gpt->training.optimizer, ir::Optimizer::kSgd);
+  EXPECT_TRUE(gpt->training.master_weights);  // 16-bit training keeps fp32 masters
+  EXPECT_FALSE(LoadModel("llama2-7b", Overrides().DType(ir::DType::kF32))->training.master_weights);
+}
+
+TEST(LoadModel, FamilySpecificLayerOverrides) {
+  const TransformerConfig t5 = Config(*LoadModel("t5-large-32", Overrides().Layers(8)));
+  EXPECT_EQ(t5.layers, 4);
+  EXPECT_EQ(t5.decoder_layers, 4);
+  const TransformerConfig swin = Config(*LoadModel("swin-huge-32", Overrides().Layers(40)));
+  EXPECT_EQ(swin.stage_depths, (std::vector<int>{2, 2, 34, 2}));
+  EXPECT_EQ(swin.layers, 40);
+  const TransformerConfig swin_h = Config(*LoadModel("swin", Overrides().Hidden(128)));
+  EXPECT_EQ(swin_h.heads, 4);  // heads = hidden / 32
+  // Llama's family default derives the SwiGLU width from hidden: 8h/3 rounded up to 256.
+  EXPECT_EQ(Config(*LoadModel("llama", Overrides().Hidden(4096))).ffn, 11008);
+  Result<ModelSpec> mlp = LoadModel("mlp", Overrides().Layers(2).Hidden(64).Ffn(128));
+  EXPECT_EQ(std::get<MlpConfig>(mlp->config).widths, (std::vector<int64_t>{64, 128, 64}));
+}
+
+void ExpectBadInput(const std::string& name, const ModelOverrides& overrides, const std::string& text) {
+  Result<ModelSpec> spec = LoadModel(name, overrides);
+  ASSERT_FALSE(spec.ok()) << name << " accepted; expected " << text;
+  EXPECT_EQ(spec.error().code, ErrorCode::kBadInput);
+  EXPECT_THAT(spec.error().message, HasSubstr(text));
+  EXPECT_EQ(spec.error().message.find('\n'), std::string::npos);
+}
+
+TEST(LoadModel, BadOverridesNameTheFlag) {
+  ExpectBadInput("gpt", Overrides().Heads(7), "--heads: 7 does not divide --hidden 1024");
+  ExpectBadInput("gpt", Overrides().Hidden(1000), "--hidden: 1000");
+  ExpectBadInput("gpt", Overrides().Hidden(0), "--hidden: must be positive, got 0");
+  ExpectBadInput("gpt", Overrides().Layers(-2), "--layers: must be positive");
+  ExpectBadInput("bert", Overrides().Seq(0), "--seq");
+  ExpectBadInput("bert", Overrides().Batch(-1), "--batch");
+  ExpectBadInput("llama", Overrides().Ffn(0), "--ffn");
+  ExpectBadInput("gpt", Overrides().Optimizer(ir::Optimizer::kNone), "--optimizer");
+  ExpectBadInput("llama2-70b", Overrides().Heads(4), "--heads: 4 is not a multiple of the 8 key/value heads");
+  ExpectBadInput("t5-large-32", Overrides().Layers(7), "--layers");
+  ExpectBadInput("swin-huge-32", Overrides().Layers(6), "--layers");
+  ExpectBadInput("swin", Overrides().Hidden(100), "--hidden");
+  ExpectBadInput("swin", Overrides().Ffn(64), "--ffn");
+  ExpectBadInput("vit-huge-32", Overrides().Seq(64), "--seq");
+  ExpectBadInput("mlp", Overrides().Heads(4), "--heads");
+  ExpectBadInput("gpt-5", {}, "--model: unknown model 'gpt-5'");
+}
+
+// The smallest and the next two layer counts each preset accepts.
+int FirstLayers(const std::string& name) {
+  if (name.rfind("swin", 0) == 0) return 7;
+  if (name.rfind("t5", 0) == 0) return 2;
+  return 1;
+}
+int LayerStep(const std::string& name) { return name.rfind("t5", 0) == 0 ? 2 : 1; }
+
+int32_t CountNodes(const std::string& name, int layers) {
+  ModelOverrides o = Overrides().Layers(layers).Batch(1);
+  const bool has_seq = name != "mlp" && name.rfind("vit", 0) != 0 && name.rfind("swin", 0) != 0;
+  if (has_seq) o.seq = 16;
+  Result<ModelSpec> spec = LoadModel(name, o);
+  EXPECT_TRUE(spec.ok()) << name << ": " << spec.error().message;
+  if (!spec.ok()) return -1;
+  Result<ir::Graph> graph = BuildForwardGraph(*spec);
+  EXPECT_TRUE(graph.ok()) << name << ": " << graph.error().message;
+  if (!graph.ok()) return -1;
+  EXPECT_TRUE(ir::VerifyGraph(*graph, name).ok()) << name;
+  EXPECT_EQ(graph->name(), name);
+  EXPECT_EQ(std::count_if(graph->nodes().begin(), graph->nodes().end(),
+                          [](const ir::Node& n) { return n.kind == ir::OpKind::kLoss; }),
+            1)
+      << name;
+  int32_t max_layer = -1;
+  for (const ir::Node& node : graph->nodes()) max_layer = std::max(max_layer, node.layer);
+  EXPECT_EQ(max_layer, layers - 1) << name;
+  return graph->size();
+}
+
+TEST(Presets, EveryPresetBuildsAndScalesLinearlyWithLayers) {
+  for (const std::string& name : ModelNames()) {
+    const int first = FirstLayers(name), step = LayerStep(name);
+    const int32_t n0 = CountNodes(name, first), n1 = CountNodes(name, first + step),
+                  n2 = CountNodes(name, first + 2 * step);
+    EXPECT_GT(n1, n0) << name;
+    EXPECT_EQ(n2 - n1, n1 - n0) << name;
+  }
+}
+
+// Every op the zoo emits has a gradient rule, and the layer view has no gaps.
+TEST(Presets, EveryPresetHasATrainingGraphAndLayerView) {
+  for (const std::string& name : ModelNames()) {
+    ModelOverrides o = Overrides().Layers(FirstLayers(name)).Batch(2);
+    if (name != "mlp" && name.rfind("vit", 0) != 0 && name.rfind("swin", 0) != 0) o.seq = 8;
+    Result<ModelSpec> spec = LoadModel(name, o);
+    ASSERT_TRUE(spec.ok()) << name;
+    Result<ir::Graph> training = BuildTrainingGraph(*spec);
+    ASSERT_TRUE(training.ok()) << name << ": " << training.error().message;
+    EXPECT_GT(training->NumNodes(ir::Pass::kBackward), 0) << name;
+    EXPECT_EQ(std::count_if(training->nodes().begin(), training->nodes().end(),
+                            [](const ir::Node& n) { return n.kind == ir::OpKind::kOptimizer; }),
+              1)
+        << name;
+    Result<ir::LayerView> view = ir::BuildLayerView(*training);
+    ASSERT_TRUE(view.ok()) << name << ": " << view.error().message;
+    EXPECT_EQ(static_cast<int>(view->layers.size()), FirstLayers(name)) << name;
+  }
+}
+
+}  // namespace
+}  // namespace kiwi::models
