@@ -35,7 +35,7 @@ struct Cluster {
   int num_nodes = 1;
   int devices_per_node = 1;
   Link intra_node;  // between devices of one node
-  Link inter_node;  // between nodes (per device share of the node's NICs)
+  Link inter_node;  // between nodes: the NIC rate of one node; MakeMesh divides it among the rings that cross it
 
   int NumDevices() const { return num_nodes * devices_per_node; }
 

@@ -1,0 +1,120 @@
+#include "kiwi/cost/cost_model.h"
+
+#include <gtest/gtest.h>
+
+namespace kiwi::cost {
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+
+void ExpectSeconds(double got, double want) { EXPECT_NEAR(got, want, 1e-9 * want) << "want " << want; }
+
+// 1 TFLOP/s in f32, no f16/bf16 units, 100 GB/s of memory (80 GB/s at the default efficiency 0.8).
+DeviceSpec TestDevice() {
+  DeviceSpec d;
+  d.name = "test";
+  d.SetPeakFlops(DType::kF32, 1e12);
+  d.memory_bytes = int64_t{1} << 30;
+  d.memory_bandwidth = 1e11;
+  return d;
+}
+
+ir::Node Op(OpKind kind, double flops, int64_t bytes, DType dtype = DType::kF32) {
+  ir::Node n;
+  n.name = "op";
+  n.kind = kind;
+  n.output = {dtype, {16, 16}};
+  n.flops = flops;
+  n.bytes_accessed = bytes;
+  return n;
+}
+
+TEST(ComputeTime, RooflineComputeBound) {
+  const CostModel cm(TestDevice());
+  // flops roof: 3e9 / (1e12 * 0.75) = 4 ms; memory roof: 8e6 / 8e10 = 0.1 ms.
+  const ir::Node matmul = Op(OpKind::kMatmul, 3e9, 8'000'000);
+  ExpectSeconds(cm.ComputeTime(matmul), 4e-3);
+  ExpectSeconds(cm.ComputeTime(matmul, 0.25), 1e-3);
+}
+
+TEST(ComputeTime, RooflineMemoryBound) {
+  const CostModel cm(TestDevice());
+  // memory roof: 4e8 / 8e10 = 5 ms; flops roof: 1e6 / 1e12 = 1 us.
+  const ir::Node gelu = Op(OpKind::kElementwise, 1e6, 400'000'000);
+  ExpectSeconds(cm.ComputeTime(gelu), 5e-3);
+  ExpectSeconds(cm.ComputeTime(gelu, 0.5), 2.5e-3);
+  CostModelOptions options;
+  options.kernel_overhead = 1e-5;
+  options.memory_efficiency = 0.5;
+  ExpectSeconds(CostModel(TestDevice(), options).ComputeTime(gelu), 4e8 / 5e10 + 1e-5);
+}
+
+TEST(ComputeTime, UnsupportedDtypeFallsBackToF32Peak) {
+  const ir::Node matmul = Op(OpKind::kMatmul, 3e9, 8'000'000, DType::kBF16);
+  ExpectSeconds(CostModel(TestDevice()).ComputeTime(matmul), 4e-3);
+  DeviceSpec with_bf16 = TestDevice();
+  with_bf16.SetPeakFlops(DType::kBF16, 1e13);
+  ExpectSeconds(CostModel(with_bf16).ComputeTime(matmul), 3e9 / 7.5e12);
+}
+
+TEST(ComputeTime, MeasuredCostsArePreferred) {
+  ir::Node n = Op(OpKind::kMatmul, 3e9, 8'000'000);
+  n.measured_cost = 0.5;
+  ExpectSeconds(CostModel(TestDevice()).ComputeTime(n), 0.5);
+  ExpectSeconds(CostModel(TestDevice()).ComputeTime(n, 0.5), 0.25);
+  Profile profile;
+  profile.op_seconds["op"] = 0.2;
+  profile.op_seconds["other"] = 7.0;
+  ExpectSeconds(CostModel(TestDevice(), {}, profile).ComputeTime(n, 0.5), 0.1);  // profile beats node
+  CostModelOptions roofline_only;
+  roofline_only.use_measured_costs = false;
+  ExpectSeconds(CostModel(TestDevice(), roofline_only, profile).ComputeTime(n), 4e-3);
+}
+
+TEST(ComputeTime, NotComputedNodesCostNothing) {
+  const CostModel cm(TestDevice());
+  for (OpKind kind : {OpKind::kInput, OpKind::kParameter, OpKind::kOptimizerState}) {
+    ir::Node n = Op(kind, 1e9, 1'000'000);
+    n.measured_cost = 1.0;
+    EXPECT_EQ(cm.ComputeTime(n), 0.0) << ir::OpKindName(kind);
+  }
+  CostModelOptions options;
+  options.kernel_overhead = 1e-5;
+  EXPECT_EQ(CostModel(TestDevice(), options).ComputeTime(Op(OpKind::kReshape, 0.0, 0)), 0.0);
+}
+
+TEST(ComputeTime, DefaultEfficiencies) {
+  const auto eff = CostModelOptions::DefaultComputeEfficiency();
+  for (OpKind kind : {OpKind::kMatmul, OpKind::kBatchMatmul, OpKind::kConv}) {
+    EXPECT_GE(eff[static_cast<size_t>(kind)], 0.6);
+    EXPECT_LE(eff[static_cast<size_t>(kind)], 0.75);
+  }
+  for (OpKind kind : {OpKind::kElementwise, OpKind::kSoftmax, OpKind::kLayerNorm, OpKind::kReduce})
+    EXPECT_EQ(eff[static_cast<size_t>(kind)], 1.0);
+}
+
+TEST(OverlappedTime, SlowdownFormula) {
+  const CostModel cm(TestDevice());  // k = 1.3
+  ExpectSeconds(cm.OverlappedTime(10.0, 4.0), 10.0 + 0.3 * 4.0);
+  ExpectSeconds(cm.OverlappedTime(4.0, 10.0), 10.0 + 0.3 * 4.0);
+  EXPECT_EQ(cm.OverlappedTime(0.0, 5.0), 5.0);
+  CostModelOptions heavy;
+  heavy.overlap_slowdown = 3.0;  // 10 + 2 * 4 = 18 > 14: never worse than running one after the other
+  EXPECT_EQ(CostModel(TestDevice(), heavy).OverlappedTime(10.0, 4.0), 14.0);
+  CostModelOptions perfect;
+  perfect.overlap_slowdown = 1.0;
+  EXPECT_EQ(CostModel(TestDevice(), perfect).OverlappedTime(10.0, 4.0), 10.0);
+}
+
+TEST(CostModelCollectiveTime, MatchesTheFreeFunction) {
+  const ir::DeviceMesh mesh = {{{2, 1e9, 1e-5, "ib"}, {4, 1e11, 1e-6, "nvlink"}}};
+  const CostModel cm(TestDevice());
+  EXPECT_EQ(cm.CollectiveTime(Collective::kAllReduce, 8'000'000, mesh, 3),
+            CollectiveTime(Collective::kAllReduce, 8'000'000, mesh, 3));
+  ExpectSeconds(cm.CollectiveTime(Collective::kAllReduce, 8'000'000, mesh, ir::AxisBit(1)),
+                2 * 3 * (1e-6 + 2e-5));
+}
+
+}  // namespace
+}  // namespace kiwi::cost
