@@ -1,0 +1,161 @@
+// Cluster description files (docs/cluster-format.md) and LoadCluster (preset name or file).
+#include "kiwi/io/cluster_json.h"
+
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "kiwi/io/graph_json.h"
+#include "kiwi/io/json_fields.h"
+#include "kiwi/util/units.h"
+
+namespace kiwi::io {
+namespace {
+
+constexpr std::string_view kVersionKey = "kiwi_cluster_version";
+constexpr int64_t kClusterVersion = 1;
+constexpr IntRange kCountRange{1, int64_t{1} << 20};
+constexpr double kGiga = 1e9;   // "gbps" fields are 10^9 bytes per second
+constexpr double kTera = 1e12;  // "peak_tflops" fields are 10^12 FLOP/s
+constexpr double kMicro = 1e-6;
+
+// A number field scaled to SI units; `positive` rejects 0. The scaled value must stay finite.
+Result<double> ScaledField(const Json& j, const JsonPath& at, std::string_view key, double scale, bool positive) {
+  Result<double> v = NumberField(j, at, key, 0.0);
+  if (!v) return v.error();
+  if (positive && *v <= 0.0) return at.BadKey(key, fmt::format("must be positive (got {})", *v));
+  if (!std::isfinite(*v * scale)) return at.BadKey(key, "is too large");
+  return *v * scale;
+}
+
+Result<int64_t> ReadMemory(const Json& j, const JsonPath& at) {
+  Result<const Json*> v = RequireField(j, at, "memory");
+  if (!v) return v.error();
+  if ((*v)->is_string()) {
+    Result<int64_t> bytes = ParseBytes((*v)->get_ref<const std::string&>(), at.Key("memory").path());
+    if (!bytes) return BadInput(OneLine(at.source() + ": " + bytes.error().message));
+    if (*bytes <= 0) return at.BadKey("memory", "must be positive");
+    return bytes;
+  }
+  return ReadInt(**v, at.Key("memory"), kPositive);
+}
+
+Status ReadPeakFlops(const Json& device, const JsonPath& device_at, cost::DeviceSpec& spec) {
+  Result<const Json*> peak = ObjectField(device, device_at, "peak_tflops");
+  if (!peak) return peak.error();
+  const JsonPath at = device_at.Key("peak_tflops");
+  bool any = false;
+  for (const auto& item : (*peak)->items()) {
+    const std::optional<ir::DType> dtype = ir::ParseDType(item.key());
+    if (!dtype) return at.BadKey(item.key(), "unknown dtype (expected f64, f32, bf16, f16, i64, i32 or u8)");
+    Result<double> flops = ScaledField(**peak, at, item.key(), kTera, false);
+    if (!flops) return flops.error();
+    spec.SetPeakFlops(*dtype, *flops);
+    any = any || *flops > 0.0;
+  }
+  if (!any) return at.Bad("must give a positive peak for at least one dtype");
+  return Status::Ok();
+}
+
+Result<cost::DeviceSpec> ReadDevice(const Json& doc, const JsonPath& root) {
+  Result<const Json*> device = ObjectField(doc, root, "device");
+  if (!device) return device.error();
+  const Json& j = **device;
+  const JsonPath at = root.Key("device");
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(j, at, {"name", "memory", "memory_bandwidth_gbps", "peak_tflops"}));
+  cost::DeviceSpec spec;
+  Result<std::string> name = StringFieldOr(j, at, "name", "device");
+  if (!name) return name.error();
+  spec.name = std::move(*name);
+  Result<int64_t> memory = ReadMemory(j, at);
+  if (!memory) return memory.error();
+  spec.memory_bytes = *memory;
+  Result<double> bandwidth = ScaledField(j, at, "memory_bandwidth_gbps", kGiga, true);
+  if (!bandwidth) return bandwidth.error();
+  spec.memory_bandwidth = *bandwidth;
+  KIWI_RETURN_IF_ERROR(ReadPeakFlops(j, at, spec));
+  return spec;
+}
+
+// `required` = the cluster has links of this kind (more than one device per node / more than one node).
+Result<cost::Link> ReadLink(const Json& doc, const JsonPath& root, std::string_view key, bool required) {
+  const Json* j = FindField(doc, key);
+  if (j == nullptr) {
+    if (required) return root.BadKey(key, "missing");
+    return cost::Link{};
+  }
+  const JsonPath at = root.Key(key);
+  KIWI_RETURN_IF_ERROR(CheckObject(*j, at));
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(*j, at, {"name", "bandwidth_gbps", "latency_us"}));
+  cost::Link link;
+  Result<std::string> name = StringFieldOr(*j, at, "name", std::string(key));
+  if (!name) return name.error();
+  link.name = std::move(*name);
+  Result<double> bandwidth = ScaledField(*j, at, "bandwidth_gbps", kGiga, true);
+  if (!bandwidth) return bandwidth.error();
+  link.bandwidth = *bandwidth;
+  if (FindField(*j, "latency_us") != nullptr) {
+    Result<double> latency = ScaledField(*j, at, "latency_us", kMicro, false);
+    if (!latency) return latency.error();
+    link.latency = *latency;
+  }
+  return link;
+}
+
+Result<cost::Cluster> ReadCluster(const Json& doc, const std::string& source) {
+  const JsonPath at(source);
+  KIWI_RETURN_IF_ERROR(CheckObject(doc, at));
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(
+      doc, at, {kVersionKey, "name", "num_nodes", "devices_per_node", "device", "intra_node", "inter_node"}));
+  KIWI_RETURN_IF_ERROR(CheckVersion(doc, at, kVersionKey, kClusterVersion));
+  cost::Cluster c;
+  Result<std::string> name = StringFieldOr(doc, at, "name", std::filesystem::path(source).stem().string());
+  if (!name) return name.error();
+  c.name = std::move(*name);
+  Result<int64_t> nodes = IntFieldOr(doc, at, "num_nodes", 1, kCountRange);
+  if (!nodes) return nodes.error();
+  Result<int64_t> per_node = IntFieldOr(doc, at, "devices_per_node", 1, kCountRange);
+  if (!per_node) return per_node.error();
+  if (*nodes * *per_node > std::numeric_limits<int32_t>::max()) return at.Bad("has too many devices");
+  c.num_nodes = static_cast<int>(*nodes);
+  c.devices_per_node = static_cast<int>(*per_node);
+  Result<cost::DeviceSpec> device = ReadDevice(doc, at);
+  if (!device) return device.error();
+  c.device = std::move(*device);
+  Result<cost::Link> intra = ReadLink(doc, at, "intra_node", c.devices_per_node > 1);
+  if (!intra) return intra.error();
+  c.intra_node = std::move(*intra);
+  Result<cost::Link> inter = ReadLink(doc, at, "inter_node", c.num_nodes > 1);
+  if (!inter) return inter.error();
+  c.inter_node = std::move(*inter);
+  return c;
+}
+
+}  // namespace
+
+Result<cost::Cluster> ParseClusterJson(std::string_view text, const std::string& source) {
+  return GuardJson(source, [&]() -> Result<cost::Cluster> {
+    Result<Json> doc = ParseJson(text, source);
+    if (!doc) return doc.error();
+    return ReadCluster(*doc, source);
+  });
+}
+
+Result<cost::Cluster> ReadClusterFile(const std::string& path) {
+  Result<std::string> text = ReadFileText(path);
+  if (!text) return text.error();
+  return ParseClusterJson(*text, path);
+}
+
+Result<cost::Cluster> LoadCluster(const std::string& name_or_path) {
+  Result<cost::Cluster> preset = cost::ClusterPreset(name_or_path);
+  if (preset) return preset;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(name_or_path, ec)) return ReadClusterFile(name_or_path);
+  return BadInput(OneLine(fmt::format("unknown cluster '{}': not a preset ({}) nor an existing cluster JSON file",
+                                      name_or_path, fmt::join(cost::ClusterPresetNames(), ", "))));
+}
+
+}  // namespace kiwi::io

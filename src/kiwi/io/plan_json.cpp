@@ -1,0 +1,313 @@
+// The versioned plan JSON (docs/plan-format.md): reader and writer.
+#include "kiwi/io/plan_json.h"
+
+#include <fmt/format.h>
+
+#include "kiwi/io/graph_json.h"
+#include "kiwi/io/json_fields.h"
+
+namespace kiwi::io {
+namespace {
+
+constexpr std::string_view kVersionKey = "kiwi_plan_version";
+constexpr int kMaxMeshRank = 8;
+constexpr IntRange kNodeRange{0, std::numeric_limits<int32_t>::max()};
+constexpr IntRange kDegreeRange{1, std::numeric_limits<int32_t>::max()};
+
+// The plan alone does not know tensor ranks: the rank is the number of dims written (one R or S group
+// each); the simulator checks it against the graph.
+Result<ir::ShardingSpec> ReadSharding(const Json& value, const JsonPath& at, int mesh_rank) {
+  Result<std::string> text = ReadString(value, at);
+  if (!text) return text.error();
+  int rank = 0;
+  for (char c : *text) rank += (c == 'R' || c == 'S') ? 1 : 0;
+  Result<ir::ShardingSpec> spec = ir::ParseShardingSpec(*text, rank, mesh_rank);
+  if (!spec) return at.Bad(spec.error().message);
+  return spec;
+}
+
+Result<std::vector<int>> ReadMesh(const Json& op, const JsonPath& at) {
+  std::vector<int> mesh;
+  const Json* value = FindField(op, "mesh");
+  if (value == nullptr) return mesh;
+  if (!value->is_array()) return at.BadKey("mesh", "must be a list of axis sizes, e.g. [2, 4]");
+  if (value->size() > kMaxMeshRank) return at.BadKey("mesh", fmt::format("has more than {} axes", kMaxMeshRank));
+  int64_t devices = 1;
+  for (size_t i = 0; i < value->size(); ++i) {
+    Result<int64_t> size = ReadInt((*value)[i], at.Key("mesh").Index(i), kDegreeRange);
+    if (!size) return size.error();
+    devices *= *size;
+    if (devices > std::numeric_limits<int32_t>::max()) return at.BadKey("mesh", "has too many devices");
+    mesh.push_back(static_cast<int>(*size));
+  }
+  return mesh;
+}
+
+Result<ir::AxisMask> ReadReduceAxes(const Json& entry, const JsonPath& at, int mesh_rank) {
+  ir::AxisMask mask = 0;
+  const Json* value = FindField(entry, "reduce_axes");
+  if (value == nullptr) return mask;
+  if (!value->is_array()) return at.BadKey("reduce_axes", "must be a list of mesh axes");
+  for (size_t i = 0; i < value->size(); ++i) {
+    const JsonPath axis_at = at.Key("reduce_axes").Index(i);
+    Result<int64_t> axis = ReadInt((*value)[i], axis_at, kNonNegative);
+    if (!axis) return axis.error();
+    if (*axis >= mesh_rank) return axis_at.Bad(fmt::format("mesh axis {} does not exist (mesh has {})", *axis, mesh_rank));
+    if (mask & ir::AxisBit(static_cast<int>(*axis))) return axis_at.Bad(fmt::format("mesh axis {} listed twice", *axis));
+    mask |= ir::AxisBit(static_cast<int>(*axis));
+  }
+  return mask;
+}
+
+Result<std::pair<ir::NodeId, plan::OpSharding>> ReadOpSharding(const Json& entry, const JsonPath& at, int mesh_rank) {
+  KIWI_RETURN_IF_ERROR(CheckObject(entry, at));
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(entry, at, {"node", "output", "operands", "reduce_axes", "strategy"}));
+  Result<int64_t> node = IntField(entry, at, "node", kNodeRange);
+  if (!node) return node.error();
+  plan::OpSharding s;
+  Result<const Json*> output = RequireField(entry, at, "output");
+  if (!output) return output.error();
+  Result<ir::ShardingSpec> out = ReadSharding(**output, at.Key("output"), mesh_rank);
+  if (!out) return out.error();
+  s.output = std::move(*out);
+  if (const Json* operands = FindField(entry, "operands")) {
+    if (!operands->is_array()) return at.BadKey("operands", "must be a list of shardings");
+    for (size_t i = 0; i < operands->size(); ++i) {
+      Result<ir::ShardingSpec> spec = ReadSharding((*operands)[i], at.Key("operands").Index(i), mesh_rank);
+      if (!spec) return spec.error();
+      s.operands.push_back(std::move(*spec));
+    }
+  }
+  Result<ir::AxisMask> reduce = ReadReduceAxes(entry, at, mesh_rank);
+  if (!reduce) return reduce.error();
+  s.reduce_axes = *reduce;
+  Result<std::string> strategy = StringFieldOr(entry, at, "strategy", "");
+  if (!strategy) return strategy.error();
+  s.strategy = std::move(*strategy);
+  return std::make_pair(static_cast<ir::NodeId>(*node), std::move(s));
+}
+
+Result<plan::Step> ReadStep(const Json& entry, const JsonPath& at) {
+  KIWI_RETURN_IF_ERROR(CheckObject(entry, at));
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(entry, at, {"op", "node"}));
+  Result<std::string> op = StringField(entry, at, "op");
+  if (!op) return op.error();
+  if (*op != "compute" && *op != "free") return at.BadKey("op", "must be \"compute\" or \"free\"");
+  Result<int64_t> node = IntField(entry, at, "node", kNodeRange);
+  if (!node) return node.error();
+  return plan::Step{*op == "compute" ? plan::StepKind::kCompute : plan::StepKind::kFree,
+                    static_cast<ir::NodeId>(*node)};
+}
+
+Result<plan::OperatorPlan> ReadOperatorPlan(const Json& op, const JsonPath& at) {
+  KIWI_RETURN_IF_ERROR(CheckObject(op, at));
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(op, at, {"mesh", "shardings", "schedule"}));
+  plan::OperatorPlan p;
+  Result<std::vector<int>> mesh = ReadMesh(op, at);
+  if (!mesh) return mesh.error();
+  p.mesh_shape = std::move(*mesh);
+  const int mesh_rank = static_cast<int>(p.mesh_shape.size());
+  if (const Json* list = FindField(op, "shardings")) {
+    if (!list->is_array()) return at.BadKey("shardings", "must be a list");
+    for (size_t i = 0; i < list->size(); ++i) {
+      const JsonPath entry_at = at.Key("shardings").Index(i);
+      Result<std::pair<ir::NodeId, plan::OpSharding>> s = ReadOpSharding((*list)[i], entry_at, mesh_rank);
+      if (!s) return s.error();
+      if (!p.shardings.emplace(s->first, std::move(s->second)).second)
+        return entry_at.BadKey("node", fmt::format("node {} has a sharding already", s->first));
+    }
+  }
+  if (const Json* list = FindField(op, "schedule")) {
+    if (!list->is_array()) return at.BadKey("schedule", "must be a list of steps");
+    for (size_t i = 0; i < list->size(); ++i) {
+      Result<plan::Step> step = ReadStep((*list)[i], at.Key("schedule").Index(i));
+      if (!step) return step.error();
+      p.schedule.push_back(*step);
+    }
+  }
+  return p;
+}
+
+Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath& at) {
+  KIWI_RETURN_IF_ERROR(CheckObject(entry, at));
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(entry, at, {"tp", "dp", "sdp", "checkpoint"}));
+  Result<int64_t> tp = IntFieldOr(entry, at, "tp", 1, kDegreeRange);
+  if (!tp) return tp.error();
+  Result<int64_t> dp = IntFieldOr(entry, at, "dp", 1, kDegreeRange);
+  if (!dp) return dp.error();
+  Result<bool> sdp = BoolFieldOr(entry, at, "sdp", false);
+  if (!sdp) return sdp.error();
+  Result<bool> ckpt = BoolFieldOr(entry, at, "checkpoint", false);
+  if (!ckpt) return ckpt.error();
+  return plan::LayerStrategy{static_cast<int>(*tp), static_cast<int>(*dp), *sdp, *ckpt};
+}
+
+Status ReadPipeline(const Json& layer, const JsonPath& at, plan::LayerPlan& p) {
+  Result<int64_t> pp = IntFieldOr(layer, at, "pp_degree", 1, kDegreeRange);
+  if (!pp) return pp.error();
+  p.pp_degree = static_cast<int>(*pp);
+  if (const Json* list = FindField(layer, "pp_partition")) {
+    if (!list->is_array()) return at.BadKey("pp_partition", "must be a list of layer counts");
+    int64_t total = 0;
+    for (size_t i = 0; i < list->size(); ++i) {
+      Result<int64_t> n = ReadInt((*list)[i], at.Key("pp_partition").Index(i), kDegreeRange);
+      if (!n) return n.error();
+      total += *n;
+      p.pp_partition.push_back(static_cast<int>(*n));
+    }
+    if (!p.pp_partition.empty() && static_cast<int64_t>(p.pp_partition.size()) != p.pp_degree)
+      return at.BadKey("pp_partition", fmt::format("has {} stages, pp_degree is {}", p.pp_partition.size(), p.pp_degree));
+    if (!p.pp_partition.empty() && total != static_cast<int64_t>(p.layers.size()))
+      return at.BadKey("pp_partition", fmt::format("sums to {} layers, the plan has {}", total, p.layers.size()));
+  }
+  Result<std::string> pipeline = StringFieldOr(layer, at, "pipeline", "1f1b");
+  if (!pipeline) return pipeline.error();
+  if (*pipeline != "1f1b" && *pipeline != "gpipe") return at.BadKey("pipeline", "must be \"1f1b\" or \"gpipe\"");
+  p.pipeline = *pipeline == "gpipe" ? plan::PipelineSchedule::kGPipe : plan::PipelineSchedule::k1F1B;
+  return Status::Ok();
+}
+
+Result<plan::LayerPlan> ReadLayerPlan(const Json& layer, const JsonPath& at) {
+  KIWI_RETURN_IF_ERROR(CheckObject(layer, at));
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(
+      layer, at, {"layers", "pp_degree", "pp_partition", "global_batch", "micro_batches", "pipeline"}));
+  plan::LayerPlan p;
+  Result<const Json*> layers = ArrayField(layer, at, "layers");
+  if (!layers) return layers.error();
+  for (size_t i = 0; i < (*layers)->size(); ++i) {
+    Result<plan::LayerStrategy> s = ReadLayerStrategy((**layers)[i], at.Key("layers").Index(i));
+    if (!s) return s.error();
+    p.layers.push_back(*s);
+  }
+  KIWI_RETURN_IF_ERROR(ReadPipeline(layer, at, p));
+  Result<int64_t> batch = IntFieldOr(layer, at, "global_batch", 1, kPositive);
+  if (!batch) return batch.error();
+  p.global_batch = *batch;
+  Result<int64_t> micro = IntFieldOr(layer, at, "micro_batches", 1, kDegreeRange);
+  if (!micro) return micro.error();
+  p.micro_batches = static_cast<int>(*micro);
+  return p;
+}
+
+Result<plan::Claims> ReadClaims(const Json& doc, const JsonPath& root) {
+  plan::Claims c;
+  const Json* claims = FindField(doc, "claims");
+  if (claims == nullptr) return c;
+  const JsonPath at = root.Key("claims");
+  KIWI_RETURN_IF_ERROR(CheckObject(*claims, at));
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(*claims, at, {"peak_memory_bytes", "iteration_seconds"}));
+  if (FindField(*claims, "peak_memory_bytes") != nullptr) {
+    Result<int64_t> peak = IntField(*claims, at, "peak_memory_bytes", kNonNegative);
+    if (!peak) return peak.error();
+    c.peak_memory_bytes = *peak;
+  }
+  if (FindField(*claims, "iteration_seconds") != nullptr) {
+    Result<double> t = NumberField(*claims, at, "iteration_seconds", 0.0);
+    if (!t) return t.error();
+    c.iteration_seconds = *t;
+  }
+  return c;
+}
+
+Result<plan::Plan> ReadPlan(const Json& doc, const std::string& source) {
+  const JsonPath at(source);
+  KIWI_RETURN_IF_ERROR(CheckObject(doc, at));
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(
+      doc, at, {kVersionKey, "graph", "model", "cluster", "solver", "operator", "layer", "claims"}));
+  KIWI_RETURN_IF_ERROR(CheckVersion(doc, at, kVersionKey, plan::kPlanVersion));
+  plan::Plan p;
+  const std::pair<std::string_view, std::string*> names[] = {
+      {"graph", &p.graph}, {"model", &p.model}, {"cluster", &p.cluster}, {"solver", &p.solver}};
+  for (const auto& [key, field] : names) {
+    Result<std::string> value = StringFieldOr(doc, at, key, "");
+    if (!value) return value.error();
+    *field = std::move(*value);
+  }
+  if (const Json* op = FindField(doc, "operator")) {
+    Result<plan::OperatorPlan> o = ReadOperatorPlan(*op, at.Key("operator"));
+    if (!o) return o.error();
+    p.op = std::move(*o);
+  }
+  if (const Json* layer = FindField(doc, "layer")) {
+    Result<plan::LayerPlan> l = ReadLayerPlan(*layer, at.Key("layer"));
+    if (!l) return l.error();
+    p.layer = std::move(*l);
+  }
+  Result<plan::Claims> claims = ReadClaims(doc, at);
+  if (!claims) return claims.error();
+  p.claims = *claims;
+  return p;
+}
+
+std::vector<int> AxisList(ir::AxisMask mask) {
+  std::vector<int> axes;
+  for (int a = 0; a < 32; ++a)
+    if (mask & ir::AxisBit(a)) axes.push_back(a);
+  return axes;
+}
+
+OrderedJson OperatorJson(const plan::OperatorPlan& op) {
+  OrderedJson j;
+  j["mesh"] = op.mesh_shape;
+  j["shardings"] = OrderedJson::array();
+  for (const auto& [node, s] : op.shardings) {
+    OrderedJson e;
+    e["node"] = node;
+    e["output"] = s.output.ToString();
+    e["operands"] = OrderedJson::array();
+    for (const ir::ShardingSpec& spec : s.operands) e["operands"].push_back(spec.ToString());
+    e["reduce_axes"] = AxisList(s.reduce_axes);
+    e["strategy"] = s.strategy;
+    j["shardings"].push_back(std::move(e));
+  }
+  j["schedule"] = OrderedJson::array();
+  for (const plan::Step& step : op.schedule)
+    j["schedule"].push_back({{"op", step.kind == plan::StepKind::kCompute ? "compute" : "free"}, {"node", step.node}});
+  return j;
+}
+
+OrderedJson LayerJson(const plan::LayerPlan& lp) {
+  OrderedJson j;
+  j["layers"] = OrderedJson::array();
+  for (const plan::LayerStrategy& s : lp.layers)
+    j["layers"].push_back({{"tp", s.tp}, {"dp", s.dp}, {"sdp", s.sdp}, {"checkpoint", s.checkpoint}});
+  j["pp_degree"] = lp.pp_degree;
+  j["pp_partition"] = lp.pp_partition;
+  j["global_batch"] = lp.global_batch;
+  j["micro_batches"] = lp.micro_batches;
+  j["pipeline"] = lp.pipeline == plan::PipelineSchedule::kGPipe ? "gpipe" : "1f1b";
+  return j;
+}
+
+}  // namespace
+
+Result<plan::Plan> ParsePlanJson(std::string_view text, const std::string& source) {
+  return GuardJson(source, [&]() -> Result<plan::Plan> {
+    Result<Json> doc = ParseJson(text, source);
+    if (!doc) return doc.error();
+    return ReadPlan(*doc, source);
+  });
+}
+
+Result<plan::Plan> ReadPlanFile(const std::string& path) {
+  Result<std::string> text = ReadFileText(path);
+  if (!text) return text.error();
+  return ParsePlanJson(*text, path);
+}
+
+std::string WritePlanJson(const plan::Plan& plan) {
+  OrderedJson doc;
+  doc[kVersionKey] = plan::kPlanVersion;
+  doc["graph"] = plan.graph;
+  doc["model"] = plan.model;
+  doc["cluster"] = plan.cluster;
+  doc["solver"] = plan.solver;
+  if (plan.op) doc["operator"] = OperatorJson(*plan.op);
+  if (plan.layer) doc["layer"] = LayerJson(*plan.layer);
+  doc["claims"] = OrderedJson::object();
+  if (plan.claims.peak_memory_bytes) doc["claims"]["peak_memory_bytes"] = *plan.claims.peak_memory_bytes;
+  if (plan.claims.iteration_seconds) doc["claims"]["iteration_seconds"] = *plan.claims.iteration_seconds;
+  return DumpReadable(doc, 3);
+}
+
+}  // namespace kiwi::io

@@ -1,0 +1,111 @@
+#include "kiwi/io/cluster_json.h"
+
+#include <gtest/gtest.h>
+
+#include "io_test_util.h"
+
+namespace kiwi::io {
+namespace {
+
+using testing::ExpectBadInput;
+using testing::FixturePath;
+using testing::ScratchDir;
+
+// The fixture with `replace` substituted for `find` (which must occur in it).
+std::string EditedFixture(const std::string& find, const std::string& replace) {
+  std::string text = testing::ReadAll(FixturePath("cluster_example.json"));
+  const size_t at = text.find(find);
+  EXPECT_NE(at, std::string::npos) << find;
+  if (at != std::string::npos) text.replace(at, find.size(), replace);
+  return text;
+}
+
+TEST(ClusterJson, ReadsTheFixtureInSiUnits) {
+  Result<cost::Cluster> c = ReadClusterFile(FixturePath("cluster_example.json"));
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->name, "my-cluster");
+  EXPECT_EQ(c->num_nodes, 2);
+  EXPECT_EQ(c->devices_per_node, 8);
+  EXPECT_EQ(c->NumDevices(), 16);
+  EXPECT_EQ(c->device.name, "A100-80GB");
+  EXPECT_EQ(c->device.memory_bytes, int64_t{80} << 30);
+  EXPECT_DOUBLE_EQ(c->device.memory_bandwidth, 2039e9);
+  EXPECT_DOUBLE_EQ(c->device.PeakFlops(ir::DType::kF32), 19.5e12);
+  EXPECT_DOUBLE_EQ(c->device.PeakFlops(ir::DType::kBF16), 312e12);
+  EXPECT_DOUBLE_EQ(c->device.PeakFlops(ir::DType::kF16), 312e12);
+  EXPECT_EQ(c->device.PeakFlops(ir::DType::kF64), 0.0);
+  EXPECT_EQ(c->intra_node.name, "nvlink3");
+  EXPECT_DOUBLE_EQ(c->intra_node.bandwidth, 300e9);
+  EXPECT_DOUBLE_EQ(c->intra_node.latency, 5e-6);
+  EXPECT_EQ(c->inter_node.name, "ib-100g");
+  EXPECT_DOUBLE_EQ(c->inter_node.bandwidth, 12.5e9);
+  EXPECT_DOUBLE_EQ(c->inter_node.latency, 10e-6);
+}
+
+TEST(ClusterJson, MemoryInBytesAndOneNodeWithoutInterNodeLink) {
+  const std::string text = R"({"kiwi_cluster_version": 1, "devices_per_node": 4,
+      "device": {"memory": 17179869184, "memory_bandwidth_gbps": 900, "peak_tflops": {"fp32": 15.7}},
+      "intra_node": {"bandwidth_gbps": 150}})";
+  Result<cost::Cluster> c = ParseClusterJson(text, "/tmp/small-box.json");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->name, "small-box");  // no name: the file's stem
+  EXPECT_EQ(c->num_nodes, 1);
+  EXPECT_EQ(c->device.memory_bytes, int64_t{16} << 30);
+  EXPECT_DOUBLE_EQ(c->device.PeakFlops(ir::DType::kF32), 15.7e12);
+  EXPECT_EQ(c->intra_node.name, "intra_node");
+  EXPECT_EQ(c->intra_node.latency, 0.0);
+  EXPECT_EQ(c->inter_node.bandwidth, 0.0);
+}
+
+TEST(ClusterJson, InterNodeLinkRequiredForSeveralNodes) {
+  std::string text = testing::ReadAll(FixturePath("cluster_example.json"));
+  text = text.substr(0, text.find(",\n  \"inter_node\"")) + "\n}\n";
+  ExpectBadInput(ParseClusterJson(text, "c.json"), {"c.json: inter_node: missing"});
+}
+
+TEST(ClusterJson, FieldErrors) {
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"80GiB\"", "\"80 parsecs\""), "c.json"),
+                 {"c.json: device.memory: '80 parsecs' is not a size"});
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"bf16\": 312", "\"bf17\": 312"), "c.json"),
+                 {"c.json: device.peak_tflops.bf17: unknown dtype"});
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"bandwidth_gbps\": 300", "\"bandwidth_gbps\": -300"), "c.json"),
+                 {"c.json: intra_node.bandwidth_gbps: must be a non-negative finite number (got -300)"});
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"bandwidth_gbps\": 300", "\"bandwidth_gbps\": 0"), "c.json"),
+                 {"c.json: intra_node.bandwidth_gbps: must be positive (got 0)"});
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"latency_us\": 5", "\"latency_ms\": 5"), "c.json"),
+                 {"c.json: intra_node.latency_ms: unknown field (expected name, bandwidth_gbps, latency_us)"});
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"num_nodes\": 2", "\"num_nodes\": 0"), "c.json"),
+                 {"c.json: num_nodes: must be an integer in [1, 1048576] (got 0)"});
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"f32\": 19.5, \"bf16\": 312, \"f16\": 312", "\"f32\": 0"), "c.json"),
+                 {"c.json: device.peak_tflops: must give a positive peak for at least one dtype"});
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"kiwi_cluster_version\": 1", "\"kiwi_cluster_version\": 3"), "c.json"),
+                 {"c.json: kiwi_cluster_version: unsupported version 3"});
+}
+
+TEST(LoadCluster, PresetNameFirst) {
+  Result<cost::Cluster> c = LoadCluster("v100-nvlink-8");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->name, "v100-nvlink-8");
+  EXPECT_EQ(c->NumDevices(), 8);
+}
+
+TEST(LoadCluster, ThenAFile) {
+  Result<cost::Cluster> c = LoadCluster(FixturePath("cluster_example.json"));
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->name, "my-cluster");
+}
+
+TEST(LoadCluster, BadFileReportsTheFile) {
+  ScratchDir dir;
+  const std::string path = dir.Write("broken.json", "{\"kiwi_cluster_version\": 1");
+  ExpectBadInput(LoadCluster(path), {path + ": invalid JSON"});
+}
+
+TEST(LoadCluster, UnknownNameListsThePresets) {
+  ExpectBadInput(LoadCluster("tpu-v9-pod"),
+                 {"unknown cluster 'tpu-v9-pod'", "v100-nvlink-8", "rtx-titan-pcie-8", "a100-nvlink-ib-16",
+                  "a100-nvlink-ib-64", "h100-nvlink-8"});
+}
+
+}  // namespace
+}  // namespace kiwi::io

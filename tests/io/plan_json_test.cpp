@@ -1,0 +1,177 @@
+#include "kiwi/io/plan_json.h"
+
+#include <gtest/gtest.h>
+
+#include "io_test_util.h"
+
+namespace kiwi::io {
+namespace {
+
+using testing::ExpectBadInput;
+using testing::FixturePath;
+
+void ExpectSamePlan(const plan::Plan& a, const plan::Plan& b) {
+  EXPECT_EQ(a.version, b.version);
+  EXPECT_EQ(a.graph, b.graph);
+  EXPECT_EQ(a.model, b.model);
+  EXPECT_EQ(a.cluster, b.cluster);
+  EXPECT_EQ(a.solver, b.solver);
+  ASSERT_EQ(a.op.has_value(), b.op.has_value());
+  if (a.op) {
+    EXPECT_EQ(a.op->mesh_shape, b.op->mesh_shape);
+    EXPECT_EQ(a.op->schedule, b.op->schedule);
+    ASSERT_EQ(a.op->shardings.size(), b.op->shardings.size());
+    for (const auto& [node, s] : a.op->shardings) {
+      ASSERT_EQ(b.op->shardings.count(node), 1u) << node;
+      const plan::OpSharding& t = b.op->shardings.at(node);
+      EXPECT_EQ(s.output.ToString(), t.output.ToString());
+      EXPECT_TRUE(s.output == t.output);
+      ASSERT_EQ(s.operands.size(), t.operands.size());
+      for (size_t i = 0; i < s.operands.size(); ++i) EXPECT_EQ(s.operands[i].ToString(), t.operands[i].ToString());
+      EXPECT_EQ(s.reduce_axes, t.reduce_axes);
+      EXPECT_EQ(s.strategy, t.strategy);
+    }
+  }
+  ASSERT_EQ(a.layer.has_value(), b.layer.has_value());
+  if (a.layer) {
+    EXPECT_EQ(a.layer->layers, b.layer->layers);
+    EXPECT_EQ(a.layer->pp_degree, b.layer->pp_degree);
+    EXPECT_EQ(a.layer->pp_partition, b.layer->pp_partition);
+    EXPECT_EQ(a.layer->global_batch, b.layer->global_batch);
+    EXPECT_EQ(a.layer->micro_batches, b.layer->micro_batches);
+    EXPECT_EQ(a.layer->pipeline, b.layer->pipeline);
+  }
+  EXPECT_EQ(a.claims.peak_memory_bytes, b.claims.peak_memory_bytes);
+  EXPECT_EQ(a.claims.iteration_seconds, b.claims.iteration_seconds);
+}
+
+TEST(PlanJson, ReadsTheFixture) {
+  Result<plan::Plan> p = ReadPlanFile(FixturePath("plan_example.json"));
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->graph, "tiny-mlp");
+  EXPECT_EQ(p->cluster, "v100-nvlink-8");
+  ASSERT_TRUE(p->op.has_value());
+  EXPECT_EQ(p->op->mesh_shape, (std::vector<int>{2, 4}));
+  ASSERT_EQ(p->op->shardings.size(), 2u);
+  const plan::OpSharding& s2 = p->op->shardings.at(2);
+  EXPECT_EQ(s2.output.dim_axes, (std::vector<ir::AxisMask>{1, 0}));  // "S0R": dim 0 over axis 0
+  ASSERT_EQ(s2.operands.size(), 2u);
+  EXPECT_EQ(s2.operands[1].dim_axes, (std::vector<ir::AxisMask>{0, 0}));
+  EXPECT_EQ(s2.reduce_axes, 0u);
+  EXPECT_EQ(s2.strategy, "S0R = S0R x RR");
+  const plan::OpSharding& s3 = p->op->shardings.at(3);
+  EXPECT_EQ(s3.output.dim_axes, (std::vector<ir::AxisMask>{1, 2}));
+  EXPECT_EQ(s3.reduce_axes, ir::AxisBit(1));
+  ASSERT_EQ(p->op->schedule.size(), 5u);
+  EXPECT_EQ(p->op->schedule[3], (plan::Step{plan::StepKind::kFree, 0}));
+  EXPECT_EQ(p->op->schedule[4], (plan::Step{plan::StepKind::kCompute, 3}));
+  ASSERT_TRUE(p->layer.has_value());
+  EXPECT_EQ(p->layer->layers[0], (plan::LayerStrategy{2, 4, false, true}));
+  EXPECT_EQ(p->layer->layers[1], (plan::LayerStrategy{1, 8, true, false}));
+  EXPECT_EQ(p->layer->pp_degree, 2);
+  EXPECT_EQ(p->layer->global_batch, 64);
+  EXPECT_EQ(p->layer->micro_batches, 4);
+  EXPECT_EQ(p->layer->pipeline, plan::PipelineSchedule::kGPipe);
+  EXPECT_EQ(p->claims.peak_memory_bytes, 123456789);
+  EXPECT_EQ(p->claims.iteration_seconds, 0.25);
+}
+
+TEST(PlanJson, RoundTripsExactly) {
+  Result<plan::Plan> p = ReadPlanFile(FixturePath("plan_example.json"));
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  p->claims.iteration_seconds = 0.1 + 0.2;  // every digit must survive
+  p->op->shardings[7] = {ir::ShardingSpec{}, {}, ir::AxisBit(0) | ir::AxisBit(1), ""};  // replicated scalar
+  const std::string text = WritePlanJson(*p);
+  Result<plan::Plan> back = ParsePlanJson(text, "rt.json");
+  ASSERT_TRUE(back.ok()) << back.error().message << "\n" << text;
+  ExpectSamePlan(*p, *back);
+  EXPECT_EQ(WritePlanJson(*back), text);
+}
+
+TEST(PlanJson, MinimalPlanRoundTrips) {
+  plan::Plan p;
+  p.solver = "checkpoint-all";
+  const std::string text = WritePlanJson(p);
+  EXPECT_EQ(text,
+            "{\n  \"kiwi_plan_version\": 1,\n  \"graph\": \"\",\n  \"model\": \"\",\n  \"cluster\": \"\",\n"
+            "  \"solver\": \"checkpoint-all\",\n  \"claims\": {}\n}\n");
+  Result<plan::Plan> back = ParsePlanJson(text, "p.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  ExpectSamePlan(p, *back);
+}
+
+TEST(PlanJson, ScheduleStepsArePrintedOnePerLine) {
+  plan::OperatorPlan op;
+  op.schedule = {{plan::StepKind::kCompute, 0}, {plan::StepKind::kFree, 0}};
+  plan::Plan p;
+  p.op = std::move(op);
+  const std::string text = WritePlanJson(p);
+  EXPECT_NE(text.find("    \"schedule\": [\n      {\"op\":\"compute\",\"node\":0},\n      {\"op\":\"free\",\"node\":0}\n"),
+            std::string::npos)
+      << text;
+}
+
+TEST(PlanJson, BadScheduleOp) {
+  const std::string text = R"({"kiwi_plan_version": 1, "operator": {"schedule": [
+      {"op": "compute", "node": 0}, {"op": "compute", "node": 1}, {"op": "free", "node": 0},
+      {"op": "compute", "node": 2}, {"op": "free", "node": 1}, {"op": "recompute", "node": 0}]}})";
+  ExpectBadInput(ParsePlanJson(text, "plan.json"), {"plan.json: operator.schedule[5].op: must be \"compute\" or \"free\""});
+}
+
+TEST(PlanJson, NegativeNodeInAStep) {
+  ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "operator": {"schedule": [{"op": "free", "node": -3}]}})",
+                               "plan.json"),
+                 {"plan.json: operator.schedule[0].node: must be an integer in [0, 2147483647] (got -3)"});
+}
+
+TEST(PlanJson, ShardingOnAMissingMeshAxis) {
+  const std::string text = R"({"kiwi_plan_version": 1, "operator": {"mesh": [2, 4],
+      "shardings": [{"node": 1, "output": "S2R"}]}})";
+  ExpectBadInput(ParsePlanJson(text, "plan.json"),
+                 {"plan.json: operator.shardings[0].output: sharding 'S2R': mesh axis 2 does not exist"});
+}
+
+TEST(PlanJson, ShardingSyntaxError) {
+  const std::string text = R"({"kiwi_plan_version": 1, "operator": {"mesh": [2],
+      "shardings": [{"node": 1, "output": "R", "operands": ["RX"]}]}})";
+  ExpectBadInput(ParsePlanJson(text, "plan.json"), {"plan.json: operator.shardings[0].operands[0]: sharding 'RX'"});
+}
+
+TEST(PlanJson, DuplicateShardingAndReduceAxes) {
+  const std::string dup = R"({"kiwi_plan_version": 1, "operator": {"mesh": [2],
+      "shardings": [{"node": 1, "output": "S0"}, {"node": 1, "output": "R"}]}})";
+  ExpectBadInput(ParsePlanJson(dup, "plan.json"),
+                 {"plan.json: operator.shardings[1].node: node 1 has a sharding already"});
+  const std::string axes = R"({"kiwi_plan_version": 1, "operator": {"mesh": [2, 2],
+      "shardings": [{"node": 1, "output": "RR", "reduce_axes": [1, 1]}]}})";
+  ExpectBadInput(ParsePlanJson(axes, "plan.json"),
+                 {"plan.json: operator.shardings[0].reduce_axes[1]: mesh axis 1 listed twice"});
+}
+
+TEST(PlanJson, PipelinePartitionMustMatch) {
+  const std::string text = R"({"kiwi_plan_version": 1, "layer": {"layers": [{}, {}, {}], "pp_degree": 2,
+      "pp_partition": [1, 1]}})";
+  ExpectBadInput(ParsePlanJson(text, "plan.json"), {"plan.json: layer.pp_partition: sums to 2 layers, the plan has 3"});
+  const std::string stages = R"({"kiwi_plan_version": 1, "layer": {"layers": [{}, {}], "pp_degree": 2,
+      "pp_partition": [2]}})";
+  ExpectBadInput(ParsePlanJson(stages, "plan.json"), {"plan.json: layer.pp_partition: has 1 stages, pp_degree is 2"});
+}
+
+TEST(PlanJson, LayerDefaultsAndBadDegree) {
+  Result<plan::Plan> p = ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [{}]}})", "plan.json");
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->layer->layers[0], (plan::LayerStrategy{1, 1, false, false}));
+  EXPECT_EQ(p->layer->pipeline, plan::PipelineSchedule::k1F1B);
+  ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [{"tp": "2"}]}})", "plan.json"),
+                 {"plan.json: layer.layers[0].tp: must be an integer in [1, 2147483647] (got a string \"2\")"});
+}
+
+TEST(PlanJson, VersionAndUnknownFields) {
+  ExpectBadInput(ParsePlanJson(R"({"graph": "g"})", "plan.json"), {"plan.json: kiwi_plan_version: missing"});
+  ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "claims": {"peak_bytes": 3}})", "plan.json"),
+                 {"plan.json: claims.peak_bytes: unknown field"});
+  ExpectBadInput(ParsePlanJson("{\"kiwi_plan_version\": 1,", "plan.json"), {"plan.json: invalid JSON at byte"});
+}
+
+}  // namespace
+}  // namespace kiwi::io
