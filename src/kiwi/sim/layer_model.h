@@ -27,6 +27,7 @@ struct LayerModel {
   int64_t other_parameter_bytes = 0;          // parameters outside layers (embeddings, head), on the first/last stage
   int64_t other_activation_bytes_per_sample = 0;
   double other_forward_seconds_per_sample = 0.0;
+  double other_backward_seconds_per_sample = 0.0;  // the simulator places all of `other` on the first stage
   // Gradients + optimizer states (+ fp32 master weights) per byte of parameters: e.g. fp32 Adam = 3.
   double state_bytes_per_parameter_byte = 0.0;
 };

@@ -29,6 +29,27 @@ struct LayerSimResult {
   double throughput_samples_per_second = 0.0;
 };
 
+// Semantics, in full (Galvatron-BMW §III-A, §V, Eq. 1 and 8; details in layer_stage.cpp):
+//  - Stage s runs the layers of pp_partition[s] on NumDevices / pp devices; a layer's mesh is
+//    MakeMesh({pp, dp, tp}): TP innermost (fastest links), DP outside it, stages outermost. The
+//    per-device micro-batch of a layer is global_batch / (micro_batches * dp).
+//  - Embeddings/head/loss ("other") run on the first stage with the first layer's tp/dp/sdp.
+//  - Memory per device of a stage: model states parameter_bytes / tp * (1 + state ratio), / dp under
+//    SDP; activations (boundary only when checkpointed) * micro-batch / tp, times the micro-batches in
+//    flight (1F1B: min(pp - s, m); GPipe: m); plus the largest recomputed (activation - boundary) of
+//    one checkpointed layer and the largest parameters one SDP layer gathers (parameter_bytes / tp).
+//  - Time of one micro-batch C_s: compute (forward + backward per sample * micro-batch / tp),
+//    recompute (one more forward + its 2 TP all-reduces per checkpointed layer), communication (2 + 2
+//    TP all-reduces of tp_comm_bytes_per_sample / 2 * micro-batch over the TP axis, 2 SDP all-gathers
+//    of parameter_bytes / tp over the DP axis, p2p sends of the boundary to/from neighbouring stages),
+//    resharding (Slice-Gather: an all-gather of the boundary when the DP degree shrinks between
+//    neighbouring layers). Gradient sync G_s (DP all-reduce / SDP reduce-scatter of parameter_bytes /
+//    tp) happens in the last micro-batch, overlapped per layer with its backward (+ recomputation)
+//    through CostModel::OverlappedTime; only the excess over that compute counts.
+//  - iteration = (m - 1) max_s C_s + sum_s (C_s + G_s) (Eq. 8, for 1F1B and GPipe alike); the time
+//    buckets use the same decomposition (G_s goes to communication) and add up to it.
+//  - summary.peak_memory_per_device[d] is the peak of d's stage (d / devices per stage); timeline is
+//    empty and recomputations counts checkpointed layer forwards run again (layers * micro-batches).
 // Errors (kBadInput): degrees that do not multiply to the devices of a stage, a partition that does
 // not cover the layers, a batch not divisible into micro-batches and DP shards, a strategy count
 // that differs from the model's layers.

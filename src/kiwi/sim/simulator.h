@@ -43,6 +43,28 @@ struct SimResult {
 // of each resident tensor), right after each compute, as in CONTRACT.md. Errors (kBadInput) name the
 // step at fault: computing a node whose input is not resident, freeing a tensor that is not resident,
 // a node never computed, a sharding whose rank does not match its tensor, a node id out of range.
+//
+// Semantics, in full:
+//  - Mesh: a non-empty plan.mesh_shape must equal mesh.Shape(). An empty mesh_shape is a one-device
+//    plan: it runs on the given mesh with every op replicated, and its shardings may use no mesh axis.
+//  - Shardings: ops without an entry are replicated (output all R, operands as produced, no partial
+//    sums). An entry is checked against its node: output rank = tensor rank (an empty spec means
+//    replicated), operands empty or one per input with matching ranks, axes and reduce_axes < the
+//    plan's mesh rank, no axis splitting two dims.
+//  - Schedule: an empty one is plan::CheckpointAllSchedule(graph). Compute v needs every input of v
+//    resident and v itself not resident (recomputing a resident tensor is rejected); it adds
+//    BytesPerDevice(v's output, its output spec) and the peak is read right after it. Free v needs v
+//    resident. Every node must be computed at least once; tensors may stay resident at the end.
+//    Persistent nodes and inputs are scheduled like any node (a compute loads them, at cost 0).
+//  - Transient buffers (resharded operand copies, partial sums) are not counted in memory.
+//  - One execution of v costs ComputeTime(v, 1 / GroupSize(output axes | reduce_axes)), plus the
+//    partial-sum reduction (a reduce-scatter over reduce_axes & output axes on the partial per-device
+//    buffer, then an all-reduce over the remaining reduce axes on the final output shard), plus
+//    ReshardTime(input type, producer's output spec, operands[i]) for each operand whose required
+//    layout differs from how it was produced. The first execution of v goes to compute /
+//    communication / resharding, every later one wholly to recompute; iteration_seconds = total().
+//  - The graph should be verified; dangling inputs and an order that is not a permutation of the
+//    nodes are still reported as kBadInput rather than crashing.
 Result<SimResult> SimulateOperatorPlan(const ir::Graph& graph, const plan::OperatorPlan& plan,
                                        const cost::CostModel& cost_model, const ir::DeviceMesh& mesh);
 

@@ -1,0 +1,218 @@
+// Galvatron-BMW's cost estimator (§V) replayed on a layer-level plan. Per stage and per micro-batch:
+//  - compute: forward + backward seconds per sample x per-device micro-batch / tp (§V: time = batch x
+//    per-sample time; Megatron TP splits each layer's work tp ways);
+//  - recompute: one more forward for checkpointed layers (§V), with its 2 TP all-reduces (§III-A.3);
+//  - communication: TP all-reduces (2 forward + 2 backward), SDP parameter all-gathers (forward and
+//    backward, §III-A.2), point-to-point sends of boundary activations between stages;
+//  - resharding: Galvatron's Slice-Gather between neighbouring layers of different layouts (§VI);
+//  - the DP all-reduce / SDP reduce-scatter of gradients runs once, in the last micro-batch, overlapped
+//    with its backward pass and slowed down by the overlap factor (§V), so only its unhidden part counts.
+// The iteration time is Eq. 8 and the memory of a stage follows Eq. 1 with 1F1B/GPipe micro-batches
+// in flight (layer_stage.cpp).
+#include "kiwi/sim/layer_simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "kiwi/sim/layer_stage.h"
+
+namespace kiwi::sim {
+namespace {
+
+using plan::LayerPlan;
+using plan::LayerStrategy;
+
+// Stage s holds layers [first, first + count).
+struct StageSpan {
+  int first = 0;
+  int count = 0;
+};
+
+Status CheckDegrees(const LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster) {
+  if (model.layers.empty()) return BadInput(fmt::format("layer model {}: has no layers", model.name));
+  if (plan.layers.size() != model.layers.size())
+    return BadInput(fmt::format("layer plan: layers: has {} strategies, the model {} has {} layers", plan.layers.size(),
+                                model.name, model.layers.size()));
+  if (plan.pp_degree < 1 || cluster.NumDevices() % plan.pp_degree != 0)
+    return BadInput(fmt::format("layer plan: pp_degree: {} does not divide the {} devices of cluster {}",
+                                plan.pp_degree, cluster.NumDevices(), cluster.name));
+  const int devices = cluster.NumDevices() / plan.pp_degree;
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    const LayerStrategy& s = plan.layers[i];
+    if (s.tp < 1 || s.dp < 1 || s.tp * s.dp != devices)
+      return BadInput(fmt::format("layer plan: layers[{}]: tp {} x dp {} must equal the {} devices of a stage", i,
+                                  s.tp, s.dp, devices));
+  }
+  return Status::Ok();
+}
+
+Result<std::vector<StageSpan>> CheckPartition(const LayerPlan& plan) {
+  const int num_layers = static_cast<int>(plan.layers.size());
+  if (plan.pp_partition.empty()) {
+    if (plan.pp_degree != 1)
+      return BadInput(fmt::format("layer plan: pp_partition: empty, but pp_degree is {}", plan.pp_degree));
+    return std::vector<StageSpan>{{0, num_layers}};
+  }
+  if (static_cast<int>(plan.pp_partition.size()) != plan.pp_degree)
+    return BadInput(fmt::format("layer plan: pp_partition: has {} stages, pp_degree is {}", plan.pp_partition.size(),
+                                plan.pp_degree));
+  std::vector<StageSpan> stages;
+  int first = 0;
+  for (size_t s = 0; s < plan.pp_partition.size(); ++s) {
+    const int count = plan.pp_partition[s];
+    if (count < 1) return BadInput(fmt::format("layer plan: pp_partition[{}]: must be positive, got {}", s, count));
+    stages.push_back({first, count});
+    first += count;
+  }
+  if (first != num_layers)
+    return BadInput(fmt::format("layer plan: pp_partition: covers {} layers, the plan has {}", first, num_layers));
+  return stages;
+}
+
+Status CheckBatch(const LayerPlan& plan) {
+  if (plan.global_batch < 1 || plan.micro_batches < 1 || plan.global_batch % plan.micro_batches != 0)
+    return BadInput(fmt::format("layer plan: global_batch: {} is not divisible into {} micro-batches",
+                                plan.global_batch, plan.micro_batches));
+  const int64_t microbatch = plan.global_batch / plan.micro_batches;
+  for (size_t i = 0; i < plan.layers.size(); ++i)
+    if (microbatch % plan.layers[i].dp != 0)
+      return BadInput(fmt::format("layer plan: layers[{}]: micro-batch of {} samples is not divisible by dp {}", i,
+                                  microbatch, plan.layers[i].dp));
+  return Status::Ok();
+}
+
+// Embeddings, head and loss as one pseudo-layer of the first stage, run with the strategy of the
+// model's first layer (Megatron splits the vocabulary over TP); never checkpointed, no TP all-reduce.
+LayerProfile OtherProfile(const LayerModel& model) {
+  LayerProfile p;
+  p.name = "other";
+  p.parameter_bytes = model.other_parameter_bytes;
+  p.activation_bytes_per_sample = model.other_activation_bytes_per_sample;
+  p.forward_seconds_per_sample = model.other_forward_seconds_per_sample;
+  p.backward_seconds_per_sample = model.other_backward_seconds_per_sample;
+  return p;
+}
+
+bool HasOther(const LayerModel& model) {
+  return model.other_parameter_bytes > 0 || model.other_activation_bytes_per_sample > 0 ||
+         model.other_forward_seconds_per_sample > 0.0 || model.other_backward_seconds_per_sample > 0.0;
+}
+
+Result<std::vector<PlacedLayer>> PlaceLayers(const LayerModel& model, const LayerPlan& plan,
+                                             const cost::Cluster& cluster) {
+  const int64_t microbatch = plan.global_batch / plan.micro_batches;
+  std::vector<PlacedLayer> placed;
+  placed.reserve(model.layers.size());
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    const LayerStrategy& s = plan.layers[i];
+    Result<StageMesh> mesh = MakeStageMesh(cluster, {plan.pp_degree, s.dp, s.tp});
+    if (!mesh) return mesh.error();
+    placed.push_back({model.layers[i], s, std::move(*mesh), microbatch / s.dp});
+  }
+  return placed;
+}
+
+int MicrobatchesInFlight(const LayerPlan& plan, int stage) {
+  // 1F1B-Flush: stage s starts its first backward after pp - s forwards (Narayanan et al. 2021);
+  // GPipe runs every forward before any backward.
+  if (plan.pipeline == plan::PipelineSchedule::kGPipe) return plan.micro_batches;
+  return std::min(plan.pp_degree - stage, plan.micro_batches);
+}
+
+// Per-micro-batch costs and peak memory of stage s.
+Result<StageCost> CostStage(const LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster,
+                            const cost::CostModel& cost_model, const std::vector<PlacedLayer>& placed,
+                            const std::vector<StageSpan>& stages, int s) {
+  const StageSpan span = stages[static_cast<size_t>(s)];
+  std::vector<const PlacedLayer*> layers;
+  PlacedLayer other;
+  if (s == 0 && HasOther(model)) {
+    const PlacedLayer& first = placed.front();
+    other = {OtherProfile(model), first.strategy, first.mesh, first.microbatch};
+    other.strategy.checkpoint = false;
+    layers.push_back(&other);
+  }
+  for (int i = span.first; i < span.first + span.count; ++i) layers.push_back(&placed[static_cast<size_t>(i)]);
+
+  StageCost cost;
+  cost.peak_memory_bytes = StagePeakMemory(layers, MicrobatchesInFlight(plan, s), model.state_bytes_per_parameter_byte);
+  for (const PlacedLayer* layer : layers) AddLayerCost(*layer, cost_model, cost);
+  for (int i = std::max(span.first, 1); i < span.first + span.count; ++i) {
+    Result<double> reshard =
+        SliceGatherSeconds(placed[static_cast<size_t>(i) - 1], placed[static_cast<size_t>(i)], cluster, cost_model);
+    if (!reshard) return reshard.error();
+    cost.resharding += *reshard;
+  }
+  // Boundary activations: stage s sends its output forward and its input gradient backward.
+  if (s + 1 < plan.pp_degree) cost.communication += PointToPointSeconds(*layers.back(), cost_model);
+  if (s > 0) cost.communication += PointToPointSeconds(placed[static_cast<size_t>(span.first) - 1], cost_model);
+  return cost;
+}
+
+// Galvatron-BMW Eq. 8: C = (m - 1) max_s (C_s - G_s) + sum_s C_s, where C_s - G_s is a stage's
+// micro-batch without gradient sync and G_s the sync left unhidden in its last micro-batch. The time
+// buckets follow the same decomposition, so they add up to the iteration time.
+void FillPipelineTime(const LayerPlan& plan, const std::vector<StageCost>& costs, LayerSimResult& result) {
+  size_t slowest = 0;
+  for (size_t s = 1; s < costs.size(); ++s)
+    if (costs[s].MicrobatchSeconds() > costs[slowest].MicrobatchSeconds()) slowest = s;
+  const double repeats = static_cast<double>(plan.micro_batches - 1);
+  TimeBreakdown& t = result.summary.time;
+  t.compute = repeats * costs[slowest].compute;
+  t.recompute = repeats * costs[slowest].recompute;
+  t.communication = repeats * costs[slowest].communication;
+  t.resharding = repeats * costs[slowest].resharding;
+  for (const StageCost& c : costs) {
+    t.compute += c.compute;
+    t.recompute += c.recompute;
+    t.communication += c.communication + c.gradient_sync;
+    t.resharding += c.resharding;
+  }
+  result.summary.iteration_seconds = t.total();
+  result.throughput_samples_per_second = static_cast<double>(plan.global_batch) / result.summary.iteration_seconds;
+}
+
+void FillMemory(const cost::Cluster& cluster, const std::vector<StageCost>& costs, LayerSimResult& result) {
+  const size_t per_stage = static_cast<size_t>(cluster.NumDevices()) / costs.size();
+  result.summary.peak_memory_per_device.assign(static_cast<size_t>(cluster.NumDevices()), 0);
+  for (size_t d = 0; d < result.summary.peak_memory_per_device.size(); ++d)
+    result.summary.peak_memory_per_device[d] = costs[d / per_stage].peak_memory_bytes;
+  for (const StageCost& c : costs)
+    result.summary.peak_memory_bytes = std::max(result.summary.peak_memory_bytes, c.peak_memory_bytes);
+}
+
+}  // namespace
+
+Result<LayerSimResult> SimulateLayerPlan(const LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster,
+                                         const cost::CostModel& cost_model) {
+  KIWI_RETURN_IF_ERROR(CheckDegrees(model, plan, cluster));
+  Result<std::vector<StageSpan>> stages = CheckPartition(plan);
+  if (!stages) return stages.error();
+  KIWI_RETURN_IF_ERROR(CheckBatch(plan));
+  Result<std::vector<PlacedLayer>> placed = PlaceLayers(model, plan, cluster);
+  if (!placed) return placed.error();
+
+  LayerSimResult result;
+  std::vector<StageCost> costs;
+  for (int s = 0; s < plan.pp_degree; ++s) {
+    Result<StageCost> cost = CostStage(model, plan, cluster, cost_model, *placed, *stages, s);
+    if (!cost) return cost.error();
+    costs.push_back(*cost);
+    StageResult stage;
+    const StageSpan span = (*stages)[static_cast<size_t>(s)];
+    for (int i = span.first; i < span.first + span.count; ++i) stage.layers.push_back(i);
+    stage.peak_memory_bytes = cost->peak_memory_bytes;
+    stage.microbatch_seconds = cost->MicrobatchSeconds();
+    stage.gradient_sync_seconds = cost->gradient_sync;
+    result.stages.push_back(std::move(stage));
+  }
+  FillPipelineTime(plan, costs, result);
+  FillMemory(cluster, costs, result);
+  // A checkpointed layer's forward runs again in every micro-batch's backward pass.
+  for (const LayerStrategy& s : plan.layers)
+    if (s.checkpoint) result.summary.recomputations += plan.micro_batches;
+  return result;
+}
+
+}  // namespace kiwi::sim

@@ -1,0 +1,137 @@
+#include "kiwi/sim/layer_model.h"
+
+#include <gtest/gtest.h>
+
+#include "kiwi/ir/backward.h"
+#include "kiwi/ir/layers.h"
+#include "kiwi/models/presets.h"
+#include "kiwi/sim/layer_simulator.h"
+
+namespace kiwi::sim {
+namespace {
+
+cost::DeviceSpec TestDevice() {
+  cost::DeviceSpec d;
+  d.name = "dev";
+  d.memory_bytes = int64_t{1} << 40;
+  d.memory_bandwidth = 1e12;
+  for (ir::DType t : {ir::DType::kF32, ir::DType::kBF16, ir::DType::kF16}) d.SetPeakFlops(t, 1e14);
+  return d;
+}
+
+ir::Graph SmallGpt(int64_t batch) {
+  models::ModelOverrides o;
+  o.layers = 2;
+  o.hidden = 64;
+  o.heads = 4;
+  o.seq = 32;
+  o.batch = batch;
+  Result<models::ModelSpec> spec = models::LoadModel("gpt", o);
+  EXPECT_TRUE(spec.ok()) << spec.error().message;
+  Result<ir::Graph> g = models::BuildTrainingGraph(*spec);
+  EXPECT_TRUE(g.ok()) << g.error().message;
+  return g.ok() ? *g : ir::Graph{};
+}
+
+int64_t TotalParameterBytes(const ir::Graph& g) {
+  int64_t bytes = 0;
+  for (const ir::Node& n : g.nodes())
+    if (n.kind == ir::OpKind::kParameter) bytes += n.output.Bytes();
+  return bytes;
+}
+
+TEST(BuildLayerModel, SmallGptAccountsForEveryParameterAndActivation) {
+  const int64_t batch = 2;
+  const ir::Graph g = SmallGpt(batch);
+  const cost::CostModel cm(TestDevice());
+  Result<LayerModel> m = BuildLayerModel(g, batch, cm);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  ASSERT_EQ(m->layers.size(), 2u);
+  Result<ir::LayerView> view = ir::BuildLayerView(g);
+  ASSERT_TRUE(view.ok());
+
+  int64_t parameters = m->other_parameter_bytes, saved = 0;
+  for (size_t i = 0; i < m->layers.size(); ++i) {
+    const LayerProfile& p = m->layers[i];
+    parameters += p.parameter_bytes;
+    EXPECT_GT(p.parameter_bytes, 0);
+    EXPECT_EQ(p.activation_bytes_per_sample * batch, ir::SavedActivationBytes(g, static_cast<int32_t>(i)));
+    EXPECT_EQ(p.boundary_bytes_per_sample * batch, view->layers[i].boundary_activation_bytes);
+    EXPECT_GT(p.boundary_bytes_per_sample, 0);
+    EXPECT_LT(p.boundary_bytes_per_sample, p.activation_bytes_per_sample);
+    EXPECT_EQ(p.tp_comm_bytes_per_sample, 2 * p.boundary_bytes_per_sample);
+    EXPECT_GT(p.forward_seconds_per_sample, 0.0);
+    EXPECT_GT(p.backward_seconds_per_sample, p.forward_seconds_per_sample);
+    saved += p.activation_bytes_per_sample * batch;
+  }
+  EXPECT_EQ(parameters, TotalParameterBytes(g));
+  EXPECT_GT(m->other_parameter_bytes, 0);  // token and position embeddings
+  EXPECT_EQ(m->other_activation_bytes_per_sample * batch, ir::SavedActivationBytes(g, -1) - saved);
+  EXPECT_GT(m->other_forward_seconds_per_sample, 0.0);
+  EXPECT_GT(m->other_backward_seconds_per_sample, 0.0);
+  // fp32 Adam: a gradient and two moments per parameter.
+  EXPECT_DOUBLE_EQ(m->state_bytes_per_parameter_byte, 3.0);
+}
+
+TEST(BuildLayerModel, PerSampleActivationsDoNotDependOnTheGraphBatch) {
+  const cost::CostModel cm(TestDevice());
+  Result<LayerModel> two = BuildLayerModel(SmallGpt(2), 2, cm);
+  Result<LayerModel> four = BuildLayerModel(SmallGpt(4), 4, cm);
+  ASSERT_TRUE(two.ok() && four.ok());
+  for (size_t i = 0; i < two->layers.size(); ++i) {
+    EXPECT_EQ(two->layers[i].activation_bytes_per_sample, four->layers[i].activation_bytes_per_sample);
+    EXPECT_EQ(two->layers[i].boundary_bytes_per_sample, four->layers[i].boundary_bytes_per_sample);
+    EXPECT_EQ(two->layers[i].parameter_bytes, four->layers[i].parameter_bytes);
+  }
+}
+
+TEST(BuildLayerModel, MixedPrecisionAdamHasSevenStateBytesPerParameterByte) {
+  // Llama 2 trains in bf16 with fp32 master weights: 2-byte gradient, 4 + 4 + 4 bytes of master
+  // copy and moments per 2-byte parameter (the 16 bytes per parameter of ZeRO, Rajbhandari 2020).
+  models::ModelOverrides o;
+  o.layers = 1;
+  o.hidden = 64;
+  o.heads = 4;
+  o.seq = 16;
+  o.batch = 1;
+  o.ffn = 128;
+  Result<models::ModelSpec> spec = models::LoadModel("llama2-7b", o);
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  ASSERT_TRUE(spec->training.master_weights);
+  Result<ir::Graph> g = models::BuildTrainingGraph(*spec);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  Result<LayerModel> m = BuildLayerModel(*g, 1, cost::CostModel(TestDevice()));
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_DOUBLE_EQ(m->state_bytes_per_parameter_byte, 7.0);
+}
+
+TEST(BuildLayerModel, OneDeviceSimulationHoldsEveryParameterStateAndActivation) {
+  const int64_t batch = 2;
+  const ir::Graph g = SmallGpt(batch);
+  cost::Cluster cluster;
+  cluster.name = "one";
+  cluster.device = TestDevice();
+  cluster.intra_node = {"fast", 1e9, 0.0};
+  cluster.inter_node = {"slow", 1e8, 0.0};
+  const cost::CostModel cm(cluster.device);
+  Result<LayerModel> m = BuildLayerModel(g, batch, cm);
+  ASSERT_TRUE(m.ok());
+  plan::LayerPlan plan;
+  plan.layers.assign(m->layers.size(), plan::LayerStrategy{});
+  plan.global_batch = batch;
+  Result<LayerSimResult> r = SimulateLayerPlan(*m, plan, cluster, cm);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->summary.peak_memory_bytes, 4 * TotalParameterBytes(g) + ir::SavedActivationBytes(g, -1));
+  EXPECT_GT(r->summary.time.compute, 0.0);
+  EXPECT_DOUBLE_EQ(r->summary.time.communication, 0.0);
+}
+
+TEST(BuildLayerModel, RejectsANonPositiveGraphBatch) {
+  Result<LayerModel> m = BuildLayerModel(SmallGpt(2), 0, cost::CostModel(TestDevice()));
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().code, ErrorCode::kBadInput);
+  EXPECT_NE(m.error().message.find("graph batch"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kiwi::sim

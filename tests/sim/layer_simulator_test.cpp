@@ -1,0 +1,311 @@
+// Hand-computed checks of the layer-level (Galvatron-BMW) simulator on a 4-layer model with round
+// numbers and clusters with zero latency: ring all-reduce of n bytes over p devices at B bytes/s is
+// 2(p-1) n/(pB), all-gather and reduce-scatter (p-1) n/(pB), point-to-point n/B (cost/collectives.h).
+#include "kiwi/sim/layer_simulator.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace kiwi::sim {
+namespace {
+
+using plan::LayerPlan;
+using plan::LayerStrategy;
+
+constexpr double kFast = 1e9;  // intra-node bytes/s
+constexpr double kSlow = 1e8;  // inter-node bytes/s
+constexpr double kEps = 1e-12;
+
+cost::Cluster TestCluster(int nodes, int per_node) {
+  cost::Cluster c;
+  c.name = "test";
+  c.device.name = "dev";
+  c.device.memory_bytes = int64_t{1} << 40;
+  c.device.memory_bandwidth = 1e12;
+  c.device.SetPeakFlops(ir::DType::kF32, 1e12);
+  c.num_nodes = nodes;
+  c.devices_per_node = per_node;
+  c.intra_node = {"fast", kFast, 0.0};
+  c.inter_node = {"slow", kSlow, 0.0};
+  return c;
+}
+
+cost::CostModel TestCostModel(const cost::Cluster& c) {
+  cost::CostModelOptions options;
+  options.overlap_slowdown = 1.3;
+  return cost::CostModel(c.device, options);
+}
+
+// 4 identical layers: 1 MB of parameters, 10 kB of activations and 1 kB of output per sample,
+// 1 ms forward and 2 ms backward per sample, fp32 Adam (3 state bytes per parameter byte).
+LayerModel FourLayers() {
+  LayerModel m;
+  m.name = "four";
+  for (int i = 0; i < 4; ++i) {
+    LayerProfile p;
+    p.name = "layer" + std::to_string(i);
+    p.parameter_bytes = 1'000'000;
+    p.activation_bytes_per_sample = 10'000;
+    p.boundary_bytes_per_sample = 1'000;
+    p.forward_seconds_per_sample = 1e-3;
+    p.backward_seconds_per_sample = 2e-3;
+    p.tp_comm_bytes_per_sample = 2'000;
+    m.layers.push_back(p);
+  }
+  m.state_bytes_per_parameter_byte = 3.0;
+  return m;
+}
+
+LayerPlan UniformPlan(LayerStrategy s, int64_t global_batch, int micro_batches) {
+  LayerPlan plan;
+  plan.layers.assign(4, s);
+  plan.global_batch = global_batch;
+  plan.micro_batches = micro_batches;
+  return plan;
+}
+
+LayerSimResult Simulate(const LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster) {
+  Result<LayerSimResult> r = SimulateLayerPlan(model, plan, cluster, TestCostModel(cluster));
+  EXPECT_TRUE(r.ok()) << r.error().message;
+  return r.ok() ? *r : LayerSimResult{};
+}
+
+TEST(SimulateLayerPlan, PureDataParallelOneStage) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  const LayerSimResult r = Simulate(FourLayers(), UniformPlan({.tp = 1, .dp = 4}, 16, 1), cluster);
+  // 4 layers x 1 MB x (1 + 3) model states + 4 layers x 10 kB x 4 samples.
+  EXPECT_EQ(r.summary.peak_memory_bytes, 16'000'000 + 160'000);
+  EXPECT_EQ(r.summary.peak_memory_per_device, std::vector<int64_t>(4, 16'160'000));
+  // Compute: 4 layers x 3 ms x 4 samples. Gradient all-reduce of 1 MB over 4: 6 x 1e6/4e9 = 1.5 ms,
+  // overlapped with an 8 ms backward at slowdown 1.3: 0.3 x 1.5 ms unhidden per layer.
+  EXPECT_NEAR(r.summary.time.compute, 0.048, kEps);
+  EXPECT_NEAR(r.summary.time.communication, 4 * 0.3 * 1.5e-3, kEps);
+  EXPECT_NEAR(r.summary.time.recompute, 0.0, kEps);
+  EXPECT_NEAR(r.summary.iteration_seconds, 0.048 + 1.8e-3, kEps);
+  EXPECT_NEAR(r.throughput_samples_per_second, 16 / 0.0498, 1e-6);
+  ASSERT_EQ(r.stages.size(), 1u);
+  EXPECT_EQ(r.stages[0].layers, (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_NEAR(r.stages[0].microbatch_seconds, 0.048, kEps);
+  EXPECT_NEAR(r.stages[0].gradient_sync_seconds, 1.8e-3, kEps);
+}
+
+TEST(SimulateLayerPlan, MicroBatchesOnOneStageShrinkActivationsNotTime) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  const LayerSimResult r = Simulate(FourLayers(), UniformPlan({.tp = 1, .dp = 4}, 16, 2), cluster);
+  // 2 samples per device per micro-batch, one micro-batch in flight.
+  EXPECT_EQ(r.summary.peak_memory_bytes, 16'000'000 + 80'000);
+  // Eq. 8 with one stage: m x C + unhidden sync (4 ms backward still hides all but 0.3 x 1.5 ms).
+  EXPECT_NEAR(r.stages[0].microbatch_seconds, 0.024, kEps);
+  EXPECT_NEAR(r.summary.iteration_seconds, 2 * 0.024 + 1.8e-3, kEps);
+}
+
+TEST(SimulateLayerPlan, TensorParallelHalvesParamsAndActivationsAndAddsAllReduces) {
+  const cost::Cluster one = TestCluster(1, 1);
+  const cost::Cluster two = TestCluster(1, 2);
+  const LayerSimResult single = Simulate(FourLayers(), UniformPlan({.tp = 1, .dp = 1}, 16, 1), one);
+  const LayerSimResult tp = Simulate(FourLayers(), UniformPlan({.tp = 2, .dp = 1}, 16, 1), two);
+  EXPECT_EQ(single.summary.peak_memory_bytes, 16'000'000 + 640'000);
+  EXPECT_EQ(tp.summary.peak_memory_bytes, 8'000'000 + 320'000);
+  EXPECT_EQ(tp.summary.peak_memory_per_device.size(), 2u);
+  EXPECT_NEAR(single.summary.iteration_seconds, 0.192, kEps);
+  // 4 all-reduces per layer of 1 kB x 16 samples over 2 devices: 2 x 16000 / 2e9 = 16 us each.
+  EXPECT_NEAR(tp.summary.time.compute, 0.096, kEps);
+  EXPECT_NEAR(tp.summary.time.communication, 4 * 4 * 16e-6, kEps);
+  EXPECT_NEAR(tp.summary.iteration_seconds, 0.096 + 256e-6, kEps);
+}
+
+TEST(SimulateLayerPlan, TensorParallelRunsInsideANodeAndDataParallelAcrossNodes) {
+  // Two nodes of two devices, tp = 2, dp = 2: the stage mesh is {dp 2, tp 2}, TP on NVLink-like links.
+  const cost::Cluster cluster = TestCluster(2, 2);
+  const cost::CostModel cm = TestCostModel(cluster);
+  const LayerSimResult r = Simulate(FourLayers(), UniformPlan({.tp = 2, .dp = 2}, 16, 1), cluster);
+  // 8 samples per device: compute 3 ms x 8 / 2 per layer; 4 all-reduces of 8 kB over the fast link.
+  EXPECT_NEAR(r.stages[0].microbatch_seconds, 4 * (12e-3 + 4 * (2 * 8000 / (2 * kFast))), kEps);
+  // The gradient all-reduce of the 0.5 MB TP shard runs over the slow axis 0, behind an 8 ms backward.
+  Result<ir::DeviceMesh> mesh = cluster.MakeMesh({2, 2});
+  ASSERT_TRUE(mesh.ok());
+  const double sync = cm.CollectiveTime(cost::Collective::kAllReduce, 500'000, *mesh, ir::AxisBit(0));
+  EXPECT_GT(sync, 2 * 500'000 / (2 * kFast));
+  EXPECT_NEAR(r.stages[0].gradient_sync_seconds, 4 * (cm.OverlappedTime(8e-3, sync) - 8e-3), kEps);
+}
+
+TEST(SimulateLayerPlan, ShardedDataParallelDividesModelStates) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  const LayerSimResult r = Simulate(FourLayers(), UniformPlan({.tp = 1, .dp = 4, .sdp = true}, 16, 1), cluster);
+  // States / 4, plus one layer's gathered parameters (1 MB), plus activations.
+  EXPECT_EQ(r.summary.peak_memory_bytes, 4'000'000 + 1'000'000 + 160'000);
+  // Two all-gathers of 1 MB over 4 per layer: 3 x 1e6/4e9 = 0.75 ms each; reduce-scatter 0.75 ms
+  // overlapped with the 8 ms backward: 0.3 x 0.75 ms unhidden.
+  EXPECT_NEAR(r.stages[0].microbatch_seconds, 0.048 + 4 * 2 * 0.75e-3, kEps);
+  EXPECT_NEAR(r.stages[0].gradient_sync_seconds, 4 * 0.3 * 0.75e-3, kEps);
+  EXPECT_NEAR(r.summary.iteration_seconds, 0.048 + 6e-3 + 0.9e-3, kEps);
+}
+
+TEST(SimulateLayerPlan, CheckpointKeepsBoundaryAndAddsOneForward) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  const LayerSimResult r = Simulate(FourLayers(), UniformPlan({.tp = 1, .dp = 4, .checkpoint = true}, 16, 1), cluster);
+  // Boundaries 4 x 1 kB x 4 samples, plus one layer's recomputed intermediates 9 kB x 4.
+  EXPECT_EQ(r.summary.peak_memory_bytes, 16'000'000 + 16'000 + 36'000);
+  EXPECT_NEAR(r.summary.time.compute, 0.048, kEps);
+  EXPECT_NEAR(r.summary.time.recompute, 4 * 1e-3 * 4, kEps);
+  EXPECT_NEAR(r.summary.iteration_seconds, 0.048 + 0.016 + 1.8e-3, kEps);
+  EXPECT_EQ(r.summary.recomputations, 4);
+}
+
+TEST(SimulateLayerPlan, CheckpointWithTensorParallelRepeatsForwardAllReduces) {
+  const cost::Cluster cluster = TestCluster(1, 2);
+  const LayerSimResult r = Simulate(FourLayers(), UniformPlan({.tp = 2, .dp = 1, .checkpoint = true}, 16, 1), cluster);
+  // Per layer: forward 1 ms x 16 / 2 = 8 ms again, plus 2 all-reduces of 16 us.
+  EXPECT_NEAR(r.summary.time.recompute, 4 * (8e-3 + 2 * 16e-6), kEps);
+  EXPECT_NEAR(r.summary.time.communication, 4 * 4 * 16e-6, kEps);
+  EXPECT_EQ(r.summary.peak_memory_bytes, 8'000'000 + 4 * 8'000 + 9'000 * 16 / 2);
+}
+
+LayerPlan PipelinePlan(plan::PipelineSchedule schedule) {
+  LayerPlan plan = UniformPlan({.tp = 1, .dp = 1}, 8, 4);
+  plan.pp_degree = 2;
+  plan.pp_partition = {1, 3};
+  plan.pipeline = schedule;
+  return plan;
+}
+
+TEST(SimulateLayerPlan, OneFOneBTwoStagesFourMicroBatches) {
+  // Two nodes of one device: the stages talk over the slow link.
+  const cost::Cluster cluster = TestCluster(2, 1);
+  const LayerSimResult r = Simulate(FourLayers(), PipelinePlan(plan::PipelineSchedule::k1F1B), cluster);
+  ASSERT_EQ(r.stages.size(), 2u);
+  EXPECT_EQ(r.stages[1].layers, (std::vector<int>{1, 2, 3}));
+  // Micro-batch of 2 samples; stage 0 holds min(2 - 0, 4) = 2 in flight, stage 1 one.
+  EXPECT_EQ(r.stages[0].peak_memory_bytes, 4'000'000 + 2 * 20'000);
+  EXPECT_EQ(r.stages[1].peak_memory_bytes, 12'000'000 + 1 * 60'000);
+  EXPECT_EQ(r.summary.peak_memory_per_device, (std::vector<int64_t>{4'040'000, 12'060'000}));
+  // Each stage sends 1 kB x 2 samples across nodes: 2000 / 1e8 = 20 us.
+  const double c0 = 6e-3 + 20e-6, c1 = 18e-3 + 20e-6;
+  EXPECT_NEAR(r.stages[0].microbatch_seconds, c0, kEps);
+  EXPECT_NEAR(r.stages[1].microbatch_seconds, c1, kEps);
+  EXPECT_NEAR(r.summary.iteration_seconds, (4 - 1) * c1 + (c0 + c1), kEps);
+  EXPECT_NEAR(r.summary.time.total(), r.summary.iteration_seconds, kEps);
+}
+
+TEST(SimulateLayerPlan, GPipeHoldsEveryMicroBatchWithTheSameTime) {
+  const cost::Cluster cluster = TestCluster(2, 1);
+  const LayerSimResult r = Simulate(FourLayers(), PipelinePlan(plan::PipelineSchedule::kGPipe), cluster);
+  EXPECT_EQ(r.stages[0].peak_memory_bytes, 4'000'000 + 4 * 20'000);
+  EXPECT_EQ(r.stages[1].peak_memory_bytes, 12'000'000 + 4 * 60'000);
+  EXPECT_NEAR(r.summary.iteration_seconds, 3 * (18e-3 + 20e-6) + (24e-3 + 40e-6), kEps);
+}
+
+TEST(SimulateLayerPlan, PipelineAddsEveryStagesUnhiddenGradientSync) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  LayerPlan plan = UniformPlan({.tp = 1, .dp = 2}, 8, 2);
+  plan.pp_degree = 2;
+  plan.pp_partition = {2, 2};
+  const LayerSimResult r = Simulate(FourLayers(), plan, cluster);
+  // 2 samples per device: C_s = 2 x 6 ms + a 2000-byte send at 1e9 (2 us). All-reduce of 1 MB over
+  // 2: 1 ms, 0.3 ms unhidden behind each 4 ms backward.
+  const double c = 12e-3 + 2e-6;
+  EXPECT_NEAR(r.stages[0].gradient_sync_seconds, 0.6e-3, kEps);
+  EXPECT_NEAR(r.stages[1].gradient_sync_seconds, 0.6e-3, kEps);
+  EXPECT_NEAR(r.summary.iteration_seconds, (2 - 1) * c + 2 * c + 1.2e-3, kEps);
+  EXPECT_EQ(r.summary.peak_memory_per_device, (std::vector<int64_t>{8'080'000, 8'080'000, 8'040'000, 8'040'000}));
+}
+
+TEST(SimulateLayerPlan, SliceGatherWhenDataParallelDegreeShrinks) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  LayerPlan plan = UniformPlan({.tp = 1, .dp = 4}, 16, 1);
+  plan.layers[2] = plan.layers[3] = {.tp = 2, .dp = 2};
+  const LayerSimResult r = Simulate(FourLayers(), plan, cluster);
+  // Layer 2 needs 8 samples' boundary (8 kB) gathered from 2 devices: 1 x 8000 / 2e9 = 4 us.
+  EXPECT_NEAR(r.summary.time.resharding, 4e-6, kEps);
+  // The other way round only slices.
+  plan.layers[0] = plan.layers[1] = {.tp = 2, .dp = 2};
+  plan.layers[2] = plan.layers[3] = {.tp = 1, .dp = 4};
+  EXPECT_NEAR(Simulate(FourLayers(), plan, cluster).summary.time.resharding, 0.0, kEps);
+  // DP and SDP share the activation layout.
+  plan.layers.assign(4, {.tp = 1, .dp = 4});
+  plan.layers[1].sdp = true;
+  EXPECT_NEAR(Simulate(FourLayers(), plan, cluster).summary.time.resharding, 0.0, kEps);
+}
+
+TEST(SimulateLayerPlan, OtherPartsLiveOnTheFirstStage) {
+  const cost::Cluster cluster = TestCluster(1, 2);
+  LayerModel model = FourLayers();
+  model.other_parameter_bytes = 500'000;
+  model.other_activation_bytes_per_sample = 2'000;
+  model.other_forward_seconds_per_sample = 1e-4;
+  model.other_backward_seconds_per_sample = 2e-4;
+  LayerPlan plan = UniformPlan({.tp = 1, .dp = 1}, 4, 2);
+  plan.pp_degree = 2;
+  plan.pp_partition = {2, 2};
+  const LayerSimResult r = Simulate(model, plan, cluster);
+  // Micro-batch of 2, stage 0 holds 2 in flight.
+  EXPECT_EQ(r.stages[0].peak_memory_bytes, 8'000'000 + 2'000'000 + 2 * (40'000 + 4'000));
+  EXPECT_EQ(r.stages[1].peak_memory_bytes, 8'000'000 + 40'000);
+  EXPECT_NEAR(r.stages[0].microbatch_seconds, 12e-3 + 0.6e-3 + 2e-6, kEps);
+  EXPECT_NEAR(r.stages[1].microbatch_seconds, 12e-3 + 2e-6, kEps);
+}
+
+TEST(SimulateLayerPlan, OneFOneBStageZeroNeverHoldsMoreThanMinPpMMicroBatches) {
+  const cost::Cluster cluster = TestCluster(1, 2);
+  int64_t previous = INT64_MAX;
+  for (int m : {1, 2, 4, 8, 16, 32, 64}) {
+    LayerPlan plan = UniformPlan({.tp = 1, .dp = 1}, 64, m);
+    plan.pp_degree = 2;
+    plan.pp_partition = {2, 2};
+    const LayerSimResult r = Simulate(FourLayers(), plan, cluster);
+    const int64_t per_microbatch = 2 * 10'000 * (64 / m);
+    EXPECT_EQ(r.stages[0].peak_memory_bytes, 8'000'000 + std::min(2, m) * per_microbatch) << m;
+    EXPECT_LE(r.stages[0].peak_memory_bytes, previous) << m;
+    EXPECT_LE(r.stages[1].peak_memory_bytes, r.stages[0].peak_memory_bytes) << m;
+    previous = r.stages[0].peak_memory_bytes;
+  }
+}
+
+void ExpectBadInput(const LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster,
+                    const std::string& field) {
+  Result<LayerSimResult> r = SimulateLayerPlan(model, plan, cluster, TestCostModel(cluster));
+  ASSERT_FALSE(r.ok()) << field;
+  EXPECT_EQ(r.error().code, ErrorCode::kBadInput);
+  EXPECT_NE(r.error().message.find(field), std::string::npos) << r.error().message;
+  EXPECT_EQ(r.error().message.find('\n'), std::string::npos);
+}
+
+TEST(SimulateLayerPlan, RejectsDegreesThatDoNotMatchTheStage) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  LayerPlan plan = UniformPlan({.tp = 1, .dp = 4}, 16, 1);
+  plan.layers[2] = {.tp = 2, .dp = 1};
+  ExpectBadInput(FourLayers(), plan, cluster, "layers[2]");
+  plan = UniformPlan({.tp = 1, .dp = 4}, 16, 1);
+  plan.pp_degree = 3;
+  plan.pp_partition = {1, 1, 2};
+  ExpectBadInput(FourLayers(), plan, cluster, "pp_degree");
+  plan = UniformPlan({.tp = 1, .dp = 4}, 16, 1);
+  plan.layers.pop_back();
+  ExpectBadInput(FourLayers(), plan, cluster, "layers");
+}
+
+TEST(SimulateLayerPlan, RejectsPartitionsThatDoNotCoverTheLayers) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  LayerPlan plan = UniformPlan({.tp = 1, .dp = 2}, 16, 2);
+  plan.pp_degree = 2;
+  plan.pp_partition = {2, 1};
+  ExpectBadInput(FourLayers(), plan, cluster, "pp_partition");
+  plan.pp_partition = {4, 0};
+  ExpectBadInput(FourLayers(), plan, cluster, "pp_partition[1]");
+  plan.pp_partition = {1, 1, 2};
+  ExpectBadInput(FourLayers(), plan, cluster, "pp_partition");
+  plan.pp_partition = {};
+  ExpectBadInput(FourLayers(), plan, cluster, "pp_partition");
+}
+
+TEST(SimulateLayerPlan, RejectsBatchesThatDoNotDivide) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  ExpectBadInput(FourLayers(), UniformPlan({.tp = 1, .dp = 4}, 16, 3), cluster, "global_batch");
+  ExpectBadInput(FourLayers(), UniformPlan({.tp = 1, .dp = 4}, 16, 0), cluster, "global_batch");
+  // 16 / 8 = 2 samples per micro-batch cannot be split 4 ways.
+  ExpectBadInput(FourLayers(), UniformPlan({.tp = 1, .dp = 4}, 16, 8), cluster, "dp 4");
+}
+
+}  // namespace
+}  // namespace kiwi::sim
