@@ -26,7 +26,10 @@ TEST(Cli, VersionAndHelp) {
   auto v = RunKiwi("--version");
   EXPECT_EQ(v.exit_code, 0);
   EXPECT_NE(v.out.find("kiwi "), std::string::npos);
-  for (const char* sub : {"--help", "graph --help", "simulate --help", "plan --help"}) {
+  auto root = RunKiwi("--help");
+  EXPECT_EQ(root.exit_code, 0);
+  for (const char* sub : {"plan", "graph", "simulate"}) EXPECT_NE(root.out.find(sub), std::string::npos) << sub;
+  for (const char* sub : {"graph --help", "simulate --help", "plan --help"}) {
     auto h = RunKiwi(sub);
     EXPECT_EQ(h.exit_code, 0) << sub;
     EXPECT_NE(h.out.find("--json"), std::string::npos) << sub;
@@ -127,7 +130,9 @@ TEST(Cli, PlanJsonPicksTheFastestFittingPlan) {
   auto j = r.Json();
   const double best = j["best"]["throughput_samples_per_second"];
   for (const auto& p : j["plans"]) {
-    if (p["fits"].get<bool>()) EXPECT_LE(p["throughput_samples_per_second"].get<double>(), best + 1e-9);
+    if (p["fits"].get<bool>()) {
+      EXPECT_LE(p["throughput_samples_per_second"].get<double>(), best + 1e-9);
+    }
     EXPECT_EQ(p["fits"].get<bool>(), p["peak_memory_bytes"].get<int64_t>() <= j["memory_budget_bytes"].get<int64_t>());
   }
 }
