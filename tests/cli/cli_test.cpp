@@ -157,6 +157,19 @@ TEST(Cli, PlanWrittenByPlanReplaysWithTheSamePrediction) {
   EXPECT_TRUE(j["claims"]["iteration_seconds_matches"].get<bool>());
 }
 
+TEST(Cli, PlanReplaysOnTheModelItWasMadeFor) {
+  const std::string path = (TempDir() / "bert_plan.json").string();
+  auto planned = RunKiwi("plan --model bert --layers 6 --hidden 256 --heads 4 --seq 128 --batch 32 "
+                         "--cluster rtx-titan-pcie-8 --json --out " + path);
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  auto sim = RunKiwi("simulate " + path + " --json");  // no model flags: the plan's own are used
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  auto j = sim.Json();
+  EXPECT_TRUE(j["claims"]["peak_memory_bytes_matches"].get<bool>());
+  EXPECT_TRUE(j["claims"]["iteration_seconds_matches"].get<bool>());
+  EXPECT_EQ(j["throughput_samples_per_second"], planned.Json()["best"]["throughput_samples_per_second"]);
+}
+
 TEST(Cli, SimulateOperatorPlanOnAGraphFile) {
   if (!std::filesystem::exists(kRemat + "vgg16_b256_train.json")) GTEST_SKIP() << "no ../shared/benchmarks";
   const std::string plan = WriteTemp("empty_op_plan.json", R"({"kiwi_plan_version": 1, "operator": {}})");

@@ -14,6 +14,7 @@ void ExpectSamePlan(const plan::Plan& a, const plan::Plan& b) {
   EXPECT_EQ(a.version, b.version);
   EXPECT_EQ(a.graph, b.graph);
   EXPECT_EQ(a.model, b.model);
+  EXPECT_EQ(a.model_flags, b.model_flags);
   EXPECT_EQ(a.cluster, b.cluster);
   EXPECT_EQ(a.solver, b.solver);
   ASSERT_EQ(a.op.has_value(), b.op.has_value());
@@ -80,12 +81,27 @@ TEST(PlanJson, RoundTripsExactly) {
   Result<plan::Plan> p = ReadPlanFile(FixturePath("plan_example.json"));
   ASSERT_TRUE(p.ok()) << p.error().message;
   p->claims.iteration_seconds = 0.1 + 0.2;  // every digit must survive
+  p->model_flags.layers = 8;
+  p->model_flags.batch = 32;
+  p->model_flags.dtype = "bf16";
   p->op->shardings[7] = {ir::ShardingSpec{}, {}, ir::AxisBit(0) | ir::AxisBit(1), ""};  // replicated scalar
   const std::string text = WritePlanJson(*p);
   Result<plan::Plan> back = ParsePlanJson(text, "rt.json");
   ASSERT_TRUE(back.ok()) << back.error().message << "\n" << text;
   ExpectSamePlan(*p, *back);
   EXPECT_EQ(WritePlanJson(*back), text);
+}
+
+TEST(PlanJson, ModelFlagsAreCheckedByName) {
+  auto zero = ParsePlanJson(R"({"kiwi_plan_version": 1, "model_flags": {"layers": 0}})", "p.json");
+  ExpectBadInput(zero, {"p.json", "model_flags.layers"});
+  auto typo = ParsePlanJson(R"({"kiwi_plan_version": 1, "model_flags": {"hiden": 64}})", "p.json");
+  ExpectBadInput(typo, {"p.json", "model_flags", "hiden"});
+  auto ok = ParsePlanJson(R"({"kiwi_plan_version": 1, "model": "gpt", "model_flags": {"seq": 128, "optimizer": "sgd"}})", "p.json");
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_EQ(ok->model_flags.seq, 128);
+  EXPECT_EQ(ok->model_flags.optimizer, "sgd");
+  EXPECT_FALSE(ok->model_flags.layers.has_value());
 }
 
 TEST(PlanJson, MinimalPlanRoundTrips) {

@@ -54,6 +54,33 @@ Result<models::ModelSpec> ModelFlags::Load() const {
   return models::LoadModel(model, o);
 }
 
+plan::ModelFlags ModelFlags::ToPlan() const {
+  plan::ModelFlags f;
+  f.layers = layers;
+  f.hidden = hidden;
+  f.heads = heads;
+  f.seq = seq;
+  f.batch = batch;
+  f.ffn = ffn;
+  f.dtype = dtype;
+  f.optimizer = optimizer;
+  return f;
+}
+
+ModelFlags ModelFlags::FromPlan(const std::string& model, const plan::ModelFlags& f) {
+  ModelFlags m;
+  m.model = model;
+  if (f.layers) m.layers = static_cast<int>(*f.layers);
+  m.hidden = f.hidden;
+  m.heads = f.heads;
+  m.seq = f.seq;
+  m.batch = f.batch;
+  m.ffn = f.ffn;
+  m.dtype = f.dtype;
+  m.optimizer = f.optimizer;
+  return m;
+}
+
 int ReportError(const Error& error) {
   std::string message = error.message;
   for (char& c : message)

@@ -7,6 +7,7 @@
 
 #include "kiwi/cost/cluster.h"
 #include "kiwi/models/presets.h"
+#include "kiwi/plan/plan.h"
 #include "kiwi/util/result.h"
 
 namespace kiwi::cli {
@@ -21,6 +22,9 @@ struct ModelFlags {
 
   void Add(CLI::App* app, const std::string& default_model);
   Result<models::ModelSpec> Load() const;
+  // The flags as recorded in a plan, and back.
+  plan::ModelFlags ToPlan() const;
+  static ModelFlags FromPlan(const std::string& model, const plan::ModelFlags& flags);
 };
 
 // Prints "kiwi: error: <message>" (one line) on stderr and returns the contract's exit code.

@@ -84,10 +84,11 @@ std::string CandidateTable(const std::vector<Candidate>& cands) {
   return t.Render();
 }
 
-Status WriteBestPlan(const std::string& path, const Candidate& best, const std::string& model,
+Status WriteBestPlan(const std::string& path, const Candidate& best, const ModelFlags& model,
                      const std::string& cluster) {
   plan::Plan p;
-  p.model = model;
+  p.model = model.model;
+  p.model_flags = model.ToPlan();
   p.cluster = cluster;
   p.solver = "uniform:" + best.name;
   p.layer = best.plan;
@@ -124,7 +125,7 @@ int RunPlan(const PlanOptions& o) {
   }
   const Candidate& best = cands->front();
   if (!o.out.empty()) {
-    Status written = WriteBestPlan(o.out, best, spec->name, cluster->name);
+    Status written = WriteBestPlan(o.out, best, o.model, cluster->name);
     if (!written) return ReportError(written.error());
   }
   if (o.json) {

@@ -51,7 +51,7 @@ Result<Inputs> LoadInputs(const SimulateOptions& o) {
   return in;
 }
 
-// The model a plan refers to: --model, else the plan's own model preset.
+// The model a plan refers to: --model with its flags, else the plan's model with the plan's flags.
 Result<models::ModelSpec> LoadPlanModel(const SimulateOptions& o, const CLI::App& app, const plan::Plan& p);
 
 // The graph an operator plan refers to: GRAPH, else --model, else the plan's own model preset.
@@ -64,9 +64,7 @@ Result<ir::Graph> LoadPlanGraph(const SimulateOptions& o, const CLI::App& app, c
 
 Result<models::ModelSpec> LoadPlanModel(const SimulateOptions& o, const CLI::App& app, const plan::Plan& p) {
   if (app.count("--model") > 0 || p.model.empty()) return o.model.Load();
-  ModelFlags from_plan = o.model;
-  from_plan.model = p.model;
-  return from_plan.Load();
+  return ModelFlags::FromPlan(p.model, p.model_flags).Load();
 }
 
 nlohmann::json ClaimsJson(const plan::Claims& claims, int64_t peak, double seconds) {

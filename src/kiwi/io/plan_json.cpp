@@ -209,11 +209,52 @@ Result<plan::Claims> ReadClaims(const Json& doc, const JsonPath& root) {
   return c;
 }
 
+constexpr std::string_view kModelSizeFlags[] = {"layers", "hidden", "heads", "seq", "batch", "ffn"};
+
+std::optional<int64_t>* SizeFlag(plan::ModelFlags& f, std::string_view key) {
+  if (key == "layers") return &f.layers;
+  if (key == "hidden") return &f.hidden;
+  if (key == "heads") return &f.heads;
+  if (key == "seq") return &f.seq;
+  if (key == "batch") return &f.batch;
+  return &f.ffn;
+}
+
+Result<plan::ModelFlags> ReadModelFlags(const Json& value, const JsonPath& at) {
+  KIWI_RETURN_IF_ERROR(CheckObject(value, at));
+  KIWI_RETURN_IF_ERROR(
+      CheckKnownKeys(value, at, {"layers", "hidden", "heads", "seq", "batch", "ffn", "dtype", "optimizer"}));
+  plan::ModelFlags f;
+  for (std::string_view key : kModelSizeFlags) {
+    if (FindField(value, key) == nullptr) continue;
+    Result<int64_t> v = IntField(value, at, key, kDegreeRange);
+    if (!v) return v.error();
+    *SizeFlag(f, key) = *v;
+  }
+  Result<std::string> dtype = StringFieldOr(value, at, "dtype", "");
+  if (!dtype) return dtype.error();
+  Result<std::string> optimizer = StringFieldOr(value, at, "optimizer", "");
+  if (!optimizer) return optimizer.error();
+  f.dtype = std::move(*dtype);
+  f.optimizer = std::move(*optimizer);
+  return f;
+}
+
+OrderedJson ModelFlagsJson(const plan::ModelFlags& flags) {
+  OrderedJson j = OrderedJson::object();
+  plan::ModelFlags f = flags;
+  for (std::string_view key : kModelSizeFlags)
+    if (const std::optional<int64_t>& v = *SizeFlag(f, key)) j[std::string(key)] = *v;
+  if (!f.dtype.empty()) j["dtype"] = f.dtype;
+  if (!f.optimizer.empty()) j["optimizer"] = f.optimizer;
+  return j;
+}
+
 Result<plan::Plan> ReadPlan(const Json& doc, const std::string& source) {
   const JsonPath at(source);
   KIWI_RETURN_IF_ERROR(CheckObject(doc, at));
   KIWI_RETURN_IF_ERROR(CheckKnownKeys(
-      doc, at, {kVersionKey, "graph", "model", "cluster", "solver", "operator", "layer", "claims"}));
+      doc, at, {kVersionKey, "graph", "model", "model_flags", "cluster", "solver", "operator", "layer", "claims"}));
   KIWI_RETURN_IF_ERROR(CheckVersion(doc, at, kVersionKey, plan::kPlanVersion));
   plan::Plan p;
   const std::pair<std::string_view, std::string*> names[] = {
@@ -222,6 +263,11 @@ Result<plan::Plan> ReadPlan(const Json& doc, const std::string& source) {
     Result<std::string> value = StringFieldOr(doc, at, key, "");
     if (!value) return value.error();
     *field = std::move(*value);
+  }
+  if (const Json* flags = FindField(doc, "model_flags")) {
+    Result<plan::ModelFlags> f = ReadModelFlags(*flags, at.Key("model_flags"));
+    if (!f) return f.error();
+    p.model_flags = std::move(*f);
   }
   if (const Json* op = FindField(doc, "operator")) {
     Result<plan::OperatorPlan> o = ReadOperatorPlan(*op, at.Key("operator"));
@@ -300,6 +346,7 @@ std::string WritePlanJson(const plan::Plan& plan) {
   doc[kVersionKey] = plan::kPlanVersion;
   doc["graph"] = plan.graph;
   doc["model"] = plan.model;
+  if (plan.model_flags != plan::ModelFlags{}) doc["model_flags"] = ModelFlagsJson(plan.model_flags);
   doc["cluster"] = plan.cluster;
   doc["solver"] = plan.solver;
   if (plan.op) doc["operator"] = OperatorJson(*plan.op);

@@ -67,10 +67,20 @@ struct Claims {
   std::optional<double> iteration_seconds;
 };
 
+// The size flags a model-zoo model was built with on top of its preset (`kiwi plan --model gpt
+// --layers 8 ...`), so that a plan replays on exactly the model it was made for.
+struct ModelFlags {
+  std::optional<int64_t> layers, hidden, heads, seq, batch, ffn;
+  std::string dtype;      // "" = the preset's
+  std::string optimizer;  // "" = the preset's
+  bool operator==(const ModelFlags&) const = default;
+};
+
 struct Plan {
   int version = kPlanVersion;
   std::string graph;    // graph name or file the plan is for (informational)
   std::string model;    // model preset, when made for one
+  ModelFlags model_flags;
   std::string cluster;  // cluster preset or file
   std::string solver;   // who made it
   std::optional<OperatorPlan> op;
