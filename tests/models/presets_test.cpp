@@ -9,24 +9,12 @@
 #include "kiwi/ir/layers.h"
 #include "kiwi/ir/verify.h"
 #include "kiwi/models/presets.h"
+#include "model_test_util.h"
 
 namespace kiwi::models {
 namespace {
 
-// ModelOverrides' optionals have no default member initializers, so designated initializers
-// would trip -Wmissing-field-initializers: set fields fluently instead.
-struct Overrides {
-  ModelOverrides o;
-  Overrides& Layers(int v) { o.layers = v; return *this; }
-  Overrides& Hidden(int64_t v) { o.hidden = v; return *this; }
-  Overrides& Heads(int64_t v) { o.heads = v; return *this; }
-  Overrides& Seq(int64_t v) { o.seq = v; return *this; }
-  Overrides& Batch(int64_t v) { o.batch = v; return *this; }
-  Overrides& Ffn(int64_t v) { o.ffn = v; return *this; }
-  Overrides& DType(ir::DType v) { o.dtype = v; return *this; }
-  Overrides& Optimizer(ir::Optimizer v) { o.optimizer = v; return *this; }
-  operator const ModelOverrides&() const { return o; }  // NOLINT(google-explicit-constructor)
-};
+using test_util::Overrides;
 
 using ::testing::HasSubstr;
 

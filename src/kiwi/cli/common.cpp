@@ -22,63 +22,39 @@ void ModelFlags::Add(CLI::App* app, const std::string& default_model) {
   model = default_model;
   app->add_option("--model", model, "model family or preset (see `kiwi plan --help`)")
       ->capture_default_str();
-  app->add_option("--layers", layers, "number of transformer layers");
-  app->add_option("--hidden", hidden, "hidden size");
-  app->add_option("--heads", heads, "attention heads");
-  app->add_option("--seq", seq, "sequence length");
-  app->add_option("--batch", batch, "global batch size");
-  app->add_option("--ffn", ffn, "feed-forward size (default 4 x hidden)");
-  app->add_option("--dtype", dtype, "fp32 | bf16 | fp16 (default: the preset's)");
-  app->add_option("--optimizer", optimizer, "adam | sgd (default: the preset's)");
+  app->add_option("--layers", flags.layers, "number of transformer layers");
+  app->add_option("--hidden", flags.hidden, "hidden size");
+  app->add_option("--heads", flags.heads, "attention heads");
+  app->add_option("--seq", flags.seq, "sequence length");
+  app->add_option("--batch", flags.batch, "global batch size");
+  app->add_option("--ffn", flags.ffn, "feed-forward size (default 4 x hidden)");
+  app->add_option("--dtype", flags.dtype, "fp32 | bf16 | fp16 (default: the preset's)");
+  app->add_option("--optimizer", flags.optimizer, "adam | sgd (default: the preset's)");
 }
 
 Result<models::ModelSpec> ModelFlags::Load() const {
   models::ModelOverrides o;
-  o.layers = layers;
-  o.hidden = hidden;
-  o.heads = heads;
-  o.seq = seq;
-  o.batch = batch;
-  o.ffn = ffn;
-  if (!dtype.empty()) {
-    std::optional<ir::DType> d = ir::ParseDType(dtype);
+  if (flags.layers) {
+    if (*flags.layers > 100000) return BadInput(fmt::format("--layers: {} is too many", *flags.layers));
+    o.layers = static_cast<int>(*flags.layers);
+  }
+  o.hidden = flags.hidden;
+  o.heads = flags.heads;
+  o.seq = flags.seq;
+  o.batch = flags.batch;
+  o.ffn = flags.ffn;
+  if (!flags.dtype.empty()) {
+    std::optional<ir::DType> d = ir::ParseDType(flags.dtype);
     if (!d || !ir::IsFloating(*d) || *d == ir::DType::kF64)
-      return BadInput(fmt::format("--dtype: '{}' is not one of fp32, bf16, fp16", dtype));
+      return BadInput(fmt::format("--dtype: '{}' is not one of fp32, bf16, fp16", flags.dtype));
     o.dtype = d;
   }
-  if (!optimizer.empty()) {
-    Result<ir::Optimizer> opt = ParseOptimizer(optimizer);
+  if (!flags.optimizer.empty()) {
+    Result<ir::Optimizer> opt = ParseOptimizer(flags.optimizer);
     if (!opt) return opt.error();
     o.optimizer = *opt;
   }
   return models::LoadModel(model, o);
-}
-
-plan::ModelFlags ModelFlags::ToPlan() const {
-  plan::ModelFlags f;
-  f.layers = layers;
-  f.hidden = hidden;
-  f.heads = heads;
-  f.seq = seq;
-  f.batch = batch;
-  f.ffn = ffn;
-  f.dtype = dtype;
-  f.optimizer = optimizer;
-  return f;
-}
-
-ModelFlags ModelFlags::FromPlan(const std::string& model, const plan::ModelFlags& f) {
-  ModelFlags m;
-  m.model = model;
-  if (f.layers) m.layers = static_cast<int>(*f.layers);
-  m.hidden = f.hidden;
-  m.heads = f.heads;
-  m.seq = f.seq;
-  m.batch = f.batch;
-  m.ffn = f.ffn;
-  m.dtype = f.dtype;
-  m.optimizer = f.optimizer;
-  return m;
 }
 
 int ReportError(const Error& error) {

@@ -13,18 +13,13 @@
 namespace kiwi::cli {
 
 // --model NAME and the size flags of CONTRACT.md (--layers --hidden --heads --seq --batch --ffn
-// --dtype --optimizer).
+// --dtype --optimizer), held in the form a plan records them (plan::ModelFlags).
 struct ModelFlags {
   std::string model;
-  std::optional<int> layers;
-  std::optional<int64_t> hidden, heads, seq, batch, ffn;
-  std::string dtype, optimizer;
+  plan::ModelFlags flags;
 
   void Add(CLI::App* app, const std::string& default_model);
   Result<models::ModelSpec> Load() const;
-  // The flags as recorded in a plan, and back.
-  plan::ModelFlags ToPlan() const;
-  static ModelFlags FromPlan(const std::string& model, const plan::ModelFlags& flags);
 };
 
 // Prints "kiwi: error: <message>" (one line) on stderr and returns the contract's exit code.

@@ -88,7 +88,7 @@ Status WriteBestPlan(const std::string& path, const Candidate& best, const Model
                      const std::string& cluster) {
   plan::Plan p;
   p.model = model.model;
-  p.model_flags = model.ToPlan();
+  p.model_flags = model.flags;
   p.cluster = cluster;
   p.solver = "uniform:" + best.name;
   p.layer = best.plan;

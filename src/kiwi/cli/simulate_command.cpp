@@ -64,7 +64,7 @@ Result<ir::Graph> LoadPlanGraph(const SimulateOptions& o, const CLI::App& app, c
 
 Result<models::ModelSpec> LoadPlanModel(const SimulateOptions& o, const CLI::App& app, const plan::Plan& p) {
   if (app.count("--model") > 0 || p.model.empty()) return o.model.Load();
-  return ModelFlags::FromPlan(p.model, p.model_flags).Load();
+  return ModelFlags{p.model, p.model_flags}.Load();
 }
 
 nlohmann::json ClaimsJson(const plan::Claims& claims, int64_t peak, double seconds) {
