@@ -1,6 +1,7 @@
 #include "kiwi/cli/common.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <iostream>
 
@@ -20,7 +21,7 @@ Result<ir::Optimizer> ParseOptimizer(const std::string& name) {
 
 void ModelFlags::Add(CLI::App* app, const std::string& default_model) {
   model = default_model;
-  app->add_option("--model", model, "model family or preset (see `kiwi plan --help`)")
+  app->add_option("--model", model, fmt::format("model family or preset: {}", fmt::join(models::ModelNames(), ", ")))
       ->capture_default_str();
   app->add_option("--layers", flags.layers, "number of transformer layers");
   app->add_option("--hidden", flags.hidden, "hidden size");
@@ -81,6 +82,10 @@ std::string DescribeModel(const models::ModelSpec& spec) {
   const auto& m = std::get<models::MlpConfig>(spec.config);
   return fmt::format("{}: {} linear layers, batch {}, {}", spec.name, m.widths.size() - 1, m.batch,
                      ir::DTypeName(m.dtype));
+}
+
+std::string ClusterHelp() {
+  return fmt::format("cluster preset ({}) or cluster JSON file", fmt::join(cost::ClusterPresetNames(), ", "));
 }
 
 std::string DescribeCluster(const cost::Cluster& cluster) {

@@ -32,6 +32,8 @@ void PrintJson(const nlohmann::json& object);
 int64_t SpecBatch(const models::ModelSpec& spec);
 // "gpt: 4 layers, hidden 1024, 16 heads, seq 1024, batch 8, f32"
 std::string DescribeModel(const models::ModelSpec& spec);
+// Help text of --cluster, listing the presets.
+std::string ClusterHelp();
 // "v100-nvlink-8: 8 x V100-SXM2-16GB (16.0 GiB), nvlink2 150 GB/s"
 std::string DescribeCluster(const cost::Cluster& cluster);
 

@@ -60,7 +60,7 @@ Command AddGraphCommand(CLI::App& root) {
   CLI::App* app = root.add_subcommand("graph", "describe a training graph: size, checkpoint-all peak, compute cost");
   app->add_option("GRAPH", o->path, "kiwi graph JSON, Checkmate node-link JSON or random-layered JSON (.gz ok)");
   o->model.Add(app, "gpt");
-  app->add_option("--cluster", o->cluster, "cluster preset or JSON file whose device prices roofline costs")
+  app->add_option("--cluster", o->cluster, ClusterHelp() + "; its device prices roofline costs")
       ->capture_default_str();
   app->add_option("--export", o->export_path, "write the graph as kiwi graph JSON to this file");
   app->add_flag("--json", o->json, "print one JSON object");

@@ -152,7 +152,7 @@ Command AddPlanCommand(CLI::App& root) {
   auto o = std::make_shared<PlanOptions>();
   CLI::App* app = root.add_subcommand("plan", "plan a model on a cluster (the default command)");
   o->model.Add(app, "gpt");
-  app->add_option("--cluster", o->cluster, "cluster preset or JSON file")->capture_default_str();
+  app->add_option("--cluster", o->cluster, ClusterHelp())->capture_default_str();
   app->add_option("--memory", o->memory, "memory budget per device (default: the device's memory)");
   app->add_option("--out", o->out, "write the best plan as plan JSON to this file");
   app->add_flag("--json", o->json, "print one JSON object");

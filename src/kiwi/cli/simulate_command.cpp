@@ -135,7 +135,7 @@ Command AddSimulateCommand(CLI::App& root) {
   app->add_option("PLAN", o->plan_path, "plan JSON (docs/plan-format.md)")->required();
   app->add_option("GRAPH", o->graph_path, "graph file an operator-level plan refers to");
   o->model.Add(app, "gpt");
-  app->add_option("--cluster", o->cluster, "cluster preset or JSON file (default: the plan's, else v100-nvlink-8)");
+  app->add_option("--cluster", o->cluster, ClusterHelp() + " (default: the plan's, else v100-nvlink-8)");
   app->add_option("--memory", o->memory, "memory budget per device to check the plan against");
   app->add_flag("--timeline", o->timeline, "include the per-step memory timeline (with --json)");
   app->add_flag("--json", o->json, "print one JSON object");
