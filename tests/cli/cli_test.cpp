@@ -111,6 +111,11 @@ TEST(Cli, GraphFromModelZooAndExportRoundTrips) {
 
 TEST(Cli, BadModelFlagsExitTwo) {
   EXPECT_EQ(RunKiwi("graph --model gpt --heads 7 --hidden 64").exit_code, 2);
+  // Sizes whose products would overflow int64 are rejected, never computed with.
+  EXPECT_EQ(RunKiwi("graph --model gpt --hidden 4000000000 --heads 1 --seq 4000000000").exit_code, 2);
+  EXPECT_EQ(RunKiwi("graph --model gpt --batch 9223372036854775807").exit_code, 2);
+  EXPECT_EQ(RunKiwi("graph --model gpt --batch 16000000 --seq 16000000 --layers 1").exit_code, 2);
+  EXPECT_EQ(RunKiwi("graph --model gpt --layers 2000000").exit_code, 2);
   EXPECT_EQ(RunKiwi("graph --model no-such-model").exit_code, 2);
   EXPECT_EQ(RunKiwi("plan --cluster no-such-cluster").exit_code, 2);
   EXPECT_EQ(RunKiwi("plan --memory 12parsecs").exit_code, 2);

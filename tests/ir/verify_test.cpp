@@ -48,6 +48,12 @@ TEST(VerifyGraph, RejectsNegativeInputId) {
   ExpectBadInput(VerifyGraph(g), {"node 4 'r'", "inputs[0]", "-1"});
 }
 
+TEST(VerifyGraph, RejectsTensorsTooLargeToCountWithoutOverflow) {
+  Graph g("huge");
+  AddInput(g, "x", {int64_t{1} << 30, int64_t{1} << 30, int64_t{1} << 30});  // 2^90 elements
+  ExpectBadInput(VerifyGraph(g), {"node 0 'x'", "output.shape", "larger than"});
+}
+
 TEST(VerifyGraph, RejectsIdsOutOfExecutionOrderWithoutAnExplicitOrder) {
   Graph g("late_input");
   const NodeId r = AddOp(g, "r", OpKind::kElementwise, "relu", {4}, {1});  // reads x, added next

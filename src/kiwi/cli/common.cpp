@@ -36,7 +36,7 @@ void ModelFlags::Add(CLI::App* app, const std::string& default_model) {
 Result<models::ModelSpec> ModelFlags::Load() const {
   models::ModelOverrides o;
   if (flags.layers) {
-    if (*flags.layers > 100000) return BadInput(fmt::format("--layers: {} is too many", *flags.layers));
+    if (*flags.layers > 10000) return BadInput(fmt::format("--layers: {} is too many", *flags.layers));
     o.layers = static_cast<int>(*flags.layers);
   }
   o.hidden = flags.hidden;

@@ -20,13 +20,21 @@ Error NodeError(std::string_view source, const Node& node, std::string_view fiel
 bool NonNegative(double v) { return std::isfinite(v) && v >= 0.0; }
 
 // Fields that need no other node: id, name, dims, costs, layer.
+constexpr int64_t kMaxTensorBytes = int64_t{1} << 50;  // 1 PiB
+
 Status CheckOwnFields(std::string_view source, const Node& n, NodeId index) {
   if (n.id != index) return NodeError(source, n, "id", fmt::format("must equal its index {}", index));
   if (n.name.empty()) return NodeError(source, n, "name", "must not be empty");
-  for (size_t d = 0; d < n.output.shape.size(); ++d)
+  int64_t bytes = DTypeBytes(n.output.dtype);
+  for (size_t d = 0; d < n.output.shape.size(); ++d) {
     if (n.output.shape[d] <= 0)
       return NodeError(source, n, fmt::format("output.shape[{}]", d),
                        fmt::format("dim must be positive, got {}", n.output.shape[d]));
+    // Checked before anything multiplies dims: sizes, sums of sizes and their doubles stay exact.
+    if (__builtin_mul_overflow(bytes, n.output.shape[d], &bytes) || bytes > kMaxTensorBytes)
+      return NodeError(source, n, "output.shape", fmt::format("{} is larger than the supported {} bytes per tensor",
+                                                              ShapeString(n.output.shape), kMaxTensorBytes));
+  }
   if (!NonNegative(n.flops)) return NodeError(source, n, "flops", fmt::format("must be >= 0, got {}", n.flops));
   if (n.bytes_accessed < 0)
     return NodeError(source, n, "bytes_accessed", fmt::format("must be >= 0, got {}", n.bytes_accessed));

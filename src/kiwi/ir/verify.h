@@ -11,7 +11,7 @@
 
 namespace kiwi::ir {
 
-// Rejects: dangling inputs, cycles, an explicit order that is not a topological permutation of all
+// Rejects: tensors of more than 2^50 bytes (checked without overflow), dangling inputs, cycles, an explicit order that is not a topological permutation of all
 // nodes, non-positive dims (and empty names), shape/dtype mismatches per kind (a table of small
 // per-kind checks: matmul contraction dims, elementwise broadcast, conv channels, ...), negative
 // flops/bytes/costs, backward ops whose grad_of is not a forward node.

@@ -42,8 +42,9 @@ NodeId GraphBuilder::Parameter(const std::string& name, Shape shape) {
 }
 
 Result<ir::Graph> GraphBuilder::Finish() && {
-  ir::AnnotateFlopsAndBytes(graph_);
+  // Verify first: it bounds tensor sizes before the FLOP formulas multiply them.
   KIWI_RETURN_IF_ERROR(ir::VerifyGraph(graph_, "model " + graph_.name()));
+  ir::AnnotateFlopsAndBytes(graph_);
   return std::move(graph_);
 }
 

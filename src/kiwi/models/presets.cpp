@@ -113,7 +113,9 @@ std::vector<Preset> Presets() {
 }
 
 Status CheckPositive(const char* flag, std::optional<int64_t> value) {
+  constexpr int64_t kMaxDim = int64_t{1} << 24;  // far beyond any real model; keeps products of two dims exact
   if (value && *value <= 0) return BadInput(fmt::format("{}: must be positive, got {}", flag, *value));
+  if (value && *value > kMaxDim) return BadInput(fmt::format("{}: {} is larger than {}", flag, *value, kMaxDim));
   return Status::Ok();
 }
 
