@@ -1,0 +1,52 @@
+#pragma once
+// Solving a milp::Model. The contract (after MathOpt): Solve() returns an Error only for bad input or
+// a backend failure; every solver outcome (optimal, infeasible, limit reached with or without a
+// solution) is a SolveResult whose `termination` says which.
+#include <functional>
+#include <optional>
+#include <vector>
+
+#include "kiwi/solve/milp/model.h"
+#include "kiwi/util/result.h"
+
+namespace kiwi::milp {
+
+enum class Termination : uint8_t {
+  kOptimal,       // proven optimal within relative_gap
+  kFeasible,      // a limit was reached with a feasible solution (values set, gap known)
+  kInfeasible,    // proven infeasible
+  kNoSolution,    // a limit was reached without any feasible solution
+  kUnbounded,
+};
+
+struct Incumbent {
+  double objective = 0.0;
+  double best_bound = 0.0;
+  double seconds = 0.0;
+};
+
+struct SolveOptions {
+  double time_limit_seconds = kInf;
+  double relative_gap = 1e-4;     // stop when (incumbent - bound) / |incumbent| <= relative_gap
+  int threads = 0;                // 0 = all cores
+  bool relax_integrality = false; // solve the LP relaxation (CLP) instead of the MILP
+  std::optional<std::vector<double>> warm_start{};  // a full assignment (one value per variable)
+  std::function<void(const Incumbent&)> on_incumbent{};  // on each improvement, from a solver thread, one call at a time
+  bool log = false;               // backend log to stderr
+};
+
+struct SolveResult {
+  Termination termination = Termination::kNoSolution;
+  std::vector<double> values;     // one per variable when a solution exists
+  double objective = 0.0;         // of `values`
+  double best_bound = 0.0;        // proven bound on the optimum (LP: the optimum itself)
+  double seconds = 0.0;
+  bool has_solution() const { return termination == Termination::kOptimal || termination == Termination::kFeasible; }
+  // (objective - best_bound) / max(|objective|, 1e-9); 0 when optimal.
+  double relative_gap() const;
+};
+
+// Solves with COIN-OR CBC (MILP) or CLP (LP relaxation), the only backend so far.
+Result<SolveResult> Solve(const Model& model, const SolveOptions& options = {});
+
+}  // namespace kiwi::milp
