@@ -1,0 +1,422 @@
+#include "kiwi/solve/remat/checkmate_ilp.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <numeric>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+
+#include "kiwi/solve/milp/solve.h"
+#include "kiwi/solve/remat/lp_rounding.h"
+#include "kiwi/solve/remat/optimal_r.h"
+
+namespace kiwi::solve::remat {
+namespace {
+
+using Index = CheckmateIndex;
+size_t Z(int32_t i) { return static_cast<size_t>(i); }
+
+// Adds coeff * (slot) to e: a variable, a constant 1, or nothing.
+void AddSlot(milp::Expr& e, int32_t slot, double coeff) {
+  if (slot >= 0) e.Add(milp::Var{slot}, coeff);
+  else if (slot == Index::kOne) e.AddConstant(coeff);
+}
+
+double SlotValue(int32_t slot, const std::vector<double>& values) {
+  if (slot >= 0) return values[Z(slot)];
+  return slot == Index::kOne ? 1.0 : 0.0;
+}
+
+// Rows with no variable are constants: true ones are dropped, false ones kept so the model is infeasible.
+void AddRow(milp::Model& m, const milp::Expr& e, double lower, double upper) {
+  if (e.terms().empty() && e.constant() >= lower && e.constant() <= upper) return;
+  m.AddConstraint(e, lower, upper);
+}
+
+constexpr double kMaxCoefficient = 1e7;  // beyond this, scale to keep CBC's tolerances meaningful
+
+// Tensor sizes share a large gcd (often 1 KiB): counting in that unit keeps memory rows integral.
+void ChooseMemoryUnit(const StageGraph& g, Index& index) {
+  int64_t unit = 0;
+  int64_t largest = 1;
+  for (int64_t m : g.memory) unit = std::gcd(unit, m), largest = std::max(largest, m);
+  if (unit <= 0) unit = 1;
+  index.integral_units = static_cast<double>(largest) / static_cast<double>(unit) <= kMaxCoefficient;
+  index.memory_unit = index.integral_units ? static_cast<double>(unit) : static_cast<double>(largest) / kMaxCoefficient;
+}
+
+double BudgetUnits(const Index& index, int64_t budget) {
+  const double units = static_cast<double>(budget) / index.memory_unit;
+  // Integral sizes: an integral row bound is exact. Otherwise leave room for rounding errors.
+  return index.integral_units ? std::floor(units) : units * (1.0 - 1e-9);
+}
+
+void CreateStageVariables(const StageGraph& g, milp::Model& m, Index& index) {
+  index.r.resize(Z(g.n));
+  index.s.resize(Z(g.n));
+  for (int32_t t = 0; t < g.n; ++t) {
+    for (int32_t i = 0; i <= t; ++i) {
+      const bool fixed_zero = g.persistent[Z(i)] || !g.Live(t, i);
+      index.r[Z(t)].push_back(i == t ? Index::kOne : fixed_zero ? Index::kZero : m.AddBinary().index);
+    }
+    for (int32_t i = 0; i < t; ++i) {
+      const int32_t slot = g.persistent[Z(i)] ? Index::kOne : !g.Live(t, i) ? Index::kZero : m.AddBinary().index;
+      index.s[Z(t)].push_back(slot);
+    }
+  }
+}
+
+// Where i may be freed in stage t: i itself or a reader of i, computed before t. Empty when t reads i
+// or i is never freed. With `no_waste`, i itself is no free point (a computed i is read later or kept).
+std::vector<int32_t> FreePoints(const StageGraph& g, const Index& x, int32_t t, int32_t i, bool no_waste) {
+  std::vector<int32_t> points;
+  if (g.persistent[Z(i)] || x.S(t + 1, i) == Index::kOne) return points;
+  if (std::binary_search(g.children[Z(i)].begin(), g.children[Z(i)].end(), t)) return points;
+  if (!no_waste && x.R(t, i) != Index::kZero) points.push_back(i);
+  for (int32_t j : g.children[Z(i)])
+    if (j < t && x.R(t, j) != Index::kZero) points.push_back(j);
+  return points;
+}
+
+// lhs <= R[t][i] + S[t][i]: `lhs` needs i resident in stage t.
+void AddNeedsResident(milp::Model& m, const Index& x, milp::Expr lhs, int32_t t, int32_t i) {
+  AddSlot(lhs, x.R(t, i), -1.0), AddSlot(lhs, x.S(t, i), -1.0);
+  AddRow(m, lhs, -milp::kInf, 0.0);
+}
+
+// A tensor i that stage t cannot free: Checkmate eq. (1b) R[t][k] <= R[t][i] + S[t][i] for its readers
+// k <= t and eq. (1c) S[t+1][i] <= S[t][i] + R[t][i].
+void AddKeptTensorRows(const StageGraph& g, milp::Model& m, const Index& x, int32_t t, int32_t i) {
+  for (int32_t k : g.children[Z(i)]) {
+    if (k > t) break;
+    if (x.R(t, k) == Index::kZero) continue;
+    milp::Expr e;
+    AddSlot(e, x.R(t, k), 1.0);
+    AddNeedsResident(m, x, e, t, i);
+  }
+  if (t + 1 < g.n && x.S(t + 1, i) >= 0) {
+    milp::Expr e;
+    AddSlot(e, x.S(t + 1, i), 1.0);
+    AddNeedsResident(m, x, e, t, i);
+  }
+}
+
+// A tensor i that stage t may free after point k (i or a reader): FREE[t][i][k] = R[t][k] (1 - S[t+1][i])
+// prod_{readers j > k} (1 - R[t][j]) (Checkmate eq. 4), linearized with rows bounded by i's residency
+// (tighter than the paper's big-M on the hazard sum, and they imply eqs. 1b-1c for i):
+//   FREE[t][i][k] <= R[t][k];  sum_{k < j} FREE[t][i][k] + R[t][j] <= R[t][i] + S[t][i] per reader j;
+//   sum_k FREE[t][i][k] + S[t+1][i] <= R[t][i] + S[t][i];
+// `exact_free` adds FREE >= R[t][k] - S[t+1][i] - sum_{readers j > k} R[t][j] (U exact, not a bound).
+void AddFreedTensorRows(milp::Model& m, Index& x, int32_t t, int32_t i, const std::vector<int32_t>& points,
+                        bool exact_free) {
+  std::vector<int32_t> vars;
+  milp::Expr freed;  // sum of FREE[t][i][k] for the points so far
+  for (int32_t k : points) {
+    if (k != i) {
+      milp::Expr reader = freed;
+      AddSlot(reader, x.R(t, k), 1.0);
+      AddNeedsResident(m, x, reader, t, i);
+    }
+    vars.push_back(m.AddBinary().index);
+    x.frees.push_back({t, i, k, vars.back()});
+    freed.Add(milp::Var{vars.back()}, 1.0);
+    milp::Expr upper;
+    upper.Add(milp::Var{vars.back()}, 1.0), AddSlot(upper, x.R(t, k), -1.0);
+    AddRow(m, upper, -milp::kInf, 0.0);
+  }
+  AddSlot(freed, x.S(t + 1, i), 1.0);
+  AddNeedsResident(m, x, freed, t, i);
+  if (!exact_free) return;
+  for (size_t a = 0; a < points.size(); ++a) {
+    milp::Expr lower;
+    lower.Add(milp::Var{vars[a]}, 1.0), AddSlot(lower, x.R(t, points[a]), -1.0), AddSlot(lower, x.S(t + 1, i), 1.0);
+    for (size_t b = a + 1; b < points.size(); ++b) AddSlot(lower, x.R(t, points[b]), 1.0);
+    AddRow(m, lower, 0.0, milp::kInf);
+  }
+}
+
+// Checkmate eq. (2): U[t][k0] = sum_i M_i S[t][i] + M_k0 R[t][k0]; U[t][k] = U[t][k'] - sum M_i FREE[t][i][k']
+// + M_k R[t][k] for consecutive computable k' < k; U <= budget. `frees` holds stage t's, sorted by k.
+void AddMemoryRows(const StageGraph& g, milp::Model& m, Index& x, int32_t t, std::span<const Index::Free> frees) {
+  x.u[Z(t)].assign(Z(t) + 1, -1);
+  auto mem = [&](int32_t i) { return static_cast<double>(g.memory[Z(i)]) / x.memory_unit; };
+  int32_t prev = -1;
+  size_t f = 0;
+  for (int32_t k = 0; k <= t; ++k) {
+    if (x.R(t, k) == Index::kZero) continue;
+    const int32_t u = m.AddContinuous(0.0, x.budget_units).index;
+    x.u[Z(t)][Z(k)] = u;
+    milp::Expr e;
+    e.Add(milp::Var{u}, 1.0);
+    AddSlot(e, x.R(t, k), -mem(k));
+    if (prev < 0) {
+      for (int32_t i = 0; i < t; ++i) AddSlot(e, x.S(t, i), -mem(i));
+    } else {
+      e.Add(milp::Var{x.u[Z(t)][Z(prev)]}, -1.0);
+      for (; f < frees.size() && frees[f].k < k; ++f) e.Add(milp::Var{frees[f].var}, mem(frees[f].i));
+    }
+    x.u_rows.push_back(m.num_constraints());
+    m.AddConstraint(e, 0.0, 0.0);
+    prev = k;
+  }
+}
+
+// Per tensor i < t: the simulator's no-double-compute rule R[t][i] + S[t][i] <= 1 and, with `no_waste`,
+// the dominance R[t][i] <= S[t+1][i] + sum_{readers j in (i, t]} R[t][j] (computing i only pays if the
+// stage reads it later or keeps it; dropping waste never costs or holds more, and makes FREE[t][i][i] 0).
+void AddComputeRows(const StageGraph& g, milp::Model& m, const Index& x, int32_t t, int32_t i, bool no_waste) {
+  if (x.R(t, i) < 0) return;
+  if (x.S(t, i) >= 0) {
+    milp::Expr e;
+    AddSlot(e, x.R(t, i), 1.0), AddSlot(e, x.S(t, i), 1.0);
+    AddRow(m, e, -milp::kInf, 1.0);
+  }
+  if (!no_waste || std::binary_search(g.children[Z(i)].begin(), g.children[Z(i)].end(), t)) return;
+  milp::Expr e;
+  AddSlot(e, x.R(t, i), 1.0), AddSlot(e, x.S(t + 1, i), -1.0);
+  for (int32_t j : g.children[Z(i)])
+    if (j < t) AddSlot(e, x.R(t, j), -1.0);
+  AddRow(m, e, -milp::kInf, 0.0);
+}
+
+void AddStageRows(const StageGraph& g, milp::Model& m, Index& x, int32_t t, const CheckmateModelOptions& options) {
+  const size_t first = x.frees.size();
+  for (int32_t i = 0; i < t; ++i) {
+    AddComputeRows(g, m, x, t, i, options.no_waste);
+    const std::vector<int32_t> points = FreePoints(g, x, t, i, options.no_waste);
+    if (points.empty()) AddKeptTensorRows(g, m, x, t, i);
+    else AddFreedTensorRows(m, x, t, i, points, options.exact_free);
+  }
+  std::stable_sort(x.frees.begin() + static_cast<std::ptrdiff_t>(first), x.frees.end(),
+                   [](const Index::Free& a, const Index::Free& b) { return a.k < b.k; });
+  AddMemoryRows(g, m, x, t, std::span<const Index::Free>(x.frees).subspan(first));
+}
+
+}  // namespace
+
+CheckmateModel BuildCheckmateModel(const RematProblem& problem, const StageGraph& g,
+                                   const CheckmateModelOptions& options) {
+  CheckmateModel cm;
+  Index& x = cm.index;
+  ChooseMemoryUnit(g, x);
+  x.budget_units = BudgetUnits(x, problem.budget);
+  CreateStageVariables(g, cm.model, x);
+  x.u.resize(Z(g.n));
+  for (int32_t t = 0; t < g.n; ++t) AddStageRows(g, cm.model, x, t, options);
+  milp::Expr objective;  // Checkmate eq. (1a): sum_t sum_i C_i R[t][i]
+  for (int32_t t = 0; t < g.n; ++t)
+    for (int32_t i = 0; i <= t; ++i)
+      if (g.cost[Z(i)] != 0.0) AddSlot(objective, x.R(t, i), g.cost[Z(i)]);
+  cm.model.SetObjective(objective, milp::Sense::kMinimize);
+  return cm;
+}
+
+void SetMemoryBudget(CheckmateModel& cm, int64_t budget) {
+  cm.index.budget_units = BudgetUnits(cm.index, budget);
+  for (const std::vector<int32_t>& stage : cm.index.u)
+    for (int32_t u : stage)
+      if (u >= 0) cm.model.SetBounds(milp::Var{u}, 0.0, cm.index.budget_units);
+}
+
+StageSolution ReadStageSolution(const CheckmateModel& cm, const std::vector<double>& values) {
+  const Index& x = cm.index;
+  const auto n = static_cast<int32_t>(x.r.size());
+  StageSolution sol = EmptyStages(n);
+  for (int32_t t = 0; t < n; ++t) {
+    for (int32_t i = 0; i <= t; ++i) sol.R[Z(t)][Z(i)] = SlotValue(x.R(t, i), values) > 0.5 ? 1 : 0;
+    for (int32_t i = 0; i < t; ++i) sol.S[Z(t)][Z(i)] = SlotValue(x.S(t, i), values) > 0.5 ? 1 : 0;
+  }
+  return sol;
+}
+
+std::vector<std::vector<double>> ReadStoredValues(const CheckmateModel& cm, const std::vector<double>& values) {
+  const Index& x = cm.index;
+  std::vector<std::vector<double>> s(x.s.size());
+  for (size_t t = 0; t < x.s.size(); ++t)
+    for (int32_t slot : x.s[t]) s[t].push_back(SlotValue(slot, values));
+  return s;
+}
+
+std::vector<double> StageSolutionValues(const CheckmateModel& cm, const StageGraph& g, const StageSolution& sol) {
+  const Index& x = cm.index;
+  std::vector<double> v(Z(cm.model.num_vars()), 0.0);
+  for (int32_t t = 0; t < g.n; ++t) {
+    for (int32_t i = 0; i <= t; ++i)
+      if (x.R(t, i) >= 0) v[Z(x.R(t, i))] = sol.Computed(t, i) ? 1.0 : 0.0;
+    for (int32_t i = 0; i < t; ++i)
+      if (x.S(t, i) >= 0) v[Z(x.S(t, i))] = sol.Stored(t, i) ? 1.0 : 0.0;
+  }
+  for (const Index::Free& f : x.frees) {
+    bool read_later = false;
+    for (int32_t j : g.children[Z(f.i)]) read_later = read_later || (j > f.k && j <= f.t && sol.Computed(f.t, j));
+    v[Z(f.var)] = sol.Computed(f.t, f.k) && !sol.Stored(f.t + 1, f.i) && !read_later ? 1.0 : 0.0;
+  }
+  // U follows its defining rows (U first, then terms already set), evaluated in the order they chain.
+  for (int32_t r : x.u_rows) {
+    const milp::Constraint& row = cm.model.constraints()[Z(r)];
+    const int32_t u = row.terms.front().first;
+    double rest = 0.0;
+    for (size_t j = 1; j < row.terms.size(); ++j) rest += row.terms[j].second * v[Z(row.terms[j].first)];
+    v[Z(u)] = row.lower - rest;
+  }
+  return v;
+}
+
+double MaxResidentBytes(const CheckmateModel& cm, const std::vector<double>& values) {
+  double peak = 0.0;
+  for (const std::vector<int32_t>& stage : cm.index.u)
+    for (int32_t u : stage)
+      if (u >= 0) peak = std::max(peak, values[Z(u)]);
+  return peak * cm.index.memory_unit;
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+void Say(const RematOptions& options, const std::string& line) {
+  if (options.progress) options.progress(line);
+}
+
+constexpr const char* kRoundingSource = "LP rounding";
+
+// The MIP start: the given schedule in stage form (its stored sets, OptimalR's recomputations), else
+// (or when it does not fit) checkpoint-all when it fits, else the best LP rounding (Checkmate §5), given
+// half of the time (CBC solves the same root LP again: a rounding that cannot finish in half cannot
+// help). `rounding` keeps the LP's bound and infeasibility proof.
+std::optional<StageSolution> WarmStartStages(const RematProblem& problem, const StageGraph& g,
+                                             const std::vector<plan::Step>* warm_start, const RematOptions& options,
+                                             LpRounding& rounding, std::string& source) {
+  if (warm_start != nullptr) {
+    source = "the given schedule";
+    if (std::optional<StageSolution> read = StoredSetsOfSchedule(problem, *warm_start)) {
+      StageSolution sol = OptimalR(g, std::move(read->S));  // never costs more than the schedule's own R
+      if (StagePeakMemory(g, sol) <= problem.budget) return sol;
+    }
+    Say(options, "ilp: the given warm start is not a stage schedule within the budget");
+  }
+  if (problem.checkpoint_all_peak <= problem.budget) {
+    source = "checkpoint-all";
+    return CheckpointAllStages(g);
+  }
+  source = kRoundingSource;
+  RematOptions half = options;
+  half.time_limit_seconds = options.time_limit_seconds / 2.0;
+  rounding = RoundLpRelaxation(problem, g, half);
+  return std::move(rounding.best);  // OptimalR's, within the budget
+}
+
+// A solver's (R, S) turned into the schedule the simulator judges. An R that does not pass the
+// stage checks or a peak over budget (CBC's tolerances) is rebuilt from S by OptimalR, which never
+// costs or holds more.
+Result<RematResult> FinishStages(const RematProblem& problem, const cost::CostModel& cost_model, const StageGraph& g,
+                                 StageSolution sol, RematResult partial) {
+  if (!CheckStageSolution(g, sol) || StagePeakMemory(g, sol) > problem.budget) {
+    sol = OptimalR(g, std::move(sol.S));
+    partial.note += " (R rebuilt from S)";
+  }
+  return FinishResult(problem, cost_model, StageSchedule(problem, g, sol), std::move(partial));
+}
+
+milp::SolveOptions IlpSolveOptions(const RematOptions& options, double seconds_left) {
+  milp::SolveOptions so;
+  so.time_limit_seconds = std::max(0.0, seconds_left);
+  so.relative_gap = options.relative_gap;
+  so.threads = options.threads;
+  so.on_incumbent = [&options](const milp::Incumbent& inc) {
+    Say(options, fmt::format("ilp: incumbent {:.6g}, bound {:.6g} at {:.2f} s", inc.objective, inc.best_bound, inc.seconds));
+  };
+  return so;
+}
+
+std::string Termination(const milp::SolveResult& r, double bound) {
+  switch (r.termination) {
+    case milp::Termination::kOptimal: return "optimal among frontier-advancing stage schedules";
+    case milp::Termination::kFeasible:
+      return fmt::format("time limit, gap {:.3g}%", 100.0 * (r.objective - bound) / std::max(r.objective, 1e-9));
+    case milp::Termination::kInfeasible: return "proven infeasible: no frontier-advancing schedule fits the budget";
+    case milp::Termination::kNoSolution: return "time limit without a feasible solution";
+    case milp::Termination::kUnbounded: return "unbounded";
+  }
+  return "unknown";
+}
+
+// CBC with the MIP start; a claim of infeasibility that the (feasible) start contradicts is overruled.
+Result<milp::SolveResult> RunCbc(const CheckmateModel& cm, const milp::SolveOptions& so, const RematOptions& options) {
+  Result<milp::SolveResult> r = milp::Solve(cm.model, so);
+  if (!r) return r;
+  if (r->termination == milp::Termination::kUnbounded) return Internal("ilp: CBC reports the model unbounded");
+  if (r->termination == milp::Termination::kInfeasible && so.warm_start) {
+    Say(options, "ilp: CBC reports the model infeasible, but the warm start satisfies it: keeping the warm start");
+    r->termination = milp::Termination::kFeasible;
+    r->values = *so.warm_start;
+    r->objective = cm.model.Evaluate(r->values);
+    r->best_bound = -milp::kInf;
+  }
+  return r;
+}
+
+// All proven: CBC's bound (weak or -inf when time ran out in its root), the LP's, and every node once.
+double ProvenBound(const RematProblem& problem, const milp::SolveResult& r, const LpRounding& rounding) {
+  double bound = std::max(problem.baseline_cost, rounding.lp_bound.value_or(problem.baseline_cost));
+  if (r.has_solution() && std::isfinite(r.best_bound)) bound = std::max(bound, r.best_bound);
+  return r.has_solution() ? std::min(bound, r.objective) : bound;
+}
+
+}  // namespace
+
+Result<RematResult> SolveCheckmateIlp(const RematProblem& problem, const cost::CostModel& cost_model,
+                                      const RematOptions& options, const std::vector<plan::Step>* warm_start) {
+  const Clock::time_point start = Clock::now();
+  RematResult partial;
+  partial.solver = "ilp";
+  const int64_t floor = MemoryLowerBound(problem);
+  if (floor > problem.budget) {
+    partial.note = fmt::format("budget {} is below the memory lower bound {}", problem.budget, floor);
+    partial.solve_seconds = SecondsSince(start);
+    return partial;
+  }
+  const StageGraph g = MakeStageGraph(problem);
+  const CheckmateModel cm = BuildCheckmateModel(problem, g);
+  Say(options, fmt::format("ilp: {} variables, {} rows, built in {:.2f} s", cm.model.num_vars(),
+                           cm.model.num_constraints(), SecondsSince(start)));
+  std::string source;
+  LpRounding rounding;
+  std::optional<StageSolution> warm = WarmStartStages(problem, g, warm_start, options, rounding, source);
+  const bool lp_too_slow = source == kRoundingSource && !rounding.lp_bound && !rounding.lp_infeasible;
+  if (rounding.lp_infeasible || lp_too_slow) {  // infeasible, or CBC's root LP would not finish either
+    partial.note = lp_too_slow ? "time limit: the LP relaxation needs more than half of it" : rounding.note;
+    if (lp_too_slow) partial.lower_bound = problem.baseline_cost;
+    Say(options, "ilp: " + partial.note);
+    partial.solve_seconds = SecondsSince(start);
+    return partial;
+  }
+  milp::SolveOptions so = IlpSolveOptions(options, options.time_limit_seconds - SecondsSince(start));
+  if (warm) {
+    so.warm_start = StageSolutionValues(cm, g, *warm);
+    Say(options, fmt::format("ilp: warm start from {}: cost {:.6g}", source, StageCost(g, *warm)));
+  }
+  Result<milp::SolveResult> r = RunCbc(cm, so, options);
+  if (!r) return r.error();
+  const double bound = ProvenBound(problem, *r, rounding);
+  partial.note = Termination(*r, bound);
+  Say(options, fmt::format("ilp: {} in {:.2f} s", partial.note, SecondsSince(start)));
+  if (r->termination != milp::Termination::kInfeasible) partial.lower_bound = bound;
+  if (!r->has_solution()) {
+    partial.solve_seconds = SecondsSince(start);
+    return partial;
+  }
+  partial.optimal = r->termination == milp::Termination::kOptimal;
+  Result<RematResult> result = FinishStages(problem, cost_model, g, ReadStageSolution(cm, r->values), std::move(partial));
+  if (result) result->solve_seconds = SecondsSince(start);
+  return result;
+}
+
+}  // namespace kiwi::solve::remat
