@@ -1,0 +1,58 @@
+#pragma once
+// A fast rematerialization heuristic for any DAG (SolverKind::kHeuristic), and the MILP's warm start.
+//
+// It searches the keep-set family (keep_set_schedule.h: cuts and holds) with greedy + local search:
+//  1. reduce: from a start point (keep everything, or a baseline's keep set), while the peak exceeds
+//     the budget, take the move with the best memory-time reduction over the budget (or peak
+//     reduction) per unit of added compute cost among the tensors idle at the peak: cut the tensor
+//     (optionally holding its inputs until it is recomputed), or drop a hold. Only the 16 most
+//     promising tensors per step are evaluated exactly (bytes per unit of recomputation cost), and on
+//     large graphs a step also applies a few runner-up moves;
+//  2. polish: re-keep any tensor whose cut the budget no longer needs, and hold a recomputed tensor
+//     until its recomputation instead, whenever the cost drops within the budget;
+//  3. improve (the cheapest few schedules): "remove and repair", undo one cut and re-reduce with at
+//     most a few steps, accepting when the cost drops; until no move helps or the time limit.
+// Three scores x the start points are tried and the cheapest schedule within the budget is kept, so
+// the heuristic is never worse than those baselines and equals checkpoint-all whenever that fits.
+// Every schedule is a frontier-advancing stage schedule: a valid warm start for the MILP.
+//
+//   Result<RematResult> r = SolveHeuristic(problem, cost_model, {.time_limit_seconds = 1});
+//   if (r && !r->feasible) ... MinimumFeasiblePeak(problem) is the smallest budget it can satisfy.
+#include <cstdint>
+#include <string>
+
+#include "kiwi/solve/remat/keep_set_schedule.h"
+#include "kiwi/solve/remat/problem.h"
+#include "kiwi/solve/remat/solvers.h"
+
+namespace kiwi::solve::remat {
+
+struct HeuristicOptions {
+  double time_limit_seconds = 10.0;
+  int repair_steps = 3;            // greedy steps one remove-and-repair move may take
+  bool seed_with_baselines = true; // also start from the baselines' keep sets
+};
+
+struct KeepSetSolution {
+  KeepPolicy policy;
+  KeepSetEvaluation eval;
+  std::string variant;  // which start point and score found it
+  bool feasible = false;
+};
+
+// The cheapest keep-set schedule within `budget` that the search finds; when none fits, feasible =
+// false and the smallest-peak schedule found (MinimumPeakKeepSet).
+KeepSetSolution SearchKeepSet(KeepSetScheduler& ks, int64_t budget, const HeuristicOptions& options);
+
+// The smallest peak the search reaches in the keep-set family (a greedy peak descent from keep-all and
+// from the baselines' keep sets, and the keep-nothing schedule): a budget kiwi can always satisfy.
+// Never below MemoryLowerBound(problem).
+KeepSetSolution MinimumPeakKeepSet(KeepSetScheduler& ks, double time_limit_seconds = 5.0);
+int64_t MinimumFeasiblePeak(const RematProblem& problem, double time_limit_seconds = 5.0);
+
+// Entry point (solvers.h). Infeasible budgets give feasible = false, an empty schedule, and
+// peak_memory / cost of the smallest-peak schedule found (its peak is the smallest budget it can meet).
+Result<RematResult> SolveHeuristic(const RematProblem& problem, const cost::CostModel& cost_model,
+                                   const RematOptions& options);
+
+}  // namespace kiwi::solve::remat
