@@ -36,6 +36,13 @@ TEST(Cli, VersionAndHelp) {
   }
 }
 
+TEST(Cli, EverySubcommandAcceptsThreadsAndSearchesAcceptATimeLimit) {
+  EXPECT_EQ(RunKiwi("plan --threads 2 --time-limit 30 --json").exit_code, 0);
+  EXPECT_EQ(RunKiwi("graph --model gpt --layers 1 --hidden 64 --heads 4 --seq 8 --threads 2").exit_code, 0);
+  EXPECT_EQ(RunKiwi("plan --time-limit -1").exit_code, 2);
+  EXPECT_EQ(RunKiwi("plan --threads many").exit_code, 2);
+}
+
 TEST(Cli, UnknownFlagIsUsageErrorOnOneLine) {
   auto r = RunKiwi("graph --no-such-flag");
   EXPECT_EQ(r.exit_code, 2);

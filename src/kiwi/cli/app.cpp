@@ -32,7 +32,8 @@ int Main(int argc, char** argv) {
                "on a cluster within a per-device memory budget."};
   app.set_version_flag("--version", std::string("kiwi ") + kVersion);
   app.require_subcommand(0, 1);
-  std::vector<Command> commands = {AddPlanCommand(app), AddGraphCommand(app), AddSimulateCommand(app)};
+  std::vector<Command> commands = {AddPlanCommand(app), AddGraphCommand(app), AddSimulateCommand(app),
+                                   AddRematCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -14,5 +14,6 @@ struct Command {
 Command AddGraphCommand(CLI::App& root);
 Command AddSimulateCommand(CLI::App& root);
 Command AddPlanCommand(CLI::App& root);
+Command AddRematCommand(CLI::App& root);
 
 }  // namespace kiwi::cli

@@ -5,6 +5,7 @@
 
 #include <iostream>
 
+#include "kiwi/io/graph_json.h"
 #include "kiwi/util/units.h"
 
 namespace kiwi::cli {
@@ -56,6 +57,28 @@ Result<models::ModelSpec> ModelFlags::Load() const {
     o.optimizer = *opt;
   }
   return models::LoadModel(model, o);
+}
+
+void SearchFlags::Add(CLI::App* app) {
+  app->add_option("--time-limit", time_limit_seconds, "seconds to search; the best answer so far is returned")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app->add_option("--threads", threads, "solver threads (default: all cores)")->check(CLI::NonNegativeNumber);
+}
+
+void AddThreadsFlag(CLI::App* app) {
+  app->add_option_function<int>("--threads", [](int) {}, "accepted for uniformity; this command runs on one thread")
+      ->check(CLI::NonNegativeNumber);
+}
+
+Result<ir::Graph> LoadGraphOrModel(const std::string& path, const ModelFlags& model, const CLI::App& app) {
+  const bool from_model = app.count("--model") > 0;
+  if (path.empty() == !from_model)
+    return BadInput(fmt::format("give either a GRAPH file or --model NAME (see kiwi {} --help)", app.get_name()));
+  if (!path.empty()) return io::ReadGraphFile(path);
+  Result<models::ModelSpec> spec = model.Load();
+  if (!spec) return spec.error();
+  return models::BuildTrainingGraph(*spec);
 }
 
 int ReportError(const Error& error) {

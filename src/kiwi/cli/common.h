@@ -22,6 +22,20 @@ struct ModelFlags {
   Result<models::ModelSpec> Load() const;
 };
 
+// --time-limit SECONDS and --threads N (CONTRACT.md: every subcommand that searches).
+struct SearchFlags {
+  double time_limit_seconds = 60.0;
+  int threads = 0;  // 0 = all cores
+
+  void Add(CLI::App* app);
+};
+
+// --threads on commands that do not search (CONTRACT.md: accepted everywhere); they run on one thread.
+void AddThreadsFlag(CLI::App* app);
+
+// A graph given as a GRAPH file or built from --model (exactly one of the two).
+Result<ir::Graph> LoadGraphOrModel(const std::string& path, const ModelFlags& model, const CLI::App& app);
+
 // Prints "kiwi: error: <message>" (one line) on stderr and returns the contract's exit code.
 int ReportError(const Error& error);
 

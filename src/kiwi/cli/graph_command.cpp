@@ -22,18 +22,8 @@ struct GraphOptions {
   bool json = false;
 };
 
-Result<ir::Graph> LoadGraph(const GraphOptions& o, const CLI::App& app) {
-  const bool from_model = app.count("--model") > 0;
-  if (o.path.empty() == !from_model)
-    return BadInput("give either a GRAPH file or --model NAME (see kiwi graph --help)");
-  if (!o.path.empty()) return io::ReadGraphFile(o.path);
-  Result<models::ModelSpec> spec = o.model.Load();
-  if (!spec) return spec.error();
-  return models::BuildTrainingGraph(*spec);
-}
-
 int RunGraph(const GraphOptions& o, const CLI::App& app) {
-  Result<ir::Graph> graph = LoadGraph(o, app);
+  Result<ir::Graph> graph = LoadGraphOrModel(o.path, o.model, app);
   if (!graph) return ReportError(graph.error());
   Result<cost::Cluster> cluster = io::LoadCluster(o.cluster);
   if (!cluster) return ReportError(cluster.error());
@@ -63,6 +53,7 @@ Command AddGraphCommand(CLI::App& root) {
   app->add_option("--cluster", o->cluster, ClusterHelp() + "; its device prices roofline costs")
       ->capture_default_str();
   app->add_option("--export", o->export_path, "write the graph as kiwi graph JSON to this file");
+  AddThreadsFlag(app);
   app->add_flag("--json", o->json, "print one JSON object");
   return {app, [o, app] { return RunGraph(*o, *app); }};
 }

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <iostream>
 #include <memory>
 
@@ -26,6 +27,7 @@ struct PlanOptions {
   std::string cluster = "v100-nvlink-8";
   std::string memory;
   std::string out;
+  SearchFlags search;
   bool json = false;
 };
 
@@ -36,14 +38,17 @@ struct Candidate {
   bool fits = false;
 };
 
+// Simulates candidates until the time limit; the ones evaluated by then compete.
 Result<std::vector<Candidate>> EvaluateUniformPlans(const sim::LayerModel& model, int64_t batch,
                                                     const cost::Cluster& cluster, const cost::CostModel& cm,
-                                                    int64_t budget) {
+                                                    int64_t budget, double time_limit_seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(time_limit_seconds);
   std::vector<Candidate> out;
   const auto plans = solve::UniformLayerPlans({.num_layers = static_cast<int>(model.layers.size()),
                                                .num_devices = cluster.NumDevices(),
                                                .global_batch = batch});
   for (const solve::NamedLayerPlan& p : plans) {
+    if (std::chrono::steady_clock::now() > deadline) break;
     Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(model, p.plan, cluster, cm);
     if (!r) return r.error();
     out.push_back({p.name, p.plan, *r, r->summary.peak_memory_bytes <= budget});
@@ -114,9 +119,12 @@ int RunPlan(const PlanOptions& o) {
   const int64_t batch = SpecBatch(*spec);
   Result<sim::LayerModel> layer_model = sim::BuildLayerModel(*graph, batch, cm);
   if (!layer_model) return ReportError(layer_model.error());
-  Result<std::vector<Candidate>> cands = EvaluateUniformPlans(*layer_model, batch, *cluster, cm, budget);
+  Result<std::vector<Candidate>> cands =
+      EvaluateUniformPlans(*layer_model, batch, *cluster, cm, budget, o.search.time_limit_seconds);
   if (!cands) return ReportError(cands.error());
-  if (cands->empty() || !cands->front().fits) {
+  if (cands->empty())
+    return ReportError({ErrorCode::kTimeLimit, "the time limit expired before any plan was evaluated"});
+  if (!cands->front().fits) {
     int64_t smallest = INT64_MAX;
     for (const Candidate& c : *cands) smallest = std::min(smallest, c.result.summary.peak_memory_bytes);
     return ReportError(Infeasible(fmt::format(
@@ -155,6 +163,7 @@ Command AddPlanCommand(CLI::App& root) {
   app->add_option("--cluster", o->cluster, ClusterHelp())->capture_default_str();
   app->add_option("--memory", o->memory, "memory budget per device (default: the device's memory)");
   app->add_option("--out", o->out, "write the best plan as plan JSON to this file");
+  o->search.Add(app);
   app->add_flag("--json", o->json, "print one JSON object");
   return {app, [o] { return RunPlan(*o); }};
 }

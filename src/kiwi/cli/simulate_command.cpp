@@ -138,6 +138,7 @@ Command AddSimulateCommand(CLI::App& root) {
   app->add_option("--cluster", o->cluster, ClusterHelp() + " (default: the plan's, else v100-nvlink-8)");
   app->add_option("--memory", o->memory, "memory budget per device to check the plan against");
   app->add_flag("--timeline", o->timeline, "include the per-step memory timeline (with --json)");
+  AddThreadsFlag(app);
   app->add_flag("--json", o->json, "print one JSON object");
   return {app, [o, app] { return RunSimulate(*o, *app); }};
 }

@@ -1,0 +1,143 @@
+#include "kiwi/solve/remat/solvers.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <utility>
+
+#include "kiwi/solve/remat/baselines.h"
+#include "kiwi/solve/remat/chain.h"
+#include "kiwi/solve/remat/chain_dp.h"
+#include "kiwi/solve/remat/checkmate_ilp.h"
+#include "kiwi/solve/remat/heuristic.h"
+#include "kiwi/solve/remat/lp_rounding.h"
+
+namespace kiwi::solve::remat {
+namespace {
+
+constexpr std::array<std::pair<SolverKind, const char*>, 10> kNames = {{
+    {SolverKind::kAuto, "auto"},
+    {SolverKind::kIlp, "ilp"},
+    {SolverKind::kLpRound, "lp-round"},
+    {SolverKind::kChainDp, "chain-dp"},
+    {SolverKind::kHeuristic, "heuristic"},
+    {SolverKind::kCheckpointAll, "checkpoint-all"},
+    {SolverKind::kSqrtN, "sqrtn"},
+    {SolverKind::kGreedy, "greedy"},
+    {SolverKind::kCkptDots, "ckpt-dots"},
+    {SolverKind::kMegatronSelective, "megatron-selective"},
+}};
+
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+void Progress(const RematOptions& o, const std::string& line) {
+  if (o.progress) o.progress(line);
+}
+
+// The better of two results: feasible first, then cheaper; lower bounds combine (both are proven).
+RematResult Better(RematResult a, RematResult b) {
+  const bool a_wins = a.feasible != b.feasible ? a.feasible : a.cost <= b.cost;
+  RematResult best = a_wins ? std::move(a) : std::move(b);
+  const RematResult& other = a_wins ? b : a;
+  if (other.lower_bound && (!best.lower_bound || *other.lower_bound > *best.lower_bound))
+    best.lower_bound = other.lower_bound;
+  return best;
+}
+
+// Auto: checkpoint-all when it fits; else the heuristic's answer (instant), then the exact chain DP
+// on linear chains (half the remaining time; it stops at its limit), else Checkmate's MILP
+// warm-started from the heuristic. The best feasible schedule wins and the best proven bound is kept.
+Result<RematResult> SolveAuto(const RematProblem& p, const cost::CostModel& cm, const RematOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  if (p.budget >= p.checkpoint_all_peak) return SolveCheckpointAll(p, cm);
+  Result<RematResult> heuristic = SolveHeuristic(p, cm, o);
+  if (!heuristic) return heuristic.error();
+  Progress(o, fmt::format("heuristic: {} cost {:g} in {:.2f} s", heuristic->feasible ? "feasible," : "infeasible,",
+                          heuristic->cost, heuristic->solve_seconds));
+  if (!heuristic->feasible) return heuristic;
+  auto remaining = [&] { return std::max(1.0, o.time_limit_seconds - Seconds(start)); };
+  std::string why_not_chain;
+  if (ExtractChain(p, &why_not_chain)) {
+    RematOptions dp_options = o;
+    dp_options.time_limit_seconds = remaining() / 2;
+    Progress(o, fmt::format("linear chain: exact dynamic program (up to {:.0f} s)", dp_options.time_limit_seconds));
+    Result<RematResult> dp = SolveChainDp(p, cm, dp_options);
+    if (dp) {
+      RematResult best = Better(std::move(*dp), std::move(*heuristic));
+      best.solver = "auto";
+      return best;
+    }
+    if (dp.error().code != ErrorCode::kTimeLimit) return dp.error();
+    Progress(o, "chain DP: time limit; continuing with the MILP");
+  }
+  RematOptions ilp_options = o;
+  ilp_options.time_limit_seconds = remaining();
+  Result<RematResult> ilp = SolveCheckmateIlp(p, cm, ilp_options, &heuristic->schedule);
+  if (!ilp) return ilp.error();
+  Progress(o, fmt::format("ilp: {} cost {:g}, bound {}", ilp->optimal ? "optimal," : "stopped,", ilp->cost,
+                          ilp->lower_bound ? fmt::format("{:g}", *ilp->lower_bound) : "none"));
+  RematResult best = Better(std::move(*ilp), std::move(*heuristic));
+  best.solver = "auto";
+  return best;
+}
+
+Result<RematResult> Dispatch(const RematProblem& p, const cost::CostModel& cm, SolverKind kind,
+                             const RematOptions& o) {
+  switch (kind) {
+    case SolverKind::kAuto: return SolveAuto(p, cm, o);
+    case SolverKind::kIlp: return SolveCheckmateIlp(p, cm, o);
+    case SolverKind::kLpRound: return SolveLpRounding(p, cm, o);
+    case SolverKind::kChainDp: return SolveChainDp(p, cm, o);
+    case SolverKind::kHeuristic: return SolveHeuristic(p, cm, o);
+    default: return SolveBaseline(p, cm, kind, o);
+  }
+}
+
+}  // namespace
+
+std::optional<SolverKind> ParseSolverKind(const std::string& name) {
+  for (const auto& [kind, n] : kNames)
+    if (name == n) return kind;
+  return std::nullopt;
+}
+
+std::string SolverName(SolverKind kind) {
+  for (const auto& [k, n] : kNames)
+    if (k == kind) return n;
+  return "unknown";
+}
+
+std::vector<std::string> SolverNames() {
+  std::vector<std::string> names;
+  for (const auto& entry : kNames) names.emplace_back(entry.second);
+  return names;
+}
+
+Result<RematResult> SolveRemat(const RematProblem& problem, const cost::CostModel& cost_model, SolverKind kind,
+                               const RematOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  Result<RematResult> r = Dispatch(problem, cost_model, kind, options);
+  if (!r) return r;
+  r->solver = SolverName(kind);
+  r->solve_seconds = Seconds(start);
+  // Every node runs at least once, so the no-rematerialization cost bounds any schedule's cost.
+  if (!r->lower_bound || *r->lower_bound < problem.baseline_cost) r->lower_bound = problem.baseline_cost;
+  if (r->feasible && r->cost <= *r->lower_bound * (1 + 1e-9)) r->optimal = true;
+  if (!r->feasible) {
+    r->optimal = false;
+    r->schedule.clear();
+    // Baselines know their own smallest budget (their peak); search solvers share the heuristic's.
+    const bool baseline = kind != SolverKind::kAuto && kind != SolverKind::kIlp && kind != SolverKind::kLpRound &&
+                          kind != SolverKind::kHeuristic && kind != SolverKind::kChainDp;
+    r->smallest_known_budget = baseline && r->peak_memory > 0 ? r->peak_memory : MinimumFeasiblePeak(problem);
+    // A budget kiwi can meet that this solver did not (a time limit): not an infeasible request.
+    if (r->smallest_known_budget <= problem.budget) r->smallest_known_budget = 0;
+  }
+  return r;
+}
+
+}  // namespace kiwi::solve::remat
