@@ -2,9 +2,13 @@
 // Checkmate §5 (LP relaxation + two-phase rounding): solve the LP relaxation of Checkmate's MILP, round
 // its stored sets S (deterministically at several thresholds and randomly with a fixed seed), give each
 // rounded S its cheapest R (OptimalR) and keep the cheapest one that fits the budget. The LP value is a
-// proven lower bound on the MILP's optimum (a relaxation of the same model).
+// proven lower bound on the MILP's optimum (a relaxation of the same model), hence on the cost of any
+// frontier-advancing stage schedule. When no rounding fits, checkpoint-all is tried last (labelled so
+// in the note); a budget below MemoryLowerBound returns infeasible without solving.
 //
-//   Result<RematResult> r = SolveLpRounding(problem, cost_model, {.time_limit_seconds = 60});
+//   RematOptions options;
+//   options.time_limit_seconds = 60;
+//   Result<RematResult> r = SolveLpRounding(problem, cost_model, options);
 //   if (r && r->feasible) fmt::print("{} >= {}\n", r->cost, *r->lower_bound);
 #include <cstdint>
 #include <optional>
