@@ -18,20 +18,13 @@
 #include "kiwi/solve/remat/chain.h"
 #include "kiwi/solve/remat/checkmate_ilp.h"
 #include "remat_brute_force.h"
+#include "remat_test_util.h"
 
 namespace kiwi::solve::remat {
 namespace {
 
-const cost::CostModel& Costs() {
-  static const cost::CostModel cm{cost::DeviceSpec{}};
-  return cm;
-}
-
-RematProblem Problem(const ir::Graph& g, int64_t budget) {
-  Result<RematProblem> p = MakeRematProblem(g, Costs(), budget);
-  EXPECT_TRUE(p.ok());
-  return *p;
-}
+using test_util::Costs;
+using test_util::Problem;
 
 bool Near(double a, double b) { return std::fabs(a - b) <= 1e-6 * std::max(1.0, std::fabs(b)); }
 

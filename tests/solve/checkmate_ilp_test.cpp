@@ -14,6 +14,7 @@
 #include "kiwi/solve/remat/checkmate_schedule.h"
 #include "kiwi/solve/remat/optimal_r.h"
 #include "remat_brute_force.h"
+#include "remat_test_util.h"
 
 namespace kiwi::solve::remat {
 namespace {
@@ -23,16 +24,8 @@ using testing::BruteForceStages;
 using testing::RandomGraphSpec;
 using testing::RandomRematGraph;
 
-const cost::CostModel& Costs() {
-  static const cost::CostModel cm{cost::DeviceSpec{}};
-  return cm;
-}
-
-RematProblem Problem(const ir::Graph& g, int64_t budget) {
-  Result<RematProblem> p = MakeRematProblem(g, Costs(), budget);
-  EXPECT_TRUE(p.ok());
-  return *p;
-}
+using test_util::Costs;
+using test_util::Problem;
 
 RematOptions Exact() {
   RematOptions o;

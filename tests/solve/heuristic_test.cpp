@@ -9,11 +9,14 @@
 #include <string>
 
 #include "kiwi/io/graph_json.h"
+#include "remat_test_util.h"
 #include "kiwi/solve/remat/baselines.h"
 #include "kiwi/solve/remat/keep_set_schedule.h"
 
 namespace kiwi::solve::remat {
 namespace {
+
+using test_util::AddOpaque;
 
 cost::CostModel TestCostModel() { return cost::CostModel(cost::DeviceSpec{}); }
 
@@ -34,17 +37,6 @@ RematProblem ProblemAt(const ir::Graph& g, double fraction) {
   return std::move(*p);
 }
 
-ir::NodeId AddOpaque(ir::Graph& g, const std::string& name, int64_t bytes, double cost, std::vector<ir::NodeId> inputs,
-                     ir::Pass pass = ir::Pass::kForward) {
-  ir::Node n;
-  n.name = name;
-  n.kind = ir::OpKind::kOpaque;
-  n.pass = pass;
-  n.output = {ir::DType::kU8, {bytes}};
-  n.measured_cost = cost;
-  n.inputs = std::move(inputs);
-  return g.Add(std::move(n));
-}
 
 // A random training graph: forward nodes read 1-3 earlier ones; each has a gradient node reading it,
 // the gradients of its consumers and some of its inputs.

@@ -7,27 +7,19 @@
 #include <string>
 
 #include "kiwi/io/graph_json.h"
+#include "remat_test_util.h"
 #include "kiwi/solve/remat/checkmate_schedule.h"
 
 namespace kiwi::solve::remat {
 namespace {
+
+using test_util::AddOpaque;
 
 using plan::Step;
 using plan::StepKind;
 
 cost::CostModel TestCostModel() { return cost::CostModel(cost::DeviceSpec{}); }
 
-ir::NodeId AddOpaque(ir::Graph& g, const std::string& name, int64_t bytes, double cost, std::vector<ir::NodeId> inputs,
-                     ir::Pass pass = ir::Pass::kForward) {
-  ir::Node n;
-  n.name = name;
-  n.kind = ir::OpKind::kOpaque;
-  n.pass = pass;
-  n.output = {ir::DType::kU8, {bytes}};
-  n.measured_cost = cost;
-  n.inputs = std::move(inputs);
-  return g.Add(std::move(n));
-}
 
 // a -> b -> c (loss), backward gc(c) -> gb(gc, b) -> ga(gb, a): Chen's chain with one backward op per node.
 ir::Graph SmallChain() {

@@ -13,6 +13,7 @@
 #include "kiwi/solve/remat/optimal_r.h"
 #include "kiwi/io/graph_json.h"
 #include "remat_brute_force.h"
+#include "remat_test_util.h"
 
 namespace kiwi::solve::remat {
 namespace {
@@ -20,16 +21,8 @@ namespace {
 using testing::RandomGraphSpec;
 using testing::RandomRematGraph;
 
-const cost::CostModel& Costs() {
-  static const cost::CostModel cm{cost::DeviceSpec{}};
-  return cm;
-}
-
-RematProblem Problem(const ir::Graph& g, int64_t budget) {
-  Result<RematProblem> p = MakeRematProblem(g, Costs(), budget);
-  EXPECT_TRUE(p.ok());
-  return *p;
-}
+using test_util::Costs;
+using test_util::Problem;
 
 milp::SolveOptions ExactMilp() {
   milp::SolveOptions o;
