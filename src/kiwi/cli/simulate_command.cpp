@@ -52,7 +52,10 @@ Result<Inputs> LoadInputs(const SimulateOptions& o) {
 }
 
 // The model a plan refers to: --model with its flags, else the plan's model with the plan's flags.
-Result<models::ModelSpec> LoadPlanModel(const SimulateOptions& o, const CLI::App& app, const plan::Plan& p);
+Result<models::ModelSpec> LoadPlanModel(const SimulateOptions& o, const CLI::App& app, const plan::Plan& p) {
+  if (app.count("--model") > 0 || p.model.empty()) return o.model.Load();
+  return ModelFlags{p.model, p.model_flags}.Load();
+}
 
 // The graph an operator plan refers to: GRAPH, else --model, else the plan's own model preset.
 Result<ir::Graph> LoadPlanGraph(const SimulateOptions& o, const CLI::App& app, const plan::Plan& p) {
@@ -60,11 +63,6 @@ Result<ir::Graph> LoadPlanGraph(const SimulateOptions& o, const CLI::App& app, c
   Result<models::ModelSpec> spec = LoadPlanModel(o, app, p);
   if (!spec) return spec.error();
   return models::BuildTrainingGraph(*spec);
-}
-
-Result<models::ModelSpec> LoadPlanModel(const SimulateOptions& o, const CLI::App& app, const plan::Plan& p) {
-  if (app.count("--model") > 0 || p.model.empty()) return o.model.Load();
-  return ModelFlags{p.model, p.model_flags}.Load();
 }
 
 nlohmann::json ClaimsJson(const plan::Claims& claims, int64_t peak, double seconds) {
