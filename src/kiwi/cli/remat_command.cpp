@@ -1,5 +1,6 @@
 // `kiwi remat GRAPH (--budget SIZE | --budget-fraction F) [--solver NAME] --json` (CONTRACT.md):
 // a rematerialization schedule within a memory budget, replayed and measured by the simulator.
+// With --max-batch, the largest batch whose schedule fits (remat_max_batch.cpp).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -9,6 +10,7 @@
 
 #include "kiwi/cli/command.h"
 #include "kiwi/cli/common.h"
+#include "kiwi/cli/remat_command.h"
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/graph_json.h"
 #include "kiwi/io/plan_json.h"
@@ -17,22 +19,8 @@
 #include "kiwi/util/units.h"
 
 namespace kiwi::cli {
-namespace {
 
 using solve::remat::RematResult;
-
-struct RematCliOptions {
-  std::string path;
-  ModelFlags model;
-  std::string budget;
-  double budget_fraction = 0.0;
-  std::string solver = "auto";
-  std::string cluster = "v100-nvlink-8";
-  std::string out;
-  SearchFlags search;
-  bool quiet = false;
-  bool json = false;
-};
 
 Result<int64_t> ResolveBudget(const RematCliOptions& o, const CLI::App& app, int64_t checkpoint_all_peak) {
   const bool absolute = app.count("--budget") > 0;
@@ -85,12 +73,13 @@ std::string ResultText(const RematResult& r, const solve::remat::RematProblem& p
   return out.substr(out.find('\n', out.find('\n') + 1) + 1);  // drop the empty header and rule
 }
 
-Status WritePlan(const std::string& path, const RematResult& r, const RematCliOptions& o) {
+Status WritePlan(const std::string& path, const RematResult& r, const RematCliOptions& o,
+                 const plan::ModelFlags& model_flags) {
   plan::Plan p;
   p.graph = o.path;
   if (o.path.empty()) {
     p.model = o.model.model;
-    p.model_flags = o.model.flags;
+    p.model_flags = model_flags;
   }
   p.cluster = o.cluster;
   p.solver = "remat:" + r.solver;
@@ -101,7 +90,12 @@ Status WritePlan(const std::string& path, const RematResult& r, const RematCliOp
   return io::WriteFileAtomically(path, io::WritePlanJson(p));
 }
 
+namespace {
+
 int RunRemat(const RematCliOptions& o, const CLI::App& app) {
+  if (o.max_batch) return RunRematMaxBatch(o, app);
+  if (app.count("--batch-of-file") > 0)
+    return ReportError(BadInput("--batch-of-file: only with --max-batch (the batch a GRAPH file was built for)"));
   std::optional<solve::remat::SolverKind> kind = solve::remat::ParseSolverKind(o.solver);
   if (!kind)
     return ReportError(BadInput(fmt::format("--solver: '{}' is not one of {}", o.solver,
@@ -134,7 +128,7 @@ int RunRemat(const RematCliOptions& o, const CLI::App& app) {
     return ReportError(e);
   }
   if (!o.out.empty()) {
-    Status written = WritePlan(o.out, *r, o);
+    Status written = WritePlan(o.out, *r, o, o.model.flags);
     if (!written) return ReportError(written.error());
   }
   if (o.json) {
@@ -161,6 +155,13 @@ Command AddRematCommand(CLI::App& root) {
   app->add_option("--cluster", o->cluster, ClusterHelp() + "; its device prices roofline costs")->capture_default_str();
   app->add_option("--out", o->out, "write the schedule as plan JSON to this file");
   o->search.Add(app);
+  app->add_flag("--max-batch", o->max_batch,
+                "report the largest batch whose plan fits the budget (--budget-fraction: of the checkpoint-all "
+                "peak at the graph's own batch); --model graphs are rebuilt at each batch, graph files rescaled; "
+                "--time-limit applies to each solve");
+  app->add_option("--batch-of-file", o->batch_of_file,
+                  "with --max-batch: the batch the GRAPH file was built for (default: read from its name, "
+                  "e.g. vgg16_b256_train.json or Checkmate's 'VGG16_256_(224, 224, 3)_train')");
   app->add_flag("--quiet", o->quiet, "no progress lines on stderr");
   app->add_flag("--json", o->json, "print one JSON object");
   return {app, [o, app] { return RunRemat(*o, *app); }};
