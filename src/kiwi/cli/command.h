@@ -15,5 +15,6 @@ Command AddGraphCommand(CLI::App& root);
 Command AddSimulateCommand(CLI::App& root);
 Command AddPlanCommand(CLI::App& root);
 Command AddRematCommand(CLI::App& root);
+Command AddHybridCommand(CLI::App& root);
 
 }  // namespace kiwi::cli

@@ -1,0 +1,300 @@
+// `kiwi hybrid --model NAME --cluster NAME --memory SIZE [--batch N|auto] [--method M] --json`
+// (CONTRACT.md): the Galvatron-BMW layer-level planner, per-layer DP/SDP/TP/CKPT with pipeline
+// parallelism, batch and micro-batch search; or one of the paper's baselines through the same search.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <charconv>
+#include <iostream>
+#include <memory>
+
+#include "kiwi/cli/command.h"
+#include "kiwi/cli/common.h"
+#include "kiwi/io/cluster_json.h"
+#include "kiwi/io/galvatron_config.h"
+#include "kiwi/io/galvatron_profiles.h"
+#include "kiwi/io/graph_json.h"
+#include "kiwi/io/plan_json.h"
+#include "kiwi/models/hf_config.h"
+#include "kiwi/report/table.h"
+#include "kiwi/sim/layer_model.h"
+#include "kiwi/solve/hybrid/search.h"
+#include "kiwi/util/units.h"
+
+namespace kiwi::cli {
+namespace {
+
+namespace hybrid = solve::hybrid;
+
+struct HybridOptions {
+  ModelFlags model;
+  std::string cluster = "rtx-titan-pcie-8";
+  std::string memory;
+  std::string batch = "auto";
+  int64_t max_batch = 512;
+  std::string method = "bmw";
+  std::string out;
+  std::string hf_config;                        // a HuggingFace config.json instead of --model
+  std::string galvatron_out;                    // plan as Galvatron strategy config
+  std::vector<std::string> galvatron_profiles;  // COMPUTATION.json,MEMORY.json instead of --model
+  std::vector<int> galvatron_layers;            // layers per Galvatron layer type
+  int64_t galvatron_seq = 0;
+  std::vector<std::string> galvatron_hardware;  // ALLREDUCE.json[,P2P.json[,OVERLAP.json]]
+  SearchFlags search;
+  bool no_accumulation = false;
+  bool quiet = false;
+  bool json = false;
+};
+
+// --batch N|auto: the global batch, or nullopt for the sweep.
+Result<std::optional<int64_t>> ParseBatch(const std::string& text) {
+  if (text == "auto") return std::optional<int64_t>{};
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end != text.data() + text.size() || value < 1 || value > (int64_t{1} << 30))
+    return BadInput(fmt::format("--batch: '{}' is not a positive integer or auto", text));
+  return std::optional<int64_t>{value};
+}
+
+Result<hybrid::HybridSearchOptions> SearchOptions(const HybridOptions& o, const cost::Cluster& cluster) {
+  hybrid::HybridSearchOptions s;
+  std::optional<hybrid::Method> method = hybrid::ParseMethod(o.method);
+  if (!method)
+    return BadInput(fmt::format("--method: '{}' is not one of {}", o.method, fmt::join(hybrid::MethodNames(), ", ")));
+  s.method = *method;
+  s.memory_budget_bytes = cluster.device.memory_bytes;
+  if (!o.memory.empty()) {
+    Result<int64_t> budget = ParseBytes(o.memory, "--memory");
+    if (!budget) return budget.error();
+    if (*budget <= 0) return BadInput(fmt::format("--memory: must be positive, got '{}'", o.memory));
+    s.memory_budget_bytes = *budget;
+  }
+  Result<std::optional<int64_t>> batch = ParseBatch(o.batch);
+  if (!batch) return batch.error();
+  s.global_batch = *batch;
+  if (o.max_batch < 1) return BadInput(fmt::format("--max-batch: must be positive, got {}", o.max_batch));
+  s.max_batch = o.max_batch;
+  s.accumulation = !o.no_accumulation;
+  s.time_limit_seconds = o.search.time_limit_seconds;
+  if (!o.quiet) s.progress = [](const std::string& line) { std::cerr << "kiwi hybrid: " << line << '\n'; };
+  return s;
+}
+
+std::string StrategyName(const plan::LayerStrategy& s) {
+  std::vector<std::string> parts;
+  if (s.tp > 1) parts.push_back(fmt::format("TP{}", s.tp));
+  if (s.dp > 1) parts.push_back(fmt::format("{}{}", s.sdp ? "SDP" : "DP", s.dp));
+  std::string name = parts.empty() ? "single" : fmt::format("{}", fmt::join(parts, "x"));
+  return s.checkpoint ? name + "+CKPT" : name;
+}
+
+nlohmann::json ResultJson(const hybrid::HybridSearchResult& r, const HybridOptions& o, const std::string& model,
+                          const std::string& cluster, int64_t budget) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (const plan::LayerStrategy& s : r.plan.layers)
+    layers.push_back({{"tp", s.tp}, {"dp", s.dp}, {"sdp", s.sdp}, {"checkpoint", s.checkpoint}});
+  const plan::LayerPlan& p = r.plan;
+  return {{"feasible", r.feasible},
+          {"method", o.method},
+          {"model", model},
+          {"cluster", cluster},
+          {"memory_budget_bytes", budget},
+          {"throughput_samples_per_second", r.simulated.throughput_samples_per_second},
+          {"iteration_seconds", r.simulated.summary.iteration_seconds},
+          {"global_batch", p.global_batch},
+          {"micro_batches", p.micro_batches},
+          {"pp_degree", p.pp_degree},
+          {"pp_partition", p.pp_partition.empty() ? std::vector<int>{static_cast<int>(p.layers.size())} : p.pp_partition},
+          {"pipeline", p.pipeline == plan::PipelineSchedule::kGPipe ? "gpipe" : "1f1b"},
+          {"layers", std::move(layers)},
+          {"peak_memory_bytes", r.simulated.summary.peak_memory_bytes},
+          {"optimal", r.proven},
+          {"strategies_optimal", r.strategies_proven},
+          {"timed_out", r.timed_out},
+          {"search_seconds", r.search_seconds},
+          {"configurations", r.configurations},
+          {"configurations_searched", r.evaluated},
+          {"partitions_solved", r.partitions},
+          {"dp_runs", r.dp_runs}};
+}
+
+// Consecutive layers with one strategy as one row ("layers 0-23: TP2xDP4+CKPT").
+std::string ResultText(const hybrid::HybridSearchResult& r, const std::string& model, const cost::Cluster& cluster,
+                       int64_t budget) {
+  const plan::LayerPlan& p = r.plan;
+  std::string out = fmt::format("kiwi hybrid\n  model       {}\n  cluster     {}\n  memory      {} per device\n\n", model,
+                                DescribeCluster(cluster), FormatBytes(budget));
+  out += fmt::format("  throughput  {:.2f} samples/s ({} per iteration)\n", r.simulated.throughput_samples_per_second,
+                     FormatSeconds(r.simulated.summary.iteration_seconds));
+  out += fmt::format("  batch       {} in {} micro-batches, {} pipeline stage(s) [{}] ({})\n", p.global_batch,
+                     p.micro_batches, p.pp_degree, fmt::join(p.pp_partition, ", "),
+                     p.pipeline == plan::PipelineSchedule::kGPipe ? "GPipe" : "1F1B-flush");
+  out += fmt::format("  peak memory {} per device (largest stage)\n", FormatBytes(r.simulated.summary.peak_memory_bytes));
+  out += fmt::format("  search      {} ({} of {} configurations searched, {} partitions, {}){}\n\n",
+                     FormatSeconds(r.search_seconds), r.evaluated, r.configurations, r.partitions,
+                     r.proven ? "optimal" : (r.strategies_proven ? "optimal strategies per partition" : "best found"),
+                     r.timed_out ? ", time limit reached" : "");
+  report::Table t({"layers", "stage", "strategy"});
+  std::vector<int> stage_of;
+  for (size_t s = 0; s < p.pp_partition.size(); ++s) stage_of.insert(stage_of.end(), static_cast<size_t>(p.pp_partition[s]), static_cast<int>(s));
+  for (size_t i = 0; i < p.layers.size();) {
+    size_t j = i;
+    while (j + 1 < p.layers.size() && p.layers[j + 1] == p.layers[i] && stage_of[j + 1] == stage_of[i]) ++j;
+    t.AddRow({i == j ? std::to_string(i) : fmt::format("{}-{}", i, j), std::to_string(stage_of[i]), StrategyName(p.layers[i])});
+    i = j + 1;
+  }
+  return out + t.Render();
+}
+
+Status WritePlan(const std::string& path, const hybrid::HybridSearchResult& r, const HybridOptions& o,
+                 const std::string& cluster) {
+  plan::Plan p;
+  p.model = o.model.model;
+  p.model_flags = o.model.flags;
+  p.cluster = cluster;
+  p.solver = "hybrid:" + o.method;
+  p.layer = r.plan;
+  p.claims.peak_memory_bytes = r.simulated.summary.peak_memory_bytes;
+  p.claims.iteration_seconds = r.simulated.summary.iteration_seconds;
+  return io::WriteFileAtomically(path, io::WritePlanJson(p));
+}
+
+Error NoPlan(const hybrid::HybridSearchResult& r, const hybrid::HybridSearchOptions& s, double time_limit) {
+  if (r.timed_out)
+    return {ErrorCode::kTimeLimit, fmt::format("no plan found within {} per device before the time limit ({} s)",
+                                               FormatBytes(s.memory_budget_bytes), time_limit)};
+  if (r.smallest_feasible_memory <= 0)
+    return Infeasible(fmt::format("the method has no plan on this cluster at any batch up to {}", s.max_batch));
+  return Infeasible(fmt::format(
+      "nothing fits {} ({} bytes) per device; at batch {} the smallest per-device memory that works is {} ({} bytes): "
+      "use --memory {} or more",
+      FormatBytes(s.memory_budget_bytes), s.memory_budget_bytes, r.smallest_batch, FormatBytes(r.smallest_feasible_memory),
+      r.smallest_feasible_memory, r.smallest_feasible_memory));
+}
+
+// What the search runs on: a model-zoo model priced by the cost model, or Galvatron's profiles with
+// its measured hardware.
+struct Problem {
+  sim::LayerModel model;
+  cost::Cluster cluster;
+  cost::CostModelOptions cost_options;
+  std::string description;
+};
+
+Result<Problem> LoadGalvatronProblem(const HybridOptions& o, cost::Cluster cluster) {
+  if (o.galvatron_profiles.size() != 2)
+    return BadInput("--galvatron-profiles: give COMPUTATION.json,MEMORY.json");
+  io::GalvatronModelOptions mo;
+  mo.layers_per_type = o.galvatron_layers;
+  mo.seq = o.galvatron_seq;
+  Result<sim::LayerModel> model = io::ReadGalvatronModel(o.galvatron_profiles[0], o.galvatron_profiles[1], mo);
+  if (!model) return model.error();
+  Problem p{std::move(*model), std::move(cluster), {}, ""};
+  if (!o.galvatron_hardware.empty()) {
+    const auto file = [&](size_t i) { return i < o.galvatron_hardware.size() ? o.galvatron_hardware[i] : ""; };
+    Result<io::GalvatronHardware> hw = io::ReadGalvatronHardware(file(0), file(1), file(2), p.cluster);
+    if (!hw) return hw.error();
+    p.cluster = std::move(hw->cluster);
+    p.cost_options.overlap_slowdown = hw->overlap_coefficient;
+  }
+  p.description = fmt::format("Galvatron profiles {}: {} layers", o.galvatron_profiles[1], p.model.layers.size());
+  return p;
+}
+
+// --hf-config: the sizes are the config's; --seq, --dtype and --optimizer still apply.
+Result<models::ModelSpec> LoadHfModel(const HybridOptions& o) {
+  models::ModelOverrides overrides;
+  overrides.seq = o.model.flags.seq;
+  if (!o.model.flags.dtype.empty()) {
+    std::optional<ir::DType> d = ir::ParseDType(o.model.flags.dtype);
+    if (!d || !ir::IsFloating(*d) || *d == ir::DType::kF64)
+      return BadInput(fmt::format("--dtype: '{}' is not one of fp32, bf16, fp16", o.model.flags.dtype));
+    overrides.dtype = d;
+  }
+  const std::string& opt = o.model.flags.optimizer;
+  if (!opt.empty() && opt != "adam" && opt != "sgd")
+    return BadInput(fmt::format("--optimizer: '{}' is not one of adam, sgd", opt));
+  if (!opt.empty()) overrides.optimizer = opt == "adam" ? ir::Optimizer::kAdam : ir::Optimizer::kSgd;
+  return models::ReadHfConfig(o.hf_config, overrides);
+}
+
+Result<Problem> LoadProblem(const HybridOptions& o) {
+  Result<cost::Cluster> cluster = io::LoadCluster(o.cluster);
+  if (!cluster) return cluster.error();
+  if (!o.galvatron_profiles.empty()) return LoadGalvatronProblem(o, std::move(*cluster));
+  Result<models::ModelSpec> spec = o.hf_config.empty() ? o.model.Load() : LoadHfModel(o);
+  if (!spec) return spec.error();
+  Result<ir::Graph> graph = models::BuildTrainingGraph(*spec);
+  if (!graph) return graph.error();
+  const cost::CostModel cm(cluster->device);
+  Result<sim::LayerModel> model = sim::BuildLayerModel(*graph, SpecBatch(*spec), cm);
+  if (!model) return model.error();
+  return Problem{std::move(*model), std::move(*cluster), {}, DescribeModel(*spec)};
+}
+
+Status WriteOutputs(const HybridOptions& o, const hybrid::HybridSearchResult& r, const std::string& cluster) {
+  if (!o.out.empty()) KIWI_RETURN_IF_ERROR(WritePlan(o.out, r, o, cluster));
+  if (!o.galvatron_out.empty()) KIWI_RETURN_IF_ERROR(io::WriteFileAtomically(o.galvatron_out, io::WriteGalvatronConfig(r.plan)));
+  return Status::Ok();
+}
+
+int RunHybrid(const HybridOptions& o) {
+  if ((!o.galvatron_profiles.empty() || !o.hf_config.empty()) && !o.out.empty())
+    return ReportError(BadInput("--out: kiwi simulate rebuilds presets only, not Galvatron profiles or --hf-config; "
+                                "use --galvatron-out"));
+  Result<Problem> problem = LoadProblem(o);
+  if (!problem) return ReportError(problem.error());
+  Result<hybrid::HybridSearchOptions> search = SearchOptions(o, problem->cluster);
+  if (!search) return ReportError(search.error());
+  const cost::CostModel cm(problem->cluster.device, problem->cost_options);
+  Result<hybrid::HybridSearchResult> r = hybrid::SearchHybridPlan(problem->model, problem->cluster, cm, *search);
+  if (!r) return ReportError(r.error());
+  if (!r->feasible) return ReportError(NoPlan(*r, *search, o.search.time_limit_seconds));
+  Status written = WriteOutputs(o, *r, problem->cluster.name);
+  if (!written) return ReportError(written.error());
+  const std::string& described = problem->description;
+  const cost::Cluster* cluster = &problem->cluster;
+  if (o.json) {
+    PrintJson(ResultJson(*r, o, described, cluster->name, search->memory_budget_bytes));
+  } else {
+    std::cout << ResultText(*r, described, *cluster, search->memory_budget_bytes);
+    if (!o.out.empty()) std::cout << "Plan written to " << o.out << " (replay it with `kiwi simulate`).\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command AddHybridCommand(CLI::App& root) {
+  auto o = std::make_shared<HybridOptions>();
+  CLI::App* app = root.add_subcommand(
+      "hybrid", "layer-level hybrid parallelism (Galvatron-BMW): per-layer DP/SDP/TP/CKPT, pipelines, batch search");
+  o->model.Add(app, "bert-huge-32");
+  app->remove_option(app->get_option("--batch"));  // here --batch is the global batch of the plan, or auto
+  app->add_option("--batch", o->batch, "global batch size, or auto to search it (up to --max-batch)")->capture_default_str();
+  app->add_option("--max-batch", o->max_batch, "largest batch the auto search tries")->capture_default_str();
+  app->add_flag("--no-accumulation", o->no_accumulation,
+                "no gradient accumulation: 1 micro-batch without pipelining, P..4P with P stages (the paper's setting)");
+  app->add_option("--cluster", o->cluster, ClusterHelp())->capture_default_str();
+  app->add_option("--memory", o->memory, "memory budget per device (default: the device's memory)");
+  app->add_option("--method", o->method, fmt::format("{}", fmt::join(hybrid::MethodNames(), " | ")))->capture_default_str();
+  app->add_option("--out", o->out, "write the plan as plan JSON to this file (replay with kiwi simulate)");
+  app->add_option("--hf-config", o->hf_config,
+                  "plan a HuggingFace config.json (gpt2, bert, t5, vit, swin, llama, mistral) instead of --model");
+  app->add_option("--galvatron-out", o->galvatron_out, "write the plan as a Galvatron strategy config (JSON)");
+  app->add_option("--galvatron-profiles", o->galvatron_profiles,
+                  "plan from Galvatron's profiles instead of --model: COMPUTATION.json,MEMORY.json")
+      ->delimiter(',');
+  app->add_option("--galvatron-layers", o->galvatron_layers, "with --galvatron-profiles: layers per layer type, e.g. 24,24")
+      ->delimiter(',');
+  app->add_option("--galvatron-seq", o->galvatron_seq, "with --galvatron-profiles: the sequence length to use");
+  app->add_option("--galvatron-hardware", o->galvatron_hardware,
+                  "Galvatron hardware profiles: ALLREDUCE.json[,P2P.json[,OVERLAP.json]]")
+      ->delimiter(',');
+  o->search.Add(app);
+  app->add_flag("--quiet", o->quiet, "no progress lines on stderr");
+  app->add_flag("--json", o->json, "print one JSON object");
+  return {app, [o] { return RunHybrid(*o); }};
+}
+
+}  // namespace kiwi::cli

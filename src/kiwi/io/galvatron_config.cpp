@@ -1,0 +1,182 @@
+#include "kiwi/io/galvatron_config.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <charconv>
+
+#include "kiwi/io/graph_json.h"
+#include "kiwi/io/json_fields.h"
+
+namespace kiwi::io {
+namespace {
+
+template <typename F>
+std::string Joined(const plan::LayerPlan& plan, F value) {
+  std::vector<int> v;
+  for (const plan::LayerStrategy& s : plan.layers) v.push_back(value(s));
+  return fmt::format("{}", fmt::join(v, ","));
+}
+
+// A per-layer list: "1,2,2" or [1, 2, 2].
+Result<std::vector<int64_t>> IntList(const Json& object, const JsonPath& at, std::string_view key, IntRange range) {
+  Result<const Json*> field = RequireField(object, at, key);
+  if (!field) return field.error();
+  const JsonPath here = at.Key(key);
+  std::vector<int64_t> out;
+  if ((*field)->is_array()) {
+    for (size_t i = 0; i < (*field)->size(); ++i) {
+      Result<int64_t> v = ReadInt((**field)[i], here.Index(i), range);
+      if (!v) return v.error();
+      out.push_back(*v);
+    }
+    return out;
+  }
+  if ((*field)->is_number_integer()) {
+    Result<int64_t> v = ReadInt(**field, here, range);
+    if (!v) return v.error();
+    return std::vector<int64_t>{*v};
+  }
+  Result<std::string> text = ReadString(**field, here);
+  if (!text) return here.Bad("must be a comma-separated list of integers or an array");
+  for (size_t start = 0; start <= text->size();) {
+    size_t end = text->find(',', start);
+    if (end == std::string::npos) end = text->size();
+    int64_t v = 0;
+    const char* first = text->data() + start;
+    const auto [ptr, ec] = std::from_chars(first, text->data() + end, v);
+    if (ec != std::errc{} || ptr != text->data() + end || v < range.min || v > range.max)
+      return here.Index(out.size()).Bad(fmt::format("'{}' is not an integer in [{}, {}]",
+                                                    text->substr(start, end - start), range.min, range.max));
+    out.push_back(v);
+    start = end + 1;
+  }
+  return out;
+}
+
+struct RawConfig {
+  int64_t pp = 1, batch = 1, chunks = 1;
+  std::vector<int64_t> tp, consecutive, dp_types, sp, checkpoint, division;
+  std::string pipeline, default_dp_type;
+};
+
+Result<RawConfig> ReadRaw(const Json& doc, const JsonPath& at, int num_devices) {
+  RawConfig c;
+  const IntRange devices{1, num_devices};
+  Result<int64_t> pp = IntField(doc, at, "pp_deg", devices);
+  if (!pp) return pp.error();
+  c.pp = *pp;
+  Result<std::vector<int64_t>> tp = IntList(doc, at, "tp_sizes_enc", devices);
+  if (!tp) return tp.error();
+  c.tp = *tp;
+  const size_t layers = c.tp.size();
+  for (auto [key, list] : {std::pair{"tp_consecutive_flags", &c.consecutive}, std::pair{"dp_types_enc", &c.dp_types},
+                           std::pair{"use_sp", &c.sp}, std::pair{"checkpoint", &c.checkpoint}}) {
+    if (!FindField(doc, key)) {
+      list->assign(layers, std::string_view(key) == "tp_consecutive_flags" ? 1 : 0);
+      continue;
+    }
+    Result<std::vector<int64_t>> v = IntList(doc, at, key, {0, 1});
+    if (!v) return v.error();
+    if (v->size() != layers)
+      return at.BadKey(key, fmt::format("has {} entries, tp_sizes_enc has {}", v->size(), layers));
+    *list = *v;
+  }
+  Result<int64_t> batch = IntField(doc, at, "global_bsz", kPositive);
+  if (!batch) return batch.error();
+  c.batch = *batch;
+  Result<int64_t> chunks = IntFieldOr(doc, at, "chunks", 1, kPositive);
+  if (!chunks) return chunks.error();
+  c.chunks = *chunks;
+  if (FindField(doc, "pp_division")) {
+    Result<std::vector<int64_t>> division = IntList(doc, at, "pp_division", kPositive);
+    if (!division) return division.error();
+    c.division = *division;
+  }
+  Result<std::string> pipeline = StringFieldOr(doc, at, "pipeline_type", "pipedream_flush");
+  if (!pipeline) return pipeline.error();
+  c.pipeline = *pipeline;
+  Result<std::string> dp_type = StringFieldOr(doc, at, "default_dp_type", "ddp");
+  if (!dp_type) return dp_type.error();
+  c.default_dp_type = *dp_type;
+  return c;
+}
+
+Result<plan::LayerPlan> ToPlan(const RawConfig& c, const JsonPath& at, int num_devices) {
+  if (num_devices % c.pp != 0)
+    return at.BadKey("pp_deg", fmt::format("{} does not divide the {} devices", c.pp, num_devices));
+  if (c.pipeline != "pipedream_flush" && c.pipeline != "gpipe")
+    return at.BadKey("pipeline_type", fmt::format("'{}' is not pipedream_flush or gpipe", c.pipeline));
+  if (c.default_dp_type != "ddp" && c.default_dp_type != "zero2" && c.default_dp_type != "zero3")
+    return at.BadKey("default_dp_type", fmt::format("'{}' is not ddp, zero2 or zero3", c.default_dp_type));
+  if (c.tp.empty()) return at.BadKey("tp_sizes_enc", "has no layers");
+  plan::LayerPlan p;
+  const int64_t stage = num_devices / c.pp;
+  for (size_t i = 0; i < c.tp.size(); ++i) {
+    if (stage % c.tp[i] != 0)
+      return at.Key("tp_sizes_enc").Index(i).Bad(fmt::format("{} does not divide the {} devices of a stage", c.tp[i], stage));
+    const int tp = static_cast<int>(c.tp[i]), dp = static_cast<int>(stage / c.tp[i]);
+    if (c.sp[i] != 0) return at.Key("use_sp").Index(i).Bad("sequence parallelism is not supported by kiwi's estimator");
+    if (c.consecutive[i] == 0 && tp > 1 && dp > 1)
+      return at.Key("tp_consecutive_flags").Index(i).Bad("0 (TP across DP groups) is not supported: kiwi places TP innermost");
+    const bool sdp = dp > 1 && (c.dp_types[i] == 1 || c.default_dp_type == "zero3");
+    p.layers.push_back({tp, dp, sdp, c.checkpoint[i] == 1});
+  }
+  p.pp_degree = static_cast<int>(c.pp);
+  int64_t covered = 0;
+  for (int64_t n : c.division) {
+    p.pp_partition.push_back(static_cast<int>(n));
+    covered += n;
+  }
+  if (c.division.empty() && c.pp == 1) p.pp_partition = {static_cast<int>(c.tp.size())};
+  if (!c.division.empty() && (static_cast<int64_t>(c.division.size()) != c.pp || covered != static_cast<int64_t>(c.tp.size())))
+    return at.BadKey("pp_division", fmt::format("must have pp_deg = {} stages covering the {} layers", c.pp, c.tp.size()));
+  if (c.division.empty() && c.pp > 1) return at.BadKey("pp_division", "missing (required when pp_deg > 1)");
+  p.global_batch = c.batch;
+  p.micro_batches = static_cast<int>(c.chunks);
+  p.pipeline = c.pipeline == "gpipe" ? plan::PipelineSchedule::kGPipe : plan::PipelineSchedule::k1F1B;
+  return p;
+}
+
+}  // namespace
+
+std::string WriteGalvatronConfig(const plan::LayerPlan& plan) {
+  OrderedJson j;
+  j["pp_deg"] = plan.pp_degree;
+  j["tp_sizes_enc"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.tp; });
+  j["tp_consecutive_flags"] = Joined(plan, [](const plan::LayerStrategy&) { return 1; });
+  j["dp_types_enc"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.sdp && s.dp > 1 ? 1 : 0; });
+  j["use_sp"] = Joined(plan, [](const plan::LayerStrategy&) { return 0; });
+  j["checkpoint"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.checkpoint ? 1 : 0; });
+  j["global_bsz"] = plan.global_batch;
+  j["chunks"] = plan.micro_batches;
+  const std::vector<int> division =
+      plan.pp_partition.empty() ? std::vector<int>{static_cast<int>(plan.layers.size())} : plan.pp_partition;
+  j["pp_division"] = fmt::format("{}", fmt::join(division, ","));
+  j["pipeline_type"] = plan.pipeline == plan::PipelineSchedule::kGPipe ? "gpipe" : "pipedream_flush";
+  j["default_dp_type"] = "ddp";
+  j["vtp"] = 1;
+  j["vsp"] = 0;
+  return j.dump(4) + "\n";
+}
+
+Result<plan::LayerPlan> ParseGalvatronConfig(std::string_view text, const std::string& source, int num_devices) {
+  if (num_devices < 1) return BadInput(fmt::format("{}: the cluster has no devices", source));
+  return GuardJson(source, [&]() -> Result<plan::LayerPlan> {
+    Result<Json> doc = ParseJson(text, source);
+    if (!doc) return doc.error();
+    const JsonPath at(source);
+    KIWI_RETURN_IF_ERROR(CheckObject(*doc, at));
+    Result<RawConfig> raw = ReadRaw(*doc, at, num_devices);
+    if (!raw) return raw.error();
+    return ToPlan(*raw, at, num_devices);
+  });
+}
+
+Result<plan::LayerPlan> ReadGalvatronConfigFile(const std::string& path, int num_devices) {
+  Result<std::string> text = ReadFileText(path);
+  if (!text) return text.error();
+  return ParseGalvatronConfig(*text, path, num_devices);
+}
+
+}  // namespace kiwi::io

@@ -1,0 +1,30 @@
+#pragma once
+// Galvatron's hybrid-parallel strategy config (galvatron_config_*.json, its JSON config mode), so a
+// kiwi layer plan runs in Galvatron and a Galvatron plan can be replayed by kiwi:
+//   {"pp_deg": 2, "tp_sizes_enc": "1,1,2,2", "tp_consecutive_flags": "1,1,1,1",
+//    "dp_types_enc": "0,0,1,1", "use_sp": "0,0,0,0", "checkpoint": "0,1,0,0", "global_bsz": 64,
+//    "chunks": 8, "pp_division": "2,2", "pipeline_type": "pipedream_flush", "default_dp_type": "ddp",
+//    "vtp": 1, "vsp": 0}
+// Per-layer lists are comma-separated strings (arrays are accepted too). The DP degree of a layer
+// is world / (pp_deg x tp); dp_types_enc 1 = sharded DP (FSDP/ZeRO-3), 0 = default_dp_type.
+// "pipedream_flush" is 1F1B-flush.
+#include <string>
+#include <string_view>
+
+#include "kiwi/plan/plan.h"
+#include "kiwi/util/result.h"
+
+namespace kiwi::io {
+
+// kiwi's estimator places TP innermost, so every layer is written with tp_consecutive_flags 1.
+std::string WriteGalvatronConfig(const plan::LayerPlan& plan);
+
+// Reads a config for `num_devices` devices. Errors (kBadInput) name the field: lists of different
+// lengths, degrees that do not divide the devices, and what kiwi cannot model: sequence parallelism
+// (use_sp 1), TP spread across DP groups (tp_consecutive_flags 0 with tp and dp > 1). default_dp_type
+// "zero3" makes every layer sharded; "zero2" is read as plain DP (its sharded gradients and optimizer
+// states are not modelled, so memory is overstated, never understated).
+Result<plan::LayerPlan> ParseGalvatronConfig(std::string_view text, const std::string& source, int num_devices);
+Result<plan::LayerPlan> ReadGalvatronConfigFile(const std::string& path, int num_devices);
+
+}  // namespace kiwi::io

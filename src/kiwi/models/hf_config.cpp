@@ -1,0 +1,217 @@
+#include "kiwi/models/hf_config.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <initializer_list>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "kiwi/models/builder.h"
+
+namespace kiwi::models {
+namespace {
+
+using Json = nlohmann::json;
+
+// A config's fields, with errors naming the file and the field.
+struct Config {
+  const Json& j;
+  const std::string& source;
+
+  // The first of `keys` present (JSON null counts as absent), a positive integer; else `fallback`.
+  Result<int64_t> Int(std::initializer_list<const char*> keys, std::optional<int64_t> fallback = std::nullopt) const {
+    for (const char* key : keys) {
+      auto it = j.find(key);
+      if (it == j.end() || it->is_null()) continue;
+      if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > (int64_t{1} << 24))
+        return BadInput(fmt::format("{}: {}: must be a positive integer (got {})", source, key, it->dump()));
+      return it->get<int64_t>();
+    }
+    if (fallback) return *fallback;
+    return BadInput(fmt::format("{}: {}: missing", source, *keys.begin()));
+  }
+  std::string String(const char* key, const std::string& fallback) const {
+    auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
+  }
+  Error Bad(const char* key, const std::string& what) const {
+    return BadInput(fmt::format("{}: {}: {}", source, key, what));
+  }
+};
+
+// Fills layers, hidden, heads, ffn, seq, vocab from the named fields.
+struct Names {
+  std::initializer_list<const char*> layers, hidden, heads, ffn, seq, vocab;
+  std::optional<int64_t> ffn_default, seq_default, vocab_default;
+};
+
+Status ReadSizes(const Config& c, const Names& n, TransformerConfig& t) {
+  Result<int64_t> layers = c.Int(n.layers);
+  if (!layers) return layers.error();
+  t.layers = static_cast<int>(*layers);
+  for (auto [names, fallback, out] : {std::tuple{n.hidden, std::optional<int64_t>{}, &t.hidden},
+                                      std::tuple{n.heads, std::optional<int64_t>{}, &t.heads},
+                                      std::tuple{n.ffn, n.ffn_default, &t.ffn}, std::tuple{n.seq, n.seq_default, &t.seq},
+                                      std::tuple{n.vocab, n.vocab_default, &t.vocab}}) {
+    Result<int64_t> v = c.Int(names, fallback);
+    if (!v) return v.error();
+    *out = *v;
+  }
+  return Status::Ok();
+}
+
+Result<TransformerConfig> Gpt2(const Config& c) {
+  TransformerConfig t;
+  t.family = Family::kGpt;
+  KIWI_RETURN_IF_ERROR(ReadSizes(c, {{"n_layer"}, {"n_embd"}, {"n_head"}, {"n_inner"}, {"n_positions", "n_ctx"},
+                                     {"vocab_size"}, 0, 1024, 50257},
+                                 t));
+  return t;
+}
+
+Result<TransformerConfig> Bert(const Config& c) {
+  TransformerConfig t;
+  t.family = Family::kBert;
+  KIWI_RETURN_IF_ERROR(ReadSizes(c, {{"num_hidden_layers"}, {"hidden_size"}, {"num_attention_heads"},
+                                     {"intermediate_size"}, {"max_position_embeddings"}, {"vocab_size"}, 0, 512, 30522},
+                                 t));
+  return t;
+}
+
+Result<TransformerConfig> T5(const Config& c) {
+  TransformerConfig t;
+  t.family = Family::kT5;
+  KIWI_RETURN_IF_ERROR(
+      ReadSizes(c, {{"num_layers"}, {"d_model"}, {"num_heads"}, {"d_ff"}, {"n_positions"}, {"vocab_size"}, 0, 512, 32128}, t));
+  Result<int64_t> decoders = c.Int({"num_decoder_layers"}, t.layers);
+  if (!decoders) return decoders.error();
+  t.decoder_layers = static_cast<int>(*decoders);
+  Result<int64_t> d_kv = c.Int({"d_kv"}, t.hidden / t.heads);
+  if (!d_kv) return d_kv.error();
+  if (*d_kv * t.heads != t.hidden)
+    return c.Bad("d_kv", fmt::format("{} x {} heads != d_model {}: not supported", *d_kv, t.heads, t.hidden));
+  const std::string ff = c.String("feed_forward_proj", "relu");
+  if (ff != "relu") return c.Bad("feed_forward_proj", fmt::format("'{}' is not supported (kiwi's T5 has the ReLU MLP)", ff));
+  return t;
+}
+
+Result<TransformerConfig> Vit(const Config& c) {
+  TransformerConfig t;
+  t.family = Family::kVit;
+  KIWI_RETURN_IF_ERROR(ReadSizes(c, {{"num_hidden_layers"}, {"hidden_size"}, {"num_attention_heads"},
+                                     {"intermediate_size"}, {"image_size"}, {"num_labels"}, 0, 224, 1000},
+                                 t));
+  t.image = t.seq;
+  Result<int64_t> patch = c.Int({"patch_size"}, 16);
+  if (!patch) return patch.error();
+  t.patch = *patch;
+  if (t.image % t.patch != 0) return c.Bad("patch_size", fmt::format("{} does not divide image_size {}", t.patch, t.image));
+  t.seq = (t.image / t.patch) * (t.image / t.patch);
+  return t;
+}
+
+Result<TransformerConfig> Llama(const Config& c) {
+  TransformerConfig t;
+  t.family = Family::kLlama;
+  KIWI_RETURN_IF_ERROR(ReadSizes(c, {{"num_hidden_layers"}, {"hidden_size"}, {"num_attention_heads"},
+                                     {"intermediate_size"}, {"max_position_embeddings"}, {"vocab_size"}, {}, 4096, 32000},
+                                 t));
+  Result<int64_t> kv = c.Int({"num_key_value_heads"}, t.heads);
+  if (!kv) return kv.error();
+  t.kv_heads = *kv == t.heads ? 0 : *kv;
+  t.dropout = false;
+  return t;
+}
+
+// Swin: kiwi's builder has heads = stage dim / 32 and square windows.
+Result<TransformerConfig> Swin(const Config& c) {
+  TransformerConfig t;
+  t.family = Family::kSwin;
+  t.dropout = false;
+  t.layers = 0;
+  auto depths = c.j.find("depths");
+  auto heads = c.j.find("num_heads");
+  if (depths == c.j.end() || !depths->is_array() || depths->empty()) return c.Bad("depths", "must be a list of stage depths");
+  Result<int64_t> dim = c.Int({"embed_dim"});
+  if (!dim) return dim.error();
+  t.hidden = *dim;
+  t.heads = *dim / 32;
+  for (size_t s = 0; s < depths->size(); ++s) {
+    const Json& d = (*depths)[s];
+    if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > 10000) return c.Bad("depths", "must be positive integers");
+    t.stage_depths.push_back(d.get<int>());
+    const int64_t expected = (*dim << s) / 32;
+    if (heads != c.j.end() && (!heads->is_array() || heads->size() != depths->size() || !(*heads)[s].is_number_integer() ||
+                               (*heads)[s].get<int64_t>() != expected))
+      return c.Bad("num_heads", fmt::format("kiwi's Swin needs dim / 32 heads per stage ({} in stage {})", expected, s));
+    t.layers += t.stage_depths.back();
+  }
+  for (auto [keys, fallback, out] : {std::tuple{"image_size", int64_t{224}, &t.image}, std::tuple{"patch_size", int64_t{4}, &t.patch},
+                                     std::tuple{"window_size", int64_t{7}, &t.window}, std::tuple{"num_labels", int64_t{1000}, &t.vocab}}) {
+    Result<int64_t> v = c.Int({keys}, fallback);
+    if (!v) return v.error();
+    *out = *v;
+  }
+  t.seq = (t.image / t.patch) * (t.image / t.patch);
+  return t;
+}
+
+struct Handler {
+  const char* model_type;
+  Result<TransformerConfig> (*read)(const Config&);
+};
+
+constexpr Handler kHandlers[] = {{"gpt2", Gpt2}, {"bert", Bert}, {"roberta", Bert},   {"t5", T5},          {"mt5", T5},
+                                 {"vit", Vit},   {"swin", Swin}, {"llama", Llama}, {"mistral", Llama}};
+
+Status ApplyPrecision(const Config& c, const ModelOverrides& o, ModelSpec& spec) {
+  auto& t = std::get<TransformerConfig>(spec.config);
+  const std::string dtype = c.String("torch_dtype", "float32");
+  if (dtype == "float16") t.dtype = ir::DType::kF16;
+  else if (dtype == "bfloat16") t.dtype = ir::DType::kBF16;
+  else if (dtype == "float32") t.dtype = ir::DType::kF32;
+  else return c.Bad("torch_dtype", fmt::format("'{}' is not float32, float16 or bfloat16", dtype));
+  if (o.dtype) t.dtype = *o.dtype;
+  spec.training = {ir::Optimizer::kAdam, t.dtype != ir::DType::kF32};  // 16-bit: fp32 master weights
+  if (o.optimizer) spec.training.optimizer = *o.optimizer;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ModelSpec> ParseHfConfig(std::string_view text, const std::string& source, const ModelOverrides& o) {
+  if (o.layers || o.hidden || o.heads || o.ffn)
+    return BadInput(fmt::format("{}: the sizes come from the config; only --batch, --seq, --dtype, --optimizer apply", source));
+  Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return BadInput(fmt::format("{}: not a JSON object", source));
+  const Config c{j, source};
+  const std::string type = c.String("model_type", "");
+  const Handler* handler = nullptr;
+  for (const Handler& h : kHandlers)
+    if (type == h.model_type) handler = &h;
+  if (!handler)
+    return c.Bad("model_type", fmt::format("'{}' is not one of gpt2, bert, roberta, t5, mt5, vit, swin, llama, mistral", type));
+  Result<TransformerConfig> t = handler->read(c);
+  if (!t) return t.error();
+  if (o.seq && (t->family == Family::kVit || t->family == Family::kSwin))
+    return BadInput(fmt::format("{}: --seq: not applicable to an image model", source));
+  if (o.seq) t->seq = *o.seq;
+  if (o.batch) t->batch = *o.batch;
+  ModelSpec spec{c.String("_name_or_path", type), *t, {}};
+  KIWI_RETURN_IF_ERROR(ApplyPrecision(c, o, spec));
+  const TransformerConfig& built = std::get<TransformerConfig>(spec.config);
+  KIWI_RETURN_IF_ERROR(detail::ValidateTransformerConfig(built));
+  return spec;
+}
+
+Result<ModelSpec> ReadHfConfig(const std::string& path, const ModelOverrides& overrides) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return BadInput(fmt::format("{}: cannot open", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return ParseHfConfig(text.str(), path, overrides);
+}
+
+}  // namespace kiwi::models

@@ -1,0 +1,219 @@
+#include "kiwi/solve/hybrid/layer_costs.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+namespace kiwi::solve::hybrid {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+int Log2(int n) {
+  int k = 0;
+  while ((1 << (k + 1)) <= n) ++k;
+  return k;
+}
+
+bool SameProfile(const sim::LayerProfile& a, const sim::LayerProfile& b) {
+  return a.parameter_bytes == b.parameter_bytes && a.activation_bytes_per_sample == b.activation_bytes_per_sample &&
+         a.boundary_bytes_per_sample == b.boundary_bytes_per_sample &&
+         a.forward_seconds_per_sample == b.forward_seconds_per_sample &&
+         a.backward_seconds_per_sample == b.backward_seconds_per_sample &&
+         a.tp_comm_bytes_per_sample == b.tp_comm_bytes_per_sample;
+}
+
+// The embeddings/head/loss pseudo-layer as the simulator builds it (layer_simulator.cpp OtherProfile).
+sim::LayerProfile OtherProfile(const sim::LayerModel& model) {
+  sim::LayerProfile p;
+  p.name = "other";
+  p.parameter_bytes = model.other_parameter_bytes;
+  p.activation_bytes_per_sample = model.other_activation_bytes_per_sample;
+  p.forward_seconds_per_sample = model.other_forward_seconds_per_sample;
+  p.backward_seconds_per_sample = model.other_backward_seconds_per_sample;
+  return p;
+}
+
+// The simulator's terms of one placed layer: memory from StagePeakMemory (the transients, which the
+// stage takes the maximum of, split out as in its Eq. 1 implementation), times from AddLayerCost.
+StrategyCost PriceLayer(const sim::PlacedLayer& layer, double state_ratio, const cost::CostModel& cost_model) {
+  StrategyCost c;
+  const sim::LayerProfile& p = layer.profile;
+  const plan::LayerStrategy& s = layer.strategy;
+  const int64_t without_activations = sim::StagePeakMemory({&layer}, 0, state_ratio);
+  c.activation_bytes = sim::StagePeakMemory({&layer}, 1, state_ratio) - without_activations;
+  if (s.checkpoint)
+    c.recompute_bytes =
+        CeilDiv(std::max<int64_t>(p.activation_bytes_per_sample - p.boundary_bytes_per_sample, 0) * layer.microbatch,
+                s.tp);
+  if (s.sdp && s.dp > 1) c.gather_bytes = CeilDiv(p.parameter_bytes, s.tp);
+  c.state_bytes = without_activations - c.recompute_bytes - c.gather_bytes;
+  sim::StageCost t;
+  sim::AddLayerCost(layer, cost_model, t);
+  c.microbatch_seconds = t.MicrobatchSeconds();
+  c.sync_seconds = t.gradient_sync;
+  return c;
+}
+
+}  // namespace
+
+LayerTypes GroupLayerTypes(const sim::LayerModel& model) {
+  LayerTypes t;
+  for (const sim::LayerProfile& p : model.layers) {
+    int type = -1;
+    for (int k = 0; k < t.num_types() && type < 0; ++k)
+      if (SameProfile(t.profiles[static_cast<size_t>(k)], p)) type = k;
+    if (type < 0) {
+      type = t.num_types();
+      t.profiles.push_back(p);
+    }
+    t.type_of.push_back(type);
+  }
+  return t;
+}
+
+Result<const sim::StageMesh*> MeshCache::Get(const cost::Cluster& cluster, int pp, int dp, int tp) {
+  auto it = meshes_.find({pp, dp});
+  if (it != meshes_.end()) return &it->second;
+  Result<sim::StageMesh> mesh = sim::MakeStageMesh(cluster, {pp, dp, tp});
+  if (!mesh) return mesh.error();
+  return &meshes_.emplace(std::make_pair(pp, dp), std::move(*mesh)).first->second;
+}
+
+Result<CostTables> CostTables::Build(const CostInputs& in, int pp, int64_t microbatch, const StrategySpaceOptions& space,
+                                     MeshCache& meshes) {
+  const int devices = in.cluster->NumDevices();
+  if (pp < 1 || devices % pp != 0)
+    return BadInput(fmt::format("hybrid search: pp degree {} does not divide the {} devices", pp, devices));
+  if (microbatch < 1) return BadInput(fmt::format("hybrid search: micro-batch of {} samples", microbatch));
+  CostTables t;
+  t.pp_ = pp;
+  t.microbatch_ = microbatch;
+  t.types_ = in.types;
+  t.num_dp_ = Log2(devices / pp) + 1;
+  for (const plan::LayerStrategy& s : LayerStrategies(devices / pp, space)) {
+    if (microbatch % s.dp != 0) continue;
+    t.strategies_.push_back(s);
+    t.dp_index_.push_back(Log2(s.dp));
+  }
+  KIWI_RETURN_IF_ERROR(t.Fill(in, meshes));
+  return t;
+}
+
+Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
+  const int types = in.types->num_types();
+  const double ratio = in.model->state_bytes_per_parameter_byte;
+  const sim::LayerProfile other = OtherProfile(*in.model);
+  costs_.resize(static_cast<size_t>(types * num_strategies()));
+  other_.resize(strategies_.size());
+  point_to_point_.assign(static_cast<size_t>(types * num_dp_), 0.0);
+  slice_gather_.assign(static_cast<size_t>(types * num_dp_ * num_dp_), 0.0);
+  std::vector<sim::PlacedLayer> by_dp(static_cast<size_t>(num_dp_));  // one placed layer per DP degree
+  std::vector<bool> have_dp(static_cast<size_t>(num_dp_), false);
+  for (int j = 0; j < num_strategies(); ++j) {
+    const plan::LayerStrategy& s = strategies_[static_cast<size_t>(j)];
+    Result<const sim::StageMesh*> mesh = meshes.Get(*in.cluster, pp_, s.dp, s.tp);
+    if (!mesh) return mesh.error();
+    const int64_t per_device = microbatch_ / s.dp;
+    for (int k = 0; k < types; ++k)
+      costs_[static_cast<size_t>(k * num_strategies() + j)] =
+          PriceLayer({in.types->profiles[static_cast<size_t>(k)], s, **mesh, per_device}, ratio, *in.cost_model);
+    plan::LayerStrategy other_strategy = s;
+    other_strategy.checkpoint = false;
+    other_[static_cast<size_t>(j)] = PriceLayer({other, other_strategy, **mesh, per_device}, ratio, *in.cost_model);
+    by_dp[static_cast<size_t>(DpIndex(j))] = {in.types->profiles.front(), s, **mesh, per_device};
+    have_dp[static_cast<size_t>(DpIndex(j))] = true;
+  }
+  for (int k = 0; k < types; ++k) {
+    for (int a = 0; a < num_dp_; ++a) {
+      if (!have_dp[static_cast<size_t>(a)]) continue;
+      sim::PlacedLayer prev = by_dp[static_cast<size_t>(a)];
+      prev.profile = in.types->profiles[static_cast<size_t>(k)];
+      point_to_point_[static_cast<size_t>(k * num_dp_ + a)] = sim::PointToPointSeconds(prev, *in.cost_model);
+      for (int b = 0; b < a; ++b) {  // Slice-Gather only costs when the DP degree shrinks
+        if (!have_dp[static_cast<size_t>(b)]) continue;
+        Result<double> seconds = sim::SliceGatherSeconds(prev, by_dp[static_cast<size_t>(b)], *in.cluster, *in.cost_model);
+        if (!seconds) return seconds.error();
+        slice_gather_[static_cast<size_t>((k * num_dp_ + a) * num_dp_ + b)] = *seconds;
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+const StrategyCost& CostTables::Cost(int type, int strategy) const {
+  return costs_[static_cast<size_t>(type * num_strategies() + strategy)];
+}
+
+double CostTables::SliceGather(int prev_type, int prev_dp, int next_dp) const {
+  return slice_gather_[static_cast<size_t>((prev_type * num_dp_ + prev_dp) * num_dp_ + next_dp)];
+}
+
+double CostTables::PointToPoint(int type, int dp) const {
+  return point_to_point_[static_cast<size_t>(type * num_dp_ + dp)];
+}
+
+int InFlight(const PipelineConfig& config, int stage) {
+  if (config.schedule == plan::PipelineSchedule::kGPipe) return config.micro_batches;
+  return std::min(config.pp - stage, config.micro_batches);
+}
+
+int PipelineEstimate::SlowestStage() const {
+  return static_cast<int>(std::max_element(stage_seconds.begin(), stage_seconds.end()) - stage_seconds.begin());
+}
+
+PipelineEstimate EstimatePipeline(const CostTables& tables, const PipelineConfig& config,
+                                  const std::vector<int>& partition, const std::vector<int>& strategies) {
+  const std::vector<int>& type_of = tables.types().type_of;
+  PipelineEstimate e;
+  int first = 0;
+  for (int s = 0; s < static_cast<int>(partition.size()); ++s) {
+    const int last = first + partition[static_cast<size_t>(s)] - 1;
+    double seconds = 0.0, sync = 0.0;
+    int64_t states = 0, activations = 0, recompute = 0, gather = 0;
+    auto add = [&](const StrategyCost& c) {
+      seconds += c.microbatch_seconds;
+      sync += c.sync_seconds;
+      states += c.state_bytes;
+      activations += c.activation_bytes;
+      recompute = std::max(recompute, c.recompute_bytes);
+      gather = std::max(gather, c.gather_bytes);
+    };
+    if (s == 0) add(tables.Other(strategies.front()));
+    for (int i = first; i <= last; ++i) {
+      const int j = strategies[static_cast<size_t>(i)];
+      add(tables.Cost(type_of[static_cast<size_t>(i)], j));
+      if (i > 0)
+        seconds += tables.SliceGather(type_of[static_cast<size_t>(i) - 1], tables.DpIndex(strategies[static_cast<size_t>(i) - 1]),
+                                      tables.DpIndex(j));
+    }
+    if (s + 1 < config.pp)
+      seconds += tables.PointToPoint(type_of[static_cast<size_t>(last)], tables.DpIndex(strategies[static_cast<size_t>(last)]));
+    if (s > 0)
+      seconds += tables.PointToPoint(type_of[static_cast<size_t>(first) - 1],
+                                     tables.DpIndex(strategies[static_cast<size_t>(first) - 1]));
+    e.stage_seconds.push_back(seconds);
+    e.sync_seconds.push_back(sync);
+    e.stage_memory.push_back(states + InFlight(config, s) * activations + recompute + gather);
+    first = last + 1;
+  }
+  double total = 0.0;
+  for (size_t s = 0; s < e.stage_seconds.size(); ++s) total += e.stage_seconds[s] + e.sync_seconds[s];
+  e.iteration_seconds = (config.micro_batches - 1) * e.stage_seconds[static_cast<size_t>(e.SlowestStage())] + total;
+  e.peak_memory_bytes = *std::max_element(e.stage_memory.begin(), e.stage_memory.end());
+  return e;
+}
+
+plan::LayerPlan MakeLayerPlan(const CostTables& tables, const PipelineConfig& config, const std::vector<int>& partition,
+                              const std::vector<int>& strategies) {
+  plan::LayerPlan p;
+  for (int j : strategies) p.layers.push_back(tables.strategies()[static_cast<size_t>(j)]);
+  p.pp_degree = config.pp;
+  p.pp_partition = partition;
+  p.global_batch = config.global_batch;
+  p.micro_batches = config.micro_batches;
+  p.pipeline = config.schedule;
+  return p;
+}
+
+}  // namespace kiwi::solve::hybrid

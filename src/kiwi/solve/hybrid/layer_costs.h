@@ -1,0 +1,126 @@
+#pragma once
+// The layer simulator's terms (sim/layer_stage.h, Galvatron-BMW §V) tabulated per layer type and
+// strategy for one pipeline degree and micro-batch size, so the search prices millions of candidate
+// assignments with table look-ups and still agrees with SimulateLayerPlan (the judge). Identical
+// layers share one type: a 48-layer BERT has one row per strategy, not 48.
+//
+//   LayerTypes types = GroupLayerTypes(model);
+//   Result<CostTables> t = CostTables::Build({model, types, cluster, cost_model}, /*pp=*/2, /*microbatch=*/8, {});
+//   PipelineEstimate e = EstimatePipeline(*t, {2, 16, 2, k1F1B}, {12, 12}, strategy_indices);
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "kiwi/cost/cluster.h"
+#include "kiwi/cost/cost_model.h"
+#include "kiwi/plan/plan.h"
+#include "kiwi/sim/layer_model.h"
+#include "kiwi/sim/layer_stage.h"
+#include "kiwi/solve/hybrid/strategy_space.h"
+#include "kiwi/util/result.h"
+
+namespace kiwi::solve::hybrid {
+
+// Layers with equal profiles share a type (the paper's "layer types": encoder/decoder, Swin stages).
+struct LayerTypes {
+  std::vector<int> type_of;                 // per model layer
+  std::vector<sim::LayerProfile> profiles;  // per type, first occurrence order
+  int num_types() const { return static_cast<int>(profiles.size()); }
+};
+LayerTypes GroupLayerTypes(const sim::LayerModel& model);
+
+// One layer under one strategy, one micro-batch: the simulator's terms (layer_stage.cpp).
+struct StrategyCost {
+  int64_t state_bytes = 0;        // parameters, gradients, optimizer states per device (Eq. 1 ms)
+  int64_t activation_bytes = 0;   // kept activations of one micro-batch in flight (f)
+  int64_t recompute_bytes = 0;    // transient: intermediates a checkpointed layer recomputes (b = int)
+  int64_t gather_bytes = 0;       // transient: full (TP-shard) parameters an SDP layer gathers
+  double microbatch_seconds = 0;  // compute + recompute + communication of one micro-batch
+  double sync_seconds = 0;        // gradient sync left unhidden by the backward pass, once per iteration
+};
+
+// What a cost table is built from; all pointers must outlive the tables.
+struct CostInputs {
+  const sim::LayerModel* model = nullptr;
+  const LayerTypes* types = nullptr;
+  const cost::Cluster* cluster = nullptr;
+  const cost::CostModel* cost_model = nullptr;
+};
+
+// Meshes {pp, dp, tp} reused across tables (building one lays the mesh over the cluster).
+class MeshCache {
+ public:
+  Result<const sim::StageMesh*> Get(const cost::Cluster& cluster, int pp, int dp, int tp);
+
+ private:
+  std::map<std::pair<int, int>, sim::StageMesh> meshes_;  // by (pp, dp); tp = stage devices / dp
+};
+
+class CostTables {
+ public:
+  // Tables for stages of NumDevices / pp devices running micro-batches of `microbatch` samples.
+  // Strategies whose DP degree does not divide the micro-batch are left out (the simulator rejects them).
+  static Result<CostTables> Build(const CostInputs& in, int pp, int64_t microbatch, const StrategySpaceOptions& space,
+                                  MeshCache& meshes);
+
+  int pp() const { return pp_; }
+  int64_t microbatch() const { return microbatch_; }
+  const std::vector<plan::LayerStrategy>& strategies() const { return strategies_; }
+  int num_strategies() const { return static_cast<int>(strategies_.size()); }
+  int num_dp_degrees() const { return num_dp_; }          // DP degrees 1, 2, 4, ... stage devices
+  int DpIndex(int strategy) const { return dp_index_[static_cast<size_t>(strategy)]; }
+  const StrategyCost& Cost(int type, int strategy) const;
+  // Embeddings/head/loss on the first stage, run with the first layer's strategy (never checkpointed).
+  const StrategyCost& Other(int strategy) const { return other_[static_cast<size_t>(strategy)]; }
+  // Slice-Gather from a layer of `prev_type` at DP index `prev_dp` into a layer at `next_dp`.
+  double SliceGather(int prev_type, int prev_dp, int next_dp) const;
+  // Sending the boundary activation of a layer of `type` at DP index `dp` to the next stage.
+  double PointToPoint(int type, int dp) const;
+  const LayerTypes& types() const { return *types_; }
+
+ private:
+  Status Fill(const CostInputs& in, MeshCache& meshes);
+
+  int pp_ = 1;
+  int64_t microbatch_ = 1;
+  int num_dp_ = 1;
+  const LayerTypes* types_ = nullptr;
+  std::vector<plan::LayerStrategy> strategies_;
+  std::vector<int> dp_index_;
+  std::vector<StrategyCost> costs_;        // [type][strategy]
+  std::vector<StrategyCost> other_;        // [strategy]
+  std::vector<double> slice_gather_;       // [prev_type][prev_dp][next_dp]
+  std::vector<double> point_to_point_;     // [type][dp]
+};
+
+// A pipeline configuration the search tries (Galvatron-BMW Algorithm 1: P, B, m).
+struct PipelineConfig {
+  int pp = 1;
+  int64_t global_batch = 1;
+  int micro_batches = 1;
+  plan::PipelineSchedule schedule = plan::PipelineSchedule::k1F1B;
+  int64_t Microbatch() const { return global_batch / micro_batches; }
+};
+
+// Micro-batches whose activations stage s holds at once (1F1B-flush: min(pp - s, m); GPipe: m).
+int InFlight(const PipelineConfig& config, int stage);
+
+// The simulator's answer for an assignment, computed from the tables: per-stage micro-batch time C_s,
+// unhidden gradient sync G_s, peak memory (Eq. 1), and Eq. 8's iteration time.
+struct PipelineEstimate {
+  std::vector<double> stage_seconds;  // C_s
+  std::vector<double> sync_seconds;   // G_s
+  std::vector<int64_t> stage_memory;
+  double iteration_seconds = 0.0;
+  int64_t peak_memory_bytes = 0;
+  int SlowestStage() const;
+};
+PipelineEstimate EstimatePipeline(const CostTables& tables, const PipelineConfig& config,
+                                  const std::vector<int>& partition, const std::vector<int>& strategies);
+
+// The layer plan of an assignment (strategy indices into tables.strategies()).
+plan::LayerPlan MakeLayerPlan(const CostTables& tables, const PipelineConfig& config, const std::vector<int>& partition,
+                              const std::vector<int>& strategies);
+
+}  // namespace kiwi::solve::hybrid

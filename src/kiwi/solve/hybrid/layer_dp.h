@@ -1,0 +1,64 @@
+#pragma once
+// Galvatron-BMW's dynamic program over layers (§IV-A, Eq. 4, Appendix A Algorithm 3), for a whole
+// pipeline at once: C(l, E) = min_j C(l-1, E - O(l, S_j)) + c(l, S_j) + R(l, S_i, S_j), where the state
+// is the memory a stage has used so far and the DP degree of the previous layer (Slice-Gather, R,
+// depends on it only: under the estimator a layer's output layout is its DP split).
+//
+// Memory granularity: none. Instead of a dense table over E / g memory cells, each state keeps the
+// Pareto set of (exact bytes used, time) labels: a label is dropped only when another one is no slower
+// and needs no more memory in every completion (the transients, the stage's largest recomputed layer and
+// largest SDP gather, are tracked as maxima, Eq. 1). This is the dense DP with 1-byte granularity, so
+// claimed memory is exact and, below `max_labels` labels per state, so is the optimum. Above it the
+// labels are thinned to `max_labels` evenly spaced in memory (always keeping the smallest-memory one,
+// so feasibility is never lost): the 1 MB granularity of Galvatron's table, chosen adaptively.
+//
+// Stages are solved in one pass: a stage starts from the cheapest label of each DP degree the previous
+// stage ended in (its memory is its own), and pays for the boundary sends both ways (Eq. 8's C_s). The
+// objective is sum_s weight_s * C_s + G_s: with weight m on one stage and 1 on the others it is Eq. 8
+// when that stage is the slowest (pipeline_solver.h); with one stage and weight m it is Eq. 8 itself.
+//
+// Exact mode (`exact`): the objective is Eq. 8 itself, (m - 1) max_s C_s + sum_s (C_s + G_s). Labels
+// also carry the current stage's C and the largest C of the finished stages, a label is dropped only
+// when another is no worse on all three and on memory, and a stage starts from every such label of
+// the previous one. Slower (three criteria), so the pipeline solver uses it only when the weighted
+// runs could not prove their plan optimal.
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "kiwi/solve/hybrid/layer_costs.h"
+
+namespace kiwi::solve::hybrid {
+
+struct DpStage {
+  int first = 0;         // first model layer of the stage
+  int count = 0;         // layers in the stage
+  int in_flight = 1;     // micro-batches whose activations the stage holds at once
+  double weight = 1.0;   // weight of the stage's micro-batch time C_s in the objective
+};
+
+struct LayerDpProblem {
+  const CostTables* tables = nullptr;
+  std::vector<DpStage> stages;     // consecutive, covering every layer
+  int64_t budget = 0;              // bytes per device
+  std::vector<bool> allowed;       // per strategy of the tables; empty = all
+  size_t max_labels = 8192;        // per state; see above
+  // Labels whose cost plus the cheapest completion reaches `cutoff` are dropped (branch and bound:
+  // the caller only wants assignments with objective < cutoff).
+  double cutoff = std::numeric_limits<double>::infinity();
+  bool exact = false;              // minimize Eq. 8 exactly (stage weights are ignored)
+  int micro_batches = 1;           // m, for exact mode
+};
+
+struct LayerDpResult {
+  bool feasible = false;
+  bool cut_off = false;            // infeasible because of `cutoff` (not necessarily of memory)
+  std::vector<int> strategies;     // per layer, index into tables->strategies()
+  double objective = 0.0;          // sum_s weight_s * C_s + G_s of that assignment (exact mode: Eq. 8)
+  bool thinned = false;            // some state exceeded max_labels (the optimum may be missed)
+  int64_t labels = 0;              // labels created, for statistics
+};
+
+LayerDpResult SolveLayerDp(const LayerDpProblem& problem);
+
+}  // namespace kiwi::solve::hybrid

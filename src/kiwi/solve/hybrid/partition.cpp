@@ -1,0 +1,228 @@
+#include "kiwi/solve/hybrid/partition.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace kiwi::solve::hybrid {
+namespace {
+
+// Per-layer terms of a fixed assignment, with prefix sums and range maxima for O(1) stage queries.
+class FixedAssignment {
+ public:
+  FixedAssignment(const CostTables& t, const PipelineConfig& config, const std::vector<int>& strategies)
+      : t_(t), config_(config), s_(strategies), n_(static_cast<int>(strategies.size())) {
+    const std::vector<int>& type_of = t.types().type_of;
+    seconds_.assign(static_cast<size_t>(n_) + 1, 0.0);
+    states_.assign(static_cast<size_t>(n_) + 1, 0);
+    activations_.assign(static_cast<size_t>(n_) + 1, 0);
+    for (int i = 0; i < n_; ++i) {
+      const StrategyCost& c = Cost(i);
+      double reshard = 0.0;
+      if (i > 0) reshard = t.SliceGather(type_of[static_cast<size_t>(i) - 1], Dp(i - 1), Dp(i));
+      seconds_[static_cast<size_t>(i) + 1] = seconds_[static_cast<size_t>(i)] + c.microbatch_seconds + reshard;
+      states_[static_cast<size_t>(i) + 1] = states_[static_cast<size_t>(i)] + c.state_bytes;
+      activations_[static_cast<size_t>(i) + 1] = activations_[static_cast<size_t>(i)] + c.activation_bytes;
+    }
+  }
+
+  // C_s of layers [first, first + count) as stage s (EstimatePipeline's terms).
+  double Seconds(int s, int first, int count) const {
+    const int last = first + count - 1;
+    double c = seconds_[static_cast<size_t>(last) + 1] - seconds_[static_cast<size_t>(first)];
+    if (s == 0) c += t_.Other(s_.front()).microbatch_seconds;
+    if (s + 1 < config_.pp) c += t_.PointToPoint(Type(last), Dp(last));
+    if (s > 0) c += t_.PointToPoint(Type(first - 1), Dp(first - 1));
+    return c;
+  }
+
+  // Eq. 1 for layers [first, first + count) as stage s; O(count) for the maxima.
+  int64_t Memory(int s, int first, int count) const {
+    const int last = first + count - 1;
+    int64_t states = states_[static_cast<size_t>(last) + 1] - states_[static_cast<size_t>(first)];
+    int64_t activations = activations_[static_cast<size_t>(last) + 1] - activations_[static_cast<size_t>(first)];
+    int64_t recompute = 0, gather = 0;
+    for (int i = first; i <= last; ++i) {
+      recompute = std::max(recompute, Cost(i).recompute_bytes);
+      gather = std::max(gather, Cost(i).gather_bytes);
+    }
+    if (s == 0) {
+      const StrategyCost& o = t_.Other(s_.front());
+      states += o.state_bytes;
+      activations += o.activation_bytes;
+      gather = std::max(gather, o.gather_bytes);
+    }
+    return states + InFlight(config_, s) * activations + recompute + gather;
+  }
+
+ private:
+  int Type(int i) const { return t_.types().type_of[static_cast<size_t>(i)]; }
+  int Dp(int i) const { return t_.DpIndex(s_[static_cast<size_t>(i)]); }
+  const StrategyCost& Cost(int i) const { return t_.Cost(Type(i), s_[static_cast<size_t>(i)]); }
+
+  const CostTables& t_;
+  PipelineConfig config_;
+  const std::vector<int>& s_;
+  int n_;
+  std::vector<double> seconds_;
+  std::vector<int64_t> states_, activations_;
+};
+
+std::vector<int64_t> SortedUnique(std::vector<int64_t> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+void AppendPartitions(int layers, int stages, Partition& prefix, std::vector<Partition>& out) {
+  if (stages == 1) {
+    prefix.push_back(layers);
+    out.push_back(prefix);
+    prefix.pop_back();
+    return;
+  }
+  for (int count = 1; count <= layers - (stages - 1); ++count) {
+    prefix.push_back(count);
+    AppendPartitions(layers - count, stages - 1, prefix, out);
+    prefix.pop_back();
+  }
+}
+
+}  // namespace
+
+Partition LinearPartition(int num_layers, int num_stages, const std::function<double(int, int, int)>& cost) {
+  const double inf = std::numeric_limits<double>::infinity();
+  const size_t n = static_cast<size_t>(num_layers);
+  // best[s][i]: the smallest max cost of layers [0, i) on stages [0, s); cut[s][i]: where stage s-1 starts.
+  std::vector<std::vector<double>> best(static_cast<size_t>(num_stages) + 1, std::vector<double>(n + 1, inf));
+  std::vector<std::vector<int>> cut(best.size(), std::vector<int>(n + 1, 0));
+  best[0][0] = 0.0;
+  for (int s = 1; s <= num_stages; ++s)
+    for (int i = s; i <= num_layers - (num_stages - s); ++i)
+      for (int j = i - 1; j >= s - 1; --j) {
+        const double before = best[static_cast<size_t>(s) - 1][static_cast<size_t>(j)];
+        if (before == inf) continue;
+        const double value = std::max(before, cost(s - 1, j, i - j));
+        if (value < best[static_cast<size_t>(s)][static_cast<size_t>(i)]) {
+          best[static_cast<size_t>(s)][static_cast<size_t>(i)] = value;
+          cut[static_cast<size_t>(s)][static_cast<size_t>(i)] = j;
+        }
+      }
+  Partition p(static_cast<size_t>(num_stages), 0);
+  int end = num_layers;
+  for (int s = num_stages; s >= 1; --s) {
+    const int start = cut[static_cast<size_t>(s)][static_cast<size_t>(end)];
+    p[static_cast<size_t>(s) - 1] = end - start;
+    end = start;
+  }
+  return p;
+}
+
+Partition MemoryBalancedPartition(const CostTables& t, const PipelineConfig& config, const std::vector<int>& strategies) {
+  const FixedAssignment a(t, config, strategies);
+  return LinearPartition(static_cast<int>(strategies.size()), config.pp, [&](int s, int first, int count) {
+    return static_cast<double>(a.Memory(s, first, count));
+  });
+}
+
+Partition TimeBalancedPartition(const CostTables& t, const PipelineConfig& config, const std::vector<int>& strategies) {
+  const FixedAssignment a(t, config, strategies);
+  return LinearPartition(static_cast<int>(strategies.size()), config.pp,
+                         [&](int s, int first, int count) { return a.Seconds(s, first, count); });
+}
+
+StagePeakBounds::StagePeakBounds(const CostTables& t, const PipelineConfig& config, const std::vector<bool>& allowed)
+    : num_layers_(static_cast<int>(t.types().type_of.size())), num_stages_(config.pp) {
+  auto ok = [&](int j) { return allowed.empty() || allowed[static_cast<size_t>(j)]; };
+  std::vector<int64_t> recomputes{0}, gathers{0};
+  for (int j = 0; j < t.num_strategies(); ++j) {
+    if (!ok(j)) continue;
+    gathers.push_back(t.Other(j).gather_bytes);
+    for (int k = 0; k < t.types().num_types(); ++k) {
+      recomputes.push_back(t.Cost(k, j).recompute_bytes);
+      gathers.push_back(t.Cost(k, j).gather_bytes);
+    }
+  }
+  for (int64_t r : SortedUnique(recomputes))
+    for (int64_t g : SortedUnique(gathers)) caps_.push_back({r, g});
+  const size_t stride = static_cast<size_t>(num_layers_) + 1;
+  prefix_.assign(caps_.size() * static_cast<size_t>(num_stages_) * stride, 0);
+  for (size_t c = 0; c < caps_.size(); ++c)
+    for (int s = 0; s < num_stages_; ++s) {
+      const int in_flight = InFlight(config, s);
+      int64_t* row = &prefix_[(c * static_cast<size_t>(num_stages_) + static_cast<size_t>(s)) * stride];
+      for (int i = 0; i < num_layers_; ++i) {
+        int64_t smallest = kUnreachable;
+        for (int j = 0; j < t.num_strategies(); ++j) {
+          if (!ok(j)) continue;
+          const StrategyCost& x = t.Cost(t.types().type_of[static_cast<size_t>(i)], j);
+          int64_t memory = x.state_bytes + in_flight * x.activation_bytes;
+          int64_t gather = x.gather_bytes;
+          if (i == 0) {  // the first stage's embeddings/head run with the first layer's strategy
+            memory += t.Other(j).state_bytes + in_flight * t.Other(j).activation_bytes;
+            gather = std::max(gather, t.Other(j).gather_bytes);
+          }
+          if (x.recompute_bytes <= caps_[c].recompute && gather <= caps_[c].gather) smallest = std::min(smallest, memory);
+        }
+        row[i + 1] = std::min(row[i] + smallest, kUnreachable);
+      }
+    }
+}
+
+int64_t StagePeakBounds::StagePeak(int stage, int first, int count) const {
+  const size_t stride = static_cast<size_t>(num_layers_) + 1;
+  int64_t best = kUnreachable;
+  for (size_t c = 0; c < caps_.size(); ++c) {
+    const int64_t* row = &prefix_[(c * static_cast<size_t>(num_stages_) + static_cast<size_t>(stage)) * stride];
+    const int64_t sum = row[first + count] - row[first];
+    if (row[first + count] >= kUnreachable || sum >= kUnreachable) continue;
+    best = std::min(best, sum + caps_[c].recompute + caps_[c].gather);
+  }
+  return best;
+}
+
+int64_t StagePeakBounds::Peak(const Partition& partition) const {
+  int64_t peak = 0;
+  int first = 0;
+  for (size_t s = 0; s < partition.size(); ++s) {
+    peak = std::max(peak, StagePeak(static_cast<int>(s), first, partition[s]));
+    first += partition[s];
+  }
+  return peak;
+}
+
+Partition StagePeakBounds::BestPartition() const {
+  return LinearPartition(num_layers_, num_stages_, [this](int s, int first, int count) {
+    return static_cast<double>(StagePeak(s, first, count));
+  });
+}
+
+std::vector<Partition> AllPartitions(int num_layers, int num_stages) {
+  std::vector<Partition> out;
+  if (num_stages < 1 || num_layers < num_stages) return out;
+  Partition prefix;
+  AppendPartitions(num_layers, num_stages, prefix, out);
+  return out;
+}
+
+std::vector<Partition> AdjustPartition(const CostTables& t, const PipelineConfig& config, const Partition& partition,
+                                       const std::vector<int>& strategies, int64_t budget) {
+  const PipelineEstimate now = EstimatePipeline(t, config, partition, strategies);
+  const int slowest = now.SlowestStage();
+  const double slowest_seconds = now.stage_seconds[static_cast<size_t>(slowest)];
+  const Partition balanced = TimeBalancedPartition(t, config, strategies);
+  const int64_t memory_cap = EstimatePipeline(t, config, balanced, strategies).peak_memory_bytes;
+  std::vector<Partition> moves;
+  for (int neighbour : {slowest - 1, slowest + 1}) {
+    if (neighbour < 0 || neighbour >= config.pp || partition[static_cast<size_t>(slowest)] < 2) continue;
+    Partition next = partition;
+    --next[static_cast<size_t>(slowest)];
+    ++next[static_cast<size_t>(neighbour)];
+    const PipelineEstimate e = EstimatePipeline(t, config, next, strategies);
+    const double longest = *std::max_element(e.stage_seconds.begin(), e.stage_seconds.end());
+    if (longest < slowest_seconds && e.peak_memory_bytes <= budget && e.peak_memory_bytes <= memory_cap)
+      moves.push_back(std::move(next));
+  }
+  return moves;
+}
+
+}  // namespace kiwi::solve::hybrid

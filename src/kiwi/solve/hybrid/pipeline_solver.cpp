@@ -1,0 +1,157 @@
+#include "kiwi/solve/hybrid/pipeline_solver.h"
+
+#include <algorithm>
+#include <limits>
+
+namespace kiwi::solve::hybrid {
+namespace {
+
+constexpr double kRelativeTolerance = 1e-9;  // the DP and the estimate add the same terms in other orders
+
+std::vector<DpStage> Stages(const PartitionProblem& p) {
+  std::vector<DpStage> stages;
+  int first = 0;
+  for (int s = 0; s < static_cast<int>(p.partition.size()); ++s) {
+    const int count = p.partition[static_cast<size_t>(s)];
+    stages.push_back({first, count, InFlight(p.config, s), 1.0});
+    first += count;
+  }
+  return stages;
+}
+
+// The stage with the most compute if every layer ran its fastest allowed strategy: the first guess
+// of the slowest stage.
+int LikelySlowest(const PartitionProblem& p, const std::vector<DpStage>& stages) {
+  const CostTables& t = *p.tables;
+  int slowest = 0;
+  double most = -1.0;
+  for (size_t s = 0; s < stages.size(); ++s) {
+    double seconds = 0.0;
+    for (int i = stages[s].first; i < stages[s].first + stages[s].count; ++i) {
+      double fastest = std::numeric_limits<double>::infinity();
+      for (int j = 0; j < t.num_strategies(); ++j)
+        if (p.allowed.empty() || p.allowed[static_cast<size_t>(j)])
+          fastest = std::min(fastest, t.Cost(t.types().type_of[static_cast<size_t>(i)], j).microbatch_seconds);
+      seconds += fastest;
+    }
+    if (seconds > most) {
+      most = seconds;
+      slowest = static_cast<int>(s);
+    }
+  }
+  return slowest;
+}
+
+// The DP with weight 1 + (m - 1) lambda_s on stage s (lambda on the simplex: the objective is then
+// at most Eq. 8 for every assignment), or Eq. 8 itself in exact mode.
+LayerDpResult RunWeighted(const PartitionProblem& p, std::vector<DpStage> stages, const std::vector<double>& lambda,
+                          double cutoff, bool exact = false) {
+  const double m = p.config.micro_batches;
+  for (size_t s = 0; s < stages.size(); ++s) stages[s].weight = exact ? 1.0 : 1.0 + (m - 1.0) * lambda[s];
+  LayerDpProblem problem{p.tables, std::move(stages), p.budget, p.allowed, p.max_labels, cutoff};
+  problem.exact = exact;
+  problem.micro_batches = p.config.micro_batches;
+  return SolveLayerDp(problem);
+}
+
+// Search state shared by the weighted runs and the exact run.
+struct Progress {
+  PartitionSolution best;
+  bool found = false;          // an assignment was found (it may not beat the caller's cutoff)
+  bool thinned = false;
+  double Cutoff(const PartitionProblem& p) const {
+    return found ? std::min(p.cutoff, best.estimate.iteration_seconds) : p.cutoff;
+  }
+  bool Proven() const {
+    return found && best.estimate.iteration_seconds <= best.lower_bound * (1.0 + kRelativeTolerance);
+  }
+  int last_slowest = 0;        // slowest stage of the plan the last run found
+  // Records a DP result; false when it found nothing.
+  bool Record(const PartitionProblem& p, const LayerDpResult& r, double cutoff) {
+    ++best.dp_runs;
+    thinned = thinned || r.thinned;
+    if (!r.feasible) {
+      // Memory does not depend on the weights, so a run finds nothing because nothing fits (then the
+      // first run already did) or because every assignment is >= cutoff (V_b <= Eq. 8).
+      best.cut_off = r.cut_off;
+      if (r.cut_off) best.lower_bound = std::max(best.lower_bound, cutoff);
+      return false;
+    }
+    best.lower_bound = std::max(best.lower_bound, r.objective);
+    PipelineEstimate e = EstimatePipeline(*p.tables, p.config, p.partition, r.strategies);
+    last_slowest = e.SlowestStage();
+    if (!found || e.iteration_seconds < best.estimate.iteration_seconds) {
+      found = true;
+      best.strategies = r.strategies;
+      best.estimate = std::move(e);
+    }
+    return true;
+  }
+};
+
+// Weighted runs (Lagrangian dual of Eq. 8's max, by fictitious play): lambda puts all weight on the
+// stage expected to be the slowest, then spreads it over the stages that were the slowest in the
+// plans found so far. Every run bounds Eq. 8 from below; it stops when a plan meets the bound.
+void WeightedRuns(const PartitionProblem& p, const std::vector<DpStage>& stages, Progress& g) {
+  const size_t num_stages = stages.size();
+  // One stage: Eq. 8 is m C + G, a sum over layers. One micro-batch: sum_s (C_s + G_s). Both exact.
+  const bool separable = num_stages == 1 || p.config.micro_batches == 1;
+  std::vector<double> hits(num_stages, 0.0);
+  hits[static_cast<size_t>(separable ? 0 : LikelySlowest(p, stages))] = 1.0;
+  const int max_runs = separable ? 1 : 2 * static_cast<int>(num_stages) + 4;
+  for (int run = 0; run < max_runs; ++run) {
+    double total = 0.0;
+    for (double h : hits) total += h;
+    std::vector<double> lambda(num_stages);
+    for (size_t s = 0; s < num_stages; ++s) lambda[s] = hits[s] / total;
+    const double cutoff = g.Cutoff(p);
+    if (!g.Record(p, RunWeighted(p, stages, lambda, cutoff), cutoff) || g.Proven()) return;
+    hits[static_cast<size_t>(g.last_slowest)] += 1.0;
+  }
+}
+
+PartitionSolution SolveOnce(const PartitionProblem& p) {
+  const std::vector<DpStage> stages = Stages(p);
+  Progress g;
+  WeightedRuns(p, stages, g);
+  const bool nothing_fits = !g.found && !g.best.cut_off;
+  if (!nothing_fits && !g.Proven() && !g.thinned && g.best.lower_bound < p.cutoff) {
+    const double cutoff = g.Cutoff(p);  // the exact optimum, if it beats the plans found so far
+    g.Record(p, RunWeighted(p, stages, {}, cutoff, /*exact=*/true), cutoff);
+  }
+  PartitionSolution best = std::move(g.best);
+  best.feasible = g.found && best.estimate.iteration_seconds < p.cutoff;
+  best.cut_off = !best.feasible && (g.found || best.cut_off);
+  // Proven: optimal on this partition, or no assignment of it beats the caller's cutoff.
+  best.proven = !g.thinned && ((g.found && best.estimate.iteration_seconds <= best.lower_bound * (1.0 + kRelativeTolerance)) ||
+                               best.lower_bound >= p.cutoff);
+  if (g.thinned) best.lower_bound = 0.0;  // a thinned DP's objective bounds nothing
+  return best;
+}
+
+}  // namespace
+
+// A cheap probe first (few labels per state: a good plan, not a proof), then the full DP with the
+// probe's time as cutoff, which prunes most labels: it either finds a faster plan or proves that
+// none exists.
+PartitionSolution SolvePartition(const PartitionProblem& p) {
+  constexpr size_t kProbeLabels = 64;
+  if (p.max_labels <= kProbeLabels) return SolveOnce(p);
+  PartitionProblem probe = p;
+  probe.max_labels = kProbeLabels;
+  PartitionSolution first = SolveOnce(probe);
+  if (!first.feasible && !first.cut_off) return first;  // thinning keeps feasibility: nothing fits
+  if (!first.feasible) return SolveOnce(p);
+  PartitionProblem full = p;
+  full.cutoff = first.estimate.iteration_seconds;
+  PartitionSolution second = SolveOnce(full);
+  second.dp_runs += first.dp_runs;
+  if (second.feasible) return second;
+  // Nothing beats the probe's plan: it is optimal when the full run proved that.
+  first.proven = second.proven;
+  first.lower_bound = second.lower_bound;
+  first.dp_runs = second.dp_runs;
+  return first;
+}
+
+}  // namespace kiwi::solve::hybrid

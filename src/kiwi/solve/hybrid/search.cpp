@@ -1,0 +1,397 @@
+#include "kiwi/solve/hybrid/search.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "kiwi/solve/hybrid/layer_costs.h"
+#include "kiwi/solve/hybrid/partition.h"
+#include "kiwi/solve/hybrid/pipeline_solver.h"
+#include "kiwi/solve/hybrid/uniform_plans.h"
+
+namespace kiwi::solve::hybrid {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kMaxSweepBatch = 65536;  // keeps the sweep's configurations enumerable in a blink
+
+struct Candidate {
+  PipelineConfig config;
+  double upper_bound = 0.0;  // samples/s no plan of this configuration can beat
+};
+
+struct Incumbent {
+  bool found = false;
+  const CostTables* tables = nullptr;
+  PipelineConfig config;
+  Partition partition;
+  std::vector<int> strategies;
+  PipelineEstimate estimate;
+  double throughput = 0.0;
+};
+
+class Search {
+ public:
+  Search(const sim::LayerModel& model, const cost::Cluster& cluster, const cost::CostModel& cost_model,
+         const HybridSearchOptions& options)
+      : model_(model),
+        types_(GroupLayerTypes(model)),
+        inputs_{&model_, &types_, &cluster, &cost_model},
+        options_(options),
+        space_(SpaceOf(options.method, cluster.NumDevices(), static_cast<int>(model.layers.size()))),
+        mode_(options.partitions.value_or(space_.partitions)),
+        num_layers_(static_cast<int>(model.layers.size())) {}
+
+  Result<HybridSearchResult> Run();
+
+ private:
+  Result<const CostTables*> Tables(int pp, int64_t microbatch);
+  std::vector<bool> Allowed(const CostTables& t) const;
+  bool AnyAllowed(const CostTables& t) const;
+  std::vector<int64_t> Batches() const;
+  std::vector<int> MicroBatchCounts(int64_t batch, int pp) const;
+  Result<std::vector<Candidate>> Enumerate();
+  double UpperBound(const CostTables& t, const PipelineConfig& c) const;
+  Status Evaluate(const PipelineConfig& c);
+  void Solve(const CostTables& t, const PipelineConfig& c, const Partition& p, PartitionSolution* out = nullptr);
+  void BiObjective(const CostTables& t, const PipelineConfig& c, const StagePeakBounds& bounds);
+  void Refine(const CostTables& t, const PipelineConfig& c, const StagePeakBounds& bounds, std::set<Partition>& seen);
+  std::vector<int> SmallestMemoryStrategies(const CostTables& t, const PipelineConfig& c) const;
+  Status FindSmallestMemory(HybridSearchResult& r);
+  bool Expired() const { return Clock::now() > deadline_; }
+
+  const sim::LayerModel& model_;
+  LayerTypes types_;
+  CostInputs inputs_;
+  HybridSearchOptions options_;
+  MethodSpace space_;
+  PartitionMode mode_;
+  int num_layers_;
+  MeshCache meshes_;
+  std::map<std::pair<int, int64_t>, CostTables> tables_;
+  Incumbent best_;
+  bool all_proven_ = true;
+  bool timed_out_ = false;
+  Clock::time_point deadline_;
+  HybridSearchResult stats_;
+};
+
+Result<const CostTables*> Search::Tables(int pp, int64_t microbatch) {
+  auto it = tables_.find({pp, microbatch});
+  if (it != tables_.end()) return &it->second;
+  Result<CostTables> t = CostTables::Build(inputs_, pp, microbatch, space_.strategies, meshes_);
+  if (!t) return t.error();
+  return &tables_.emplace(std::make_pair(pp, microbatch), std::move(*t)).first->second;
+}
+
+std::vector<bool> Search::Allowed(const CostTables& t) const {
+  if (space_.tp == 0) return {};
+  std::vector<bool> allowed;
+  for (const plan::LayerStrategy& s : t.strategies()) allowed.push_back(s.tp == space_.tp);
+  return allowed;
+}
+
+bool Search::AnyAllowed(const CostTables& t) const {
+  const std::vector<bool> allowed = Allowed(t);
+  if (allowed.empty()) return t.num_strategies() > 0;
+  return std::find(allowed.begin(), allowed.end(), true) != allowed.end();
+}
+
+std::vector<int64_t> Search::Batches() const {
+  if (options_.global_batch) return {*options_.global_batch};
+  std::vector<int64_t> out;
+  for (int64_t b = 1; b < options_.batch_step && b <= options_.max_batch; b *= 2) out.push_back(b);
+  for (int64_t b = options_.batch_step; b <= options_.max_batch; b += options_.batch_step) out.push_back(b);
+  return out;
+}
+
+// m: powers of two dividing B; without gradient accumulation, one micro-batch when not pipelining and
+// P, 2P or 4P micro-batches with P stages.
+std::vector<int> Search::MicroBatchCounts(int64_t batch, int pp) const {
+  const bool accumulate = options_.accumulation && space_.accumulate;
+  if (pp == 1 && !accumulate) return {1};
+  std::vector<int> out;
+  for (int64_t m = 1; m <= batch && m <= (int64_t{1} << 20); m *= 2)
+    if (batch % m == 0 && (accumulate || (m >= pp && m <= 4 * pp))) out.push_back(static_cast<int>(m));
+  return out;
+}
+
+// Eq. 8 >= sum_s ((m - 1) / P + 1) C_s + G_s (the slowest stage is at least the average), each C_s,
+// G_s is at least the sum of its layers' terms, and the stages' memory adds up to at most P x budget
+// (counting every stage's activations at the fewest micro-batches in flight). Lagrangian relaxation of
+// that memory sum: for any price lambda >= 0, sum_l min_j (w c_j + g_j + lambda mem_j) - lambda P E is a
+// lower bound on the iteration time of every plan of the configuration, whatever its partition.
+double Search::UpperBound(const CostTables& t, const PipelineConfig& c) const {
+  const std::vector<bool> allowed = Allowed(t);
+  const double w = 1.0 + static_cast<double>(c.micro_batches - 1) / c.pp;
+  int in_flight = InFlight(c, 0);
+  for (int s = 1; s < c.pp; ++s) in_flight = std::min(in_flight, InFlight(c, s));
+  std::vector<int> count(static_cast<size_t>(t.types().num_types()), 0);
+  for (size_t i = 1; i < t.types().type_of.size(); ++i) ++count[static_cast<size_t>(t.types().type_of[i])];
+  const double capacity = static_cast<double>(c.pp) * static_cast<double>(options_.memory_budget_bytes);
+  // Time and memory of the cheapest strategies at price lambda, summed over layers.
+  auto relaxed = [&](double lambda, double& memory) {
+    double seconds = 0.0;
+    memory = 0.0;
+    for (int k = -1; k < t.types().num_types(); ++k) {  // k = -1: the first layer with embeddings/head
+      const int type = k < 0 ? t.types().type_of.front() : k;
+      const double n = k < 0 ? 1.0 : count[static_cast<size_t>(k)];
+      if (n == 0.0) continue;
+      double best = std::numeric_limits<double>::infinity(), best_seconds = 0.0, best_memory = 0.0;
+      for (int j = 0; j < t.num_strategies(); ++j) {
+        if (!allowed.empty() && !allowed[static_cast<size_t>(j)]) continue;
+        StrategyCost x = t.Cost(type, j);
+        const StrategyCost& o = t.Other(j);
+        const bool first = k < 0;
+        const double sec = w * (x.microbatch_seconds + (first ? o.microbatch_seconds : 0.0)) + x.sync_seconds +
+                           (first ? o.sync_seconds : 0.0);
+        const double mem = static_cast<double>(x.state_bytes + (first ? o.state_bytes : 0) +
+                                               in_flight * (x.activation_bytes + (first ? o.activation_bytes : 0)));
+        if (sec + lambda * mem < best) {
+          best = sec + lambda * mem;
+          best_seconds = sec;
+          best_memory = mem;
+        }
+      }
+      seconds += n * best_seconds;
+      memory += n * best_memory;
+    }
+    return seconds;
+  };
+  double memory = 0.0;
+  double bound = relaxed(0.0, memory);
+  if (!(bound < std::numeric_limits<double>::infinity()) || bound <= 0.0) return 0.0;
+  if (memory > capacity) {  // the memory-blind optimum does not fit: raise the price of memory
+    double lo = 0.0, hi = bound / capacity;
+    for (int i = 0; i < 60 && relaxed(hi, memory) > 0.0 && memory > capacity; ++i) hi *= 2.0;
+    if (memory > capacity) return 0.0;  // even the smallest-memory strategies do not fit
+    for (int i = 0; i < 50; ++i) {
+      const double mid = 0.5 * (lo + hi);
+      const double seconds = relaxed(mid, memory);
+      bound = std::max(bound, seconds + mid * (memory - capacity));
+      (memory > capacity ? lo : hi) = mid;
+    }
+    const double seconds = relaxed(hi, memory);
+    bound = std::max(bound, seconds + hi * (memory - capacity));
+  }
+  return static_cast<double>(c.global_batch) / bound;
+}
+
+Result<std::vector<Candidate>> Search::Enumerate() {
+  std::vector<Candidate> out;
+  for (int pp : space_.pp_degrees)
+    for (int64_t batch : Batches())
+      for (int m : MicroBatchCounts(batch, pp)) {
+        Result<const CostTables*> t = Tables(pp, batch / m);
+        if (!t) return t.error();
+        if (!AnyAllowed(**t)) continue;
+        const PipelineConfig c{pp, batch, m, space_.schedule};
+        out.push_back({c, UpperBound(**t, c)});
+      }
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.upper_bound > b.upper_bound; });
+  return out;
+}
+
+void Search::Solve(const CostTables& t, const PipelineConfig& c, const Partition& p, PartitionSolution* out) {
+  // Branch and bound: only plans faster than the best so far are wanted.
+  const double cutoff = best_.found ? static_cast<double>(c.global_batch) / best_.throughput
+                                    : std::numeric_limits<double>::infinity();
+  PartitionSolution sol =
+      SolvePartition({&t, c, p, options_.memory_budget_bytes, Allowed(t), options_.max_labels, cutoff});
+  ++stats_.partitions;
+  stats_.dp_runs += sol.dp_runs;
+  if (sol.feasible && !sol.proven) all_proven_ = false;
+  if (sol.feasible) {
+    const double throughput = static_cast<double>(c.global_batch) / sol.estimate.iteration_seconds;
+    if (!best_.found || throughput > best_.throughput) {
+      best_ = {true, &t, c, p, sol.strategies, sol.estimate, throughput};
+      if (options_.progress)
+        options_.progress(fmt::format("{:.2f} samples/s: pp {} partition [{}], batch {}, {} micro-batches", throughput,
+                                      c.pp, fmt::join(p, ","), c.global_batch, c.micro_batches));
+    }
+  }
+  if (out) *out = std::move(sol);
+}
+
+std::vector<int> Search::SmallestMemoryStrategies(const CostTables& t, const PipelineConfig& c) const {
+  const std::vector<bool> allowed = Allowed(t);
+  std::vector<int> out;
+  for (int type : t.types().type_of) {
+    int best = -1;
+    int64_t smallest = std::numeric_limits<int64_t>::max();
+    for (int j = 0; j < t.num_strategies(); ++j) {
+      if (!allowed.empty() && !allowed[static_cast<size_t>(j)]) continue;
+      const StrategyCost& x = t.Cost(type, j);
+      const int64_t bytes = x.state_bytes + InFlight(c, 0) * x.activation_bytes + x.recompute_bytes + x.gather_bytes;
+      if (bytes < smallest) {
+        smallest = bytes;
+        best = j;
+      }
+    }
+    out.push_back(best);
+  }
+  return out;
+}
+
+// Algorithm 2: from the even partition (Galvatron-Base's), the memory-balanced one under the even
+// partition's strategies (PP_Partition_Init; the smallest-memory strategies when it has none) and the
+// partition with the smallest feasible peak, move layers off the slowest stage while that helps.
+void Search::BiObjective(const CostTables& t, const PipelineConfig& c, const StagePeakBounds& bounds) {
+  const Partition even = EvenPartition(num_layers_, c.pp);
+  std::deque<Partition> queue;
+  std::set<Partition> seen{even};
+  std::vector<int> initial = SmallestMemoryStrategies(t, c);
+  if (bounds.Peak(even) <= options_.memory_budget_bytes) {
+    PartitionSolution sol;
+    Solve(t, c, even, &sol);
+    if (sol.feasible) {
+      initial = sol.strategies;
+      for (Partition& q : AdjustPartition(t, c, even, sol.strategies, options_.memory_budget_bytes)) queue.push_back(q);
+    }
+  }
+  queue.push_front(bounds.BestPartition());
+  queue.push_front(MemoryBalancedPartition(t, c, initial));
+  const int64_t cap = 4 * static_cast<int64_t>(num_layers_) + 8;
+  for (int64_t solved = 0; !queue.empty() && solved < cap; ++solved) {
+    if (Expired()) {
+      timed_out_ = true;
+      return;
+    }
+    const Partition p = queue.front();
+    queue.pop_front();
+    if (!seen.insert(p).second || bounds.Peak(p) > options_.memory_budget_bytes) continue;
+    PartitionSolution sol;
+    Solve(t, c, p, &sol);
+    if (!sol.feasible) continue;
+    for (Partition& q : AdjustPartition(t, c, p, sol.strategies, options_.memory_budget_bytes)) queue.push_back(q);
+  }
+  Refine(t, c, bounds, seen);
+}
+
+// kiwi's addition to Algorithm 2, which keeps each layer's strategy when it validates a move: from the
+// best plan of this configuration, shift one stage boundary by one layer and re-optimize the
+// strategies, as long as that beats the best plan found.
+void Search::Refine(const CostTables& t, const PipelineConfig& c, const StagePeakBounds& bounds,
+                    std::set<Partition>& seen) {
+  if (!best_.found || !(best_.config.pp == c.pp && best_.config.global_batch == c.global_batch &&
+                        best_.config.micro_batches == c.micro_batches))
+    return;
+  for (bool improved = true; improved && !Expired();) {
+    improved = false;
+    const Partition current = best_.partition;
+    for (size_t b = 0; b + 1 < current.size() && !improved; ++b)
+      for (int shift : {-1, 1}) {
+        Partition q = current;
+        q[b] += shift;
+        q[b + 1] -= shift;
+        if (q[b] < 1 || q[b + 1] < 1 || !seen.insert(q).second || bounds.Peak(q) > options_.memory_budget_bytes) continue;
+        PartitionSolution sol;
+        Solve(t, c, q, &sol);
+        if (sol.feasible) {  // beats the best plan, which is now q's
+          improved = true;
+          break;
+        }
+      }
+  }
+}
+
+Status Search::Evaluate(const PipelineConfig& c) {
+  Result<const CostTables*> tables = Tables(c.pp, c.Microbatch());
+  if (!tables) return tables.error();
+  const CostTables& t = **tables;
+  const StagePeakBounds bounds(t, c, Allowed(t));
+  const int64_t budget = options_.memory_budget_bytes;
+  ++stats_.evaluated;
+  if (mode_ == PartitionMode::kEven) {
+    const Partition even = EvenPartition(num_layers_, c.pp);
+    if (bounds.Peak(even) <= budget) Solve(t, c, even);
+  } else if (mode_ == PartitionMode::kExhaustive) {
+    for (const Partition& p : AllPartitions(num_layers_, c.pp))
+      if (bounds.Peak(p) <= budget) Solve(t, c, p);
+  } else if (bounds.Peak(bounds.BestPartition()) <= budget) {
+    BiObjective(t, c, bounds);
+  }
+  return Status::Ok();
+}
+
+// The smallest budget with a plan at the smallest batch of the sweep that the method can run at all.
+Status Search::FindSmallestMemory(HybridSearchResult& r) {
+  for (int64_t batch : Batches()) {
+    int64_t smallest = StagePeakBounds::kUnreachable;
+    bool any = false;
+    for (int pp : space_.pp_degrees)
+      for (int m : MicroBatchCounts(batch, pp)) {
+        Result<const CostTables*> t = Tables(pp, batch / m);
+        if (!t) return t.error();
+        if (!AnyAllowed(**t)) continue;
+        any = true;
+        const PipelineConfig c{pp, batch, m, space_.schedule};
+        const StagePeakBounds bounds(**t, c, Allowed(**t));
+        const Partition p = mode_ == PartitionMode::kEven ? EvenPartition(num_layers_, pp) : bounds.BestPartition();
+        smallest = std::min(smallest, bounds.Peak(p));
+      }
+    if (!any) continue;
+    r.smallest_batch = batch;
+    r.smallest_feasible_memory = smallest >= StagePeakBounds::kUnreachable ? 0 : smallest;
+    return Status::Ok();
+  }
+  return Status::Ok();
+}
+
+Result<HybridSearchResult> Search::Run() {
+  const auto start = Clock::now();
+  deadline_ = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.time_limit_seconds));
+  Result<std::vector<Candidate>> candidates = Enumerate();
+  if (!candidates) return candidates.error();
+  stats_.configurations = static_cast<int64_t>(candidates->size());
+  for (const Candidate& c : *candidates) {
+    if (best_.found && c.upper_bound <= best_.throughput) break;  // no later configuration can do better
+    if (Expired()) {
+      timed_out_ = true;
+      break;
+    }
+    KIWI_RETURN_IF_ERROR(Evaluate(c.config));
+  }
+  HybridSearchResult r = stats_;
+  r.timed_out = timed_out_;
+  if (best_.found) {
+    r.feasible = true;
+    r.plan = MakeLayerPlan(*best_.tables, best_.config, best_.partition, best_.strategies);
+    r.claimed_iteration_seconds = best_.estimate.iteration_seconds;
+    r.claimed_peak_memory_bytes = best_.estimate.peak_memory_bytes;
+    r.strategies_proven = all_proven_ && !timed_out_;
+    r.proven = r.strategies_proven && mode_ != PartitionMode::kBiObjective;
+    Result<sim::LayerSimResult> sim = sim::SimulateLayerPlan(model_, r.plan, *inputs_.cluster, *inputs_.cost_model);
+    if (!sim) return sim.error();
+    r.simulated = std::move(*sim);
+  } else {
+    KIWI_RETURN_IF_ERROR(FindSmallestMemory(r));
+  }
+  r.search_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return r;
+}
+
+}  // namespace
+
+Result<HybridSearchResult> SearchHybridPlan(const sim::LayerModel& model, const cost::Cluster& cluster,
+                                            const cost::CostModel& cost_model, const HybridSearchOptions& options) {
+  if (model.layers.empty()) return BadInput(fmt::format("hybrid search: model {} has no layers", model.name));
+  if (options.memory_budget_bytes <= 0)
+    return BadInput(fmt::format("--memory: must be positive, got {}", options.memory_budget_bytes));
+  if (options.global_batch && *options.global_batch < 1)
+    return BadInput(fmt::format("--batch: must be positive, got {}", *options.global_batch));
+  if (options.max_batch < 1 || options.batch_step < 1 || options.max_batch > kMaxSweepBatch)
+    return BadInput(fmt::format("--max-batch: must be between 1 and {}, got {}", kMaxSweepBatch, options.max_batch));
+  if (cluster.NumDevices() < 1) return BadInput(fmt::format("cluster {}: has no devices", cluster.name));
+  Search search(model, cluster, cost_model, options);
+  return search.Run();
+}
+
+}  // namespace kiwi::solve::hybrid

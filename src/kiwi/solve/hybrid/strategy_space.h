@@ -1,0 +1,64 @@
+#pragma once
+// Galvatron-BMW's per-layer strategy space (§III-B): decision trees over the devices of a pipeline
+// stage. PP splits the devices into equal groups first (Takeaway #1: across device islands); inside a
+// group each tree level applies one paradigm (DP, SDP or TP) with a power-of-two degree, no paradigm
+// twice (so the level order is a permutation), and every tree comes with and without CKPT. Takeaway #3
+// removes the trees that mix DP and SDP. For 8 GPUs (PP 1/2/4/8) that is 44 strategies, 68 with the
+// DP+SDP mixes (the paper's counts).
+//
+//   auto all = DecisionTreeStrategies(8, {});          // 44, every PP degree
+//   auto per_stage = LayerStrategies(4, {});           // what the estimator distinguishes on 4 devices
+#include <string>
+#include <vector>
+
+#include "kiwi/plan/plan.h"
+
+namespace kiwi::solve::hybrid {
+
+enum class Paradigm : uint8_t { kDp, kSdp, kTp };
+
+struct TreeLevel {
+  Paradigm paradigm = Paradigm::kDp;
+  int degree = 2;
+  bool operator==(const TreeLevel&) const = default;
+};
+
+// One leaf of a decision tree: a strategy for one layer.
+struct TreeStrategy {
+  int pp = 1;
+  std::vector<TreeLevel> levels;  // outermost (slowest links) first, innermost last
+  bool checkpoint = false;
+
+  int Degree(Paradigm p) const;  // 1 when the paradigm is absent
+  // TP on the innermost level (Galvatron's tp_consecutive): its all-reduces use the fastest links.
+  bool TpInnermost() const;
+  // The estimator's view (plan::LayerStrategy): degrees and flags, without the level order. A DP+SDP
+  // mix has no LayerStrategy (Takeaway #3 excludes it); it maps to SDP over both levels.
+  plan::LayerStrategy ToLayerStrategy() const;
+  std::string Name() const;  // "PP2-TP2-DP2+CKPT", "SDP8", "PP8"
+  bool operator==(const TreeStrategy&) const = default;
+};
+
+struct StrategySpaceOptions {
+  bool allow_dp = true;          // plain data parallelism with degree > 1
+  bool allow_sdp = true;         // sharded data parallelism (ZeRO-3)
+  bool allow_tp = true;          // Megatron tensor parallelism with degree > 1
+  bool allow_checkpoint = true;  // CKPT on or off per layer
+  bool mix_dp_sdp = false;       // keep the DP+SDP trees that Takeaway #3 removes
+};
+
+// The leaves of the trees for one PP degree: `num_devices` / pp devices per group. Deterministic
+// order: by number of levels, then level paradigms and degrees, then CKPT off before on.
+std::vector<TreeStrategy> DecisionTreeStrategies(int num_devices, int pp, const StrategySpaceOptions& options);
+// All PP degrees (powers of two dividing num_devices), smallest first.
+std::vector<TreeStrategy> DecisionTreeStrategies(int num_devices, const StrategySpaceOptions& options);
+
+// The distinct strategies the layer estimator tells apart on a stage of `stage_devices` devices (it
+// always places TP innermost, so level orders collapse): tp x dp = stage_devices, SDP only with
+// dp > 1, CKPT off/on. Order: tp ascending, then DP before SDP, then CKPT off before on.
+std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const StrategySpaceOptions& options);
+
+// Powers of two dividing n, ascending (1 first).
+std::vector<int> PowerOfTwoDivisors(int n);
+
+}  // namespace kiwi::solve::hybrid

@@ -1,0 +1,158 @@
+// `kiwi hybrid` against CONTRACT.md: the JSON fields, a plan that `kiwi simulate` replays with the
+// same numbers, exit code 3 with the smallest memory that works, exit code 2 on bad flags.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+
+#include "run_kiwi.h"
+
+namespace kiwi {
+namespace {
+
+using testing::RunKiwi;
+using testing::TempDir;
+
+const std::string kSmall = "hybrid --model bert --layers 4 --cluster rtx-titan-pcie-8 ";
+
+TEST(HybridCli, JsonHasTheContractFields) {
+  auto r = RunKiwi(kSmall + "--memory 4GiB --batch 16 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = r.Json();
+  for (const char* field : {"feasible", "throughput_samples_per_second", "global_batch", "micro_batches", "pp_degree",
+                            "pp_partition", "layers", "peak_memory_bytes", "search_seconds"})
+    EXPECT_TRUE(j.contains(field)) << field;
+  EXPECT_TRUE(j["feasible"].get<bool>());
+  EXPECT_EQ(j["global_batch"].get<int64_t>(), 16);
+  EXPECT_LE(j["peak_memory_bytes"].get<int64_t>(), int64_t{4} << 30);
+  EXPECT_GT(j["throughput_samples_per_second"].get<double>(), 0.0);
+  const int pp = j["pp_degree"].get<int>();
+  int covered = 0;
+  for (const auto& n : j["pp_partition"]) covered += n.get<int>();
+  EXPECT_EQ(covered, 4);
+  EXPECT_EQ(static_cast<int>(j["pp_partition"].size()), pp);
+  ASSERT_EQ(j["layers"].size(), 4u);
+  for (const auto& l : j["layers"]) {
+    EXPECT_EQ(l["tp"].get<int>() * l["dp"].get<int>() * pp, 8);
+    EXPECT_TRUE(l.contains("sdp") && l.contains("checkpoint"));
+  }
+  EXPECT_EQ(16 % (j["micro_batches"].get<int>()), 0);
+}
+
+TEST(HybridCli, PlanReplaysInSimulateWithTheSameNumbers) {
+  const std::string plan = (TempDir() / "hybrid_plan.json").string();
+  auto r = RunKiwi(kSmall + "--memory 3GiB --max-batch 64 --quiet --json --out " + plan);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_TRUE(r.err.empty()) << r.err;  // --quiet
+  auto sim = RunKiwi("simulate " + plan + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  auto s = sim.Json();
+  EXPECT_EQ(s["peak_memory_bytes"], r.Json()["peak_memory_bytes"]);
+  EXPECT_NEAR(s["throughput_samples_per_second"].get<double>(), r.Json()["throughput_samples_per_second"].get<double>(),
+              1e-9 * s["throughput_samples_per_second"].get<double>());
+  EXPECT_TRUE(s["claims"]["iteration_seconds_matches"].get<bool>());
+  EXPECT_TRUE(s["claims"]["peak_memory_bytes_matches"].get<bool>());
+}
+
+TEST(HybridCli, ProgressGoesToStderrAndOneObjectToStdout) {
+  auto r = RunKiwi(kSmall + "--memory 4GiB --max-batch 32 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("kiwi hybrid:"), std::string::npos);
+  EXPECT_NO_THROW(r.Json());
+  auto text = RunKiwi(kSmall + "--memory 4GiB --max-batch 32 --quiet");
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_NE(text.out.find("samples/s"), std::string::npos);
+}
+
+TEST(HybridCli, InfeasibleExitsThreeWithTheSmallestMemoryThatWorks) {
+  auto r = RunKiwi(kSmall + "--memory 1MiB --json");
+  ASSERT_EQ(r.exit_code, 3) << r.err;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.err, m, std::regex("use --memory ([0-9]+) or more"))) << r.err;
+  EXPECT_NE(r.err.find("at batch 1"), std::string::npos) << r.err;
+  const std::string smallest = m[1];
+  auto just = RunKiwi(kSmall + "--batch 1 --json --memory " + smallest);
+  ASSERT_EQ(just.exit_code, 0) << just.err;
+  EXPECT_EQ(std::to_string(just.Json()["peak_memory_bytes"].get<int64_t>()), smallest);
+  auto below = RunKiwi(kSmall + "--batch 1 --json --memory " + std::to_string(std::stoll(smallest) - 1));
+  EXPECT_EQ(below.exit_code, 3) << below.err;
+}
+
+TEST(HybridCli, BadFlagsExitTwo) {
+  for (const char* flags : {"--method zero", "--batch 0", "--batch many", "--memory 0", "--memory lots",
+                                   "--cluster nowhere", "--model nothing", "--max-batch 0", "--max-batch 1000000"}) {
+    auto r = RunKiwi(kSmall + "--json " + std::string(flags));
+    EXPECT_EQ(r.exit_code, 2) << flags << ": " << r.err;
+    EXPECT_EQ(testing::CountLines(r.err), 1) << flags << ": " << r.err;
+  }
+}
+
+TEST(HybridCli, EveryMethodRuns) {
+  for (const char* method : {"bmw", "base", "galvatron", "dp", "sdp", "tp", "pp", "3d", "dp+tp", "dp+pp"}) {
+    auto r = RunKiwi(kSmall + "--memory 6GiB --max-batch 64 --no-accumulation --quiet --json --method " + std::string(method));
+    ASSERT_EQ(r.exit_code, 0) << method << ": " << r.err;
+    EXPECT_EQ(r.Json()["method"], method);
+  }
+}
+
+TEST(HybridCli, TimeLimitWithoutAnswerExitsFour) {
+  auto r = RunKiwi(kSmall + "--memory 4GiB --time-limit 0.000001 --quiet --json");
+  EXPECT_EQ(r.exit_code, 4) << r.err;
+}
+
+}  // namespace
+}  // namespace kiwi
+
+namespace kiwi {
+namespace {
+
+const std::string kGalvatron = std::string(KIWI_TEST_DATA_DIR) + "/galvatron/";
+
+TEST(HybridCli, PlansFromGalvatronProfilesAndExportsGalvatronConfig) {
+  const std::string config = (testing::TempDir() / "galvatron_config.json").string();
+  auto r = testing::RunKiwi("hybrid --cluster rtx-titan-pcie-8 --memory 8GiB --max-batch 64 --quiet --json "
+                            "--galvatron-profiles " + kGalvatron + "computation_profiling_fp32_test.json," + kGalvatron +
+                            "memory_profiling_fp32_test.json --galvatron-layers 8,8 --galvatron-hardware " + kGalvatron +
+                            "allreduce_bandwidth_1nodes_8gpus_per_node.json --galvatron-out " + config);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = r.Json();
+  ASSERT_EQ(j["layers"].size(), 16u);
+  auto g = nlohmann::json::parse(testing::Slurp(config));
+  EXPECT_EQ(g["pp_deg"], j["pp_degree"]);
+  EXPECT_EQ(g["global_bsz"], j["global_batch"]);
+  EXPECT_EQ(g["chunks"], j["micro_batches"]);
+  std::string tp;
+  for (const auto& l : j["layers"]) tp += (tp.empty() ? "" : ",") + std::to_string(l["tp"].get<int>());
+  EXPECT_EQ(g["tp_sizes_enc"], tp);
+}
+
+TEST(HybridCli, GalvatronProfileFlagsAreChecked) {
+  const std::string profiles = "--galvatron-profiles " + kGalvatron + "computation_profiling_fp32_test.json," +
+                               kGalvatron + "memory_profiling_fp32_test.json ";
+  EXPECT_EQ(testing::RunKiwi("hybrid --json " + profiles).exit_code, 2);  // no --galvatron-layers
+  EXPECT_EQ(testing::RunKiwi("hybrid --json --galvatron-layers 2,2 --out x.json " + profiles).exit_code, 2);
+  EXPECT_EQ(testing::RunKiwi("hybrid --json --galvatron-layers 2,2 --galvatron-profiles only_one.json").exit_code, 2);
+}
+
+}  // namespace
+}  // namespace kiwi
+
+namespace kiwi {
+namespace {
+
+TEST(HybridCli, PlansAHuggingFaceConfig) {
+  const std::string config = (testing::TempDir() / "config.json").string();
+  {
+    std::ofstream out(config);
+    out << R"({"model_type": "gpt2", "n_layer": 6, "n_embd": 768, "n_head": 12, "n_positions": 1024,
+               "vocab_size": 50257})";
+  }
+  auto r = testing::RunKiwi("hybrid --hf-config " + config + " --memory 4GiB --max-batch 64 --quiet --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.Json()["layers"].size(), 6u);
+  EXPECT_EQ(testing::RunKiwi("hybrid --hf-config " + config + " --out x.json --json").exit_code, 2);
+  EXPECT_EQ(testing::RunKiwi("hybrid --hf-config /nonexistent/config.json --json").exit_code, 2);
+}
+
+}  // namespace
+}  // namespace kiwi

@@ -1,0 +1,111 @@
+// Galvatron's strategy-config JSON: kiwi's plans written in it read back unchanged, a Galvatron-written
+// config reads as the plan it describes, and what kiwi cannot model is rejected with the field named.
+#include "kiwi/io/galvatron_config.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace kiwi::io {
+namespace {
+
+const std::string kData = std::string(KIWI_TEST_DATA_DIR) + "/galvatron/";
+
+plan::LayerPlan MixedPlan() {
+  plan::LayerPlan p;
+  p.layers = {{1, 4, false, false}, {1, 4, true, true}, {2, 2, true, false}, {4, 1, false, true}, {2, 2, false, false}};
+  p.pp_degree = 2;
+  p.pp_partition = {3, 2};
+  p.global_batch = 64;
+  p.micro_batches = 8;
+  return p;
+}
+
+void ExpectSamePlan(const plan::LayerPlan& a, const plan::LayerPlan& b) {
+  EXPECT_EQ(a.layers, b.layers);
+  EXPECT_EQ(a.pp_degree, b.pp_degree);
+  EXPECT_EQ(a.pp_partition, b.pp_partition);
+  EXPECT_EQ(a.global_batch, b.global_batch);
+  EXPECT_EQ(a.micro_batches, b.micro_batches);
+  EXPECT_EQ(a.pipeline, b.pipeline);
+}
+
+TEST(GalvatronConfig, RoundTripsKiwiPlans) {
+  const plan::LayerPlan p = MixedPlan();
+  const std::string text = WriteGalvatronConfig(p);
+  const nlohmann::json j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["tp_sizes_enc"], "1,1,2,4,2");
+  EXPECT_EQ(j["dp_types_enc"], "0,1,1,0,0");
+  EXPECT_EQ(j["checkpoint"], "0,1,0,1,0");
+  EXPECT_EQ(j["pp_division"], "3,2");
+  EXPECT_EQ(j["pipeline_type"], "pipedream_flush");
+  EXPECT_EQ(j["chunks"], 8);
+  Result<plan::LayerPlan> back = ParseGalvatronConfig(text, "c.json", 8);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  ExpectSamePlan(*back, p);
+  plan::LayerPlan gpipe = p;
+  gpipe.pipeline = plan::PipelineSchedule::kGPipe;
+  ExpectSamePlan(*ParseGalvatronConfig(WriteGalvatronConfig(gpipe), "c.json", 8), gpipe);
+}
+
+TEST(GalvatronConfig, ReadsGalvatronsOwnFormat) {
+  Result<plan::LayerPlan> p = ReadGalvatronConfigFile(kData + "galvatron_config_bert_example.json", 8);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  const std::vector<plan::LayerStrategy> expected = {
+      {1, 4, false, false}, {1, 4, true, true}, {2, 2, false, true}, {2, 2, true, false}};
+  EXPECT_EQ(p->layers, expected);  // zero2 default: plain DP where dp_types_enc is 0
+  EXPECT_EQ(p->pp_partition, (std::vector<int>{2, 2}));
+  EXPECT_EQ(p->pipeline, plan::PipelineSchedule::kGPipe);
+  EXPECT_EQ(p->global_batch, 32);
+  EXPECT_EQ(p->micro_batches, 4);
+  Result<plan::LayerPlan> zero3 = ParseGalvatronConfig(
+      R"({"pp_deg": 1, "tp_sizes_enc": "1,8", "global_bsz": 8, "default_dp_type": "zero3"})", "z.json", 8);
+  ASSERT_TRUE(zero3.ok()) << zero3.error().message;
+  EXPECT_EQ(zero3->layers, (std::vector<plan::LayerStrategy>{{1, 8, true, false}, {8, 1, false, false}}));
+  EXPECT_EQ(zero3->pp_partition, (std::vector<int>{2}));
+}
+
+TEST(GalvatronConfig, RejectsWhatKiwiCannotModelNamingTheField) {
+  const std::string base = R"("pp_deg": 1, "tp_sizes_enc": "1,2", "global_bsz": 8)";
+  auto error = [&](const std::string& extra) {
+    Result<plan::LayerPlan> r = ParseGalvatronConfig("{" + base + extra + "}", "g.json", 8);
+    return r.ok() ? std::string("ok") : r.error().message;
+  };
+  EXPECT_EQ(error(""), "ok");
+  EXPECT_NE(error(R"(, "use_sp": "0,1")").find("g.json: use_sp[1]"), std::string::npos);
+  EXPECT_NE(error(R"(, "tp_consecutive_flags": "1,0")").find("tp_consecutive_flags[1]"), std::string::npos);
+  EXPECT_NE(error(R"(, "checkpoint": "0,1,1")").find("checkpoint: has 3 entries"), std::string::npos);
+  EXPECT_NE(error(R"(, "checkpoint": "0,x")").find("checkpoint[1]"), std::string::npos);
+  EXPECT_NE(error(R"(, "pipeline_type": "chimera")").find("pipeline_type"), std::string::npos);
+  EXPECT_NE(error(R"(, "pp_division": "1,1")").find("pp_division"), std::string::npos);
+  EXPECT_NE(error(R"(, "default_dp_type": "zero9")").find("default_dp_type"), std::string::npos);
+  Result<plan::LayerPlan> bad_tp = ParseGalvatronConfig(R"({"pp_deg": 2, "tp_sizes_enc": "8", "global_bsz": 8,
+      "pp_division": "1"})", "g.json", 8);
+  ASSERT_FALSE(bad_tp.ok());
+  EXPECT_NE(bad_tp.error().message.find("tp_sizes_enc"), std::string::npos);
+  EXPECT_FALSE(ParseGalvatronConfig("[1, 2]", "g.json", 8).ok());
+  EXPECT_FALSE(ParseGalvatronConfig("{", "g.json", 8).ok());
+  EXPECT_FALSE(ParseGalvatronConfig(R"({"pp_deg": 3, "tp_sizes_enc": "1", "global_bsz": 8})", "g.json", 8).ok());
+  EXPECT_FALSE(ReadGalvatronConfigFile(kData + "missing.json", 8).ok());
+}
+
+// The example in docs/hybrid.md is a valid config describing what the text says.
+TEST(GalvatronConfig, DocsExampleReads) {
+  std::ifstream in(std::string(KIWI_TEST_DATA_DIR) + "/../../docs/hybrid.md");
+  std::stringstream doc;
+  doc << in.rdbuf();
+  const std::string text = doc.str();
+  const size_t start = text.find("```json\n");
+  ASSERT_NE(start, std::string::npos);
+  const std::string example = text.substr(start + 8, text.find("```", start + 8) - start - 8);
+  Result<plan::LayerPlan> p = ParseGalvatronConfig(example, "docs/hybrid.md", 8);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->layers, (std::vector<plan::LayerStrategy>{
+                           {1, 4, false, false}, {1, 4, true, true}, {2, 2, false, false}, {2, 2, false, false}}));
+  EXPECT_EQ(WriteGalvatronConfig(*p), example);
+}
+
+}  // namespace
+}  // namespace kiwi::io

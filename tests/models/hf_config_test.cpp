@@ -1,0 +1,93 @@
+// HuggingFace config.json files (abridged copies of the published configs) read as kiwi models:
+// sizes per family, precision, overrides, the Llama 2 7B config giving the same model as the preset,
+// and errors naming the field.
+#include "kiwi/models/hf_config.h"
+
+#include <gtest/gtest.h>
+
+namespace kiwi::models {
+namespace {
+
+TransformerConfig Transformer(const Result<ModelSpec>& spec) {
+  EXPECT_TRUE(spec.ok()) << (spec.ok() ? "" : spec.error().message);
+  return spec.ok() ? std::get<TransformerConfig>(spec->config) : TransformerConfig{};
+}
+
+constexpr const char* kGpt2 = R"({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "n_inner": null,
+  "n_positions": 1024, "vocab_size": 50257, "architectures": ["GPT2LMHeadModel"]})";
+constexpr const char* kLlama2 = R"({"_name_or_path": "meta-llama/Llama-2-7b-hf", "model_type": "llama",
+  "hidden_size": 4096, "intermediate_size": 11008, "max_position_embeddings": 4096, "num_attention_heads": 32,
+  "num_hidden_layers": 32, "num_key_value_heads": 32, "torch_dtype": "float16", "vocab_size": 32000})";
+
+TEST(HfConfig, Gpt2) {
+  const TransformerConfig t = Transformer(ParseHfConfig(kGpt2, "gpt2.json"));
+  EXPECT_EQ(t.family, Family::kGpt);
+  EXPECT_EQ(t.layers, 12);
+  EXPECT_EQ(t.hidden, 768);
+  EXPECT_EQ(t.heads, 12);
+  EXPECT_EQ(t.ffn, 0);  // n_inner null: 4 x hidden
+  EXPECT_EQ(t.seq, 1024);
+  EXPECT_EQ(t.dtype, ir::DType::kF32);
+}
+
+TEST(HfConfig, LlamaTwoSevenBIsThePreset) {
+  Result<ModelSpec> hf = ParseHfConfig(kLlama2, "config.json", {.batch = 8});
+  const TransformerConfig t = Transformer(hf);
+  EXPECT_EQ(hf->name, "meta-llama/Llama-2-7b-hf");
+  EXPECT_EQ(t.kv_heads, 0);
+  EXPECT_EQ(t.dtype, ir::DType::kF16);
+  EXPECT_TRUE(hf->training.master_weights);
+  Result<ModelSpec> preset = LoadModel("llama2-7b");
+  ASSERT_TRUE(preset.ok());
+  EXPECT_EQ(ClosedFormParameterCount(t), ClosedFormParameterCount(std::get<TransformerConfig>(preset->config)));
+  EXPECT_FALSE(t.dropout);
+}
+
+TEST(HfConfig, BertT5VitSwin) {
+  const TransformerConfig bert = Transformer(ParseHfConfig(
+      R"({"model_type": "bert", "num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16,
+          "intermediate_size": 4096, "max_position_embeddings": 512, "vocab_size": 30522})", "bert.json", {.seq = 128}));
+  EXPECT_EQ(bert.layers, 24);
+  EXPECT_EQ(bert.seq, 128);  // override
+  const TransformerConfig t5 = Transformer(ParseHfConfig(
+      R"({"model_type": "t5", "num_layers": 6, "num_decoder_layers": 4, "d_model": 512, "num_heads": 8, "d_kv": 64,
+          "d_ff": 2048, "vocab_size": 32128, "feed_forward_proj": "relu"})", "t5.json"));
+  EXPECT_EQ(t5.layers, 6);
+  EXPECT_EQ(t5.decoder_layers, 4);
+  EXPECT_EQ(t5.ffn, 2048);
+  const TransformerConfig vit = Transformer(ParseHfConfig(
+      R"({"model_type": "vit", "num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12,
+          "intermediate_size": 3072, "image_size": 224, "patch_size": 16})", "vit.json"));
+  EXPECT_EQ(vit.seq, 196);
+  EXPECT_EQ(vit.vocab, 1000);
+  const TransformerConfig swin = Transformer(ParseHfConfig(
+      R"({"model_type": "swin", "embed_dim": 96, "depths": [2, 2, 6, 2], "num_heads": [3, 6, 12, 24],
+          "window_size": 7, "image_size": 224, "patch_size": 4})", "swin.json"));
+  EXPECT_EQ(swin.layers, 12);
+  EXPECT_EQ(swin.stage_depths, (std::vector<int>{2, 2, 6, 2}));
+  EXPECT_EQ(swin.seq, 56 * 56);
+}
+
+TEST(HfConfig, ErrorsNameTheField) {
+  auto message = [](const char* text) {
+    Result<ModelSpec> r = ParseHfConfig(text, "c.json");
+    return r.ok() ? std::string("ok") : r.error().message;
+  };
+  EXPECT_NE(message(R"({"model_type": "bloom"})").find("c.json: model_type"), std::string::npos);
+  EXPECT_NE(message(R"({"model_type": "gpt2", "n_embd": 768, "n_head": 12})").find("c.json: n_layer: missing"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"model_type": "gpt2", "n_layer": -1, "n_embd": 768, "n_head": 12})").find("n_layer"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"model_type": "t5", "num_layers": 2, "d_model": 512, "num_heads": 8, "d_ff": 1024,
+                        "feed_forward_proj": "gated-gelu"})").find("feed_forward_proj"), std::string::npos);
+  EXPECT_NE(message(R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 768, "n_head": 7})").find("heads"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"model_type": "swin", "embed_dim": 96, "depths": [2, 2], "num_heads": [4, 8]})").find("num_heads"),
+            std::string::npos);
+  EXPECT_NE(message("[1]").find("not a JSON object"), std::string::npos);
+  EXPECT_FALSE(ParseHfConfig(kGpt2, "gpt2.json", {.layers = 3}).ok());
+  EXPECT_FALSE(ReadHfConfig("/nonexistent/config.json").ok());
+}
+
+}  // namespace
+}  // namespace kiwi::models

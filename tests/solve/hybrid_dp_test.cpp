@@ -1,0 +1,114 @@
+// Exactness of the layer DP (Eq. 4) and the pipeline solver (Eq. 8): on small pipelines they find
+// the fastest assignment within the budget that brute force over every per-layer strategy finds,
+// judged by the layer simulator, and their claims equal the simulator's.
+#include <gtest/gtest.h>
+
+#include "hybrid_test_util.h"
+#include "kiwi/solve/hybrid/partition.h"
+#include "kiwi/solve/hybrid/pipeline_solver.h"
+
+namespace kiwi::solve::hybrid {
+namespace {
+
+using testing::AllOutcomes;
+using testing::BestWithin;
+using testing::InterestingBudgets;
+using testing::Outcome;
+using testing::TestCluster;
+using testing::TestCostModel;
+using testing::TwoTypeModel;
+
+struct Case {
+  int encoders, decoders;
+  PipelineConfig config;
+  Partition partition;
+};
+
+void ExpectSolverMatchesBruteForce(const Case& c, const cost::Cluster& cluster) {
+  const sim::LayerModel model = TwoTypeModel(c.encoders, c.decoders);
+  const LayerTypes types = GroupLayerTypes(model);
+  const cost::CostModel cm = TestCostModel(cluster);
+  MeshCache meshes;
+  Result<CostTables> t =
+      CostTables::Build({&model, &types, &cluster, &cm}, c.config.pp, c.config.Microbatch(), {}, meshes);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  const plan::LayerPlan shape = MakeLayerPlan(*t, c.config, c.partition, std::vector<int>(model.layers.size(), 0));
+  const std::vector<Outcome> outcomes = AllOutcomes(model, cluster, shape);
+  for (int64_t budget : InterestingBudgets(outcomes)) {
+    SCOPED_TRACE(::testing::Message() << "pp " << c.config.pp << " m " << c.config.micro_batches << " budget " << budget);
+    const Outcome* best = BestWithin(outcomes, budget);
+    const PartitionSolution sol = SolvePartition({&*t, c.config, c.partition, budget, {}, 1u << 20});
+    ASSERT_EQ(sol.feasible, best != nullptr);
+    if (!best) continue;
+    EXPECT_TRUE(sol.proven);
+    EXPECT_NEAR(sol.estimate.iteration_seconds, best->seconds, 1e-9 * best->seconds);
+    EXPECT_LE(sol.estimate.peak_memory_bytes, budget);
+    Result<sim::LayerSimResult> r =
+        sim::SimulateLayerPlan(model, MakeLayerPlan(*t, c.config, c.partition, sol.strategies), cluster, cm);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    EXPECT_EQ(r->summary.peak_memory_bytes, sol.estimate.peak_memory_bytes);
+    EXPECT_NEAR(r->summary.iteration_seconds, sol.estimate.iteration_seconds, 1e-12 * best->seconds);
+    // Below the optimum nothing is wanted: the cutoff prunes every assignment.
+    const PartitionSolution cut =
+        SolvePartition({&*t, c.config, c.partition, budget, {}, 1u << 20, best->seconds * (1 - 1e-9)});
+    EXPECT_FALSE(cut.feasible);
+    EXPECT_TRUE(cut.cut_off);
+  }
+}
+
+TEST(SolvePartition, OneStageEqualsBruteForce) {
+  const cost::Cluster cluster = TestCluster(2, 2);
+  ExpectSolverMatchesBruteForce({2, 2, {1, 8, 1, plan::PipelineSchedule::k1F1B}, {4}}, cluster);
+  ExpectSolverMatchesBruteForce({3, 1, {1, 8, 2, plan::PipelineSchedule::k1F1B}, {4}}, cluster);
+  ExpectSolverMatchesBruteForce({1, 3, {1, 4, 4, plan::PipelineSchedule::k1F1B}, {4}}, cluster);
+}
+
+TEST(SolvePartition, TwoStagesEqualBruteForce) {
+  const cost::Cluster cluster = TestCluster(2, 2);
+  for (const Partition& p : {Partition{2, 3}, Partition{3, 2}, Partition{4, 1}}) {
+    ExpectSolverMatchesBruteForce({3, 2, {2, 8, 4, plan::PipelineSchedule::k1F1B}, p}, cluster);
+    ExpectSolverMatchesBruteForce({3, 2, {2, 8, 2, plan::PipelineSchedule::kGPipe}, p}, cluster);
+  }
+  ExpectSolverMatchesBruteForce({2, 4, {2, 8, 8, plan::PipelineSchedule::k1F1B}, {3, 3}}, cluster);
+  ExpectSolverMatchesBruteForce({2, 4, {2, 4, 1, plan::PipelineSchedule::k1F1B}, {2, 4}}, cluster);
+}
+
+TEST(SolvePartition, FourStagesEqualBruteForce) {
+  const cost::Cluster cluster = TestCluster(2, 2);
+  ExpectSolverMatchesBruteForce({3, 3, {4, 8, 4, plan::PipelineSchedule::k1F1B}, {2, 2, 1, 1}}, cluster);
+  ExpectSolverMatchesBruteForce({3, 3, {4, 8, 8, plan::PipelineSchedule::kGPipe}, {1, 1, 2, 2}}, cluster);
+}
+
+TEST(SolvePartition, ReportsInfeasibleBelowTheSmallestPeak) {
+  const cost::Cluster cluster = TestCluster(2, 2);
+  const sim::LayerModel model = TwoTypeModel(2, 2);
+  const LayerTypes types = GroupLayerTypes(model);
+  const cost::CostModel cm = TestCostModel(cluster);
+  MeshCache meshes;
+  const PipelineConfig config{2, 8, 4, plan::PipelineSchedule::k1F1B};
+  Result<CostTables> t = CostTables::Build({&model, &types, &cluster, &cm}, 2, 2, {}, meshes);
+  ASSERT_TRUE(t.ok());
+  const StagePeakBounds bounds(*t, config, {});
+  const int64_t smallest = bounds.Peak({2, 2});
+  const std::vector<Outcome> outcomes = AllOutcomes(model, cluster, MakeLayerPlan(*t, config, {2, 2}, {0, 0, 0, 0}));
+  EXPECT_EQ(smallest, InterestingBudgets(outcomes).front());  // StagePeakBounds is exact
+  EXPECT_TRUE(SolvePartition({&*t, config, {2, 2}, smallest, {}}).feasible);
+  const PartitionSolution none = SolvePartition({&*t, config, {2, 2}, smallest - 1, {}});
+  EXPECT_FALSE(none.feasible);
+  EXPECT_FALSE(none.cut_off);
+}
+
+TEST(LinearPartition, MinimizesTheLargestStage) {
+  const std::vector<double> w = {5, 1, 1, 1, 4, 4};
+  auto cost = [&](int, int first, int count) {
+    double sum = 0;
+    for (int i = first; i < first + count; ++i) sum += w[static_cast<size_t>(i)];
+    return sum;
+  };
+  EXPECT_EQ(LinearPartition(6, 3, cost), (Partition{2, 3, 1}));  // {5,1} {1,1,4} {4}: max 6
+  EXPECT_EQ(AllPartitions(4, 2), (std::vector<Partition>{{1, 3}, {2, 2}, {3, 1}}));
+  EXPECT_EQ(AllPartitions(6, 3).size(), 10u);
+}
+
+}  // namespace
+}  // namespace kiwi::solve::hybrid

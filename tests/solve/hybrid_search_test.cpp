@@ -1,0 +1,261 @@
+// The whole Galvatron-BMW search: exhaustive partitions equal brute force over every (PP degree,
+// partition, micro-batches, per-layer strategy) on small models; every method's plan re-simulates to
+// its claims; BMW is never predicted slower than a baseline; infeasible requests report the smallest
+// budget that works.
+#include "kiwi/solve/hybrid/search.h"
+
+#include <gtest/gtest.h>
+
+#include "hybrid_test_util.h"
+#include "kiwi/models/presets.h"
+#include "kiwi/solve/hybrid/partition.h"
+#include "kiwi/solve/hybrid/uniform_plans.h"
+
+namespace kiwi::solve::hybrid {
+namespace {
+
+using testing::AllOutcomes;
+using testing::Outcome;
+using testing::TestCluster;
+using testing::TestCostModel;
+using testing::TwoTypeModel;
+
+constexpr int64_t kMiB = int64_t{1} << 20;
+
+HybridSearchResult Search(const sim::LayerModel& model, const cost::Cluster& cluster, HybridSearchOptions o) {
+  Result<HybridSearchResult> r = SearchHybridPlan(model, cluster, TestCostModel(cluster), o);
+  EXPECT_TRUE(r.ok()) << r.error().message;
+  return r.ok() ? *r : HybridSearchResult{};
+}
+
+// Every (pp, partition, m, assignment) of a batch, simulated.
+std::vector<Outcome> EverythingAtBatch(const sim::LayerModel& model, const cost::Cluster& cluster, int64_t batch) {
+  std::vector<Outcome> all;
+  const int layers = static_cast<int>(model.layers.size());
+  for (int pp : PowerOfTwoDivisors(cluster.NumDevices())) {
+    if (pp > layers) continue;
+    for (int m = 1; m <= batch; m *= 2) {
+      if (batch % m != 0) continue;
+      for (const Partition& partition : AllPartitions(layers, pp)) {
+        plan::LayerPlan shape;
+        shape.pp_degree = pp;
+        shape.pp_partition = partition;
+        shape.global_batch = batch;
+        shape.micro_batches = m;
+        std::vector<Outcome> some = AllOutcomes(model, cluster, shape);
+        all.insert(all.end(), some.begin(), some.end());
+      }
+    }
+  }
+  return all;
+}
+
+double BestThroughput(const std::vector<Outcome>& outcomes, int64_t budget) {
+  double best = 0.0;
+  for (const Outcome& o : outcomes)
+    if (o.peak <= budget) best = std::max(best, static_cast<double>(o.plan.global_batch) / o.seconds);
+  return best;
+}
+
+void ExpectSimulatorAgrees(const HybridSearchResult& r) {
+  ASSERT_TRUE(r.feasible);
+  EXPECT_EQ(r.simulated.summary.peak_memory_bytes, r.claimed_peak_memory_bytes);
+  EXPECT_NEAR(r.simulated.summary.iteration_seconds, r.claimed_iteration_seconds, 1e-9 * r.claimed_iteration_seconds);
+}
+
+TEST(SearchHybridPlan, ExhaustivePartitionsEqualBruteForce) {
+  const cost::Cluster cluster = TestCluster(2, 2);
+  const sim::LayerModel model = TwoTypeModel(2, 1);
+  std::vector<Outcome> all = EverythingAtBatch(model, cluster, 8);
+  int64_t smallest = INT64_MAX, largest = 0;
+  for (const Outcome& o : all) smallest = std::min(smallest, o.peak), largest = std::max(largest, o.peak);
+  for (int64_t budget : {smallest, smallest + (largest - smallest) / 8, smallest + (largest - smallest) / 3, largest}) {
+    HybridSearchOptions o;
+    o.memory_budget_bytes = budget;
+    o.global_batch = 8;
+    o.partitions = PartitionMode::kExhaustive;
+    const HybridSearchResult r = Search(model, cluster, o);
+    ExpectSimulatorAgrees(r);
+    EXPECT_TRUE(r.proven);
+    EXPECT_NEAR(r.simulated.throughput_samples_per_second, BestThroughput(all, budget), 1e-9 * BestThroughput(all, budget))
+        << "budget " << budget;
+  }
+}
+
+TEST(SearchHybridPlan, BatchSweepEqualsBruteForce) {
+  const cost::Cluster cluster = TestCluster(2, 2);
+  const sim::LayerModel model = TwoTypeModel(1, 1);
+  std::vector<Outcome> all;
+  for (int64_t batch : {1, 2, 4, 8}) {
+    std::vector<Outcome> some = EverythingAtBatch(model, cluster, batch);
+    all.insert(all.end(), some.begin(), some.end());
+  }
+  for (int64_t budget : {300 * kMiB, 600 * kMiB, 2000 * kMiB}) {
+    HybridSearchOptions o;
+    o.memory_budget_bytes = budget;
+    o.max_batch = 8;
+    o.partitions = PartitionMode::kExhaustive;
+    const HybridSearchResult r = Search(model, cluster, o);
+    ExpectSimulatorAgrees(r);
+    EXPECT_NEAR(r.simulated.throughput_samples_per_second, BestThroughput(all, budget), 1e-9 * BestThroughput(all, budget))
+        << "budget " << budget;
+  }
+}
+
+TEST(SearchHybridPlan, BmwIsNeverSlowerThanABaseline) {
+  const cost::Cluster cluster = TestCluster(2, 4);
+  const sim::LayerModel model = TwoTypeModel(6, 6);
+  for (int64_t budget : {600 * kMiB, 1200 * kMiB, 3000 * kMiB, 12000 * kMiB}) {
+    HybridSearchOptions o;
+    o.memory_budget_bytes = budget;
+    o.max_batch = 128;
+    const HybridSearchResult bmw = Search(model, cluster, o);
+    ASSERT_TRUE(bmw.feasible) << budget;
+    ExpectSimulatorAgrees(bmw);
+    for (Method m : AllMethods()) {
+      o.method = m;
+      const HybridSearchResult r = Search(model, cluster, o);
+      if (!r.feasible) continue;
+      ExpectSimulatorAgrees(r);
+      EXPECT_GE(bmw.simulated.throughput_samples_per_second, r.simulated.throughput_samples_per_second * (1 - 1e-9))
+          << MethodName(m) << " at " << budget;
+    }
+  }
+}
+
+TEST(SearchHybridPlan, MoreMemoryIsNeverSlower) {
+  const cost::Cluster cluster = TestCluster(2, 2);
+  const sim::LayerModel model = TwoTypeModel(3, 3);
+  double previous = 0.0;
+  for (int64_t budget = 200 * kMiB; budget <= 3000 * kMiB; budget += 200 * kMiB) {
+    HybridSearchOptions o;
+    o.method = Method::kBase;  // even partitions: the space grows with the budget
+    o.memory_budget_bytes = budget;
+    o.max_batch = 32;
+    const HybridSearchResult r = Search(model, cluster, o);
+    if (!r.feasible) {
+      EXPECT_EQ(previous, 0.0);
+      continue;
+    }
+    EXPECT_TRUE(r.proven);
+    EXPECT_GE(r.simulated.throughput_samples_per_second, previous * (1 - 1e-12)) << budget;
+    previous = r.simulated.throughput_samples_per_second;
+  }
+  EXPECT_GT(previous, 0.0);
+}
+
+TEST(SearchHybridPlan, InfeasibleReportsTheSmallestBudgetThatWorks) {
+  const cost::Cluster cluster = TestCluster(2, 2);
+  const sim::LayerModel model = TwoTypeModel(3, 3);
+  for (Method m : {Method::kBmw, Method::kBase, Method::kDp, Method::k3d}) {
+    HybridSearchOptions o;
+    o.method = m;
+    o.memory_budget_bytes = 1000;
+    const HybridSearchResult none = Search(model, cluster, o);
+    ASSERT_FALSE(none.feasible);
+    ASSERT_GT(none.smallest_feasible_memory, 0);
+    EXPECT_EQ(none.smallest_batch, m == Method::kDp ? 4 : 1) << MethodName(m);
+    o.memory_budget_bytes = none.smallest_feasible_memory;
+    o.global_batch = none.smallest_batch;
+    const HybridSearchResult just = Search(model, cluster, o);
+    ASSERT_TRUE(just.feasible) << MethodName(m);
+    EXPECT_EQ(just.simulated.summary.peak_memory_bytes, none.smallest_feasible_memory) << MethodName(m);
+    o.memory_budget_bytes = none.smallest_feasible_memory - 1;
+    EXPECT_FALSE(Search(model, cluster, o).feasible) << MethodName(m);
+  }
+}
+
+TEST(SearchHybridPlan, MethodsStayInTheirSpaces) {
+  const cost::Cluster cluster = TestCluster(2, 4);
+  const sim::LayerModel model = TwoTypeModel(4, 4);
+  HybridSearchOptions o;
+  o.memory_budget_bytes = 8000 * kMiB;
+  o.max_batch = 64;
+  auto run = [&](Method m) {
+    o.method = m;
+    HybridSearchResult r = Search(model, cluster, o);
+    EXPECT_TRUE(r.feasible) << MethodName(m);
+    EXPECT_EQ(r.plan.layers.size(), 8u);
+    return r;
+  };
+  const HybridSearchResult dp = run(Method::kDp), tp = run(Method::kTp), pp = run(Method::kPp), d3 = run(Method::k3d);
+  const HybridSearchResult gal = run(Method::kGalvatron), dptp = run(Method::kDpTp);
+  for (const plan::LayerStrategy& s : dp.plan.layers) EXPECT_EQ(s, (plan::LayerStrategy{1, 8, false, false}));
+  for (const plan::LayerStrategy& s : tp.plan.layers) EXPECT_EQ(s.tp, 8);
+  EXPECT_EQ(dp.plan.micro_batches, 1);
+  EXPECT_EQ(pp.plan.pp_degree, 8);
+  EXPECT_EQ(pp.plan.pipeline, plan::PipelineSchedule::kGPipe);
+  EXPECT_EQ(d3.plan.pp_degree, 2);
+  for (const plan::LayerStrategy& s : d3.plan.layers) EXPECT_EQ(s, (plan::LayerStrategy{2, 2, false, false}));
+  for (const plan::LayerStrategy& s : gal.plan.layers) EXPECT_FALSE(s.checkpoint);
+  EXPECT_EQ(dptp.plan.pp_degree, 1);
+  for (const plan::LayerStrategy& s : dptp.plan.layers) EXPECT_FALSE(s.sdp || s.checkpoint);
+  EXPECT_EQ(gal.plan.pp_partition, EvenPartition(8, gal.plan.pp_degree));
+}
+
+TEST(SearchHybridPlan, FixedBatchAndTimeLimit) {
+  const cost::Cluster cluster = TestCluster(2, 4);
+  const sim::LayerModel model = TwoTypeModel(4, 4);
+  HybridSearchOptions o;
+  o.memory_budget_bytes = 4000 * kMiB;
+  o.global_batch = 24;
+  const HybridSearchResult r = Search(model, cluster, o);
+  ExpectSimulatorAgrees(r);
+  EXPECT_EQ(r.plan.global_batch, 24);
+  o.time_limit_seconds = 1e-12;
+  const HybridSearchResult late = Search(model, cluster, o);
+  EXPECT_TRUE(late.timed_out);
+  EXPECT_FALSE(late.proven);
+}
+
+TEST(SearchHybridPlan, RejectsBadOptions) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  HybridSearchOptions o;
+  o.memory_budget_bytes = 0;
+  EXPECT_FALSE(SearchHybridPlan(TwoTypeModel(1, 1), cluster, TestCostModel(cluster), o).ok());
+  o.memory_budget_bytes = 1 << 30;
+  o.global_batch = 0;
+  EXPECT_FALSE(SearchHybridPlan(TwoTypeModel(1, 1), cluster, TestCostModel(cluster), o).ok());
+  o.global_batch.reset();
+  EXPECT_FALSE(SearchHybridPlan(sim::LayerModel{}, cluster, TestCostModel(cluster), o).ok());
+}
+
+TEST(SearchHybridPlan, ModelZooBertOnTitans) {
+  Result<cost::Cluster> cluster = cost::ClusterPreset("rtx-titan-pcie-8");
+  ASSERT_TRUE(cluster.ok());
+  const cost::CostModel cm(cluster->device);
+  Result<models::ModelSpec> spec = models::LoadModel("bert", {.layers = 6});
+  ASSERT_TRUE(spec.ok());
+  Result<ir::Graph> graph = models::BuildTrainingGraph(*spec);
+  ASSERT_TRUE(graph.ok());
+  Result<sim::LayerModel> model = sim::BuildLayerModel(*graph, std::get<models::TransformerConfig>(spec->config).batch, cm);
+  ASSERT_TRUE(model.ok());
+  HybridSearchOptions o;
+  o.memory_budget_bytes = int64_t{4} << 30;
+  o.max_batch = 256;
+  Result<HybridSearchResult> bmw = SearchHybridPlan(*model, *cluster, cm, o);
+  ASSERT_TRUE(bmw.ok() && bmw->feasible);
+  ExpectSimulatorAgrees(*bmw);
+  for (Method m : AllMethods()) {
+    o.method = m;
+    Result<HybridSearchResult> r = SearchHybridPlan(*model, *cluster, cm, o);
+    ASSERT_TRUE(r.ok());
+    if (!r->feasible) continue;
+    EXPECT_GE(bmw->simulated.throughput_samples_per_second, r->simulated.throughput_samples_per_second * (1 - 1e-9))
+        << MethodName(m);
+  }
+}
+
+TEST(Methods, NamesRoundTrip) {
+  for (const std::string& name : MethodNames()) {
+    ASSERT_TRUE(ParseMethod(name).has_value()) << name;
+    EXPECT_EQ(MethodName(*ParseMethod(name)), name);
+  }
+  EXPECT_FALSE(ParseMethod("zero").has_value());
+  EXPECT_EQ(MethodNames().size(), 10u);
+  EXPECT_EQ(SpaceOf(Method::k3d, 8, 32).tp, 2);
+  EXPECT_EQ(SpaceOf(Method::kPp, 8, 4).pp_degrees, (std::vector<int>{4}));
+}
+
+}  // namespace
+}  // namespace kiwi::solve::hybrid

@@ -1,0 +1,95 @@
+// Galvatron-BMW §III-B decision trees: the paper's counts (44 strategies for one layer on 8 GPUs, 68
+// without Takeaway #3), the construction rules, and the strategies the estimator tells apart.
+#include "kiwi/solve/hybrid/strategy_space.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+
+namespace kiwi::solve::hybrid {
+namespace {
+
+TEST(DecisionTreeStrategies, FortyFourForOneLayerOnEightGpus) {
+  EXPECT_EQ(DecisionTreeStrategies(8, StrategySpaceOptions{}).size(), 44u);
+  // Per PP degree: 8 devices per group -> 11 trees, 4 -> 7, 2 -> 3, 1 -> 1; each with and without CKPT.
+  EXPECT_EQ(DecisionTreeStrategies(8, 1, {}).size(), 22u);
+  EXPECT_EQ(DecisionTreeStrategies(8, 2, {}).size(), 14u);
+  EXPECT_EQ(DecisionTreeStrategies(8, 4, {}).size(), 6u);
+  EXPECT_EQ(DecisionTreeStrategies(8, 8, {}).size(), 2u);
+}
+
+TEST(DecisionTreeStrategies, SixtyEightWithDpSdpMixes) {
+  StrategySpaceOptions o;
+  o.mix_dp_sdp = true;  // before Takeaway #3
+  EXPECT_EQ(DecisionTreeStrategies(8, o).size(), 68u);
+  // Without CKPT: Galvatron's 22 (Fig. 6b); DP+TP alone: 4 per layer on 8 GPUs with PP 1.
+  StrategySpaceOptions no_ckpt;
+  no_ckpt.allow_checkpoint = false;
+  EXPECT_EQ(DecisionTreeStrategies(8, no_ckpt).size(), 22u);
+}
+
+TEST(DecisionTreeStrategies, FollowTheConstructionRules) {
+  std::set<std::string> names;
+  for (const TreeStrategy& s : DecisionTreeStrategies(8, StrategySpaceOptions{})) {
+    int product = 1;
+    std::set<Paradigm> used;
+    for (const TreeLevel& l : s.levels) {
+      EXPECT_TRUE(used.insert(l.paradigm).second) << s.Name() << ": a paradigm twice";
+      EXPECT_GE(l.degree, 2);
+      EXPECT_EQ(l.degree & (l.degree - 1), 0) << s.Name();
+      product *= l.degree;
+    }
+    EXPECT_EQ(product * s.pp, 8) << s.Name();
+    EXPECT_FALSE(used.count(Paradigm::kDp) && used.count(Paradigm::kSdp)) << s.Name() << ": Takeaway #3";
+    names.insert(s.Name());
+  }
+  EXPECT_EQ(names.size(), 44u);
+  EXPECT_TRUE(names.count("PP2-TP2-DP2+CKPT"));
+  EXPECT_TRUE(names.count("DP2-TP4"));
+  EXPECT_TRUE(names.count("SDP8"));
+  EXPECT_TRUE(names.count("PP8"));
+}
+
+TEST(DecisionTreeStrategies, LevelOrderIsKeptAndMapsToTheEstimatorsView) {
+  const auto trees = DecisionTreeStrategies(4, 1, {});
+  auto find = [&](const std::string& name) {
+    return *std::find_if(trees.begin(), trees.end(), [&](const TreeStrategy& t) { return t.Name() == name; });
+  };
+  const TreeStrategy inner = find("DP2-TP2"), outer = find("TP2-DP2");
+  EXPECT_TRUE(inner.TpInnermost());
+  EXPECT_FALSE(outer.TpInnermost());
+  EXPECT_EQ(inner.ToLayerStrategy(), (plan::LayerStrategy{2, 2, false, false}));
+  EXPECT_EQ(outer.ToLayerStrategy(), inner.ToLayerStrategy());
+  EXPECT_EQ(find("SDP4+CKPT").ToLayerStrategy(), (plan::LayerStrategy{1, 4, true, true}));
+}
+
+TEST(LayerStrategies, CollapseTheTreesOfOneGroup) {
+  for (int devices : {1, 2, 4, 8, 16}) {
+    std::set<std::tuple<int, int, bool, bool>> from_trees, listed;
+    for (const TreeStrategy& t : DecisionTreeStrategies(devices, 1, {})) {
+      const plan::LayerStrategy s = t.ToLayerStrategy();
+      from_trees.insert({s.tp, s.dp, s.sdp, s.checkpoint});
+    }
+    for (const plan::LayerStrategy& s : LayerStrategies(devices, {})) {
+      EXPECT_EQ(s.tp * s.dp, devices);
+      listed.insert({s.tp, s.dp, s.sdp, s.checkpoint});
+    }
+    EXPECT_EQ(listed, from_trees) << devices << " devices";
+  }
+  EXPECT_EQ(LayerStrategies(8, {}).size(), 14u);  // tp 1,2,4: DP and SDP; tp 8: one; x CKPT
+}
+
+TEST(LayerStrategies, HonourTheParadigmSwitches) {
+  StrategySpaceOptions dp_only;
+  dp_only.allow_tp = dp_only.allow_sdp = dp_only.allow_checkpoint = false;
+  ASSERT_EQ(LayerStrategies(8, dp_only).size(), 1u);
+  EXPECT_EQ(LayerStrategies(8, dp_only).front(), (plan::LayerStrategy{1, 8, false, false}));
+  StrategySpaceOptions tp_only;
+  tp_only.allow_dp = tp_only.allow_sdp = false;
+  for (const plan::LayerStrategy& s : LayerStrategies(4, tp_only)) EXPECT_EQ(s.tp, 4);
+  EXPECT_EQ(PowerOfTwoDivisors(12), (std::vector<int>{1, 2, 4}));
+}
+
+}  // namespace
+}  // namespace kiwi::solve::hybrid
