@@ -9,6 +9,8 @@ packages=(
   coinor-libcbc-dev coinor-libclp-dev     # MILP/LP backend (COIN-OR CBC/CLP)
   nlohmann-json3-dev libcli11-dev libfmt-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  pybind11-dev python3-dev python3-pytest  # the Python package kiwi (docs/pytorch.md)
+  python3-numpy python3-torch python3-torchvision libopenblas0-pthread  # kiwi.torch, its tests and bench
 )
 
 missing=()
@@ -24,6 +26,6 @@ if ((${#missing[@]})); then
 fi
 
 jobs=$(nproc 2>/dev/null || echo 2)
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKIWI_BUILD_PYTHON=ON >/dev/null  # same flags as scripts/test.sh: one build
 cmake --build build -j"$jobs" --target kiwi
 echo "setup: built build/kiwi" >&2

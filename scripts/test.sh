@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build=build
-flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo)
+flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKIWI_BUILD_PYTHON=ON)
 if [ "${1:-}" = "--sanitize" ]; then
   build=build-asan
   flags=(-DCMAKE_BUILD_TYPE=Debug -DKIWI_SANITIZE=ON -DKIWI_BUILD_BENCH=OFF)
@@ -16,3 +16,7 @@ jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B "$build" "${flags[@]}" >/dev/null
 cmake --build "$build" -j"$jobs"
 ctest --test-dir "$build" --output-on-failure -j"$jobs"
+# The Python package (kiwi and kiwi.torch, docs/pytorch.md) against the extension just built.
+if [ -d "$build/python/kiwi" ]; then
+  PYTHONPATH="$build/python" PYTHONDONTWRITEBYTECODE=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
+fi

@@ -151,6 +151,9 @@ constexpr auto kFlopRules = std::to_array<FlopRule>({
     {OpKind::kLayerNorm, "layernorm_grad_gamma", NormGradGamma},
     {OpKind::kLayerNorm, "rmsnorm_grad_gamma", NormGradGamma},
     {OpKind::kLayerNorm, "layernorm_grad_beta", NormGradBeta},
+    {OpKind::kLayerNorm, "batchnorm_grad_x", LayerNormGradX},  // batchnorm: layernorm's work per element
+    {OpKind::kLayerNorm, "batchnorm_grad_gamma", NormGradGamma},
+    {OpKind::kLayerNorm, "batchnorm_grad_beta", NormGradBeta},
     {OpKind::kEmbedding, "", Zero},  // a gather moves bytes, computes nothing
     {OpKind::kEmbedding, "embedding_grad", EmbeddingGrad},
     {OpKind::kReshape, "", Zero},

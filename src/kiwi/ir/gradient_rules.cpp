@@ -161,6 +161,7 @@ constexpr auto kGradRules = std::to_array<GradRule>({
     {OpKind::kSoftmax, "", Softmax},
     {OpKind::kLayerNorm, "layernorm", Norm},
     {OpKind::kLayerNorm, "rmsnorm", Norm},
+    {OpKind::kLayerNorm, "batchnorm", Norm},  // per-channel statistics; reads as layernorm (x, gamma)
     {OpKind::kLayerNorm, "", Norm},
     {OpKind::kLoss, "cross_entropy", CrossEntropy},
     {OpKind::kLoss, "", CrossEntropy},

@@ -321,6 +321,32 @@ Check NormGradParam(const Graph& g, const Node& n) {  // (dY, x) -> dgamma / dbe
   return ShapeIs(n.output.shape, {x.back()}, "output.shape");
 }
 
+// ---- batchnorm (x [N, C, ...], gamma [C], beta [C]): statistics per channel (dim 1) over the other dims.
+Check ChannelParams(const Graph& g, const Node& n, size_t first, const Shape& x) {
+  for (size_t i = first; i < n.inputs.size(); ++i) KIWI_CHECK(ShapeIs(In(g, n, i).shape, {x[1]}, InField(i)));
+  return std::nullopt;
+}
+Check BatchNorm(const Graph& g, const Node& n) {
+  KIWI_CHECK(Arity(n, 1, 3));
+  KIWI_CHECK(MinRank(n.output.shape, 2, "output.shape"));
+  KIWI_CHECK(ShapeIs(In(g, n, 0).shape, n.output.shape, "inputs[0]"));
+  return ChannelParams(g, n, 1, n.output.shape);
+}
+Check BatchNormGradX(const Graph& g, const Node& n) {  // (dY, x[, gamma]) -> dx
+  KIWI_CHECK(Arity(n, 2, 3));
+  KIWI_CHECK(MinRank(n.output.shape, 2, "output.shape"));
+  KIWI_CHECK(ShapeIs(In(g, n, 0).shape, n.output.shape, "inputs[0]"));
+  KIWI_CHECK(ShapeIs(In(g, n, 1).shape, n.output.shape, "inputs[1]"));
+  return ChannelParams(g, n, 2, n.output.shape);
+}
+Check BatchNormGradParam(const Graph& g, const Node& n) {  // (dY, x) -> dgamma / dbeta [C]
+  KIWI_CHECK(Arity(n, 2, 2));
+  const Shape& x = In(g, n, 1).shape;
+  KIWI_CHECK(MinRank(x, 2, "inputs[1]"));
+  KIWI_CHECK(ShapeIs(In(g, n, 0).shape, x, "inputs[0]"));
+  return ShapeIs(n.output.shape, {x[1]}, "output.shape");
+}
+
 // ---- embedding: (table [V, H], ids [...]) -> [..., H]; its gradient (dY, ids) -> [V, H].
 Check Ids(const TensorType& ids, const std::string& field) {
   if (!IsFloating(ids.dtype)) return std::nullopt;
@@ -417,6 +443,10 @@ constexpr auto kRules = std::to_array<Rule>({
     {OpKind::kLayerNorm, "layernorm_grad_gamma", NormGradParam},
     {OpKind::kLayerNorm, "layernorm_grad_beta", NormGradParam},
     {OpKind::kLayerNorm, "rmsnorm_grad_gamma", NormGradParam},
+    {OpKind::kLayerNorm, "batchnorm", BatchNorm},
+    {OpKind::kLayerNorm, "batchnorm_grad_x", BatchNormGradX},
+    {OpKind::kLayerNorm, "batchnorm_grad_gamma", BatchNormGradParam},
+    {OpKind::kLayerNorm, "batchnorm_grad_beta", BatchNormGradParam},
     {OpKind::kEmbedding, "", Embedding},
     {OpKind::kEmbedding, "embedding_grad", EmbeddingGrad},
     {OpKind::kReshape, "", Reshape},

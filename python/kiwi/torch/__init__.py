@@ -1,0 +1,23 @@
+"""kiwi for PyTorch: capture a model, plan rematerialization for a memory budget, apply the plan,
+measure it (docs/pytorch.md).
+
+    import kiwi.torch as kt
+    cap = kt.capture(model, (x,), labels=y)                 # torch.fx + kiwi's training graph
+    plan = kt.plan_remat(cap, fraction=0.6)                  # or budget="4GiB"
+    fast = kt.apply_remat(model, plan)                       # same parameters, less memory
+    loss = F.cross_entropy(fast(x), y); loss.backward()      # gradients equal to model's
+    print(plan.predicted_peak_bytes, plan.predicted_seconds)
+"""
+from kiwi.torch.capture import Captured, OptimizerSpec, capture
+from kiwi.torch.errors import CaptureError, InfeasibleError, PlanError, TraceError, UnsupportedOpError
+from kiwi.torch.measure import StepMeasurement, measure_step, prime_optimizer, step_tensors, training_step
+from kiwi.torch.planning import (RematPlan, apply_remat, droppable_tensors, floor, plan_from_dropped, plan_remat,
+                                 predict)
+from kiwi.torch.runtime import RematModule
+
+__all__ = [
+    "Captured", "OptimizerSpec", "capture", "CaptureError", "InfeasibleError", "PlanError", "TraceError",
+    "UnsupportedOpError", "StepMeasurement", "measure_step", "prime_optimizer", "step_tensors", "training_step",
+    "RematPlan", "apply_remat", "droppable_tensors", "floor", "plan_from_dropped", "plan_remat", "predict",
+    "RematModule",
+]

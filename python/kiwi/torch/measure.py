@@ -1,0 +1,156 @@
+"""Peak memory and time of a real training step (forward, backward, optimizer step).
+
+CPU: the profiler's memory events (torch.profiler, profile_memory=True) are the CPU allocator's own
+allocations and frees; their running sum, on top of the bytes resident when the step starts
+(parameters, buffers, optimizer state, inputs), is the step's memory, and its maximum the peak. CUDA:
+torch.cuda.max_memory_allocated over the step. Named ranges ("kiwi::..." record_function markers)
+report the memory before, at the peak within, and the time of each part of the step."""
+import dataclasses
+import time
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+
+import torch
+from torch.autograd.profiler import record_function
+from torch.profiler import ProfilerActivity, profile
+
+from kiwi.torch.execution import storage_nbytes, storage_ptr
+
+
+@dataclasses.dataclass
+class Range:
+    name: str
+    seconds: float
+    level_before: int   # bytes allocated during the step before the range began
+    peak: int           # the highest level within the range
+    level_after: int
+
+
+@dataclasses.dataclass
+class StepMeasurement:
+    peak_bytes: int          # resident_bytes + the highest level reached during the step
+    resident_bytes: int      # parameters, buffers, optimizer state, inputs at the start
+    seconds: float           # wall time of the step (profiled)
+    device: str
+    cpu_seconds: float = 0.0  # CPU time of this process during the step: on a shared machine, the
+                              # measure of a CPU step that other processes' load does not inflate
+    ranges: Dict[str, Range] = dataclasses.field(default_factory=dict)
+
+
+def unique_bytes(tensors: Iterable[torch.Tensor]) -> int:
+    seen: Dict[int, int] = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            seen[storage_ptr(t)] = storage_nbytes(t)
+    return sum(seen.values())
+
+
+def optimizer_tensors(optimizer: Optional[torch.optim.Optimizer]) -> List[torch.Tensor]:
+    if optimizer is None:
+        return []
+    return [v for state in optimizer.state.values() for v in state.values() if isinstance(v, torch.Tensor)]
+
+
+def step_tensors(model: torch.nn.Module, optimizer: Optional[torch.optim.Optimizer],
+                 inputs: Sequence[Any]) -> List[torch.Tensor]:
+    """What is resident when a step starts: parameters, buffers, optimizer state and the inputs."""
+    return list(model.parameters()) + list(model.buffers()) + optimizer_tensors(optimizer) + \
+        [t for t in inputs if isinstance(t, torch.Tensor)]
+
+
+def prime_optimizer(optimizer: Optional[torch.optim.Optimizer]) -> None:
+    """Creates the optimizer's state (Adam's moments...) with one step on zero gradients, leaving the
+    parameters as they were, so that a measured step is a steady-state step."""
+    if optimizer is None:
+        return
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    saved = [p.detach().clone() for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    with torch.no_grad():
+        for p, s in zip(params, saved):
+            p.copy_(s)
+            p.grad = None
+
+
+def training_step(module: Callable[..., Any], inputs: Sequence[Any], labels: Optional[torch.Tensor],
+                  loss_fn: Callable[..., Any], optimizer: Optional[torch.optim.Optimizer]) -> torch.Tensor:
+    out = module(*inputs)
+    with record_function("kiwi::loss"):
+        loss = loss_fn(out, labels) if labels is not None else out
+    del out
+    loss.backward()
+    if optimizer is not None:
+        with record_function("kiwi::optimizer"):
+            optimizer.step()
+    return loss.detach()
+
+
+def measure_step(step: Callable[[], Any], resident: Sequence[torch.Tensor], device: str = "cpu",
+                 ranges: bool = False) -> StepMeasurement:
+    """Runs `step` once under the profiler and returns its peak memory and time (see module doc)."""
+    base = unique_bytes(resident)
+    if device.startswith("cuda"):
+        return _measure_cuda(step, base, ranges)
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        t0, c0 = time.perf_counter(), time.process_time()
+        step()
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    events = prof.profiler.kineto_results.events()
+    m = _analyse(events, base, seconds, "cpu", ranges)
+    m.cpu_seconds = cpu
+    return m
+
+
+def _measure_cuda(step: Callable[[], Any], base: int, ranges: bool) -> StepMeasurement:
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    start = torch.cuda.memory_allocated()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], profile_memory=True) as prof:
+        t0 = time.perf_counter()
+        step()
+        torch.cuda.synchronize()
+        seconds = time.perf_counter() - t0
+    peak = torch.cuda.max_memory_allocated() - start + base
+    m = _analyse(prof.profiler.kineto_results.events(), base, seconds, "cuda", ranges)
+    m.peak_bytes = peak
+    return m
+
+
+def _analyse(events: Any, base: int, seconds: float, device: str, want_ranges: bool) -> StepMeasurement:
+    mem = []
+    marks = []
+    for i, e in enumerate(events):
+        if e.name() == "[memory]":
+            if (e.device_type() == torch.autograd.DeviceType.CPU) == (device == "cpu"):
+                mem.append((e.start_us(), i, e.nbytes()))
+        elif want_ranges and e.name().startswith("kiwi::"):
+            marks.append((e.start_us(), e.start_us() + e.duration_us(), e.name(), e.duration_us() * 1e-6))
+    mem.sort()
+    times, levels = [], []
+    level = peak = 0
+    for t, _, nbytes in mem:
+        level += nbytes
+        peak = max(peak, level)
+        times.append(t)
+        levels.append(level)
+    result = StepMeasurement(base + peak, base, seconds, device)
+    if want_ranges:
+        result.ranges = _ranges(marks, times, levels)
+    return result
+
+
+def _ranges(marks: List[Any], times: List[int], levels: List[int]) -> Dict[str, Range]:
+    import bisect
+    out: Dict[str, Range] = {}
+    for start, end, name, secs in marks:
+        i = bisect.bisect_left(times, start)
+        j = bisect.bisect_right(times, end)
+        before = levels[i - 1] if i > 0 else 0
+        inside = levels[i:j]
+        peak = max([before] + inside)
+        after = levels[j - 1] if j > 0 else 0
+        if name in out:  # a node run twice (recomputation): keep the first run
+            continue
+        out[name] = Range(name, secs, before, peak, after)
+    return out

@@ -1,0 +1,180 @@
+#include "kiwi/python/api.h"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+#include "kiwi/cost/cluster.h"
+#include "kiwi/cost/cost_model.h"
+#include "kiwi/io/cluster_json.h"
+#include "kiwi/io/graph_json.h"
+#include "kiwi/io/plan_json.h"
+#include "kiwi/ir/annotate.h"
+#include "kiwi/ir/backward.h"
+#include "kiwi/sim/simulator.h"
+#include "kiwi/solve/remat/keep_set_schedule.h"
+#include "kiwi/solve/remat/solvers.h"
+
+namespace kiwi::python {
+namespace {
+
+using nlohmann::json;
+
+Result<cost::Cluster> LoadTarget(const Target& target) {
+  if (!target.cluster.empty() && target.cluster.front() == '{') return io::ParseClusterJson(target.cluster, "cluster");
+  return io::LoadCluster(target.cluster);
+}
+
+json ScheduleJson(const std::vector<plan::Step>& steps) {
+  json out = json::array();
+  for (const plan::Step& s : steps)
+    out.push_back({{"op", s.kind == plan::StepKind::kCompute ? "compute" : "free"}, {"node", s.node}});
+  return out;
+}
+
+json OptionalJson(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
+
+// A parsed graph, its cluster and a cost model on the cluster's device: what most calls need.
+struct Loaded {
+  ir::Graph graph;
+  cost::Cluster cluster;
+};
+
+Result<Loaded> Load(const std::string& graph_json, const Target& target) {
+  Result<ir::Graph> g = io::ParseGraphJson(graph_json, "graph");
+  if (!g) return g.error();
+  Result<cost::Cluster> c = LoadTarget(target);
+  if (!c) return c.error();
+  return Loaded{std::move(*g), std::move(*c)};
+}
+
+}  // namespace
+
+Result<std::string> NormalizeGraphJson(const std::string& text, const std::string& source, bool annotate) {
+  Result<ir::Graph> g = io::ParseGraphJson(text, source);
+  if (!g) return g.error();
+  if (annotate) ir::AnnotateFlopsAndBytes(*g);
+  return io::WriteGraphJson(*g);
+}
+
+Result<std::string> BuildTrainingGraphJson(const std::string& forward, const std::string& optimizer,
+                                           bool master_weights) {
+  ir::TrainingOptions options;
+  if (optimizer == "adam") options.optimizer = ir::Optimizer::kAdam;
+  else if (optimizer == "sgd") options.optimizer = ir::Optimizer::kSgd;
+  else if (optimizer == "none") options.optimizer = ir::Optimizer::kNone;
+  else return BadInput(fmt::format("optimizer: must be adam, sgd or none, got '{}'", optimizer));
+  options.master_weights = master_weights;
+  Result<ir::Graph> g = io::ParseGraphJson(forward, "forward graph");
+  if (!g) return g.error();
+  Result<ir::Graph> training = ir::BuildTrainingGraph(*g, options);
+  if (!training) return training.error();
+  ir::AnnotateFlopsAndBytes(*training);
+  return io::WriteGraphJson(*training);
+}
+
+Result<std::string> GraphSummaryJson(const std::string& graph, const Target& target) {
+  Result<Loaded> l = Load(graph, target);
+  if (!l) return l.error();
+  const cost::CostModel cm(l->cluster.device);
+  Result<solve::remat::RematProblem> p = solve::remat::MakeRematProblem(l->graph, cm, 0);
+  if (!p) return p.error();
+  json j = {{"nodes", l->graph.size()},
+            {"edges", l->graph.NumEdges()},
+            {"forward_nodes", l->graph.NumNodes(ir::Pass::kForward)},
+            {"backward_nodes", l->graph.NumNodes(ir::Pass::kBackward)},
+            {"checkpoint_all_peak_bytes", p->checkpoint_all_peak},
+            {"memory_lower_bound_bytes", solve::remat::MemoryLowerBound(*p)},
+            {"compute_cost", p->baseline_cost},
+            {"node_costs", p->cost}};
+  return j.dump();
+}
+
+Result<std::string> SolveRematJson(const std::string& graph, const RematRequest& request, const Target& target) {
+  const std::optional<solve::remat::SolverKind> kind = solve::remat::ParseSolverKind(request.solver);
+  if (!kind) return BadInput(fmt::format("solver: '{}' is not one of {}", request.solver,
+                                         fmt::join(solve::remat::SolverNames(), ", ")));
+  Result<Loaded> l = Load(graph, target);
+  if (!l) return l.error();
+  const cost::CostModel cm(l->cluster.device);
+  Result<solve::remat::RematProblem> p = solve::remat::MakeRematProblem(l->graph, cm, request.budget);
+  if (!p) return p.error();
+  solve::remat::RematOptions options;
+  options.time_limit_seconds = request.time_limit_seconds;
+  options.threads = request.threads;
+  if (request.progress)
+    options.progress = [](const std::string& line) { fmt::print(stderr, "kiwi remat: {}\n", line); };
+  Result<solve::remat::RematResult> r = solve::remat::SolveRemat(*p, cm, *kind, options);
+  if (!r) return r.error();
+  json j = {{"feasible", r->feasible},
+            {"solver", r->solver},
+            {"compute_cost", r->cost},
+            {"baseline_cost", p->baseline_cost},
+            {"peak_memory_bytes", r->peak_memory},
+            {"budget_bytes", p->budget},
+            {"checkpoint_all_peak_bytes", p->checkpoint_all_peak},
+            {"memory_lower_bound_bytes", solve::remat::MemoryLowerBound(*p)},
+            {"smallest_known_budget_bytes", r->smallest_known_budget},
+            {"lower_bound", OptionalJson(r->lower_bound)},
+            {"gap", OptionalJson(r->gap())},
+            {"optimal", r->optimal},
+            {"solve_seconds", r->solve_seconds},
+            {"note", r->note},
+            {"schedule", ScheduleJson(r->schedule)}};
+  return j.dump();
+}
+
+Result<std::string> KeepSetScheduleJson(const std::string& graph, const std::vector<bool>& keep,
+                                        const Target& target) {
+  Result<Loaded> l = Load(graph, target);
+  if (!l) return l.error();
+  if (keep.size() != static_cast<size_t>(l->graph.size()))
+    return BadInput(fmt::format("keep: has {} entries, the graph has {} nodes", keep.size(), l->graph.size()));
+  const cost::CostModel cm(l->cluster.device);
+  Result<solve::remat::RematProblem> p = solve::remat::MakeRematProblem(l->graph, cm, 0);
+  if (!p) return p.error();
+  solve::remat::KeepSetScheduler scheduler(*p);
+  const solve::remat::KeepPolicy policy = scheduler.FromKeep(keep);
+  const solve::remat::KeepSetEvaluation e = scheduler.Evaluate(policy);
+  json j = {{"schedule", ScheduleJson(scheduler.Schedule(policy))},
+            {"peak_memory_bytes", e.peak},
+            {"compute_cost", e.cost},
+            {"baseline_cost", p->baseline_cost},
+            {"checkpoint_all_peak_bytes", p->checkpoint_all_peak}};
+  return j.dump();
+}
+
+Result<std::string> SimulateJson(const std::string& graph, const std::string& plan_text, const Target& target) {
+  Result<Loaded> l = Load(graph, target);
+  if (!l) return l.error();
+  Result<plan::Plan> plan = io::ParsePlanJson(plan_text, "plan");
+  if (!plan) return plan.error();
+  if (!plan->op) return BadInput("plan: operator: missing (only operator-level plans replay on a graph)");
+  const cost::CostModel cm(l->cluster.device);
+  Result<sim::SimResult> r = sim::SimulateOperatorPlan(l->graph, *plan->op, cm, l->cluster.FlatMesh());
+  if (!r) return r.error();
+  json timeline = json::array();
+  for (const sim::MemoryEvent& e : r->timeline) timeline.push_back(e.bytes_after);
+  const auto& steps = plan->op->schedule.empty() ? plan::CheckpointAllSchedule(l->graph) : plan->op->schedule;
+  const int32_t peak_step = r->peak_step;
+  json j = {{"peak_memory_bytes", r->peak_memory_bytes},
+            {"peak_step", peak_step},
+            {"peak_node", peak_step >= 0 ? json(steps[static_cast<size_t>(peak_step)].node) : json(nullptr)},
+            {"iteration_seconds", r->iteration_seconds},
+            {"time", {{"compute", r->time.compute}, {"recompute", r->time.recompute},
+                      {"communication", r->time.communication}, {"resharding", r->time.resharding}}},
+            {"recomputations", r->recomputations},
+            {"timeline", std::move(timeline)}};
+  return j.dump();
+}
+
+Result<std::string> NormalizePlanJson(const std::string& text, const std::string& source) {
+  Result<plan::Plan> plan = io::ParsePlanJson(text, source);
+  if (!plan) return plan.error();
+  return io::WritePlanJson(*plan);
+}
+
+std::vector<std::string> RematSolverNames() { return solve::remat::SolverNames(); }
+std::vector<std::string> ClusterPresets() { return cost::ClusterPresetNames(); }
+
+}  // namespace kiwi::python
