@@ -7,24 +7,19 @@
 #include <optional>
 #include <random>
 
+#include "sharding_test_util.h"
+
 namespace kiwi::solve::sharding {
 namespace {
 
-// The cheapest feasible solution by enumeration (nullopt when none fits).
+// The cheapest feasible cost by enumeration (nullopt when none fits).
 std::optional<int64_t> BruteForceOptimum(const ir::ShardingProblem& p) {
-  ir::Solution s(p.nodes.size(), 0);
-  std::optional<int64_t> best;
-  while (true) {
-    const ir::Evaluation e = ir::Evaluate(p, s);
-    if (e.feasible && (!best || e.cost < *best)) best = e.cost;
-    size_t i = 0;
-    while (i < s.size() && ++s[i] == p.nodes[i].strategies()) s[i++] = 0;
-    if (i == s.size()) return best;
-  }
+  const auto best = test_util::BruteForceOptimum(p);
+  return best ? std::optional<int64_t>(best->first) : std::nullopt;
 }
 
-// Small random instances with overlapping intervals, a limit between the smallest and largest
-// possible peak, some forbidden costs and a duplicated, reversed edge.
+// Small random instances with overlapping intervals, a limit just above the smallest possible peak
+// (often infeasible, unlike test_util's generator), some forbidden costs and a duplicated, reversed edge.
 ir::ShardingProblem SmallRandom(uint64_t seed, int nodes) {
   std::mt19937_64 rng(seed);
   auto uniform = [&](int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(rng); };

@@ -15,6 +15,7 @@ Command AddGraphCommand(CLI::App& root);
 Command AddSimulateCommand(CLI::App& root);
 Command AddPlanCommand(CLI::App& root);
 Command AddRematCommand(CLI::App& root);
+Command AddIopddlCommand(CLI::App& root);
 Command AddHybridCommand(CLI::App& root);
 
 }  // namespace kiwi::cli

@@ -1,0 +1,256 @@
+#include "kiwi/solve/sharding/fast_solver.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "kiwi/solve/sharding/core_ilp.h"
+#include "kiwi/solve/sharding/lagrangian.h"
+#include "kiwi/solve/sharding/local_search.h"
+#include "kiwi/solve/sharding/reduction.h"
+
+namespace kiwi::solve::sharding {
+namespace {
+
+size_t Z(int64_t i) { return static_cast<size_t>(i); }
+
+// Tuning (measured on the contest instances, see bench/iopddl_bench.cpp).
+constexpr int32_t kBlockSize = 50;              // nodes per tree block
+constexpr int32_t kSweepsPerStep = 3;           // priced sweeps after each subgradient step
+constexpr int64_t kPatience = 300;              // steps without a new incumbent before a restart
+constexpr int32_t kKick = 20;                   // nodes perturbed at a restart
+constexpr int64_t kStalledRestarts = 50;        // before an ILP: restarts without a new incumbent
+constexpr int64_t kMaxEnumeration = 200'000;    // assignments searched exhaustively
+constexpr int64_t kMaxIlpVariables = 150'000;   // cores up to this size also go to the ILP
+constexpr double kHeuristicShareBeforeIlp = 0.3;
+constexpr double kIlpShare = 0.7;               // of the time left after the first heuristic phase
+
+// The warm start mapped onto the reduced problem where it fits, the greedy solution elsewhere.
+std::vector<int32_t> InitialSolution(const ReducedProblem& p, const ShardingSolveOptions& options) {
+  std::vector<int32_t> x = GreedyInitialSolution(p);
+  if (!options.warm_start || options.warm_start->size() != Z(p.original_nodes)) return x;
+  for (size_t r = 0; r < p.nodes.size(); ++r) {
+    const int32_t want = (*options.warm_start)[Z(p.original[r])];
+    const std::vector<int32_t>& keep = p.strategy_of[r];
+    const auto it = std::find(keep.begin(), keep.end(), want);
+    if (it != keep.end()) x[r] = static_cast<int32_t>(it - keep.begin());
+  }
+  return x;
+}
+
+class FastSearch {
+ public:
+  FastSearch(const ReducedProblem& p, const ShardingSolveOptions& o, const Deadline& d)
+      : p_(p), options_(o), deadline_(d), phase_(d), ctx_(p, InitialSolution(p, o), phase_, o.seed), prices_(p) {}
+
+  void Run();
+  bool found() const { return !best_.empty() || (p_.nodes.empty() && best_cost_ < ir::kForbiddenCost); }
+  bool optimal() const { return optimal_; }
+  const std::vector<int32_t>& best() const { return best_; }
+  double lower_bound() const { return lower_bound_; }
+  std::string Note() const {
+    return fmt::format("reduced to {} nodes, {} edges; {} Lagrangian steps, {} restarts, {} incumbents{}",
+                       p_.nodes.size(), p_.edges.size(), steps_, restarts_, incumbents_, exact_note_);
+  }
+
+ private:
+  bool Offer();
+  void Restore(const std::vector<int32_t>& x);
+  double UsageArea() const;
+  void FindFeasible();
+  void Polish();
+  void Restart();
+  void LagrangianLoop(bool until_stalled);
+  void Heuristic(bool until_stalled);
+  bool TryEnumeration();
+  void TryIlp(double seconds);
+
+  const ReducedProblem& p_;
+  const ShardingSolveOptions& options_;
+  const Deadline& deadline_;
+  Deadline phase_;  // the current phase's end (the search context watches it)
+  SearchContext ctx_;
+  SubgradientPrices prices_;
+  std::vector<int32_t> best_;
+  int64_t best_cost_ = ir::kForbiddenCost;
+  double lower_bound_ = -1.0;
+  int64_t steps_ = 0, restarts_ = 0, incumbents_ = 0;
+  bool optimal_ = false;
+  std::string exact_note_;
+};
+
+// Keeps the state's solution when it is feasible and better than the incumbent.
+bool FastSearch::Offer() {
+  const SearchState& st = ctx_.state;
+  if (!st.Feasible() || st.Cost() >= best_cost_) return false;
+  best_ = st.x();
+  best_cost_ = st.Cost();
+  ++incumbents_;
+  if (options_.on_incumbent) options_.on_incumbent(best_cost_, deadline_.Elapsed());
+  return true;
+}
+
+void FastSearch::Restore(const std::vector<int32_t>& x) {
+  for (size_t r = 0; r < x.size(); ++r) {
+    if (ctx_.state.x(static_cast<int32_t>(r)) == x[r]) continue;
+    ctx_.state.Set(static_cast<int32_t>(r), x[r]);
+    MarkDirty(ctx_, static_cast<int32_t>(r));
+  }
+}
+
+// Summed usage x duration (in segments) of the current solution's usage terms.
+double FastSearch::UsageArea() const {
+  double area = 0.0;
+  for (size_t r = 0; r < p_.nodes.size(); ++r)
+    for (const UsageTerm& t : p_.nodes[r].terms)
+      area += static_cast<double>(t.usage[Z(ctx_.state.x(static_cast<int32_t>(r)))]) * (t.last - t.first);
+  return area;
+}
+
+// Uniform prices, ten times higher each round, until the priced optimum fits the limit.
+void FastSearch::FindFeasible() {
+  const double cost = ctx_.state.forbidden() > 0 ? 1.0 : static_cast<double>(ctx_.state.Cost());
+  const double start = 1e-3 * std::max(cost, 1.0) / std::max(UsageArea(), 1.0);
+  for (double lambda = start; !found() && !phase_.Passed() && lambda < start * 1e15; lambda *= 10) {
+    prices_.SetUniform(lambda);
+    DescendPriced(ctx_, &prices_.prices(), {.max_sweeps = 100, .block_size = kBlockSize});
+    Offer();
+  }
+}
+
+// Feasible-only block moves on the incumbent, under the current prices and under none.
+void FastSearch::Polish() {
+  for (int round = 0; round < 3 && !phase_.Passed(); ++round) {
+    const int64_t moves = DescendFeasible(ctx_, &prices_.prices(), {.max_sweeps = 3, .block_size = kBlockSize}) +
+                          DescendFeasible(ctx_, nullptr, {.max_sweeps = 3, .block_size = kBlockSize});
+    Offer();
+    if (moves == 0) break;
+  }
+}
+
+// From the incumbent, perturbed, with the prices reset: the next subgradient climb.
+void FastSearch::Restart() {
+  ++restarts_;
+  Restore(best_);
+  Perturb(ctx_, kKick);
+  std::fill(ctx_.dirty.begin(), ctx_.dirty.end(), 1);
+  prices_.SetUniform(0.0);
+}
+
+// Subgradient steps on the usage prices, each followed by priced block-DP sweeps over the nodes
+// whose price or neighbourhood changed; every feasible improvement is polished. After kPatience
+// steps without one, a restart; `until_stalled` ends the loop after kStalledRestarts restarts in a
+// row without a new incumbent (an exact method follows).
+void FastSearch::LagrangianLoop(bool until_stalled) {
+  int64_t since_improvement = 0, stalled = 0;
+  while (!phase_.Passed() && !(until_stalled && stalled >= kStalledRestarts)) {
+    ++steps_;
+    prices_.Step(ctx_.state, static_cast<double>(best_cost_), 1.0);
+    for (int32_t r : prices_.changed()) ctx_.dirty[Z(r)] = 1;
+    DescendPriced(ctx_, &prices_.prices(), {.max_sweeps = kSweepsPerStep, .block_size = kBlockSize, .dirty_only = true});
+    if (Offer()) {
+      Polish();
+      since_improvement = stalled = 0;
+    } else if (++since_improvement >= kPatience) {
+      since_improvement = 0;
+      ++stalled;
+      Restart();
+    }
+  }
+}
+
+// Tiny reduced problems are searched exhaustively: the answer is optimal.
+bool FastSearch::TryEnumeration() {
+  std::optional<ExactResult> e = EnumerateReduced(p_, kMaxEnumeration);
+  if (!e) return false;
+  optimal_ = true;
+  exact_note_ = "; solved by enumeration";
+  if (e->x.empty()) return true;  // nothing fits: the caller reports no solution
+  Restore(e->x);
+  Offer();
+  lower_bound_ = static_cast<double>(best_cost_);
+  return true;
+}
+
+// The ILP on the reduced core, warm-started from the incumbent, for at most `seconds`.
+void FastSearch::TryIlp(double seconds) {
+  std::optional<ExactResult> e =
+      SolveReducedIlp(p_, best_, {.time_limit_seconds = seconds, .relative_gap = options_.relative_gap,
+                                  .threads = 1, .max_variables = kMaxIlpVariables});
+  if (!e) return;
+  lower_bound_ = std::max(lower_bound_, e->lower_bound);
+  exact_note_ = fmt::format("; core ILP {}", e->optimal ? "optimal" : "stopped");
+  if (e->x.empty()) return;
+  Restore(e->x);
+  Offer();
+  optimal_ = e->optimal;
+  if (optimal_) lower_bound_ = std::max(lower_bound_, static_cast<double>(best_cost_));
+}
+
+// Cost-only descent, feasibility, then the Lagrangian search from the cost-only optimum (lambda =
+// 0: the subgradient climbs from the cheap side) until the phase ends.
+void FastSearch::Heuristic(bool until_stalled) {
+  if (!found()) {
+    DescendPriced(ctx_, nullptr, {.max_sweeps = 100, .block_size = kBlockSize});
+    Offer();
+    const std::vector<int32_t> cheapest = ctx_.state.x();
+    if (!found()) FindFeasible();
+    if (!found()) return;
+    Polish();
+    Restore(cheapest);
+    prices_.SetUniform(0.0);
+  }
+  LagrangianLoop(until_stalled);
+}
+
+void FastSearch::Run() {
+  lower_bound_ = StarLowerBound(p_, prices_.lambda(), prices_.prices());
+  if (p_.nodes.empty()) {  // the reductions decided everything: the one solution left is optimal
+    optimal_ = true;
+    Offer();
+    return;
+  }
+  if (TryEnumeration()) return;
+  const bool ilp = ModelSizeForIlp(p_) <= kMaxIlpVariables;
+  if (ilp) phase_ = Deadline(Deadline::Clock::now(), kHeuristicShareBeforeIlp * deadline_.Left());
+  Heuristic(ilp);
+  if (ilp && found() && !deadline_.Passed()) {
+    TryIlp(kIlpShare * deadline_.Left());
+    phase_ = deadline_;
+    if (!optimal_) Heuristic(false);
+  }
+  lower_bound_ = std::max(lower_bound_, StarLowerBound(p_, prices_.lambda(), prices_.prices()));
+}
+
+}  // namespace
+
+Result<ShardingResult> SolveShardingFast(const ir::ShardingProblem& problem, const ShardingSolveOptions& options) {
+  const Deadline deadline(Deadline::Clock::now(), options.time_limit_seconds);
+  KIWI_RETURN_IF_ERROR(ir::ValidateShardingProblem(problem, problem.name.empty() ? "problem" : problem.name));
+  const int64_t floor = ir::MinimumPeakUsage(problem);
+  if (floor > problem.usage_limit)
+    return Infeasible(fmt::format("usage_limit {} is below the minimum peak usage {}", problem.usage_limit, floor));
+  Result<ReducedProblem> reduced = ReduceShardingProblem(problem);
+  if (!reduced) return reduced.error();
+  FastSearch search(*reduced, options, deadline);
+  search.Run();
+  if (!search.found() && search.optimal())
+    return Infeasible(fmt::format("no strategy choice keeps usage within the limit {}", problem.usage_limit));
+  if (!search.found()) return Error{ErrorCode::kTimeLimit, "fast solver: no feasible solution within the time limit"};
+  ShardingResult result;
+  result.solver = "fast";
+  result.solution = ExpandSolution(*reduced, search.best());
+  result.evaluation = ir::Evaluate(problem, result.solution);
+  if (search.lower_bound() >= 0.0) {  // rounded down, with slack for floating-point error
+    const double bound = std::floor(search.lower_bound() * (1.0 - 1e-12));
+    result.lower_bound = std::min<int64_t>(static_cast<int64_t>(bound), result.evaluation.cost);
+    if (search.optimal()) result.lower_bound = result.evaluation.cost;
+    result.optimal = result.gap().value_or(1.0) <= options.relative_gap;
+  }
+  result.solve_seconds = deadline.Elapsed();
+  result.note = search.Note();
+  return result;
+}
+
+}  // namespace kiwi::solve::sharding
