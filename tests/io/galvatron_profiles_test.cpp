@@ -31,9 +31,9 @@ TEST(GalvatronProfiles, ReadLayerTypesAndEmbeddings) {
   EXPECT_EQ(dec.parameter_bytes, 64 * 1048576);
   EXPECT_EQ(dec.boundary_bytes_per_sample, 2621440);  // 2.5 MB
   EXPECT_DOUBLE_EQ(dec.forward_seconds_per_sample, 0.007);
-  EXPECT_EQ(m->other_parameter_bytes, 160 * 1048576);  // 640 MB of fp32 Adam model states / 4
-  EXPECT_EQ(m->other_activation_bytes_per_sample, 20 * 1048576);
-  EXPECT_DOUBLE_EQ(m->other_forward_seconds_per_sample, 0.002);
+  EXPECT_EQ(m->embedding.parameter_bytes, 160 * 1048576);  // 640 MB of fp32 Adam model states / 4
+  EXPECT_EQ(m->embedding.activation_bytes_per_sample, 20 * 1048576);
+  EXPECT_DOUBLE_EQ(m->embedding.forward_seconds_per_sample, 0.002);
   EXPECT_DOUBLE_EQ(m->state_bytes_per_parameter_byte, 3.0);
   EXPECT_TRUE(Fixture({2, 3}, 512).ok());
 }

@@ -50,7 +50,7 @@ TEST(BuildLayerModel, SmallGptAccountsForEveryParameterAndActivation) {
   Result<ir::LayerView> view = ir::BuildLayerView(g);
   ASSERT_TRUE(view.ok());
 
-  int64_t parameters = m->other_parameter_bytes, saved = 0;
+  int64_t parameters = m->embedding.parameter_bytes + m->head.parameter_bytes, saved = 0;
   for (size_t i = 0; i < m->layers.size(); ++i) {
     const LayerProfile& p = m->layers[i];
     parameters += p.parameter_bytes;
@@ -65,12 +65,45 @@ TEST(BuildLayerModel, SmallGptAccountsForEveryParameterAndActivation) {
     saved += p.activation_bytes_per_sample * batch;
   }
   EXPECT_EQ(parameters, TotalParameterBytes(g));
-  EXPECT_GT(m->other_parameter_bytes, 0);  // token and position embeddings
-  EXPECT_EQ(m->other_activation_bytes_per_sample * batch, ir::SavedActivationBytes(g, -1) - saved);
-  EXPECT_GT(m->other_forward_seconds_per_sample, 0.0);
-  EXPECT_GT(m->other_backward_seconds_per_sample, 0.0);
+  EXPECT_GT(m->embedding.parameter_bytes, 0);  // token and position embeddings
+  EXPECT_GT(m->head.parameter_bytes, 0);       // final norm and LM head
+  EXPECT_EQ((m->embedding.activation_bytes_per_sample + m->head.activation_bytes_per_sample) * batch,
+            ir::SavedActivationBytes(g, -1) - saved);
+  for (const LayerProfile* p : {&m->embedding, &m->head}) {
+    EXPECT_GT(p->forward_seconds_per_sample, 0.0);
+    EXPECT_GT(p->backward_seconds_per_sample, 0.0);
+  }
   // fp32 Adam: a gradient and two moments per parameter.
   EXPECT_DOUBLE_EQ(m->state_bytes_per_parameter_byte, 3.0);
+}
+
+// Megatron's TP layout of GPT (hidden 64, seq 32, vocabulary 50257, fp32): a layer keeps its 2
+// layernorms and the out/fc2 biases whole (6h values); the embedding splits the word table over TP,
+// keeps the position table whole and all-reduces its output [seq, h]; the head splits the LM head,
+// keeps the final norm whole, all-reduces max, target logit and sum of exps per token (fp32)
+// forward and its input gradient [seq, h] backward.
+TEST(BuildLayerModel, MegatronTpSplitOfGpt) {
+  const cost::CostModel cm(TestDevice());
+  Result<LayerModel> m = BuildLayerModel(SmallGpt(2), 2, cm);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const int64_t h = 64, seq = 32, vocab = 50257;
+  for (const LayerProfile& p : m->layers) {
+    EXPECT_EQ(p.replicated_parameter_bytes, 6 * h * 4);
+    EXPECT_EQ(p.parameter_bytes, (12 * h * h + 13 * h) * 4);
+    EXPECT_TRUE(p.tp_forward_all_reduce_bytes_per_sample.empty());
+    EXPECT_TRUE(p.tp_backward_all_reduce_bytes_per_sample.empty());
+  }
+  EXPECT_EQ(m->embedding.name, "embedding");
+  EXPECT_EQ(m->embedding.parameter_bytes, (vocab + seq) * h * 4);
+  EXPECT_EQ(m->embedding.replicated_parameter_bytes, seq * h * 4);
+  EXPECT_EQ(m->embedding.boundary_bytes_per_sample, seq * h * 4);
+  EXPECT_EQ(m->embedding.tp_forward_all_reduce_bytes_per_sample, std::vector<int64_t>{seq * h * 4});
+  EXPECT_TRUE(m->embedding.tp_backward_all_reduce_bytes_per_sample.empty());
+  EXPECT_EQ(m->head.name, "head");
+  EXPECT_EQ(m->head.parameter_bytes, (2 * h + h * vocab) * 4);
+  EXPECT_EQ(m->head.replicated_parameter_bytes, 2 * h * 4);
+  EXPECT_EQ(m->head.tp_forward_all_reduce_bytes_per_sample, std::vector<int64_t>(3, seq * 4));
+  EXPECT_EQ(m->head.tp_backward_all_reduce_bytes_per_sample, std::vector<int64_t>{seq * h * 4});
 }
 
 TEST(BuildLayerModel, PerSampleActivationsDoNotDependOnTheGraphBatch) {

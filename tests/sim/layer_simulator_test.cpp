@@ -136,10 +136,30 @@ TEST(SimulateLayerPlan, ShardedDataParallelDividesModelStates) {
   // States / 4, plus one layer's gathered parameters (1 MB), plus activations.
   EXPECT_EQ(r.summary.peak_memory_bytes, 4'000'000 + 1'000'000 + 160'000);
   // Two all-gathers of 1 MB over 4 per layer: 3 x 1e6/4e9 = 0.75 ms each; reduce-scatter 0.75 ms
-  // overlapped with the 8 ms backward: 0.3 x 0.75 ms unhidden.
-  EXPECT_NEAR(r.stages[0].microbatch_seconds, 0.048 + 4 * 2 * 0.75e-3, kEps);
-  EXPECT_NEAR(r.stages[0].gradient_sync_seconds, 4 * 0.3 * 0.75e-3, kEps);
+  // overlapped with the 8 ms backward: 0.3 x 0.75 ms unhidden, in the micro-batch (ZeRO-3
+  // reduce-scatters every micro-batch), none left for the once-per-iteration sync.
+  EXPECT_NEAR(r.stages[0].microbatch_seconds, 0.048 + 4 * 2 * 0.75e-3 + 4 * 0.3 * 0.75e-3, kEps);
+  EXPECT_NEAR(r.stages[0].gradient_sync_seconds, 0.0, kEps);
   EXPECT_NEAR(r.summary.iteration_seconds, 0.048 + 6e-3 + 0.9e-3, kEps);
+}
+
+// ZeRO-3 reduce-scatters each micro-batch's gradients (DeepSpeed): with 2 micro-batches the
+// reduce-scatter runs twice, each overlapped with that micro-batch's 4 ms backward per layer.
+TEST(SimulateLayerPlan, ShardedDataParallelReduceScattersEveryMicroBatch) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  const LayerPlan plan = UniformPlan({.tp = 1, .dp = 4, .sdp = true}, 16, 2);
+  const LayerSimResult r = Simulate(FourLayers(), plan, cluster);
+  const double microbatch = 0.024 + 4 * 2 * 0.75e-3 + 4 * 0.3 * 0.75e-3;
+  EXPECT_NEAR(r.stages[0].microbatch_seconds, microbatch, kEps);
+  EXPECT_NEAR(r.summary.iteration_seconds, 2 * microbatch, kEps);
+  Result<PlanTraffic> t = LayerPlanTraffic(FourLayers(), plan, cluster);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->layers[0].sdp_reduce_scatter_bytes, 2 * 1'000'000);
+  EXPECT_EQ(t->layers[0].sdp_all_gather_bytes, 2 * 2 * 1'000'000);
+  // DP all-reduces once per iteration whatever the micro-batches.
+  t = LayerPlanTraffic(FourLayers(), UniformPlan({.tp = 1, .dp = 4}, 16, 2), cluster);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->layers[0].dp_all_reduce_bytes, 1'000'000);
 }
 
 TEST(SimulateLayerPlan, CheckpointKeepsBoundaryAndAddsOneForward) {
@@ -218,32 +238,89 @@ TEST(SimulateLayerPlan, SliceGatherWhenDataParallelDegreeShrinks) {
   const LayerSimResult r = Simulate(FourLayers(), plan, cluster);
   // Layer 2 needs 8 samples' boundary (8 kB) gathered from 2 devices: 1 x 8000 / 2e9 = 4 us.
   EXPECT_NEAR(r.summary.time.resharding, 4e-6, kEps);
-  // The other way round only slices.
+  // The other way round slices forward and all-gathers the gradient backward: layer 1's 2 TP ranks
+  // each need the gradient of all its 8 samples, computed by 2 devices of layer 2: 4 us again.
   plan.layers[0] = plan.layers[1] = {.tp = 2, .dp = 2};
   plan.layers[2] = plan.layers[3] = {.tp = 1, .dp = 4};
-  EXPECT_NEAR(Simulate(FourLayers(), plan, cluster).summary.time.resharding, 0.0, kEps);
+  EXPECT_NEAR(Simulate(FourLayers(), plan, cluster).summary.time.resharding, 4e-6, kEps);
   // DP and SDP share the activation layout.
   plan.layers.assign(4, {.tp = 1, .dp = 4});
   plan.layers[1].sdp = true;
   EXPECT_NEAR(Simulate(FourLayers(), plan, cluster).summary.time.resharding, 0.0, kEps);
 }
 
-TEST(SimulateLayerPlan, OtherPartsLiveOnTheFirstStage) {
+// Megatron's placement: the embeddings with the first layer on the first stage, the head + loss with
+// the last layer on the last stage.
+TEST(SimulateLayerPlan, EmbeddingsOnTheFirstStageHeadOnTheLast) {
   const cost::Cluster cluster = TestCluster(1, 2);
   LayerModel model = FourLayers();
-  model.other_parameter_bytes = 500'000;
-  model.other_activation_bytes_per_sample = 2'000;
-  model.other_forward_seconds_per_sample = 1e-4;
-  model.other_backward_seconds_per_sample = 2e-4;
+  model.embedding.parameter_bytes = 500'000;
+  model.embedding.activation_bytes_per_sample = 2'000;
+  model.embedding.forward_seconds_per_sample = 1e-4;
+  model.embedding.backward_seconds_per_sample = 2e-4;
+  model.head.parameter_bytes = 300'000;
+  model.head.activation_bytes_per_sample = 1'000;
+  model.head.forward_seconds_per_sample = 2e-4;
+  model.head.backward_seconds_per_sample = 4e-4;
   LayerPlan plan = UniformPlan({.tp = 1, .dp = 1}, 4, 2);
   plan.pp_degree = 2;
   plan.pp_partition = {2, 2};
   const LayerSimResult r = Simulate(model, plan, cluster);
-  // Micro-batch of 2, stage 0 holds 2 in flight.
+  // Micro-batch of 2, stage 0 holds 2 in flight, stage 1 one.
   EXPECT_EQ(r.stages[0].peak_memory_bytes, 8'000'000 + 2'000'000 + 2 * (40'000 + 4'000));
-  EXPECT_EQ(r.stages[1].peak_memory_bytes, 8'000'000 + 40'000);
+  EXPECT_EQ(r.stages[1].peak_memory_bytes, 8'000'000 + 1'200'000 + 40'000 + 2'000);
   EXPECT_NEAR(r.stages[0].microbatch_seconds, 12e-3 + 0.6e-3 + 2e-6, kEps);
-  EXPECT_NEAR(r.stages[1].microbatch_seconds, 12e-3 + 2e-6, kEps);
+  EXPECT_NEAR(r.stages[1].microbatch_seconds, 12e-3 + 1.2e-3 + 2e-6, kEps);
+}
+
+// Under TP 2 the embeddings and the head all-reduce what their profile lists (per sample x the
+// micro-batch), with the strategy of the layer beside them; replicated parameters are whole on both
+// TP ranks. Micro-batch 4, all-reduce of n bytes over 2 devices: n / 1e9 s.
+TEST(SimulateLayerPlan, EmbeddingAndHeadTpAllReducesAndReplicatedParameters) {
+  const cost::Cluster cluster = TestCluster(1, 2);
+  LayerModel model = FourLayers();
+  model.embedding.parameter_bytes = 500'000;
+  model.embedding.replicated_parameter_bytes = 100'000;
+  model.embedding.tp_forward_all_reduce_bytes_per_sample = {1'000};
+  model.head.parameter_bytes = 300'000;
+  model.head.tp_forward_all_reduce_bytes_per_sample = {10, 10, 10};
+  model.head.tp_backward_all_reduce_bytes_per_sample = {1'000};
+  LayerPlan plan = UniformPlan({.tp = 2, .dp = 1}, 4, 1);
+  const LayerSimResult base = Simulate(FourLayers(), plan, cluster);
+  const LayerSimResult r = Simulate(model, plan, cluster);
+  // States: (400 kB / 2 + 100 kB) x 4 and 300 kB / 2 x 4.
+  EXPECT_EQ(r.summary.peak_memory_bytes - base.summary.peak_memory_bytes, 1'200'000 + 600'000);
+  EXPECT_NEAR(r.summary.iteration_seconds - base.summary.iteration_seconds, 4e-6 + 3 * 40e-9 + 4e-6, kEps);
+  Result<PlanTraffic> t = LayerPlanTraffic(model, plan, cluster);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->embedding.tp_all_reduce_bytes, 4'000);
+  EXPECT_EQ(t->embedding.tp_all_reduces, 1);
+  EXPECT_EQ(t->head.tp_all_reduce_bytes, 3 * 40 + 4'000);
+  EXPECT_EQ(t->head.tp_all_reduces, 4);
+  EXPECT_EQ(t->layers[0].tp_all_reduce_bytes, 4 * 4'000);
+}
+
+// A layer's replicated parameters stay whole under TP: memory, DP all-reduce and ZeRO-3 collectives.
+TEST(SimulateLayerPlan, ReplicatedParametersAreNotSplitByTp) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  LayerModel model = FourLayers();
+  for (LayerProfile& p : model.layers) p.replicated_parameter_bytes = 200'000;
+  // TP 2 x DP 2: a TP shard is 800 kB / 2 + 200 kB = 600 kB.
+  LayerPlan plan = UniformPlan({.tp = 2, .dp = 2}, 16, 1);
+  Result<PlanTraffic> t = LayerPlanTraffic(model, plan, cluster);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->layers[0].dp_all_reduce_bytes, 600'000);
+  const LayerSimResult r = Simulate(model, plan, cluster);
+  const LayerSimResult base = Simulate(FourLayers(), plan, cluster);
+  EXPECT_EQ(r.summary.peak_memory_bytes - base.summary.peak_memory_bytes, 4 * 100'000 * 4);
+  plan.layers.assign(4, {.tp = 2, .dp = 2, .sdp = true});
+  t = LayerPlanTraffic(model, plan, cluster);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->layers[0].sdp_all_gather_bytes, 2 * 600'000);
+  EXPECT_EQ(t->layers[0].sdp_reduce_scatter_bytes, 600'000);
+  // ZeRO-3 states 4 x 600 kB x 4 / 2 plus one gathered TP shard (600 kB).
+  EXPECT_EQ(Simulate(model, plan, cluster).summary.peak_memory_bytes - Simulate(FourLayers(), plan, cluster).summary.peak_memory_bytes,
+            4 * 100'000 * 4 / 2 + 100'000);
 }
 
 TEST(SimulateLayerPlan, OneFOneBStageZeroNeverHoldsMoreThanMinPpMMicroBatches) {

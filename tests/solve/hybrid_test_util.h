@@ -1,7 +1,7 @@
 #pragma once
 // Shared fixtures of the hybrid (Galvatron-BMW) search tests: a small two-type layer model (an
 // encoder-like type with large activations, a decoder-like one with large parameters, plus
-// embeddings/head), a two-node test cluster, and brute force over per-layer strategies judged by the
+// embeddings on the first stage and a head on the last, with Megatron's TP all-reduces), a two-node test cluster, and brute force over per-layer strategies judged by the
 // layer simulator.
 #include <functional>
 #include <limits>
@@ -47,10 +47,16 @@ inline sim::LayerModel TwoTypeModel(int encoders, int decoders) {
   m.name = "two-type";
   for (int i = 0; i < encoders; ++i) m.layers.push_back(Profile("enc", 40'000'000, 30'000'000, 2'000'000, 2e-3));
   for (int i = 0; i < decoders; ++i) m.layers.push_back(Profile("dec", 90'000'000, 6'000'000, 1'000'000, 1.2e-3));
-  m.other_parameter_bytes = 60'000'000;
-  m.other_activation_bytes_per_sample = 4'000'000;
-  m.other_forward_seconds_per_sample = 5e-4;
-  m.other_backward_seconds_per_sample = 1e-3;
+  for (sim::LayerProfile& p : m.layers) p.replicated_parameter_bytes = p.parameter_bytes / 200;  // norms, biases
+  // Megatron: embeddings with the first layer (vocabulary-parallel: an all-reduce of their output),
+  // the head + loss with the last (3 small all-reduces of the cross-entropy, its input gradient).
+  m.embedding = Profile("embedding", 60'000'000, 4'000'000, 2'000'000, 5e-4);
+  m.embedding.replicated_parameter_bytes = 1'000'000;
+  m.embedding.tp_forward_all_reduce_bytes_per_sample = {2'000'000};
+  m.head = Profile("head", 50'000'000, 8'000'000, 1'000'000, 6e-4);
+  m.head.replicated_parameter_bytes = 8'000;
+  m.head.tp_forward_all_reduce_bytes_per_sample = {4'000, 4'000, 4'000};
+  m.head.tp_backward_all_reduce_bytes_per_sample = {1'000'000};
   m.state_bytes_per_parameter_byte = 3.0;
   return m;
 }

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <charconv>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -146,12 +147,21 @@ std::string ResultText(const hybrid::HybridSearchResult& r, const std::string& m
   return out + t.Render();
 }
 
-Status WritePlan(const std::string& path, const hybrid::HybridSearchResult& r, const HybridOptions& o,
-                 const std::string& cluster) {
+// How the plan names its cluster so that readers (kiwi simulate, kiwi.torch.distributed) load it back
+// with io::LoadCluster: a preset by its name, a cluster file by its absolute path (the file's "name"
+// field is a label, not something LoadCluster can find).
+std::string ClusterReference(const std::string& given) {
+  if (cost::ClusterPreset(given)) return given;
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(given, ec);
+  return ec ? given : absolute.lexically_normal().string();
+}
+
+Status WritePlan(const std::string& path, const hybrid::HybridSearchResult& r, const HybridOptions& o) {
   plan::Plan p;
   p.model = o.model.model;
   p.model_flags = o.model.flags;
-  p.cluster = cluster;
+  p.cluster = ClusterReference(o.cluster);
   p.solver = "hybrid:" + o.method;
   p.layer = r.plan;
   p.claims.peak_memory_bytes = r.simulated.summary.peak_memory_bytes;
@@ -232,8 +242,8 @@ Result<Problem> LoadProblem(const HybridOptions& o) {
   return Problem{std::move(*model), std::move(*cluster), {}, DescribeModel(*spec)};
 }
 
-Status WriteOutputs(const HybridOptions& o, const hybrid::HybridSearchResult& r, const std::string& cluster) {
-  if (!o.out.empty()) KIWI_RETURN_IF_ERROR(WritePlan(o.out, r, o, cluster));
+Status WriteOutputs(const HybridOptions& o, const hybrid::HybridSearchResult& r) {
+  if (!o.out.empty()) KIWI_RETURN_IF_ERROR(WritePlan(o.out, r, o));
   if (!o.galvatron_out.empty()) KIWI_RETURN_IF_ERROR(io::WriteFileAtomically(o.galvatron_out, io::WriteGalvatronConfig(r.plan)));
   return Status::Ok();
 }
@@ -250,7 +260,7 @@ int RunHybrid(const HybridOptions& o) {
   Result<hybrid::HybridSearchResult> r = hybrid::SearchHybridPlan(problem->model, problem->cluster, cm, *search);
   if (!r) return ReportError(r.error());
   if (!r->feasible) return ReportError(NoPlan(*r, *search, o.search.time_limit_seconds));
-  Status written = WriteOutputs(o, *r, problem->cluster.name);
+  Status written = WriteOutputs(o, *r);
   if (!written) return ReportError(written.error());
   const std::string& described = problem->description;
   const cost::Cluster* cluster = &problem->cluster;

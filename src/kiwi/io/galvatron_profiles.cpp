@@ -126,10 +126,13 @@ Result<sim::LayerProfile> LayerProfileOf(const Json& memory, const JsonPath& at,
   return p;
 }
 
+// Galvatron profiles embeddings and head together ("other"): kiwi places all of it with the embeddings
+// on the first stage (LayerModel::embedding), split over TP like a layer, without TP communication.
 Status FillOther(const Json& memory, const JsonPath& at, const GalvatronModelOptions& o, double forward,
                  sim::LayerModel& model) {
-  model.other_forward_seconds_per_sample = forward;
-  model.other_backward_seconds_per_sample = 2.0 * forward;
+  model.embedding.name = "other";
+  model.embedding.forward_seconds_per_sample = forward;
+  model.embedding.backward_seconds_per_sample = 2.0 * forward;
   const Json* off = FindField(memory, "other_memory_pp_off");
   if (!off) return Status::Ok();
   const JsonPath here = at.Key("other_memory_pp_off");
@@ -140,8 +143,8 @@ Status FillOther(const Json& memory, const JsonPath& at, const GalvatronModelOpt
   Result<double> activation = TpOne(**m, here, "activation");
   if (!activation) return activation.error();
   // Galvatron's model states are parameters + gradients + optimizer states.
-  model.other_parameter_bytes = MiBToBytes(*states / (1.0 + o.state_bytes_per_parameter_byte));
-  model.other_activation_bytes_per_sample = MiBToBytes(*activation);
+  model.embedding.parameter_bytes = MiBToBytes(*states / (1.0 + o.state_bytes_per_parameter_byte));
+  model.embedding.activation_bytes_per_sample = MiBToBytes(*activation);
   return Status::Ok();
 }
 

@@ -5,12 +5,16 @@
 #include <nlohmann/json.hpp>
 
 #include "kiwi/cost/cluster.h"
+#include "kiwi/cli/common.h"
 #include "kiwi/cost/cost_model.h"
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/graph_json.h"
 #include "kiwi/io/plan_json.h"
 #include "kiwi/ir/annotate.h"
 #include "kiwi/ir/backward.h"
+#include "kiwi/models/presets.h"
+#include "kiwi/sim/layer_model.h"
+#include "kiwi/sim/layer_simulator.h"
 #include "kiwi/sim/simulator.h"
 #include "kiwi/solve/remat/keep_set_schedule.h"
 #include "kiwi/solve/remat/solvers.h"
@@ -165,6 +169,74 @@ Result<std::string> SimulateJson(const std::string& graph, const std::string& pl
                       {"communication", r->time.communication}, {"resharding", r->time.resharding}}},
             {"recomputations", r->recomputations},
             {"timeline", std::move(timeline)}};
+  return j.dump();
+}
+
+namespace {
+
+json TrafficJson(const sim::LayerTraffic& t) {
+  return {{"tp_all_reduce_bytes", t.tp_all_reduce_bytes},       {"tp_all_reduces", t.tp_all_reduces},
+          {"sdp_all_gather_bytes", t.sdp_all_gather_bytes},     {"sdp_all_gathers", t.sdp_all_gathers},
+          {"dp_all_reduce_bytes", t.dp_all_reduce_bytes},       {"sdp_reduce_scatter_bytes", t.sdp_reduce_scatter_bytes},
+          {"slice_gather_bytes", t.slice_gather_bytes},         {"slice_gather_backward_bytes", t.slice_gather_backward_bytes}};
+}
+
+json ProfileJson(const sim::LayerProfile& p) {
+  return {{"name", p.name},
+          {"parameter_bytes", p.parameter_bytes},
+          {"replicated_parameter_bytes", p.replicated_parameter_bytes},
+          {"activation_bytes_per_sample", p.activation_bytes_per_sample},
+          {"boundary_bytes_per_sample", p.boundary_bytes_per_sample},
+          {"tp_comm_bytes_per_sample", p.tp_comm_bytes_per_sample},
+          {"tp_forward_all_reduce_bytes_per_sample", p.tp_forward_all_reduce_bytes_per_sample},
+          {"tp_backward_all_reduce_bytes_per_sample", p.tp_backward_all_reduce_bytes_per_sample}};
+}
+
+json LayerModelJson(const sim::LayerModel& m) {
+  json layers = json::array();
+  for (const sim::LayerProfile& p : m.layers) layers.push_back(ProfileJson(p));
+  return {{"name", m.name},
+          {"layers", std::move(layers)},
+          {"embedding", ProfileJson(m.embedding)},
+          {"head", ProfileJson(m.head)},
+          {"state_bytes_per_parameter_byte", m.state_bytes_per_parameter_byte}};
+}
+
+}  // namespace
+
+Result<std::string> LayerPlanReportJson(const std::string& plan_text, const Target& target) {
+  Result<plan::Plan> plan = io::ParsePlanJson(plan_text, "plan");
+  if (!plan) return plan.error();
+  if (!plan->layer) return BadInput("plan: layer: missing (a layer-level plan, as `kiwi hybrid --out` writes)");
+  if (plan->model.empty()) return BadInput("plan: model: missing (the model preset the plan was made for)");
+  Result<cost::Cluster> cluster = LoadTarget({target.cluster.empty() ? plan->cluster : target.cluster});
+  if (!cluster) return cluster.error();
+  const cli::ModelFlags flags{plan->model, plan->model_flags};
+  Result<models::ModelSpec> spec = flags.Load();
+  if (!spec) return spec.error();
+  Result<ir::Graph> graph = models::BuildTrainingGraph(*spec);
+  if (!graph) return graph.error();
+  const cost::CostModel cm(cluster->device);
+  Result<sim::LayerModel> model = sim::BuildLayerModel(*graph, cli::SpecBatch(*spec), cm);
+  if (!model) return model.error();
+  Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(*model, *plan->layer, *cluster, cm);
+  if (!r) return r.error();
+  Result<sim::PlanTraffic> traffic = sim::LayerPlanTraffic(*model, *plan->layer, *cluster);
+  if (!traffic) return traffic.error();
+  json stage_peaks = json::array(), layers = json::array();
+  for (const sim::StageResult& s : r->stages) stage_peaks.push_back(s.peak_memory_bytes);
+  for (const sim::LayerTraffic& t : traffic->layers) layers.push_back(TrafficJson(t));
+  json j = {{"model", LayerModelJson(*model)},
+            {"cluster", cluster->name},
+            {"devices", cluster->NumDevices()},
+            {"simulated", {{"iteration_seconds", r->summary.iteration_seconds},
+                           {"peak_memory_bytes", r->summary.peak_memory_bytes},
+                           {"stage_peak_memory_bytes", std::move(stage_peaks)}}},
+            {"traffic", {{"layers", std::move(layers)},
+                         {"embedding", TrafficJson(traffic->embedding)},
+                         {"head", TrafficJson(traffic->head)},
+                         {"send_forward_bytes", traffic->send_forward_bytes},
+                         {"send_backward_bytes", traffic->send_backward_bytes}}}};
   return j.dump();
 }
 

@@ -52,6 +52,13 @@ Result<std::string> KeepSetScheduleJson(const std::string& graph, const std::vec
 // "iteration_seconds", "time": {...}, "recomputations", "timeline": [bytes after each step]}.
 Result<std::string> SimulateJson(const std::string& graph, const std::string& plan, const Target& target);
 
+// A layer-level plan (plan JSON with "model", "model_flags" and a "layer" section, as `kiwi hybrid
+// --out` writes it) judged by the layer simulator on the target cluster (the plan's cluster when
+// target.cluster is empty): {"model": per-layer profiles, "simulated": {"iteration_seconds",
+// "peak_memory_bytes", "stage_peak_memory_bytes"}, "traffic": per-layer and per-stage bytes per device
+// per iteration by collective (sim::LayerPlanTraffic)}.
+Result<std::string> LayerPlanReportJson(const std::string& plan, const Target& target);
+
 // Parses a plan JSON and writes it back (validation + normalisation).
 Result<std::string> NormalizePlanJson(const std::string& text, const std::string& source);
 

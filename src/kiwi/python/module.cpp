@@ -112,6 +112,9 @@ PYBIND11_MODULE(_kiwi, m) {
   m.def("simulate", [](const std::string& graph, const std::string& plan, const std::string& cluster) {
     return kp::Call([&] { return kp::SimulateJson(graph, plan, {cluster}); });
   }, py::arg("graph"), py::arg("plan"), py::arg("cluster"));
+  m.def("layer_plan_report", [](const std::string& plan, const std::string& cluster) {
+    return kp::Call([&] { return kp::LayerPlanReportJson(plan, {cluster}); });
+  }, py::arg("plan"), py::arg("cluster") = "");
   m.def("normalize_plan", [](const std::string& text, const std::string& source) {
     return kp::Call([&] { return kp::NormalizePlanJson(text, source); });
   }, py::arg("text"), py::arg("source") = "plan");

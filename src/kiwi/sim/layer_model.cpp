@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <span>
+#include <unordered_map>
 
 #include "kiwi/ir/backward.h"
 #include "kiwi/ir/layers.h"
@@ -46,6 +47,36 @@ double StateBytesPerParameterByte(const ir::Graph& graph) {
   return static_cast<double>(state_bytes + gradient_bytes) / static_cast<double>(parameter_bytes);
 }
 
+// Parameters Megatron TP keeps whole on every TP rank of a layer (Shoeybi et al. 2019, §3): norm
+// weights, and the biases of row-parallel linears (added after the all-reduce). A linear is
+// row-parallel when its input is split over TP: the output of a column-parallel linear (one whose
+// input is replicated) through element-wise ops, attention and reshapes; a norm's or residual's
+// output of replicated inputs is replicated. For a GPT layer: 2 norms + out.bias + fc2.bias = 6h.
+int64_t TpReplicatedParameterBytes(const ir::Graph& graph, std::span<const ir::NodeId> forward) {
+  std::unordered_map<ir::NodeId, bool> split;  // layer inputs and parameters: replicated
+  auto is_split = [&](ir::NodeId id) {
+    auto it = split.find(id);
+    return it != split.end() && it->second;
+  };
+  int64_t bytes = 0;
+  for (ir::NodeId id : forward) {
+    const ir::Node& node = graph.node(id);
+    if (node.kind == ir::OpKind::kParameter) continue;
+    bool out = false;
+    if (node.kind == ir::OpKind::kMatmul) {
+      out = !is_split(node.inputs[0]);  // column-parallel: split output; row-parallel: all-reduced
+      if (!out && node.inputs.size() > 2) bytes += graph.node(node.inputs[2]).output.Bytes();
+    } else if (node.kind == ir::OpKind::kLayerNorm) {
+      for (size_t k = 1; k < node.inputs.size(); ++k) bytes += graph.node(node.inputs[k]).output.Bytes();
+      out = is_split(node.inputs[0]);
+    } else {
+      out = std::any_of(node.inputs.begin(), node.inputs.end(), is_split);
+    }
+    split[id] = out;
+  }
+  return bytes;
+}
+
 LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t graph_batch,
                        const cost::CostModel& cost_model) {
   LayerProfile p;
@@ -59,25 +90,78 @@ LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t g
   // Megatron TP all-reduces the layer's [s, b, h] output twice per forward pass (after attention and
   // after the MLP), each as large as the boundary tensor (Shoeybi et al. 2019, Fig. 3).
   p.tp_comm_bytes_per_sample = 2 * p.boundary_bytes_per_sample;
+  p.replicated_parameter_bytes = TpReplicatedParameterBytes(graph, layer.forward);
   return p;
 }
 
-// Embeddings, head, loss: the nodes of no layer.
+bool InHead(const ir::Node& node) { return node.scope == "head" || node.scope.rfind("head.", 0) == 0; }
+
+// The logits' last dimension (the vocabulary, or the classes): what Megatron splits over TP in the
+// embedding table and the head (vocabulary-parallel embedding and cross-entropy); 0 without a loss.
+int64_t VocabularySize(const ir::Graph& graph, std::span<const ir::NodeId> ids) {
+  for (ir::NodeId id : ids) {
+    const ir::Node& node = graph.node(id);
+    if (node.kind == ir::OpKind::kLoss && !node.is_backward()) return graph.node(node.inputs[0]).output.shape.back();
+  }
+  return 0;
+}
+
+// One of the two parts of `other` (ids in execution order): parameters (vocabulary-sized ones split
+// over TP, the rest replicated), saved activations, times, and the TP all-reduces of Megatron's
+// vocabulary-parallel embedding (its output, forward) and cross-entropy (max, target logit, sum of
+// exps of each token in fp32, forward; the head's input gradient, backward; Shoeybi et al. 2019 §3).
+LayerProfile OtherPart(const ir::Graph& graph, std::span<const ir::NodeId> ids, const std::vector<std::vector<ir::NodeId>>& readers,
+                       int64_t vocab, bool head, int64_t graph_batch, const cost::CostModel& cost_model) {
+  LayerProfile p;
+  p.name = head ? "head" : "embedding";
+  std::vector<ir::NodeId> forward, backward;
+  bool vocab_split = false;
+  int64_t saved = 0, tokens = 0, head_input = 0, boundary = 0;
+  for (ir::NodeId id : ids) {
+    const ir::Node& node = graph.node(id);
+    (node.is_backward() ? backward : forward).push_back(id);
+    if (node.is_backward()) continue;
+    if (node.kind == ir::OpKind::kParameter) {
+      p.parameter_bytes += node.output.Bytes();
+      const ir::Shape& shape = node.output.shape;
+      if (vocab > 0 && std::find(shape.begin(), shape.end(), vocab) != shape.end()) vocab_split = true;
+      else p.replicated_parameter_bytes += node.output.Bytes();
+      continue;
+    }
+    const auto& r = readers[static_cast<size_t>(id)];
+    if (!node.is_persistent() && std::any_of(r.begin(), r.end(), [&](ir::NodeId x) { return graph.node(x).is_backward(); }))
+      saved += node.output.Bytes();
+    if (!node.is_persistent() && std::any_of(r.begin(), r.end(), [&](ir::NodeId x) { return graph.node(x).layer >= 0; }))
+      boundary += node.output.Bytes();  // the embeddings' output, read by the first layer
+    if (node.kind == ir::OpKind::kLoss) tokens = graph.node(node.inputs[1]).output.NumElements();
+    for (ir::NodeId in : node.inputs)  // the head's input: a layer's output
+      if (graph.node(in).layer >= 0 && !graph.node(in).is_persistent()) head_input = graph.node(in).output.Bytes();
+  }
+  p.activation_bytes_per_sample = CeilDiv(saved, graph_batch);
+  p.boundary_bytes_per_sample = CeilDiv(head ? head_input : boundary, graph_batch);
+  const double batch = static_cast<double>(graph_batch);
+  p.forward_seconds_per_sample = SumComputeSeconds(graph, forward, cost_model) / batch;
+  p.backward_seconds_per_sample = SumComputeSeconds(graph, backward, cost_model) / batch;
+  if (!vocab_split) return p;  // nothing split over TP: no TP communication
+  if (head) {
+    const int64_t per_token = CeilDiv(tokens * 4, graph_batch);  // fp32 [tokens] per sample
+    p.tp_forward_all_reduce_bytes_per_sample.assign(3, per_token);
+    if (p.boundary_bytes_per_sample > 0) p.tp_backward_all_reduce_bytes_per_sample.push_back(p.boundary_bytes_per_sample);
+  } else if (p.boundary_bytes_per_sample > 0) {
+    p.tp_forward_all_reduce_bytes_per_sample.push_back(p.boundary_bytes_per_sample);
+  }
+  return p;
+}
+
+// Embeddings, head, loss: the nodes of no layer, split by scope ("head": the last stage's part).
 void FillOther(const ir::Graph& graph, const ir::LayerView& view, int64_t graph_batch,
                const cost::CostModel& cost_model, LayerModel& model) {
-  std::vector<ir::NodeId> forward, backward;
-  for (ir::NodeId id : view.other) {
-    const ir::Node& node = graph.node(id);
-    if (node.kind == ir::OpKind::kParameter) model.other_parameter_bytes += node.output.Bytes();
-    (node.is_backward() ? backward : forward).push_back(id);
-  }
-  int64_t layer_saved = 0;
-  for (const ir::Layer& layer : view.layers) layer_saved += layer.saved_activation_bytes;
-  const int64_t other_saved = ir::SavedActivationBytes(graph, -1) - layer_saved;
-  model.other_activation_bytes_per_sample = CeilDiv(std::max<int64_t>(other_saved, 0), graph_batch);
-  const double batch = static_cast<double>(graph_batch);
-  model.other_forward_seconds_per_sample = SumComputeSeconds(graph, forward, cost_model) / batch;
-  model.other_backward_seconds_per_sample = SumComputeSeconds(graph, backward, cost_model) / batch;
+  std::vector<ir::NodeId> embedding, head;
+  for (ir::NodeId id : view.other) (InHead(graph.node(id)) ? head : embedding).push_back(id);
+  const std::vector<std::vector<ir::NodeId>> readers = graph.Consumers();
+  const int64_t vocab = VocabularySize(graph, view.other);
+  model.embedding = OtherPart(graph, embedding, readers, vocab, false, graph_batch, cost_model);
+  model.head = OtherPart(graph, head, readers, vocab, true, graph_batch, cost_model);
 }
 
 }  // namespace

@@ -19,15 +19,26 @@ struct LayerProfile {
   double forward_seconds_per_sample = 0.0;   // one device, no parallelism
   double backward_seconds_per_sample = 0.0;
   int64_t tp_comm_bytes_per_sample = 0;      // bytes all-reduced by Megatron TP in one forward pass
+  // Part of parameter_bytes Megatron TP keeps whole on every TP rank (layernorms, row-parallel biases,
+  // position embeddings): a TP shard holds (parameter_bytes - replicated) / tp + replicated.
+  int64_t replicated_parameter_bytes = 0;
+  // The embeddings and the head have their own TP all-reduces, per sample, one entry per all-reduce
+  // (vocabulary-parallel embedding: its output, forward; vocabulary-parallel cross-entropy: max,
+  // target logit and sum of exps, forward; the head's input gradient, backward). When both are empty
+  // the profile is a transformer layer: 2 forward + 2 backward of tp_comm_bytes_per_sample / 2.
+  std::vector<int64_t> tp_forward_all_reduce_bytes_per_sample;
+  std::vector<int64_t> tp_backward_all_reduce_bytes_per_sample;
 };
 
 struct LayerModel {
   std::string name;
   std::vector<LayerProfile> layers;
-  int64_t other_parameter_bytes = 0;          // parameters outside layers (embeddings, head), on the first/last stage
-  int64_t other_activation_bytes_per_sample = 0;
-  double other_forward_seconds_per_sample = 0.0;
-  double other_backward_seconds_per_sample = 0.0;  // the simulator places all of `other` on the first stage
+  // What belongs to no layer, where Megatron runs it: the embeddings (everything before the layers) on
+  // the first pipeline stage with the first layer's tp/dp/sdp, the final norm + head + loss (scope
+  // "head") on the last stage with the last layer's; never checkpointed. Tied embedding/head weights
+  // are counted once, on the embedding (their last-stage copy and its gradient all-reduce are not).
+  LayerProfile embedding;
+  LayerProfile head;
   // Gradients + optimizer states (+ fp32 master weights) per byte of parameters: e.g. fp32 Adam = 3.
   double state_bytes_per_parameter_byte = 0.0;
 };

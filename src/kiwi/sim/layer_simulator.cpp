@@ -2,11 +2,13 @@
 //  - compute: forward + backward seconds per sample x per-device micro-batch / tp (§V: time = batch x
 //    per-sample time; Megatron TP splits each layer's work tp ways);
 //  - recompute: one more forward for checkpointed layers (§V), with its 2 TP all-reduces (§III-A.3);
-//  - communication: TP all-reduces (2 forward + 2 backward), SDP parameter all-gathers (forward and
-//    backward, §III-A.2), point-to-point sends of boundary activations between stages;
+//  - communication: TP all-reduces (2 forward + 2 backward; the embeddings' and head's own), SDP
+//    parameter all-gathers (forward and backward, §III-A.2) and gradient reduce-scatter (every
+//    micro-batch, as DeepSpeed ZeRO-3), point-to-point sends of boundary activations between stages;
 //  - resharding: Galvatron's Slice-Gather between neighbouring layers of different layouts (§VI);
-//  - the DP all-reduce / SDP reduce-scatter of gradients runs once, in the last micro-batch, overlapped
-//    with its backward pass and slowed down by the overlap factor (§V), so only its unhidden part counts.
+//  - the DP all-reduce of gradients runs once, in the last micro-batch, overlapped with its backward
+//    pass and slowed down by the overlap factor (§V), so only its unhidden part counts (the SDP
+//    reduce-scatter is overlapped the same way, in every micro-batch).
 // The iteration time is Eq. 8 and the memory of a stage follows Eq. 1 with 1F1B/GPipe micro-batches
 // in flight (layer_stage.cpp).
 #include "kiwi/sim/layer_simulator.h"
@@ -82,21 +84,19 @@ Status CheckBatch(const LayerPlan& plan) {
   return Status::Ok();
 }
 
-// Embeddings, head and loss as one pseudo-layer of the first stage, run with the strategy of the
-// model's first layer (Megatron splits the vocabulary over TP); never checkpointed, no TP all-reduce.
-LayerProfile OtherProfile(const LayerModel& model) {
-  LayerProfile p;
-  p.name = "other";
-  p.parameter_bytes = model.other_parameter_bytes;
-  p.activation_bytes_per_sample = model.other_activation_bytes_per_sample;
-  p.forward_seconds_per_sample = model.other_forward_seconds_per_sample;
-  p.backward_seconds_per_sample = model.other_backward_seconds_per_sample;
-  return p;
+// The embeddings run with the first layer's tp/dp/sdp on the first stage, the head + loss with the
+// last layer's on the last stage (Megatron's vocabulary-parallel embedding and cross-entropy on that
+// layer's TP group); never checkpointed. Empty parts are left out.
+bool IsEmpty(const LayerProfile& p) {
+  return p.parameter_bytes == 0 && p.activation_bytes_per_sample == 0 && p.forward_seconds_per_sample == 0.0 &&
+         p.backward_seconds_per_sample == 0.0 && p.tp_forward_all_reduce_bytes_per_sample.empty() &&
+         p.tp_backward_all_reduce_bytes_per_sample.empty();
 }
 
-bool HasOther(const LayerModel& model) {
-  return model.other_parameter_bytes > 0 || model.other_activation_bytes_per_sample > 0 ||
-         model.other_forward_seconds_per_sample > 0.0 || model.other_backward_seconds_per_sample > 0.0;
+PlacedLayer PlaceOther(const LayerProfile& profile, const PlacedLayer& beside) {
+  PlacedLayer other{profile, beside.strategy, beside.mesh, beside.microbatch};
+  other.strategy.checkpoint = false;
+  return other;
 }
 
 Result<std::vector<PlacedLayer>> PlaceLayers(const LayerModel& model, const LayerPlan& plan,
@@ -126,14 +126,16 @@ Result<StageCost> CostStage(const LayerModel& model, const LayerPlan& plan, cons
                             const std::vector<StageSpan>& stages, int s) {
   const StageSpan span = stages[static_cast<size_t>(s)];
   std::vector<const PlacedLayer*> layers;
-  PlacedLayer other;
-  if (s == 0 && HasOther(model)) {
-    const PlacedLayer& first = placed.front();
-    other = {OtherProfile(model), first.strategy, first.mesh, first.microbatch};
-    other.strategy.checkpoint = false;
-    layers.push_back(&other);
+  PlacedLayer embedding, head;
+  if (s == 0 && !IsEmpty(model.embedding)) {
+    embedding = PlaceOther(model.embedding, placed.front());
+    layers.push_back(&embedding);
   }
   for (int i = span.first; i < span.first + span.count; ++i) layers.push_back(&placed[static_cast<size_t>(i)]);
+  if (s + 1 == plan.pp_degree && !IsEmpty(model.head)) {
+    head = PlaceOther(model.head, placed.back());
+    layers.push_back(&head);
+  }
 
   StageCost cost;
   cost.peak_memory_bytes = StagePeakMemory(layers, MicrobatchesInFlight(plan, s), model.state_bytes_per_parameter_byte);
@@ -145,7 +147,8 @@ Result<StageCost> CostStage(const LayerModel& model, const LayerPlan& plan, cons
     cost.resharding += *reshard;
   }
   // Boundary activations: stage s sends its output forward and its input gradient backward.
-  if (s + 1 < plan.pp_degree) cost.communication += PointToPointSeconds(*layers.back(), cost_model);
+  if (s + 1 < plan.pp_degree)
+    cost.communication += PointToPointSeconds(placed[static_cast<size_t>(span.first + span.count) - 1], cost_model);
   if (s > 0) cost.communication += PointToPointSeconds(placed[static_cast<size_t>(span.first) - 1], cost_model);
   return cost;
 }
@@ -213,6 +216,50 @@ Result<LayerSimResult> SimulateLayerPlan(const LayerModel& model, const LayerPla
   for (const LayerStrategy& s : plan.layers)
     if (s.checkpoint) result.summary.recomputations += plan.micro_batches;
   return result;
+}
+
+namespace {
+
+LayerTraffic TrafficOf(const PlacedLayer& layer, int micro_batches) {
+  const LayerCommunication c = LayerCommunicationOf(layer);
+  LayerTraffic t;
+  t.tp_all_reduces = c.TpAllReduces() * micro_batches;
+  t.tp_all_reduce_bytes = c.TpAllReduceBytes() * micro_batches;
+  t.sdp_all_gathers = c.sdp_all_gathers * micro_batches;
+  t.sdp_all_gather_bytes = c.sdp_all_gather_bytes * t.sdp_all_gathers;
+  (c.gradient_sync == cost::Collective::kReduceScatter ? t.sdp_reduce_scatter_bytes : t.dp_all_reduce_bytes) =
+      c.gradient_sync_bytes * (c.gradient_sync_every_microbatch ? micro_batches : 1);
+  return t;
+}
+
+}  // namespace
+
+Result<PlanTraffic> LayerPlanTraffic(const LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster) {
+  KIWI_RETURN_IF_ERROR(CheckDegrees(model, plan, cluster));
+  Result<std::vector<StageSpan>> stages = CheckPartition(plan);
+  if (!stages) return stages.error();
+  KIWI_RETURN_IF_ERROR(CheckBatch(plan));
+  Result<std::vector<PlacedLayer>> placed = PlaceLayers(model, plan, cluster);
+  if (!placed) return placed.error();
+  const int m = plan.micro_batches;
+  PlanTraffic traffic;
+  for (size_t i = 0; i < placed->size(); ++i) {
+    traffic.layers.push_back(TrafficOf((*placed)[i], m));
+    if (i == 0) continue;
+    traffic.layers.back().slice_gather_bytes = m * SliceGatherBytes((*placed)[i - 1], (*placed)[i]);
+    traffic.layers.back().slice_gather_backward_bytes = m * SliceGatherBackwardBytes((*placed)[i - 1], (*placed)[i]);
+  }
+  // as CostStage places them: the first layer's strategy, the last layer's; never checkpointed
+  if (!IsEmpty(model.embedding)) traffic.embedding = TrafficOf(PlaceOther(model.embedding, placed->front()), m);
+  if (!IsEmpty(model.head)) traffic.head = TrafficOf(PlaceOther(model.head, placed->back()), m);
+  for (const StageSpan& span : *stages) {
+    const bool last = span.first + span.count == static_cast<int>(placed->size());
+    traffic.send_forward_bytes.push_back(
+        last ? 0 : m * PointToPointBytes((*placed)[static_cast<size_t>(span.first + span.count - 1)]));
+    traffic.send_backward_bytes.push_back(
+        span.first == 0 ? 0 : m * PointToPointBytes((*placed)[static_cast<size_t>(span.first - 1)]));
+  }
+  return traffic;
 }
 
 }  // namespace kiwi::sim

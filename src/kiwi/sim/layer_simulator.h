@@ -33,19 +33,22 @@ struct LayerSimResult {
 //  - Stage s runs the layers of pp_partition[s] on NumDevices / pp devices; a layer's mesh is
 //    MakeMesh({pp, dp, tp}): TP innermost (fastest links), DP outside it, stages outermost. The
 //    per-device micro-batch of a layer is global_batch / (micro_batches * dp).
-//  - Embeddings/head/loss ("other") run on the first stage with the first layer's tp/dp/sdp.
-//  - Memory per device of a stage: model states parameter_bytes / tp * (1 + state ratio), / dp under
-//    SDP; activations (boundary only when checkpointed) * micro-batch / tp, times the micro-batches in
-//    flight (1F1B: min(pp - s, m); GPipe: m); plus the largest recomputed (activation - boundary) of
-//    one checkpointed layer and the largest parameters one SDP layer gathers (parameter_bytes / tp).
+//  - The embeddings run on the first stage with the first layer's tp/dp/sdp, the head + loss on the
+//    last stage with the last layer's (LayerModel::embedding, head; never checkpointed).
+//  - Memory per device of a stage: model states of the TP shard (shard = (parameter_bytes - replicated)
+//    / tp + replicated) * (1 + state ratio), / dp under SDP; activations (boundary only when
+//    checkpointed) * micro-batch / tp, times the micro-batches in flight (1F1B: min(pp - s, m); GPipe:
+//    m); plus the largest recomputed (activation - boundary) of one checkpointed layer and the largest
+//    TP shard one SDP layer gathers.
 //  - Time of one micro-batch C_s: compute (forward + backward per sample * micro-batch / tp),
-//    recompute (one more forward + its 2 TP all-reduces per checkpointed layer), communication (2 + 2
-//    TP all-reduces of tp_comm_bytes_per_sample / 2 * micro-batch over the TP axis, 2 SDP all-gathers
-//    of parameter_bytes / tp over the DP axis, p2p sends of the boundary to/from neighbouring stages),
-//    resharding (Slice-Gather: an all-gather of the boundary when the DP degree shrinks between
-//    neighbouring layers). Gradient sync G_s (DP all-reduce / SDP reduce-scatter of parameter_bytes /
-//    tp) happens in the last micro-batch, overlapped per layer with its backward (+ recomputation)
-//    through CostModel::OverlappedTime; only the excess over that compute counts.
+//    recompute (one more forward + its forward TP all-reduces per checkpointed layer), communication
+//    (TP all-reduces over the TP axis: a layer's 2 + 2 of tp_comm_bytes_per_sample / 2 * micro-batch,
+//    the embeddings' and head's own; 2 SDP all-gathers of the shard over the DP axis; SDP's
+//    reduce-scatter of the shard's gradients, overlapped with the layer's backward, only the excess
+//    counted; p2p sends of the boundary to/from neighbouring stages), resharding (Slice-Gather).
+//    Gradient sync G_s (DP all-reduce of the shard) happens in the last micro-batch, overlapped per
+//    layer with its backward (+ recomputation) through CostModel::OverlappedTime; only the excess
+//    over that compute counts.
 //  - iteration = (m - 1) max_s C_s + sum_s (C_s + G_s) (Eq. 8, for 1F1B and GPipe alike); the time
 //    buckets use the same decomposition (G_s goes to communication) and add up to it.
 //  - summary.peak_memory_per_device[d] is the peak of d's stage (d / devices per stage); timeline is
@@ -55,5 +58,28 @@ struct LayerSimResult {
 // that differs from the model's layers.
 Result<LayerSimResult> SimulateLayerPlan(const LayerModel& model, const plan::LayerPlan& plan,
                                          const cost::Cluster& cluster, const cost::CostModel& cost_model);
+
+// The bytes each device of a stage passes to collectives in one iteration of `plan`, by purpose, as
+// the simulator prices them (layer_stage.h LayerCommunicationOf, SliceGatherBytes, PointToPointBytes):
+// what a runtime of the plan should measure (python/kiwi/torch/distributed).
+struct LayerTraffic {
+  int64_t tp_all_reduce_bytes = 0;       // Megatron TP all-reduces, forward + backward + recomputation
+  int64_t sdp_all_gather_bytes = 0;      // ZeRO-3 parameter all-gathers
+  int64_t dp_all_reduce_bytes = 0;       // DP gradient all-reduce
+  int64_t sdp_reduce_scatter_bytes = 0;  // ZeRO-3 gradient reduce-scatter
+  int64_t slice_gather_bytes = 0;           // Slice-Gather into this layer's layout: forward all-gathers
+  int64_t slice_gather_backward_bytes = 0;  // and backward all-gathers of the gradient
+  int tp_all_reduces = 0;                // calls per iteration
+  int sdp_all_gathers = 0;
+};
+struct PlanTraffic {
+  std::vector<LayerTraffic> layers;  // per device of the layer's stage
+  LayerTraffic embedding;             // on the first stage, per device (as SimulateLayerPlan)
+  LayerTraffic head;                  // head + loss, on the last stage
+  std::vector<int64_t> send_forward_bytes;   // per stage, per device: activations sent to the next stage
+  std::vector<int64_t> send_backward_bytes;  // per stage, per device: gradients sent to the previous stage
+};
+// Errors as SimulateLayerPlan's.
+Result<PlanTraffic> LayerPlanTraffic(const LayerModel& model, const plan::LayerPlan& plan, const cost::Cluster& cluster);
 
 }  // namespace kiwi::sim

@@ -27,13 +27,45 @@ double CollectiveSeconds(const cost::CostModel& cost_model, Collective c, int64_
 }
 
 // The layer's parameters within one TP shard (what DP replicates and SDP shards further).
-int64_t TpShardParameterBytes(const PlacedLayer& l) { return CeilDiv(l.profile.parameter_bytes, l.strategy.tp); }
+int64_t TpShardParameterBytes(const PlacedLayer& l) { return TpShardParameterBytes(l.profile, l.strategy.tp); }
 
-// Parameters + gradients + optimizer states per device: split by TP, and by DP too under SDP (ZeRO-3).
+// Parameters + gradients + optimizer states per device: split by TP (but the replicated part), and by
+// DP too under SDP (ZeRO-3: sharded parameters, gradients and optimizer states).
 int64_t ModelStateBytes(const PlacedLayer& l, double state_bytes_per_parameter_byte) {
-  const double shards = static_cast<double>(l.strategy.tp) * (l.strategy.sdp ? l.strategy.dp : 1);
-  return static_cast<int64_t>(
-      std::ceil(static_cast<double>(l.profile.parameter_bytes) * (1.0 + state_bytes_per_parameter_byte) / shards));
+  const LayerProfile& p = l.profile;
+  const double tp = static_cast<double>(l.strategy.tp);
+  const double shards = tp * (l.strategy.sdp ? l.strategy.dp : 1);
+  const double tp_whole = static_cast<double>(p.parameter_bytes - p.replicated_parameter_bytes) +
+                          static_cast<double>(p.replicated_parameter_bytes) * tp;  // tp x a TP shard
+  return static_cast<int64_t>(std::ceil(tp_whole * (1.0 + state_bytes_per_parameter_byte) / shards));
+}
+
+// The layer's TP all-reduces of one micro-batch, bytes of each (empty when TP is 1).
+void FillTpAllReduces(const PlacedLayer& l, LayerCommunication& c) {
+  if (l.mesh.masks[kTpAxis] == 0) return;
+  const LayerProfile& p = l.profile;
+  c.tp_recomputed = l.strategy.checkpoint;
+  if (p.tp_forward_all_reduce_bytes_per_sample.empty() && p.tp_backward_all_reduce_bytes_per_sample.empty()) {
+    const int64_t bytes = p.tp_comm_bytes_per_sample / 2 * l.microbatch;
+    if (bytes <= 0) return;
+    c.tp_forward_all_reduces.assign(kTpAllReducesForward, bytes);
+    c.tp_backward_all_reduces.assign(kTpAllReducesBackward, bytes);
+    return;
+  }
+  for (int64_t b : p.tp_forward_all_reduce_bytes_per_sample) c.tp_forward_all_reduces.push_back(b * l.microbatch);
+  for (int64_t b : p.tp_backward_all_reduce_bytes_per_sample) c.tp_backward_all_reduces.push_back(b * l.microbatch);
+}
+
+// Seconds of TP all-reduces of these sizes; runs of one size are priced once and multiplied.
+double TpSeconds(const cost::CostModel& cost_model, const std::vector<int64_t>& bytes, const StageMesh& mesh) {
+  double seconds = 0.0;
+  for (size_t i = 0; i < bytes.size();) {
+    size_t j = i;
+    while (j < bytes.size() && bytes[j] == bytes[i]) ++j;
+    seconds += static_cast<double>(j - i) * CollectiveSeconds(cost_model, Collective::kAllReduce, bytes[i], mesh, kTpAxis);
+    i = j;
+  }
+  return seconds;
 }
 
 // Activations of one micro-batch per device. Dividing by tp treats every saved tensor as split by
@@ -83,54 +115,106 @@ int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_fl
   return states + static_cast<int64_t>(in_flight) * activations + recomputed + gathered;
 }
 
+int64_t TpShardParameterBytes(const LayerProfile& p, int tp) {
+  return CeilDiv(p.parameter_bytes - p.replicated_parameter_bytes, tp) + p.replicated_parameter_bytes;
+}
+
+int LayerCommunication::TpAllReduces() const {
+  return static_cast<int>(tp_forward_all_reduces.size() * (tp_recomputed ? 2 : 1) + tp_backward_all_reduces.size());
+}
+
+int64_t LayerCommunication::TpAllReduceBytes() const {
+  int64_t bytes = 0;
+  for (int64_t b : tp_forward_all_reduces) bytes += b * (tp_recomputed ? 2 : 1);
+  for (int64_t b : tp_backward_all_reduces) bytes += b;
+  return bytes;
+}
+
+LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
+  LayerCommunication c;
+  FillTpAllReduces(l, c);
+  if (l.mesh.masks[kDpAxis] == 0) return c;
+  const int64_t shard = TpShardParameterBytes(l);
+  if (l.strategy.sdp) {
+    c.sdp_all_gather_bytes = shard;
+    c.sdp_all_gathers = kSdpAllGathers;
+  }
+  c.gradient_sync_bytes = shard;
+  c.gradient_sync = l.strategy.sdp ? Collective::kReduceScatter : Collective::kAllReduce;
+  c.gradient_sync_every_microbatch = l.strategy.sdp;
+  return c;
+}
+
 void AddLayerCost(const PlacedLayer& l, const cost::CostModel& cost_model, StageCost& cost) {
   const LayerProfile& p = l.profile;
+  const LayerCommunication comm = LayerCommunicationOf(l);
   // §V: compute time = batch x per-sample time; TP splits the layer's work tp ways.
   const double share = static_cast<double>(l.microbatch) / l.strategy.tp;
   const double forward = p.forward_seconds_per_sample * share;
   const double backward = p.backward_seconds_per_sample * share;
-  const int64_t all_reduce_bytes = p.tp_comm_bytes_per_sample / 2 * l.microbatch;
-  const double all_reduce = CollectiveSeconds(cost_model, Collective::kAllReduce, all_reduce_bytes, l.mesh, kTpAxis);
+  const double tp_forward = TpSeconds(cost_model, comm.tp_forward_all_reduces, l.mesh);
   cost.compute += forward + backward;
-  cost.communication += (kTpAllReducesForward + kTpAllReducesBackward) * all_reduce;
+  cost.communication += tp_forward + TpSeconds(cost_model, comm.tp_backward_all_reduces, l.mesh);
   double backward_compute = backward;
   if (l.strategy.checkpoint) {  // §V: one extra forward propagation
-    cost.recompute += forward + kTpAllReducesForward * all_reduce;
+    cost.recompute += forward + (comm.tp_recomputed ? tp_forward : 0.0);
     backward_compute += forward;
   }
-  const int64_t shard = TpShardParameterBytes(l);
-  if (l.strategy.sdp)
-    cost.communication += kSdpAllGathers * CollectiveSeconds(cost_model, Collective::kAllGather, shard, l.mesh, kDpAxis);
-  // Gradient sync (DP all-reduce, SDP reduce-scatter) overlapped with the layer's backward computation
-  // in the last micro-batch, both slowed down while they overlap (§V); only the excess counts.
-  const Collective sync_kind = l.strategy.sdp ? Collective::kReduceScatter : Collective::kAllReduce;
-  const double sync = CollectiveSeconds(cost_model, sync_kind, shard, l.mesh, kDpAxis);
-  if (sync > 0.0) cost.gradient_sync += std::max(cost_model.OverlappedTime(backward_compute, sync) - backward_compute, 0.0);
+  const double gather =
+      CollectiveSeconds(cost_model, Collective::kAllGather, comm.sdp_all_gather_bytes, l.mesh, kDpAxis);
+  cost.communication += comm.sdp_all_gathers * gather;
+  // Gradient sync overlapped with the layer's backward computation, both slowed down while they
+  // overlap (§V); only the excess counts. The DP all-reduce runs in the last micro-batch (once per
+  // iteration); ZeRO-3's reduce-scatter after every micro-batch's backward (part of C_s).
+  const double sync = CollectiveSeconds(cost_model, comm.gradient_sync, comm.gradient_sync_bytes, l.mesh, kDpAxis);
+  if (sync <= 0.0) return;
+  const double unhidden = std::max(cost_model.OverlappedTime(backward_compute, sync) - backward_compute, 0.0);
+  (comm.gradient_sync_every_microbatch ? cost.communication : cost.gradient_sync) += unhidden;
+}
+
+int64_t SliceGatherBytes(const PlacedLayer& prev, const PlacedLayer& next) {
+  if (next.strategy.dp >= prev.strategy.dp) return 0;
+  return prev.profile.boundary_bytes_per_sample * next.microbatch;
+}
+
+int64_t SliceGatherBackwardBytes(const PlacedLayer& prev, const PlacedLayer& next) {
+  if (next.strategy.dp <= prev.strategy.dp) return 0;
+  return prev.profile.boundary_bytes_per_sample * prev.microbatch;
+}
+
+int64_t PointToPointBytes(const PlacedLayer& sender) {
+  if (sender.mesh.masks[kPpAxis] == 0) return 0;
+  return sender.profile.boundary_bytes_per_sample * sender.microbatch;
 }
 
 // Under Megatron TP a layer's output is replicated in its TP group and split over DP, so layouts only
-// differ in the DP degree. Going to a larger DP degree is a free local slice; going to a smaller one,
-// each device all-gathers the dp_prev / dp_next shards its new batch slice is made of. Those sit in
-// its new TP group at stride tp_prev: mesh {pp, dp_next, dp_prev / dp_next, tp_prev}, gather over
-// axis 2. If the degrees do not divide, the gather is charged over the whole new TP group (a bound).
-// The backward pass only slices the (TP-replicated) input gradient: free.
+// differ in the DP degree. Going to a smaller DP degree, each device all-gathers the dp_prev / dp_next
+// shards its new batch slice is made of. Those sit in its new TP group at stride tp_prev: mesh
+// {pp, dp_next, dp_prev / dp_next, tp_prev}, gather over axis 2; the backward pass slices the
+// (TP-replicated) input gradient: free. Going to a larger DP degree is the transpose: a free slice
+// forward, and backward each device all-gathers the gradient of its old batch slice from the
+// dp_next / dp_prev devices that computed its pieces (the TP ranks of `prev` all need the whole
+// gradient), mesh {pp, dp_prev, dp_next / dp_prev, tp_next}, axis 2 (Megatron's split/gather pair). If
+// the degrees do not divide, the gather is charged over the whole TP group of the smaller DP degree.
 Result<double> SliceGatherSeconds(const PlacedLayer& prev, const PlacedLayer& next, const cost::Cluster& cluster,
                                   const cost::CostModel& cost_model) {
-  const int dp_prev = prev.strategy.dp, dp_next = next.strategy.dp;
-  if (dp_next >= dp_prev) return 0.0;
-  const int64_t gathered = prev.profile.boundary_bytes_per_sample * next.microbatch;
-  if (dp_prev % dp_next != 0)
-    return CollectiveSeconds(cost_model, Collective::kAllGather, gathered, next.mesh, kTpAxis);
+  const bool shrinks = next.strategy.dp < prev.strategy.dp;
+  if (next.strategy.dp == prev.strategy.dp) return 0.0;
+  const PlacedLayer& small = shrinks ? next : prev;  // the layout of the smaller DP degree (the gather's result)
+  const PlacedLayer& large = shrinks ? prev : next;
+  const int64_t gathered = shrinks ? SliceGatherBytes(prev, next) : SliceGatherBackwardBytes(prev, next);
+  if (large.strategy.dp % small.strategy.dp != 0)
+    return CollectiveSeconds(cost_model, Collective::kAllGather, gathered, small.mesh, kTpAxis);
   const int pp = next.mesh.sizes[kPpAxis];
-  Result<StageMesh> mesh = MakeStageMesh(cluster, {pp, dp_next, dp_prev / dp_next, prev.strategy.tp});
+  Result<StageMesh> mesh =
+      MakeStageMesh(cluster, {pp, small.strategy.dp, large.strategy.dp / small.strategy.dp, large.strategy.tp});
   if (!mesh) return mesh.error();
   return CollectiveSeconds(cost_model, Collective::kAllGather, gathered, *mesh, 2);
 }
 
 // Each device sends the boundary activation of its own samples (replicated over its TP group).
 double PointToPointSeconds(const PlacedLayer& sender, const cost::CostModel& cost_model) {
-  const int64_t bytes = sender.profile.boundary_bytes_per_sample * sender.microbatch;
-  return CollectiveSeconds(cost_model, Collective::kPointToPoint, bytes, sender.mesh, kPpAxis);
+  return CollectiveSeconds(cost_model, Collective::kPointToPoint, PointToPointBytes(sender), sender.mesh, kPpAxis);
 }
 
 }  // namespace kiwi::sim

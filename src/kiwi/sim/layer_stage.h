@@ -48,10 +48,44 @@ struct StageCost {
 // Peak bytes per device of a stage holding `in_flight` micro-batches' activations (Eq. 1).
 int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_flight, double state_bytes_per_parameter_byte);
 
+// The collectives AddLayerCost prices for one layer, as the per-device `bytes` of cost::CollectiveTime
+// (all-reduce: the buffer; all-gather: the gathered result; reduce-scatter: the input). A collective
+// over an axis of size 1 is not run: it is left out. What a runtime passes to its collectives per
+// device (python/kiwi/torch/distributed checks its measured traffic against these).
+struct LayerCommunication {
+  // Per micro-batch, the bytes of each TP all-reduce: a transformer layer's 2 forward (g) + 2 backward
+  // (f); the embeddings' and head's own (LayerProfile); the forward ones run again when checkpointed.
+  std::vector<int64_t> tp_forward_all_reduces;
+  std::vector<int64_t> tp_backward_all_reduces;
+  bool tp_recomputed = false;
+  int64_t sdp_all_gather_bytes = 0; // one ZeRO-3 all-gather of the TP shard's parameters
+  int sdp_all_gathers = 0;          // per micro-batch: before the forward and before the backward
+  int64_t gradient_sync_bytes = 0;  // one DP all-reduce / SDP reduce-scatter of the TP shard's gradients
+  cost::Collective gradient_sync = cost::Collective::kAllReduce;
+  // DP all-reduces once per iteration (DDP: the last micro-batch); ZeRO-3 reduce-scatters every
+  // micro-batch's gradients (DeepSpeed ZeRO-3: full-size gradients are never kept).
+  bool gradient_sync_every_microbatch = false;
+  int TpAllReduces() const;        // per micro-batch, recomputation included
+  int64_t TpAllReduceBytes() const;
+};
+LayerCommunication LayerCommunicationOf(const PlacedLayer& layer);
+
+// The parameters of `profile` one TP rank holds under TP degree `tp` (Megatron: the replicated part whole).
+int64_t TpShardParameterBytes(const LayerProfile& profile, int tp);
+
+// Per-device bytes of Slice-Gather's forward all-gather from `prev`'s layout into `next`'s (0: a local
+// slice), and of its backward all-gather of the input gradient (when the forward only sliced).
+int64_t SliceGatherBytes(const PlacedLayer& prev, const PlacedLayer& next);
+int64_t SliceGatherBackwardBytes(const PlacedLayer& prev, const PlacedLayer& next);
+
+// Per-device bytes `sender` sends to the neighbouring stage per micro-batch (each direction).
+int64_t PointToPointBytes(const PlacedLayer& sender);
+
 // Adds one layer's per-micro-batch times and its unhidden gradient sync to `cost`.
 void AddLayerCost(const PlacedLayer& layer, const cost::CostModel& cost_model, StageCost& cost);
 
-// Slice-Gather (Galvatron-BMW §VI) of `prev`'s output into the layout `next` needs.
+// Slice-Gather (Galvatron-BMW §VI) of `prev`'s output into the layout `next` needs: a forward all-gather
+// when the DP degree shrinks, a backward all-gather of the gradient when it grows.
 Result<double> SliceGatherSeconds(const PlacedLayer& prev, const PlacedLayer& next, const cost::Cluster& cluster,
                                   const cost::CostModel& cost_model);
 

@@ -20,18 +20,10 @@ bool SameProfile(const sim::LayerProfile& a, const sim::LayerProfile& b) {
          a.boundary_bytes_per_sample == b.boundary_bytes_per_sample &&
          a.forward_seconds_per_sample == b.forward_seconds_per_sample &&
          a.backward_seconds_per_sample == b.backward_seconds_per_sample &&
-         a.tp_comm_bytes_per_sample == b.tp_comm_bytes_per_sample;
-}
-
-// The embeddings/head/loss pseudo-layer as the simulator builds it (layer_simulator.cpp OtherProfile).
-sim::LayerProfile OtherProfile(const sim::LayerModel& model) {
-  sim::LayerProfile p;
-  p.name = "other";
-  p.parameter_bytes = model.other_parameter_bytes;
-  p.activation_bytes_per_sample = model.other_activation_bytes_per_sample;
-  p.forward_seconds_per_sample = model.other_forward_seconds_per_sample;
-  p.backward_seconds_per_sample = model.other_backward_seconds_per_sample;
-  return p;
+         a.tp_comm_bytes_per_sample == b.tp_comm_bytes_per_sample &&
+         a.replicated_parameter_bytes == b.replicated_parameter_bytes &&
+         a.tp_forward_all_reduce_bytes_per_sample == b.tp_forward_all_reduce_bytes_per_sample &&
+         a.tp_backward_all_reduce_bytes_per_sample == b.tp_backward_all_reduce_bytes_per_sample;
 }
 
 // The simulator's terms of one placed layer: memory from StagePeakMemory (the transients, which the
@@ -46,7 +38,7 @@ StrategyCost PriceLayer(const sim::PlacedLayer& layer, double state_ratio, const
     c.recompute_bytes =
         CeilDiv(std::max<int64_t>(p.activation_bytes_per_sample - p.boundary_bytes_per_sample, 0) * layer.microbatch,
                 s.tp);
-  if (s.sdp && s.dp > 1) c.gather_bytes = CeilDiv(p.parameter_bytes, s.tp);
+  if (s.sdp && s.dp > 1) c.gather_bytes = sim::TpShardParameterBytes(p, s.tp);
   c.state_bytes = without_activations - c.recompute_bytes - c.gather_bytes;
   sim::StageCost t;
   sim::AddLayerCost(layer, cost_model, t);
@@ -103,9 +95,9 @@ Result<CostTables> CostTables::Build(const CostInputs& in, int pp, int64_t micro
 Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
   const int types = in.types->num_types();
   const double ratio = in.model->state_bytes_per_parameter_byte;
-  const sim::LayerProfile other = OtherProfile(*in.model);
   costs_.resize(static_cast<size_t>(types * num_strategies()));
-  other_.resize(strategies_.size());
+  embedding_.resize(strategies_.size());
+  head_.resize(strategies_.size());
   point_to_point_.assign(static_cast<size_t>(types * num_dp_), 0.0);
   slice_gather_.assign(static_cast<size_t>(types * num_dp_ * num_dp_), 0.0);
   std::vector<sim::PlacedLayer> by_dp(static_cast<size_t>(num_dp_));  // one placed layer per DP degree
@@ -118,9 +110,11 @@ Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
     for (int k = 0; k < types; ++k)
       costs_[static_cast<size_t>(k * num_strategies() + j)] =
           PriceLayer({in.types->profiles[static_cast<size_t>(k)], s, **mesh, per_device}, ratio, *in.cost_model);
-    plan::LayerStrategy other_strategy = s;
+    plan::LayerStrategy other_strategy = s;  // as the simulator places them (layer_simulator.cpp PlaceOther)
     other_strategy.checkpoint = false;
-    other_[static_cast<size_t>(j)] = PriceLayer({other, other_strategy, **mesh, per_device}, ratio, *in.cost_model);
+    embedding_[static_cast<size_t>(j)] =
+        PriceLayer({in.model->embedding, other_strategy, **mesh, per_device}, ratio, *in.cost_model);
+    head_[static_cast<size_t>(j)] = PriceLayer({in.model->head, other_strategy, **mesh, per_device}, ratio, *in.cost_model);
     by_dp[static_cast<size_t>(DpIndex(j))] = {in.types->profiles.front(), s, **mesh, per_device};
     have_dp[static_cast<size_t>(DpIndex(j))] = true;
   }
@@ -130,8 +124,8 @@ Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
       sim::PlacedLayer prev = by_dp[static_cast<size_t>(a)];
       prev.profile = in.types->profiles[static_cast<size_t>(k)];
       point_to_point_[static_cast<size_t>(k * num_dp_ + a)] = sim::PointToPointSeconds(prev, *in.cost_model);
-      for (int b = 0; b < a; ++b) {  // Slice-Gather only costs when the DP degree shrinks
-        if (!have_dp[static_cast<size_t>(b)]) continue;
+      for (int b = 0; b < num_dp_; ++b) {  // Slice-Gather gathers forward (DP shrinks) or backward (DP grows)
+        if (b == a || !have_dp[static_cast<size_t>(b)]) continue;
         Result<double> seconds = sim::SliceGatherSeconds(prev, by_dp[static_cast<size_t>(b)], *in.cluster, *in.cost_model);
         if (!seconds) return seconds.error();
         slice_gather_[static_cast<size_t>((k * num_dp_ + a) * num_dp_ + b)] = *seconds;
@@ -143,6 +137,21 @@ Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
 
 const StrategyCost& CostTables::Cost(int type, int strategy) const {
   return costs_[static_cast<size_t>(type * num_strategies() + strategy)];
+}
+
+StrategyCost CostTables::LayerCost(int layer, int strategy) const {
+  StrategyCost c = Cost(types_->type_of[static_cast<size_t>(layer)], strategy);
+  auto add = [&c](const StrategyCost& o) {
+    c.state_bytes += o.state_bytes;
+    c.activation_bytes += o.activation_bytes;
+    c.recompute_bytes = std::max(c.recompute_bytes, o.recompute_bytes);
+    c.gather_bytes = std::max(c.gather_bytes, o.gather_bytes);
+    c.microbatch_seconds += o.microbatch_seconds;
+    c.sync_seconds += o.sync_seconds;
+  };
+  if (layer == 0) add(Embedding(strategy));
+  if (layer + 1 == static_cast<int>(types_->type_of.size())) add(Head(strategy));
+  return c;
 }
 
 double CostTables::SliceGather(int prev_type, int prev_dp, int next_dp) const {
@@ -179,10 +188,9 @@ PipelineEstimate EstimatePipeline(const CostTables& tables, const PipelineConfig
       recompute = std::max(recompute, c.recompute_bytes);
       gather = std::max(gather, c.gather_bytes);
     };
-    if (s == 0) add(tables.Other(strategies.front()));
     for (int i = first; i <= last; ++i) {
       const int j = strategies[static_cast<size_t>(i)];
-      add(tables.Cost(type_of[static_cast<size_t>(i)], j));
+      add(tables.LayerCost(i, j));
       if (i > 0)
         seconds += tables.SliceGather(type_of[static_cast<size_t>(i) - 1], tables.DpIndex(strategies[static_cast<size_t>(i) - 1]),
                                       tables.DpIndex(j));

@@ -71,8 +71,13 @@ class CostTables {
   int num_dp_degrees() const { return num_dp_; }          // DP degrees 1, 2, 4, ... stage devices
   int DpIndex(int strategy) const { return dp_index_[static_cast<size_t>(strategy)]; }
   const StrategyCost& Cost(int type, int strategy) const;
-  // Embeddings/head/loss on the first stage, run with the first layer's strategy (never checkpointed).
-  const StrategyCost& Other(int strategy) const { return other_[static_cast<size_t>(strategy)]; }
+  // The embeddings on the first stage, run with the first layer's strategy, and the head + loss on the
+  // last stage with the last layer's (never checkpointed; zero when the model has none).
+  const StrategyCost& Embedding(int strategy) const { return embedding_[static_cast<size_t>(strategy)]; }
+  const StrategyCost& Head(int strategy) const { return head_[static_cast<size_t>(strategy)]; }
+  // The costs layer `layer` carries under `strategy`: its own, plus the embeddings' if it is the first
+  // layer and the head's if it is the last (what the DP and the partitioners add per layer).
+  StrategyCost LayerCost(int layer, int strategy) const;
   // Slice-Gather from a layer of `prev_type` at DP index `prev_dp` into a layer at `next_dp`.
   double SliceGather(int prev_type, int prev_dp, int next_dp) const;
   // Sending the boundary activation of a layer of `type` at DP index `dp` to the next stage.
@@ -89,7 +94,8 @@ class CostTables {
   std::vector<plan::LayerStrategy> strategies_;
   std::vector<int> dp_index_;
   std::vector<StrategyCost> costs_;        // [type][strategy]
-  std::vector<StrategyCost> other_;        // [strategy]
+  std::vector<StrategyCost> embedding_;    // [strategy]
+  std::vector<StrategyCost> head_;         // [strategy]
   std::vector<double> slice_gather_;       // [prev_type][prev_dp][next_dp]
   std::vector<double> point_to_point_;     // [type][dp]
 };

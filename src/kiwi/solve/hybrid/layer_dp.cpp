@@ -29,7 +29,7 @@ double PipelineSeconds(const LayerDpProblem& p, const Label& l) {
 struct Option {
   int strategy = 0;
   int dp = 0;
-  double cost = 0.0;       // weight * c + g (+ the pseudo-layer `other` on the first layer)
+  double cost = 0.0;       // weight * c + g (+ the embeddings on the first layer, the head on the last)
   double seconds = 0.0;    // c
   double weight = 1.0;
   int64_t memory = 0;      // states + in_flight * activations
@@ -49,13 +49,11 @@ void Absorb(const StrategyCost& c, double weight, int in_flight, Option& o) {
 // (identical layers share these lists' shape; this is where the 14 strategies of 8 GPUs shrink).
 std::vector<Option> LayerOptions(const LayerDpProblem& p, const DpStage& stage, int layer, int64_t budget) {
   const CostTables& t = *p.tables;
-  const int type = t.types().type_of[static_cast<size_t>(layer)];
   std::vector<Option> all;
   for (int j = 0; j < t.num_strategies(); ++j) {
     if (!p.allowed.empty() && !p.allowed[static_cast<size_t>(j)]) continue;
     Option o{j, t.DpIndex(j), 0.0, 0.0, stage.weight, 0, 0, 0};
-    Absorb(t.Cost(type, j), stage.weight, stage.in_flight, o);
-    if (layer == 0) Absorb(t.Other(j), stage.weight, stage.in_flight, o);
+    Absorb(t.LayerCost(layer, j), stage.weight, stage.in_flight, o);
     if (o.memory + o.recompute + o.gather <= budget) all.push_back(o);
   }
   std::vector<Option> kept;
@@ -295,9 +293,10 @@ LayerBounds MakeBounds(const LayerDpProblem& p) {
     std::vector<std::vector<Option>> by_type(static_cast<size_t>(p.tables->types().num_types()));
     for (int i = stage.first; i < stage.first + stage.count; ++i) {
       std::vector<Option>& shared = by_type[static_cast<size_t>(type_of[static_cast<size_t>(i)])];
-      if (i == 0) b.options[0] = LayerOptions(p, stage, 0, p.budget);
+      const bool own = i == 0 || i + 1 == static_cast<int>(layers);  // with the embeddings / the head
+      if (own) b.options[static_cast<size_t>(i)] = LayerOptions(p, stage, i, p.budget);
       else if (shared.empty()) shared = LayerOptions(p, stage, i, p.budget);
-      if (i > 0) b.options[static_cast<size_t>(i)] = shared;
+      if (!own) b.options[static_cast<size_t>(i)] = shared;
       const size_t u = static_cast<size_t>(i);
       cheapest[u] = fastest[u] = std::numeric_limits<double>::infinity();
       smallest[u] = std::numeric_limits<int64_t>::max() / 4;

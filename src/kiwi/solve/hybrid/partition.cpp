@@ -16,7 +16,7 @@ class FixedAssignment {
     states_.assign(static_cast<size_t>(n_) + 1, 0);
     activations_.assign(static_cast<size_t>(n_) + 1, 0);
     for (int i = 0; i < n_; ++i) {
-      const StrategyCost& c = Cost(i);
+      const StrategyCost c = t.LayerCost(i, s_[static_cast<size_t>(i)]);
       double reshard = 0.0;
       if (i > 0) reshard = t.SliceGather(type_of[static_cast<size_t>(i) - 1], Dp(i - 1), Dp(i));
       seconds_[static_cast<size_t>(i) + 1] = seconds_[static_cast<size_t>(i)] + c.microbatch_seconds + reshard;
@@ -29,7 +29,6 @@ class FixedAssignment {
   double Seconds(int s, int first, int count) const {
     const int last = first + count - 1;
     double c = seconds_[static_cast<size_t>(last) + 1] - seconds_[static_cast<size_t>(first)];
-    if (s == 0) c += t_.Other(s_.front()).microbatch_seconds;
     if (s + 1 < config_.pp) c += t_.PointToPoint(Type(last), Dp(last));
     if (s > 0) c += t_.PointToPoint(Type(first - 1), Dp(first - 1));
     return c;
@@ -42,14 +41,9 @@ class FixedAssignment {
     int64_t activations = activations_[static_cast<size_t>(last) + 1] - activations_[static_cast<size_t>(first)];
     int64_t recompute = 0, gather = 0;
     for (int i = first; i <= last; ++i) {
-      recompute = std::max(recompute, Cost(i).recompute_bytes);
-      gather = std::max(gather, Cost(i).gather_bytes);
-    }
-    if (s == 0) {
-      const StrategyCost& o = t_.Other(s_.front());
-      states += o.state_bytes;
-      activations += o.activation_bytes;
-      gather = std::max(gather, o.gather_bytes);
+      const StrategyCost c = t_.LayerCost(i, s_[static_cast<size_t>(i)]);
+      recompute = std::max(recompute, c.recompute_bytes);
+      gather = std::max(gather, c.gather_bytes);
     }
     return states + InFlight(config_, s) * activations + recompute + gather;
   }
@@ -57,7 +51,6 @@ class FixedAssignment {
  private:
   int Type(int i) const { return t_.types().type_of[static_cast<size_t>(i)]; }
   int Dp(int i) const { return t_.DpIndex(s_[static_cast<size_t>(i)]); }
-  const StrategyCost& Cost(int i) const { return t_.Cost(Type(i), s_[static_cast<size_t>(i)]); }
 
   const CostTables& t_;
   PipelineConfig config_;
@@ -136,7 +129,8 @@ StagePeakBounds::StagePeakBounds(const CostTables& t, const PipelineConfig& conf
   std::vector<int64_t> recomputes{0}, gathers{0};
   for (int j = 0; j < t.num_strategies(); ++j) {
     if (!ok(j)) continue;
-    gathers.push_back(t.Other(j).gather_bytes);
+    gathers.push_back(t.Embedding(j).gather_bytes);
+    gathers.push_back(t.Head(j).gather_bytes);
     for (int k = 0; k < t.types().num_types(); ++k) {
       recomputes.push_back(t.Cost(k, j).recompute_bytes);
       gathers.push_back(t.Cost(k, j).gather_bytes);
@@ -154,14 +148,10 @@ StagePeakBounds::StagePeakBounds(const CostTables& t, const PipelineConfig& conf
         int64_t smallest = kUnreachable;
         for (int j = 0; j < t.num_strategies(); ++j) {
           if (!ok(j)) continue;
-          const StrategyCost& x = t.Cost(t.types().type_of[static_cast<size_t>(i)], j);
-          int64_t memory = x.state_bytes + in_flight * x.activation_bytes;
-          int64_t gather = x.gather_bytes;
-          if (i == 0) {  // the first stage's embeddings/head run with the first layer's strategy
-            memory += t.Other(j).state_bytes + in_flight * t.Other(j).activation_bytes;
-            gather = std::max(gather, t.Other(j).gather_bytes);
-          }
-          if (x.recompute_bytes <= caps_[c].recompute && gather <= caps_[c].gather) smallest = std::min(smallest, memory);
+          const StrategyCost x = t.LayerCost(i, j);  // with the embeddings / the head on the first / last layer
+          const int64_t memory = x.state_bytes + in_flight * x.activation_bytes;
+          if (x.recompute_bytes <= caps_[c].recompute && x.gather_bytes <= caps_[c].gather)
+            smallest = std::min(smallest, memory);
         }
         row[i + 1] = std::min(row[i] + smallest, kUnreachable);
       }

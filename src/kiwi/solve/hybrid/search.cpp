@@ -132,27 +132,30 @@ double Search::UpperBound(const CostTables& t, const PipelineConfig& c) const {
   const double w = 1.0 + static_cast<double>(c.micro_batches - 1) / c.pp;
   int in_flight = InFlight(c, 0);
   for (int s = 1; s < c.pp; ++s) in_flight = std::min(in_flight, InFlight(c, s));
+  // The first and last layers carry the embeddings and the head (CostTables::LayerCost): priced on
+  // their own; the others by type.
+  const int layers = static_cast<int>(t.types().type_of.size());
   std::vector<int> count(static_cast<size_t>(t.types().num_types()), 0);
-  for (size_t i = 1; i < t.types().type_of.size(); ++i) ++count[static_cast<size_t>(t.types().type_of[i])];
+  for (int i = 1; i + 1 < layers; ++i) ++count[static_cast<size_t>(t.types().type_of[static_cast<size_t>(i)])];
+  std::vector<int> own = {0};
+  if (layers > 1) own.push_back(layers - 1);
   const double capacity = static_cast<double>(c.pp) * static_cast<double>(options_.memory_budget_bytes);
   // Time and memory of the cheapest strategies at price lambda, summed over layers.
   auto relaxed = [&](double lambda, double& memory) {
     double seconds = 0.0;
     memory = 0.0;
-    for (int k = -1; k < t.types().num_types(); ++k) {  // k = -1: the first layer with embeddings/head
-      const int type = k < 0 ? t.types().type_of.front() : k;
-      const double n = k < 0 ? 1.0 : count[static_cast<size_t>(k)];
+    const int rows = t.types().num_types() + static_cast<int>(own.size());
+    for (int k = 0; k < rows; ++k) {  // k < own.size(): the first / last layer, then each type
+      const bool single = k < static_cast<int>(own.size());
+      const int type = single ? -1 : k - static_cast<int>(own.size());
+      const double n = single ? 1.0 : count[static_cast<size_t>(type)];
       if (n == 0.0) continue;
       double best = std::numeric_limits<double>::infinity(), best_seconds = 0.0, best_memory = 0.0;
       for (int j = 0; j < t.num_strategies(); ++j) {
         if (!allowed.empty() && !allowed[static_cast<size_t>(j)]) continue;
-        StrategyCost x = t.Cost(type, j);
-        const StrategyCost& o = t.Other(j);
-        const bool first = k < 0;
-        const double sec = w * (x.microbatch_seconds + (first ? o.microbatch_seconds : 0.0)) + x.sync_seconds +
-                           (first ? o.sync_seconds : 0.0);
-        const double mem = static_cast<double>(x.state_bytes + (first ? o.state_bytes : 0) +
-                                               in_flight * (x.activation_bytes + (first ? o.activation_bytes : 0)));
+        const StrategyCost x = single ? t.LayerCost(own[static_cast<size_t>(k)], j) : t.Cost(type, j);
+        const double sec = w * x.microbatch_seconds + x.sync_seconds;
+        const double mem = static_cast<double>(x.state_bytes + in_flight * x.activation_bytes);
         if (sec + lambda * mem < best) {
           best = sec + lambda * mem;
           best_seconds = sec;

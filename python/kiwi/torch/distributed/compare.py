@@ -1,0 +1,106 @@
+"""kiwi's predictions for a plan (the layer simulator and its per-collective byte counts, through
+kiwi._kiwi.layer_plan_report: sim/layer_simulator.h LayerPlanTraffic) laid beside what a run measured."""
+import json
+from typing import Any, Dict, List, Optional
+
+from kiwi.torch.distributed import comm_counter as cc
+from kiwi.torch.distributed.plan import HybridPlan
+
+# LayerPlanTraffic's fields -> the runtime's purposes.
+FIELDS = {"tp_all_reduce_bytes": cc.TP_ALL_REDUCE, "sdp_all_gather_bytes": cc.SDP_ALL_GATHER,
+          "dp_all_reduce_bytes": cc.DP_ALL_REDUCE, "sdp_reduce_scatter_bytes": cc.SDP_REDUCE_SCATTER,
+          "slice_gather_bytes": cc.SLICE_GATHER, "slice_gather_backward_bytes": cc.SLICE_GATHER_BACKWARD}
+PURPOSES = [cc.TP_ALL_REDUCE, cc.SDP_ALL_GATHER, cc.SDP_REDUCE_SCATTER, cc.DP_ALL_REDUCE, cc.SLICE_GATHER,
+            cc.SLICE_GATHER_BACKWARD, cc.SEND_FORWARD, cc.SEND_BACKWARD]
+
+
+def plan_report(plan: HybridPlan, cluster: Optional[str] = None) -> Dict[str, Any]:
+    """The C++ layer simulator's verdict and traffic for `plan` (needs plan.model: a kiwi preset)."""
+    from kiwi import _kiwi
+    return json.loads(_kiwi.layer_plan_report(json.dumps(plan.to_kiwi_plan()), cluster or ""))
+
+
+def predicted_unit_bytes(report: Dict[str, Any], plan: HybridPlan) -> Dict[str, Dict[str, int]]:
+    """{purpose: {unit: bytes per device per iteration}}: layers by index, the embeddings as "embed" (first
+    stage), the head + loss as "head" (last stage), sends by stage ("stage0")."""
+    out: Dict[str, Dict[str, int]] = {p: {} for p in PURPOSES}
+    traffic = report["traffic"]
+    for i, layer in enumerate(traffic["layers"]):
+        for field, purpose in FIELDS.items():
+            if layer.get(field):
+                out[purpose][str(i)] = layer[field]
+    for key, unit in (("embedding", "embed"), ("head", "head")):
+        for field, purpose in FIELDS.items():
+            if traffic[key].get(field):
+                out[purpose][unit] = traffic[key][field]
+    for s in range(plan.pp_degree):  # point-to-point traffic is keyed by the sending stage
+        if traffic["send_forward_bytes"][s]:
+            out[cc.SEND_FORWARD][f"stage{s}"] = traffic["send_forward_bytes"][s]
+        if traffic["send_backward_bytes"][s]:
+            out[cc.SEND_BACKWARD][f"stage{s}"] = traffic["send_backward_bytes"][s]
+    return out
+
+
+def measured_unit_bytes(snapshot: Dict[str, Any]) -> Dict[str, Dict[str, int]]:
+    """One rank's {purpose: {unit: bytes}} (units as in predicted_unit_bytes)."""
+    out: Dict[str, Dict[str, int]] = {p: {} for p in PURPOSES}
+    for purpose, units in snapshot["bytes"].items():
+        out.setdefault(purpose, {}).update(units)
+    return out
+
+
+def stage_units(plan: HybridPlan, stage: int) -> set:
+    """The units one device of `stage` runs: its layers, its sends, the embeddings on the first stage
+    and the head on the last (as kiwi's simulator places them)."""
+    units = {str(i) for i in plan.stage_layers(stage)} | {f"stage{stage}"}
+    if stage == 0:
+        units.add("embed")
+    if stage == plan.pp_degree - 1:
+        units.add("head")
+    return units
+
+
+def stage_totals(per_unit: Dict[str, Dict[str, int]], plan: HybridPlan, stage: int) -> Dict[str, int]:
+    """Bytes per purpose of one device of `stage`."""
+    units = stage_units(plan, stage)
+    return {p: sum(b for u, b in per_unit.get(p, {}).items() if u in units) for p in PURPOSES}
+
+
+def rank_totals(snapshot: Dict[str, Any]) -> Dict[str, int]:
+    return {p: sum(snapshot["bytes"].get(p, {}).values()) for p in PURPOSES}
+
+
+def format_bytes(n: float) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if abs(n) >= size:
+            return f"{n / size:.2f} {unit}"
+    return f"{int(n)} B"
+
+
+def summary_table(plan: HybridPlan, results: List[Dict[str, Any]], report: Optional[Dict[str, Any]]) -> str:
+    """Markdown tables: per-iteration time and loss, per-rank peak memory, per-rank bytes by purpose."""
+    lines = ["| iteration | measured seconds (slowest rank) | loss |", "|---|---|---|"]
+    iters = len(results[0]["losses"])
+    loss = [sum(r["losses"][i] for r in results if r["reports_loss"]) for i in range(iters)]
+    for i in range(iters):
+        secs = [r["seconds"][i] for r in results if i < len(r["seconds"])]
+        lines.append(f"| {i} | {max(secs):.4f} |" if secs else f"| {i} | (profiled) |")
+        lines[-1] += f" {loss[i]:.6f} |"
+    if report:
+        lines.append(f"\nkiwi predicts {report['simulated']['iteration_seconds']:.6f} s per iteration on "
+                     f"{report['cluster']} (measured median {max(r['iteration_seconds'] or 0 for r in results):.4f} s)")
+    lines += ["", "| rank | stage | measured peak memory | predicted (stage) |", "|---|---|---|---|"]
+    for r in results:
+        pred = report["simulated"]["stage_peak_memory_bytes"][r["stage"]] if report else None
+        meas = r.get("peak_memory_bytes")
+        lines.append(f"| {r['rank']} | {r['stage']} | {format_bytes(meas) if meas else '-'} | "
+                     f"{format_bytes(pred) if pred else '-'} |")
+    lines += ["", "| rank | collective | measured bytes/iteration | predicted |", "|---|---|---|---|"]
+    predicted = predicted_unit_bytes(report, plan) if report else None
+    for r in results:
+        measured = rank_totals(r["comm"][-1])
+        pred = stage_totals(predicted, plan, r["stage"]) if predicted else {}
+        for p in PURPOSES:
+            if measured[p] or pred.get(p):
+                lines.append(f"| {r['rank']} | {p} | {measured[p]} | {pred.get(p, '-')} |")
+    return "\n".join(lines)

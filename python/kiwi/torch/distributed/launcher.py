@@ -1,0 +1,100 @@
+"""Starts the ranks of a plan: torch.multiprocessing on one host, or one rank per process under
+torchrun-style environment variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK).
+NCCL + CUDA when available, gloo + CPU otherwise; one intra-op thread per rank on CPU."""
+import datetime
+import json
+import os
+import socket
+import tempfile
+from typing import Any, Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from kiwi.torch.distributed.model import GptConfig
+from kiwi.torch.distributed.plan import HybridPlan
+from kiwi.torch.distributed.trainer import TrainOptions, train_rank
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pick_backend(requested: str = "auto") -> str:
+    if requested != "auto":
+        return requested
+    return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
+
+
+def _init(rank: int, world: int, backend: str, local_rank: int) -> None:
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+        if hasattr(torch, "set_default_device"):
+            torch.set_default_device(f"cuda:{local_rank}")
+        else:
+            torch.set_default_tensor_type(torch.cuda.FloatTensor)
+    else:
+        torch.set_num_threads(1)
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300))
+
+
+def run_one_rank(rank: int, world: int, local_rank: int, backend: str, plan: HybridPlan, config: GptConfig,
+                 options: TrainOptions, reference: Optional[Dict[str, Any]]) -> Optional[List[Dict[str, Any]]]:
+    """Runs this rank; returns every rank's result on rank 0 (None elsewhere)."""
+    _init(rank, world, backend, local_rank)
+    try:
+        result = train_rank(plan, config, options, rank, world, reference)
+        gathered: List[Any] = [None] * world
+        dist.all_gather_object(gathered, result)
+        return gathered if rank == 0 else None
+    finally:
+        dist.destroy_process_group()
+
+
+def _spawned(rank: int, world: int, port: int, backend: str, jobs, out_path) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    _init(rank, world, backend, rank)
+    try:
+        all_results = []
+        for plan, config, options, reference in jobs:  # several plans per launch: one process start-up
+            result = train_rank(plan, config, options, rank, world, reference)
+            gathered: List[Any] = [None] * world
+            dist.all_gather_object(gathered, result)
+            all_results.append(gathered)
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        with open(out_path, "w", encoding="utf-8") as f:
+            json.dump(all_results, f)
+
+
+def launch_jobs(jobs: List[tuple], nproc: int, backend: str = "auto") -> List[List[Dict[str, Any]]]:
+    """Runs (plan, config, options, reference-or-None) jobs one after the other on `nproc` local
+    processes; returns, per job, each rank's result in rank order."""
+    for plan, *_ in jobs:
+        plan.check_world(nproc)
+    backend = pick_backend(backend)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    with tempfile.TemporaryDirectory(prefix="kiwi-dist-") as tmp:
+        out = os.path.join(tmp, "results.json")
+        mp.spawn(_spawned, args=(nproc, free_port(), backend, jobs, out), nprocs=nproc, join=True)
+        with open(out, "r", encoding="utf-8") as f:
+            return json.load(f)
+
+
+def launch(plan: HybridPlan, config: GptConfig, options: TrainOptions, nproc: int, backend: str = "auto",
+           reference: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
+    """Runs the plan on `nproc` local processes and returns each rank's result (rank order)."""
+    return launch_jobs([(plan, config, options, reference)], nproc, backend)[0]
+
+
+def launch_from_env(plan: HybridPlan, config: GptConfig, options: TrainOptions,
+                    backend: str = "auto") -> Optional[List[Dict[str, Any]]]:
+    """torchrun-style: this process is one rank; returns all results on rank 0."""
+    rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    plan.check_world(world)
+    return run_one_rank(rank, world, local_rank, pick_backend(backend), plan, config, options, None)

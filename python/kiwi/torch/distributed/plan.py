@@ -1,0 +1,178 @@
+"""Reads a layer-level plan: `kiwi hybrid --json` output (top-level fields) or a kiwi plan JSON with a
+"layer" section (`kiwi hybrid --out`, docs/plan-format.md). Errors are one line naming the source
+and the field, as kiwi's C++ readers do."""
+import dataclasses
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+
+class PlanError(ValueError):
+    """A plan that cannot run: malformed JSON, a missing or wrong field, or a world size that does not fit."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerStrategy:
+    tp: int = 1
+    dp: int = 1
+    sdp: bool = False
+    checkpoint: bool = False
+
+    def name(self) -> str:
+        parts = ([f"TP{self.tp}"] if self.tp > 1 else []) + ([f"{'SDP' if self.sdp else 'DP'}{self.dp}"] if self.dp > 1 else [])
+        return ("x".join(parts) or "single") + ("+CKPT" if self.checkpoint else "")
+
+
+@dataclasses.dataclass
+class HybridPlan:
+    layers: List[LayerStrategy]
+    pp_degree: int = 1
+    pp_partition: List[int] = dataclasses.field(default_factory=list)
+    global_batch: int = 1
+    micro_batches: int = 1
+    pipeline: str = "1f1b"
+    source: str = "plan"
+    model: Optional[str] = None            # model preset (kiwi plan JSON only)
+    model_flags: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    cluster: Optional[str] = None
+    predicted: Dict[str, Any] = dataclasses.field(default_factory=dict)  # iteration_seconds, peak_memory_bytes
+
+    @property
+    def microbatch(self) -> int:
+        return self.global_batch // self.micro_batches
+
+    def stage_of_layers(self) -> List[int]:
+        out: List[int] = []
+        for s, count in enumerate(self.pp_partition):
+            out += [s] * count
+        return out
+
+    def stage_layers(self, stage: int) -> List[int]:
+        first = sum(self.pp_partition[:stage])
+        return list(range(first, first + self.pp_partition[stage]))
+
+    def check_world(self, world: int) -> None:
+        """Errors when the plan does not fit `world` processes (every layer: tp * dp = world / pp)."""
+        if world % self.pp_degree != 0:
+            raise PlanError(f"{self.source}: pp_degree: {self.pp_degree} does not divide the {world} processes")
+        per_stage = world // self.pp_degree
+        for i, s in enumerate(self.layers):
+            if s.tp * s.dp != per_stage:
+                raise PlanError(f"{self.source}: layers[{i}]: tp {s.tp} x dp {s.dp} must equal the {per_stage} "
+                                f"processes of a stage ({world} processes, pp_degree {self.pp_degree})")
+
+    def to_kiwi_plan(self) -> Dict[str, Any]:
+        """The kiwi plan JSON (docs/plan-format.md) of this plan, for kiwi's simulator."""
+        return {"kiwi_plan_version": 1, "model": self.model or "", "model_flags": self.model_flags,
+                "cluster": self.cluster or "",
+                "layer": {"layers": [dataclasses.asdict(s) for s in self.layers], "pp_degree": self.pp_degree,
+                          "pp_partition": self.pp_partition, "global_batch": self.global_batch,
+                          "micro_batches": self.micro_batches, "pipeline": self.pipeline}}
+
+
+def _int(obj: Dict[str, Any], key: str, where: str, default: Optional[int] = None) -> int:
+    if key not in obj:
+        if default is None:
+            raise PlanError(f"{where}.{key}: missing" if where else f"{key}: missing")
+        return default
+    v = obj[key]
+    if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+        raise PlanError(f"{where}.{key}: must be an integer >= 1, got {v!r}" if where else
+                        f"{key}: must be an integer >= 1, got {v!r}")
+    return v
+
+
+def _bool(obj: Dict[str, Any], key: str, where: str) -> bool:
+    v = obj.get(key, False)
+    if not isinstance(v, bool):
+        raise PlanError(f"{where}.{key}: must be true or false, got {v!r}")
+    return v
+
+
+def _strategy(obj: Any, where: str) -> LayerStrategy:
+    if not isinstance(obj, dict):
+        raise PlanError(f"{where}: must be an object with tp, dp, sdp, checkpoint")
+    unknown = set(obj) - {"tp", "dp", "sdp", "checkpoint"}
+    if unknown:
+        raise PlanError(f"{where}.{sorted(unknown)[0]}: unknown field")
+    return LayerStrategy(_int(obj, "tp", where, 1), _int(obj, "dp", where, 1), _bool(obj, "sdp", where),
+                         _bool(obj, "checkpoint", where))
+
+
+def parse_plan(obj: Any, source: str = "plan") -> HybridPlan:
+    """A HybridPlan from a parsed `kiwi hybrid --json` object or kiwi plan JSON; PlanError names `source`."""
+    if not isinstance(obj, dict):
+        raise PlanError(f"{source}: must be a JSON object")
+    try:
+        return _parse(obj, source)
+    except PlanError as e:
+        msg = str(e)
+        raise PlanError(msg if msg.startswith(source + ":") else f"{source}: {msg}") from None
+
+
+def _parse(obj: Dict[str, Any], source: str) -> HybridPlan:
+    layer, where, predicted = obj, "", {}
+    if "layer" in obj:  # kiwi plan JSON
+        layer, where = obj["layer"], "layer"
+        if not isinstance(layer, dict):
+            raise PlanError("layer: must be an object")
+        claims = obj.get("claims", {}) or {}
+        predicted = {k: claims[k] for k in ("iteration_seconds", "peak_memory_bytes") if k in claims}
+    else:
+        if obj.get("feasible") is False:
+            raise PlanError("feasible: false (kiwi hybrid found no plan)")
+        predicted = {k: obj[k] for k in ("iteration_seconds", "peak_memory_bytes") if k in obj}
+    if not isinstance(layer.get("layers"), list) or not layer["layers"]:
+        raise PlanError(f"{where + '.' if where else ''}layers: must be a non-empty array")
+    prefix = f"{where}.layers" if where else "layers"
+    layers = [_strategy(s, f"{prefix}[{i}]") for i, s in enumerate(layer["layers"])]
+    plan = HybridPlan(layers=layers, source=source, predicted=predicted)
+    plan.pp_degree = _int(layer, "pp_degree", where, 1)
+    plan.global_batch = _int(layer, "global_batch", where, 1)
+    plan.micro_batches = _int(layer, "micro_batches", where, 1)
+    plan.pipeline = layer.get("pipeline", "1f1b")
+    if plan.pipeline not in ("1f1b", "gpipe"):
+        raise PlanError(f"{where + '.' if where else ''}pipeline: must be \"1f1b\" or \"gpipe\", got {plan.pipeline!r}")
+    _partition(plan, layer.get("pp_partition", []), where)
+    _batch(plan, where)
+    if "layer" in obj:
+        plan.model = obj.get("model") or None
+        plan.model_flags = dict(obj.get("model_flags", {}) or {})
+        plan.cluster = obj.get("cluster") or None
+    return plan
+
+
+def _partition(plan: HybridPlan, part: Any, where: str) -> None:
+    field = f"{where + '.' if where else ''}pp_partition"
+    if not part:
+        part = [len(plan.layers)] if plan.pp_degree == 1 else None
+        if part is None:
+            raise PlanError(f"{field}: empty, but pp_degree is {plan.pp_degree}")
+    if not isinstance(part, list) or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in part):
+        raise PlanError(f"{field}: must be an array of integers >= 1, got {part!r}")
+    if len(part) != plan.pp_degree:
+        raise PlanError(f"{field}: has {len(part)} stages, pp_degree is {plan.pp_degree}")
+    if sum(part) != len(plan.layers):
+        raise PlanError(f"{field}: covers {sum(part)} layers, the plan has {len(plan.layers)}")
+    plan.pp_partition = list(part)
+
+
+def _batch(plan: HybridPlan, where: str) -> None:
+    pre = where + "." if where else ""
+    if plan.global_batch % plan.micro_batches:
+        raise PlanError(f"{pre}global_batch: {plan.global_batch} is not divisible into {plan.micro_batches} micro-batches")
+    for i, s in enumerate(plan.layers):
+        if plan.microbatch % s.dp:
+            raise PlanError(f"{pre}layers[{i}]: micro-batch of {plan.microbatch} samples is not divisible by dp {s.dp}")
+
+
+def load_plan(path: str) -> HybridPlan:
+    name = os.path.basename(path)
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            obj = json.load(f)
+    except OSError as e:
+        raise PlanError(f"{name}: cannot read ({e.strerror})") from None
+    except json.JSONDecodeError as e:
+        raise PlanError(f"{name}: not JSON (line {e.lineno}: {e.msg})") from None
+    return parse_plan(obj, name)

@@ -1,0 +1,86 @@
+"""Per-layer mixed plans on 4 gloo processes: the plan `kiwi hybrid` makes for a tiny GPT on a 4-CPU
+cluster (python/tests/data/cpu4.json), and hand-made plans that cover what it does not pick (ZeRO-3
+with micro-batches, Slice-Gather in both directions inside and across pipeline stages, GPipe). Losses
+and parameters equal single-process training; bytes equal kiwi's count."""
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
+
+import kiwi  # noqa: E402
+from dist_helpers import CLUSTER, check_bytes, check_matches_reference, make_plan, run  # noqa: E402
+
+
+def hybrid_plan(tmp_path, memory):
+    from kiwi.torch.distributed.plan import load_plan
+    out = os.path.join(str(tmp_path), "plan.json")
+    r = kiwi.cli("hybrid", "--model", "gpt", "--layers", "4", "--hidden", "32", "--heads", "4", "--seq", "8",
+                 "--batch", "8", "--cluster", CLUSTER, "--memory", memory, "--out", out, "--json", "--quiet")
+    assert r.returncode == 0, r.stderr
+    plan = load_plan(out)
+    assert os.path.samefile(plan.cluster, CLUSTER)  # the cluster file by its path: loads back
+    return plan, r.json()
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    plan, printed = hybrid_plan(tmp_path_factory.mktemp("hybrid"), "24MiB")
+    # at 14 MiB kiwi pipelines: 2 stages of TP2 / DP2 layers, the head (TP2) on the last stage
+    piped_plan, _ = hybrid_plan(tmp_path_factory.mktemp("hybrid_pp"), "14MiB")
+    mixed = make_plan([(1, 4, True, False), (2, 2, True, True), (1, 4, False, False), (4, 1, False, True)],
+                      micro_batches=2)
+    two_stage = [(2, 1, False, False), (1, 2, True, False), (2, 1, False, True), (1, 2, False, False)]
+    piped = make_plan(two_stage, pp_partition=[2, 2], micro_batches=2)
+    gpipe = make_plan(two_stage, pp_partition=[1, 3], micro_batches=4, pipeline="gpipe")
+    out = run([plan, piped_plan, mixed, piped, gpipe])
+    return {"hybrid": out[0], "hybrid_pp": out[1], "mixed": out[2], "piped": out[3], "gpipe": out[4], "printed": printed}
+
+
+def test_kiwi_hybrid_plan_is_mixed(runs):
+    plan = runs["hybrid"][0]
+    # the tiny model's plan mixes strategies per layer (TP, TP x DP, DP, checkpointing): a real test of
+    # Slice-Gather and per-layer groups, not a uniform plan
+    assert len({s for s in plan.layers}) >= 3, plan.layers
+    assert plan.layers[0].tp > 1 and plan.layers[-1].tp > 1  # vocabulary-parallel embedding and head
+    piped = runs["hybrid_pp"][0]
+    assert piped.pp_degree == 2 and piped.micro_batches > 1 and piped.layers[-1].tp > 1, piped
+    assert runs["printed"]["layers"] == [dict(tp=s.tp, dp=s.dp, sdp=s.sdp, checkpoint=s.checkpoint) for s in plan.layers]
+
+
+@pytest.mark.parametrize("name", ["hybrid", "hybrid_pp", "mixed", "piped", "gpipe"])
+def test_matches_single_process_training(runs, name):
+    plan, results, reference = runs[name]
+    check_matches_reference(results, reference)
+
+
+@pytest.mark.parametrize("name", ["hybrid", "hybrid_pp", "mixed", "piped", "gpipe"])
+def test_bytes_match_kiwi(runs, name):
+    plan, results, _ = runs[name]
+    predicted = check_bytes(plan, results)
+    if name == "hybrid":  # dp 1 -> 4: forward slice, backward all-gather; 4 -> 2: forward all-gather
+        assert predicted["slice_gather_backward"] == {"1": 4 * 8 * 32 * 8}
+        assert predicted["slice_gather"] == {"3": 4 * 8 * 32 * 4}
+        # the head on layer 3's TP2 x DP2: vocabulary-parallel cross-entropy over TP2
+        assert predicted["tp_all_reduce"]["head"] == 3 * 4 * 8 * 4 + 4 * 8 * 32 * 4
+    if name == "mixed":  # dp 4 -> 2 -> 4 -> 1
+        assert set(predicted["slice_gather"]) == {"1", "3"} and set(predicted["slice_gather_backward"]) == {"2"}
+
+
+def test_plan_errors_name_the_field(tmp_path):
+    from kiwi.torch.distributed.plan import PlanError, load_plan, parse_plan
+    bad = tmp_path / "p.json"
+    bad.write_text(json.dumps({"layers": [{"tp": 2, "dp": 0}], "global_batch": 8}))
+    with pytest.raises(PlanError, match=r"^p.json: layers\[0\].dp: must be an integer >= 1, got 0$"):
+        load_plan(str(bad))
+    with pytest.raises(PlanError, match="pp_partition: covers 3 layers, the plan has 4"):
+        parse_plan({"layers": [{}] * 4, "pp_degree": 2, "pp_partition": [1, 2]}, "x.json")
+    with pytest.raises(PlanError, match=r"layers\[1\]: micro-batch of 2 samples is not divisible by dp 4"):
+        parse_plan({"layers": [{"dp": 1}, {"dp": 4}], "global_batch": 4, "micro_batches": 2}, "x.json")
+    plan = parse_plan({"layers": [{"tp": 2, "dp": 2}], "global_batch": 4}, "x.json")
+    with pytest.raises(PlanError, match=r"x.json: layers\[0\]: tp 2 x dp 2 must equal the 2 processes"):
+        plan.check_world(2)

@@ -1,0 +1,77 @@
+"""DP, ZeRO-3, TP, PP (1F1B and GPipe) on 4 gloo processes: losses and parameters after 3 iterations
+equal single-process training, and the bytes through each collective equal kiwi's cost model."""
+import pytest
+
+torch = pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_available(), reason="needs gloo")
+
+from dist_helpers import check_bytes, check_matches_reference, make_plan, run  # noqa: E402
+
+DP = [(1, 4, False, False)] * 4
+SDP = [(1, 4, True, False), (1, 4, True, True), (1, 4, True, False), (1, 4, True, True)]
+TP = [(4, 1, False, False), (4, 1, False, True), (4, 1, False, False), (4, 1, False, False)]
+PP = [(1, 1, False, False), (1, 1, False, True), (1, 1, False, False), (1, 1, False, False)]
+
+
+@pytest.fixture(scope="module")
+def runs():
+    plans = {
+        "dp": make_plan(DP, micro_batches=2),
+        "sdp": make_plan(SDP, micro_batches=1),
+        "tp": make_plan(TP, micro_batches=2),
+        "pp_1f1b": make_plan(PP, pp_partition=[1, 1, 1, 1], micro_batches=4),
+        "pp_gpipe": make_plan(PP, pp_partition=[1, 1, 1, 1], micro_batches=4, pipeline="gpipe"),
+    }
+    out = run(list(plans.values()))
+    return dict(zip(plans, out))
+
+
+@pytest.mark.parametrize("name", ["dp", "sdp", "tp", "pp_1f1b", "pp_gpipe"])
+def test_matches_single_process_training(runs, name):
+    plan, results, reference = runs[name]
+    check_matches_reference(results, reference)
+
+
+def test_dp_bytes(runs):
+    plan, results, _ = runs["dp"]
+    predicted = check_bytes(plan, results)
+    # every layer's gradients all-reduced once per iteration, not per micro-batch (2 here)
+    assert predicted["dp_all_reduce"]["0"] == (12 * 32 * 32 + 13 * 32) * 4
+    assert sum(r["comm"][-1]["calls"].get("tp_all_reduce", {}).get("0", 0) for r in results) == 0
+
+
+def test_sdp_bytes(runs):
+    plan, results, _ = runs["sdp"]
+    predicted = check_bytes(plan, results)
+    shard = (12 * 32 * 32 + 13 * 32) * 4
+    assert predicted["sdp_all_gather"]["1"] == 2 * shard  # forward + backward, with or without CKPT
+    assert predicted["sdp_reduce_scatter"]["1"] == shard
+    for r in results:
+        assert r["comm"][-1]["calls"]["sdp_all_gather"]["1"] == 2
+
+
+def test_tp_bytes(runs):
+    plan, results, _ = runs["tp"]
+    predicted = check_bytes(plan, results)
+    activation = 4 * 8 * 32 * 4  # micro-batch 4 x seq 8 x hidden 32, fp32
+    tokens = 4 * 8 * 4  # one fp32 value per token of the micro-batch
+    for r in results:
+        calls = r["comm"][-1]["calls"]["tp_all_reduce"]
+        assert calls["0"] == 2 * 4 and calls["1"] == 2 * 6  # per micro-batch: 2 + 2, +2 recomputed
+        assert r["comm"][-1]["bytes"]["tp_all_reduce"]["0"] == 2 * 4 * activation
+        # vocabulary-parallel embedding: its output all-reduced forward; cross-entropy: max, target
+        # logit, sum of exps forward, the head's input gradient backward (2 micro-batches)
+        assert calls["embed"] == 2 and calls["head"] == 2 * 4
+        assert r["comm"][-1]["bytes"]["tp_all_reduce"]["embed"] == 2 * activation
+        assert r["comm"][-1]["bytes"]["tp_all_reduce"]["head"] == 2 * (3 * tokens + activation)
+    assert predicted["tp_all_reduce"]["head"] == 2 * (3 * tokens + activation)
+
+
+def test_pp_bytes(runs):
+    for name in ("pp_1f1b", "pp_gpipe"):
+        plan, results, _ = runs[name]
+        check_bytes(plan, results)
+        sent = {r["rank"]: r["comm"][-1]["bytes"].get("send_forward", {}) for r in results}
+        assert sent[0] == {"stage0": 4 * 2 * 8 * 32 * 4} and sent[3] == {}  # 4 micro-batches of 2 samples
