@@ -33,7 +33,8 @@ int Main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("kiwi ") + kVersion);
   app.require_subcommand(0, 1);
   std::vector<Command> commands = {AddPlanCommand(app), AddGraphCommand(app), AddSimulateCommand(app),
-                                   AddRematCommand(app), AddIopddlCommand(app), AddHybridCommand(app)};
+                                   AddRematCommand(app), AddIopddlCommand(app), AddHybridCommand(app),
+                                   AddJointCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -16,6 +16,7 @@ Command AddSimulateCommand(CLI::App& root);
 Command AddPlanCommand(CLI::App& root);
 Command AddRematCommand(CLI::App& root);
 Command AddIopddlCommand(CLI::App& root);
+Command AddJointCommand(CLI::App& root);
 Command AddHybridCommand(CLI::App& root);
 
 }  // namespace kiwi::cli

@@ -1,0 +1,98 @@
+// Block coordinate descent between recomputation and strategies (alternating.h).
+#include "kiwi/solve/joint/alternating.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "kiwi/solve/joint/baselines.h"
+#include "kiwi/solve/joint/model_spec.h"
+#include "kiwi/solve/joint/solve_milp.h"
+
+namespace kiwi::solve::joint {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+// Feasible decisions ranked by eq. 2's cost; nullopt ranks last.
+bool Better(const JointProblem& p, const JointSolution& a, const std::optional<JointSolution>& b) {
+  const JointEvaluation ea = EvaluateJoint(p, a);
+  if (!ea.feasible) return false;
+  return !b || ea.cost < EvaluateJoint(p, *b).cost;
+}
+
+JointMilpOptions Quiet(const JointSolveOptions& o, double seconds) {
+  JointMilpOptions m = MilpOptions(o, seconds);
+  m.progress = nullptr;  // many small solves: the caller reports the outcome
+  return m;
+}
+
+}  // namespace
+
+JointProblem WithStrategiesFixed(const JointProblem& p, const ir::Solution& strategies) {
+  JointProblem fixed = p;
+  for (size_t v = 0; v < strategies.size(); ++v) fixed.allowed[v] = {strategies[v]};
+  return fixed;
+}
+
+Result<std::optional<JointSolution>> BestRecomputation(const JointProblem& p, const ir::Solution& strategies,
+                                                       const JointSolveOptions& o, double seconds) {
+  const JointProblem fixed = WithStrategiesFixed(p, strategies);
+  JointModelSpec spec = KiwiSpec(fixed);
+  PruneImpliedRows(spec);
+  JointMilpOptions m = Quiet(o, seconds);
+  m.warm_starts = {WithoutRecompute(strategies)};
+  Result<JointMilpResult> r = SolveJointMilp(fixed, spec, m);
+  if (!r) return r.error();
+  if (!r->has_solution || !EvaluateJoint(p, r->solution).feasible) return std::optional<JointSolution>();
+  return std::optional<JointSolution>(r->solution);
+}
+
+Result<std::optional<JointSolution>> BestStrategies(const JointProblem& p, const JointSolution& start,
+                                                    const JointSolveOptions& o, double seconds) {
+  Result<JointModelSpec> spec = FixedScheduleSpec(p, JointSchedule(p, start.recompute));
+  if (!spec) return spec.error();
+  PruneImpliedRows(*spec);
+  JointMilpOptions m = Quiet(o, seconds);
+  m.warm_starts = {WithoutRecompute(start.strategy)};  // the schedule is fixed: no modes in this spec
+  Result<JointMilpResult> r = SolveJointMilp(p, *spec, m);
+  if (!r) return r.error();
+  if (!r->has_solution) return std::optional<JointSolution>();
+  JointSolution s{r->solution.strategy, start.recompute};
+  if (!EvaluateJoint(p, s).feasible) return std::optional<JointSolution>();
+  return std::optional<JointSolution>(std::move(s));
+}
+
+Result<std::optional<JointSolution>> AlternateFrom(const JointProblem& p, const ir::Solution& strategies,
+                                                   const JointSolveOptions& o, double seconds) {
+  const Clock::time_point start = Clock::now();
+  auto left = [&] { return seconds - SecondsSince(start); };
+  std::optional<JointSolution> best;
+  ir::Solution current = strategies;
+  for (size_t v = 0; v < current.size(); ++v)  // a strategy pruned from the problem: the first allowed
+    if (!std::binary_search(p.allowed[v].begin(), p.allowed[v].end(), current[v])) current[v] = p.allowed[v].front();
+  while (left() > 0.0) {
+    Result<std::optional<JointSolution>> r = BestRecomputation(p, current, o, std::max(1.0, 0.2 * left()));
+    if (!r) return r.error();
+    if (o.progress) o.progress(*r ? fmt::format("alternating: recomputation for fixed strategies: {:.6g} s", p.Seconds(EvaluateJoint(p, **r).cost))
+                                 : std::string("alternating: no recomputation makes these strategies fit"));
+    if (!*r || !Better(p, **r, best)) break;
+    best = **r;
+    if (left() <= 0.0) break;
+    Result<std::optional<JointSolution>> s = BestStrategies(p, *best, o, left());
+    if (!s) return s.error();
+    if (o.progress) o.progress(*s ? fmt::format("alternating: strategies for fixed recomputation: {:.6g} s", p.Seconds(EvaluateJoint(p, **s).cost))
+                                 : std::string("alternating: no strategies found for this recomputation"));
+    if (!*s || !Better(p, **s, best)) break;
+    best = **s;
+    current = best->strategy;
+  }
+  if (best && o.progress)
+    o.progress(fmt::format("alternating: {:.6g} s, {} recomputed, in {:.1f} s", p.Seconds(EvaluateJoint(p, *best).cost),
+                           EvaluateJoint(p, *best).recomputed, SecondsSince(start)));
+  return best;
+}
+
+}  // namespace kiwi::solve::joint

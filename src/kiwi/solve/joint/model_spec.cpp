@@ -1,0 +1,172 @@
+// Building the MILP's specs (model_spec.h) and their exact accounting.
+#include "kiwi/solve/joint/model_spec.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+namespace kiwi::solve::joint {
+namespace {
+
+size_t Z(int64_t i) { return static_cast<size_t>(i); }
+
+// eq. 10 for a kept tensor x: its recomputable consumers needing it after its last use, grouped into
+// segments (live_x, h_1], (h_1, h_2], ... by their distinct H; segment j holds those with H >= h_j.
+// Appends the terms to the rows.
+void AddExtension(const JointProblem& p, ir::NodeId x, JointModelSpec& spec) {
+  const NodeTiming& tx = p.timing[Z(x)];
+  std::map<int32_t, std::vector<ir::NodeId>> by_h;
+  for (ir::NodeId w : p.consumers[Z(x)]) {
+    const NodeTiming& tw = p.timing[Z(w)];
+    if (tw.candidate && tw.first_backward_use > tx.last_use) by_h[tw.first_backward_use].push_back(w);
+  }
+  int32_t from = tx.last_use + 1;
+  std::vector<ExtensionSegment>& segments = spec.extensions[Z(x)];
+  for (auto it = by_h.begin(); it != by_h.end(); ++it) {
+    ExtensionSegment seg;
+    for (auto rest = it; rest != by_h.end(); ++rest) seg.consumers.insert(seg.consumers.end(), rest->second.begin(), rest->second.end());
+    std::sort(seg.consumers.begin(), seg.consumers.end());
+    for (int32_t t = from; t <= it->first; ++t)
+      spec.rows[Z(t)].push_back({x, TermKind::kExtension, static_cast<int32_t>(segments.size())});
+    segments.push_back(std::move(seg));
+    from = it->first + 1;
+  }
+}
+
+void AddTerms(JointModelSpec& spec, ir::NodeId x, int32_t begin, int32_t end, TermKind kind) {
+  for (int32_t t = begin; t <= end; ++t) spec.rows[Z(t)].push_back({x, kind, 0});
+}
+
+void SortRows(JointModelSpec& spec) {
+  for (std::vector<MemTerm>& row : spec.rows)
+    std::sort(row.begin(), row.end(), [](const MemTerm& a, const MemTerm& b) { return a.node < b.node; });
+  spec.row_needed.assign(spec.rows.size(), 1);
+}
+
+// Whether every term of `a` is covered by `b` (same term, or kMemory of the same node).
+bool Covered(const std::vector<MemTerm>& a, const std::vector<MemTerm>& b) {
+  size_t j = 0;
+  for (const MemTerm& term : a) {
+    while (j < b.size() && b[j].node < term.node) ++j;
+    if (j == b.size() || b[j].node != term.node) return false;
+    if (!(b[j] == term) && b[j].kind != TermKind::kMemory) return false;
+  }
+  return true;
+}
+
+int64_t TermBytes(const JointProblem& p, const JointModelSpec& spec, const JointSolution& s, const MemTerm& term) {
+  const int64_t bytes = p.Memory(term.node, s.strategy[Z(term.node)]);
+  switch (term.kind) {
+    case TermKind::kMemory: return bytes;
+    case TermKind::kKept: return s.recompute[Z(term.node)] ? 0 : bytes;
+    case TermKind::kExtension:
+      for (ir::NodeId w : spec.extensions[Z(term.node)][Z(term.segment)].consumers)
+        if (s.recompute[Z(w)]) return bytes;
+      return 0;
+  }
+  return bytes;
+}
+
+}  // namespace
+
+JointModelSpec KiwiSpec(const JointProblem& p) {
+  JointModelSpec spec;
+  const auto n = Z(p.graph->size());
+  spec.executions.assign(n, 1);
+  spec.recomputable.assign(n, 0);
+  spec.extensions.assign(n, {});
+  spec.rows.assign(Z(p.size()), {});
+  for (ir::NodeId x = 0; x < p.graph->size(); ++x) {
+    const NodeTiming& t = p.timing[Z(x)];
+    if (t.persistent) {
+      AddTerms(spec, x, t.position, p.size() - 1, TermKind::kMemory);
+      continue;
+    }
+    if (t.candidate) {  // eq. 5-7: dropped after f_x, back from H_x (memRecomputed) to live_x
+      spec.recomputable[Z(x)] = 1;
+      AddTerms(spec, x, t.position, t.last_forward_use, TermKind::kMemory);
+      AddTerms(spec, x, t.last_forward_use + 1, t.first_backward_use - 1, TermKind::kKept);
+      AddTerms(spec, x, t.first_backward_use, t.last_use, TermKind::kMemory);
+      for (ir::NodeId in : p.graph->node(x).inputs)
+        if (p.timing[Z(in)].candidate) spec.exclusive.emplace_back(x, in);
+    } else {
+      AddTerms(spec, x, t.position, t.last_use, TermKind::kMemory);
+    }
+    AddExtension(p, x, spec);
+  }
+  std::sort(spec.exclusive.begin(), spec.exclusive.end());
+  spec.exclusive.erase(std::unique(spec.exclusive.begin(), spec.exclusive.end()), spec.exclusive.end());
+  SortRows(spec);
+  return spec;
+}
+
+Result<JointModelSpec> FixedScheduleSpec(const JointProblem& p, const std::vector<plan::Step>& schedule) {
+  const auto n = Z(p.graph->size());
+  JointModelSpec spec;
+  spec.executions.assign(n, 0);
+  spec.recomputable.assign(n, 0);
+  spec.extensions.assign(n, {});
+  std::vector<int32_t> since(n, -1);  // compute index the resident copy was made at, -1: not resident
+  int32_t computes = 0;
+  auto close = [&](size_t v, int32_t last) { AddTerms(spec, static_cast<ir::NodeId>(v), since[v], last, TermKind::kMemory); };
+  for (size_t k = 0; k < schedule.size(); ++k) {
+    const plan::Step& step = schedule[k];
+    if (step.node < 0 || Z(step.node) >= n) return Internal(fmt::format("schedule[{}]: node {} out of range", k, step.node));
+    const auto v = Z(step.node);
+    if (step.kind == plan::StepKind::kCompute) {
+      if (since[v] >= 0) return Internal(fmt::format("schedule[{}]: computes resident node {}", k, v));
+      since[v] = computes++;
+      ++spec.executions[v];
+      spec.rows.emplace_back();
+    } else {
+      if (since[v] < 0) return Internal(fmt::format("schedule[{}]: frees node {} that is not resident", k, v));
+      close(v, computes - 1);
+      since[v] = -1;
+    }
+  }
+  for (size_t v = 0; v < n; ++v) {
+    if (spec.executions[v] == 0) return Internal(fmt::format("schedule: node {} is never computed", v));
+    if (since[v] >= 0) close(v, computes - 1);
+  }
+  SortRows(spec);
+  return spec;
+}
+
+void PruneImpliedRows(JointModelSpec& spec) {
+  const size_t n = spec.rows.size();
+  spec.row_needed.assign(n, 1);
+  // Forward: a row covered by the next one (which is kept or, in turn, covered further on).
+  for (size_t t = 0; t + 1 < n; ++t)
+    if (Covered(spec.rows[t], spec.rows[t + 1])) spec.row_needed[t] = 0;
+  // Backward over the rows still needed: covered by the previous needed row.
+  size_t prev = n;
+  for (size_t t = 0; t < n; ++t) {
+    if (!spec.row_needed[t]) continue;
+    if (prev < n && Covered(spec.rows[t], spec.rows[prev])) spec.row_needed[t] = 0;
+    else prev = t;
+  }
+}
+
+SpecEvaluation EvaluateSpec(const JointProblem& p, const JointModelSpec& spec, const JointSolution& s) {
+  SpecEvaluation e;
+  for (ir::NodeId v = 0; v < p.graph->size(); ++v) {
+    int64_t c = p.lowered.problem.nodes[Z(v)].cost[Z(s.strategy[Z(v)])];
+    const auto kv = Z(p.lowered.problem.nodes[Z(v)].strategies());
+    for (int32_t edge : p.in_edges[Z(v)]) {
+      const ir::ShardingEdge& ed = p.lowered.problem.edges[Z(edge)];
+      c = ir::AddCost(c, ed.cost[Z(s.strategy[Z(ed.u)]) * kv + Z(s.strategy[Z(v)])]);
+    }
+    const int32_t runs = spec.executions[Z(v)] + (s.recompute[Z(v)] ? 1 : 0);
+    for (int32_t r = 0; r < runs; ++r) e.cost = ir::AddCost(e.cost, c);
+  }
+  for (size_t t = 0; t < spec.rows.size(); ++t) {
+    int64_t bytes = 0;
+    for (const MemTerm& term : spec.rows[t]) bytes += TermBytes(p, spec, s, term);
+    e.memory.push_back(bytes);
+    if (bytes > e.peak || e.peak_row < 0) e.peak = bytes, e.peak_row = static_cast<int32_t>(t);
+  }
+  return e;
+}
+
+}  // namespace kiwi::solve::joint
