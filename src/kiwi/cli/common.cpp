@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <filesystem>
 #include <iostream>
 
+#include "kiwi/cost/cluster.h"
 #include "kiwi/io/graph_json.h"
 #include "kiwi/util/units.h"
 
@@ -117,6 +119,13 @@ std::string DescribeCluster(const cost::Cluster& cluster) {
     links += fmt::format(", {} {:.1f} GB/s between nodes", cluster.inter_node.name, cluster.inter_node.bandwidth / 1e9);
   return fmt::format("{}: {} x {} ({}), {}", cluster.name, cluster.NumDevices(), cluster.device.name,
                      FormatBytes(cluster.device.memory_bytes), links);
+}
+
+std::string ClusterReference(const std::string& given) {
+  if (cost::ClusterPreset(given)) return given;
+  std::error_code ec;
+  const std::filesystem::path absolute = std::filesystem::absolute(given, ec);
+  return ec ? given : absolute.lexically_normal().string();
 }
 
 }  // namespace kiwi::cli

@@ -48,6 +48,9 @@ int64_t SpecBatch(const models::ModelSpec& spec);
 std::string DescribeModel(const models::ModelSpec& spec);
 // Help text of --cluster, listing the presets.
 std::string ClusterHelp();
+// How a written plan names its cluster: a preset by name, a cluster file by its absolute path (so
+// `kiwi simulate PLAN` finds it from any directory).
+std::string ClusterReference(const std::string& given);
 // "v100-nvlink-8: 8 x V100-SXM2-16GB (16.0 GiB), nvlink2 150 GB/s"
 std::string DescribeCluster(const cost::Cluster& cluster);
 

@@ -5,7 +5,6 @@
 #include <fmt/ranges.h>
 
 #include <charconv>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -145,16 +144,6 @@ std::string ResultText(const hybrid::HybridSearchResult& r, const std::string& m
     i = j + 1;
   }
   return out + t.Render();
-}
-
-// How the plan names its cluster so that readers (kiwi simulate, kiwi.torch.distributed) load it back
-// with io::LoadCluster: a preset by its name, a cluster file by its absolute path (the file's "name"
-// field is a label, not something LoadCluster can find).
-std::string ClusterReference(const std::string& given) {
-  if (cost::ClusterPreset(given)) return given;
-  std::error_code ec;
-  const std::filesystem::path absolute = std::filesystem::absolute(given, ec);
-  return ec ? given : absolute.lexically_normal().string();
 }
 
 Status WritePlan(const std::string& path, const hybrid::HybridSearchResult& r, const HybridOptions& o) {

@@ -218,10 +218,10 @@ Status WriteJointPlan(const std::string& path, const JointResult& r, const Joint
     p.model = o.model.model;
     p.model_flags = o.model.flags;
   }
-  p.cluster = o.cluster;
+  p.cluster = ClusterReference(o.cluster);
   if (o.bandwidth_scale != 1.0) {
-    p.cluster = path + ".cluster.json";
-    KIWI_RETURN_IF_ERROR(io::WriteFileAtomically(p.cluster, ClusterJson(cluster)));
+    KIWI_RETURN_IF_ERROR(io::WriteFileAtomically(path + ".cluster.json", ClusterJson(cluster)));
+    p.cluster = ClusterReference(path + ".cluster.json");
   }
   p.solver = "joint:" + r.method;
   p.op = r.plan;

@@ -133,7 +133,7 @@ int RunPlan(const PlanOptions& o) {
   }
   const Candidate& best = cands->front();
   if (!o.out.empty()) {
-    Status written = WriteBestPlan(o.out, best, o.model, cluster->name);
+    Status written = WriteBestPlan(o.out, best, o.model, ClusterReference(o.cluster));
     if (!written) return ReportError(written.error());
   }
   if (o.json) {

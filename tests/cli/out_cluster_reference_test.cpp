@@ -1,4 +1,4 @@
-// `kiwi hybrid --out`: the plan names its cluster so that it can be loaded back. A cluster file is
+// `kiwi hybrid|plan|joint --out`: the plan names its cluster so that it can be loaded back. A cluster file is
 // recorded by its absolute path (not by the file's "name" field, which no reader can find), a preset by
 // its name; `kiwi simulate PLAN` then replays the plan on that cluster with the same numbers.
 #include <gtest/gtest.h>
@@ -66,6 +66,41 @@ TEST(HybridOut, PresetIsRecordedByName) {
                    plan);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ExpectReplays(plan, r, "rtx-titan-pcie-8");
+}
+
+// The same for `kiwi plan` and `kiwi joint` (same helper, common.h ClusterReference).
+TEST(PlanOut, RelativeClusterPathBecomesAbsoluteAndLoadsBack) {
+  const fs::path dir = TempDir() / "plan_out_rel";
+  fs::create_directories(dir);
+  const fs::path cluster = WriteClusterFile(dir);
+  const fs::path before = fs::current_path();
+  fs::current_path(dir);
+  auto r = RunKiwi("plan --model gpt --layers 2 --hidden 32 --heads 4 --seq 8 --batch 8 --memory 64MiB --cluster tiny4.json "
+                   "--json --out plan.json");
+  fs::current_path(before);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json plan = nlohmann::json::parse(Slurp((dir / "plan.json").string()));
+  EXPECT_EQ(plan["cluster"].get<std::string>(), fs::absolute(cluster).lexically_normal().string());
+  auto sim = RunKiwi("simulate " + (dir / "plan.json").string() + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_TRUE(sim.Json()["claims"]["peak_memory_bytes_matches"].get<bool>());
+}
+
+TEST(JointOut, RelativeClusterPathBecomesAbsoluteAndLoadsBack) {
+  const fs::path dir = TempDir() / "joint_out_rel";
+  fs::create_directories(dir);
+  const fs::path cluster = WriteClusterFile(dir);
+  const fs::path before = fs::current_path();
+  fs::current_path(dir);
+  auto r = RunKiwi("joint --model gpt --layers 1 --hidden 32 --heads 4 --seq 8 --batch 8 --mesh 1x4 --method alpa "
+                   "--cluster tiny4.json --quiet --json --out plan.json");
+  fs::current_path(before);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json plan = nlohmann::json::parse(Slurp((dir / "plan.json").string()));
+  EXPECT_EQ(plan["cluster"].get<std::string>(), fs::absolute(cluster).lexically_normal().string());
+  auto sim = RunKiwi("simulate " + (dir / "plan.json").string() + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_EQ(sim.Json()["peak_memory_bytes"], r.Json()["peak_memory_bytes"]);
 }
 
 }  // namespace
