@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <optional>
 #include <random>
+#include <set>
 
 #include "joint_test_util.h"
 #include "kiwi/solve/joint/alternating.h"
 #include "kiwi/solve/joint/baselines.h"
+#include "kiwi/solve/joint/model_spec.h"
+#include "kiwi/solve/joint/solve_milp.h"
 
 namespace kiwi::solve::joint {
 namespace {
@@ -158,6 +161,40 @@ TEST(JointAlternating, DescentIsNeverWorseThanItsFirstStepAndReplays) {
     }
   }
   EXPECT_GE(improved_or_equal, 3);  // the smallest layouts fit every budget here
+}
+
+// The layer search returns a feasible decision no worse than its start that no single layer's
+// neighbourhood (that layer's strategies free, every recomputation free) can improve.
+TEST(JointAlternating, LayerSearchEndsInALocalOptimumOfEveryLayerNeighbourhood) {
+  const ir::Graph g = SmallGpt(2);
+  JointProblem p = Problem(g, Mesh1d(4), kNoLimit);
+  const JointSolution first = test_util::FirstAllowed(p);
+  p.budget = static_cast<int64_t>(0.7 * static_cast<double>(EvaluateJoint(p, first).peak));
+  Result<std::optional<JointSolution>> start = BestRecomputation(p, SmallestStrategies(p), Exact(), 60);
+  ASSERT_TRUE(start.ok() && start->has_value());
+  Result<JointSolution> r = ImproveByLayers(p, **start, Exact(), 600);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  const JointEvaluation e = EvaluateJoint(p, *r);
+  ASSERT_TRUE(e.feasible);
+  EXPECT_LT(e.cost, EvaluateJoint(p, **start).cost);  // the smallest layouts are far from the best here
+  std::set<int32_t> layers;
+  for (ir::NodeId v = 0; v < g.size(); ++v) layers.insert(g.node(v).layer);
+  for (int32_t layer : layers) {
+    JointProblem hood = WithStrategiesFixed(p, r->strategy);
+    for (ir::NodeId v = 0; v < g.size(); ++v)
+      if (g.node(v).layer == layer) hood.allowed[static_cast<size_t>(v)] = p.allowed[static_cast<size_t>(v)];
+    JointModelSpec spec = KiwiSpec(hood);
+    PruneImpliedRows(spec);
+    JointMilpOptions m;
+    m.relative_gap = 0.0;
+    m.threads = 1;
+    Result<JointMilpResult> best = SolveJointMilp(hood, spec, m);
+    ASSERT_TRUE(best.ok() && best->has_solution);
+    EXPECT_GE(best->evaluation.cost, e.cost) << "layer " << layer;
+  }
+  Result<plan::OperatorPlan> plan = JointPlan(p, *r);
+  ASSERT_TRUE(plan.ok());
+  EXPECT_EQ(test_util::Simulate(p, *plan).peak_memory_bytes, e.peak);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "kiwi/solve/joint/baselines.h"
 #include "kiwi/solve/joint/model_spec.h"
@@ -92,6 +93,40 @@ Result<std::optional<JointSolution>> AlternateFrom(const JointProblem& p, const 
   if (best && o.progress)
     o.progress(fmt::format("alternating: {:.6g} s, {} recomputed, in {:.1f} s", p.Seconds(EvaluateJoint(p, *best).cost),
                            EvaluateJoint(p, *best).recomputed, SecondsSince(start)));
+  return best;
+}
+
+Result<JointSolution> ImproveByLayers(const JointProblem& p, const JointSolution& start, const JointSolveOptions& o,
+                                      double seconds) {
+  const Clock::time_point begin = Clock::now();
+  auto left = [&] { return seconds - SecondsSince(begin); };
+  std::map<int32_t, std::vector<ir::NodeId>> groups;  // by layer; -1: embeddings, head, loss, optimizer
+  for (ir::NodeId v = 0; v < p.graph->size(); ++v) groups[p.graph->node(v).layer].push_back(v);
+  JointSolution best = start;
+  int64_t best_cost = EvaluateJoint(p, best).cost;
+  // Passes continue while the previous one gained more than the requested gap (smaller gains are
+  // left to the MILP that follows).
+  for (bool improved = true; improved && left() > 0.0;) {
+    improved = false;
+    const int64_t pass_start = best_cost;
+    for (const auto& [layer, nodes] : groups) {
+      if (left() <= 0.0) break;
+      JointProblem hood = WithStrategiesFixed(p, best.strategy);
+      for (ir::NodeId v : nodes) hood.allowed[static_cast<size_t>(v)] = p.allowed[static_cast<size_t>(v)];
+      JointModelSpec spec = KiwiSpec(hood);
+      PruneImpliedRows(spec);
+      JointMilpOptions m = Quiet(o, std::min(left(), std::max(5.0, seconds / static_cast<double>(groups.size()))));
+      m.warm_starts = {best};
+      Result<JointMilpResult> r = SolveJointMilp(hood, spec, m);
+      if (!r) return r.error();
+      if (!r->has_solution) continue;
+      const JointEvaluation e = EvaluateJoint(p, r->solution);
+      if (!e.feasible || e.cost >= best_cost) continue;
+      best = r->solution, best_cost = e.cost;
+      improved = static_cast<double>(pass_start - best_cost) > o.relative_gap * static_cast<double>(pass_start);
+      if (o.progress) o.progress(fmt::format("layer search: layer {} -> {:.6g} s", layer, p.Seconds(best_cost)));
+    }
+  }
   return best;
 }
 

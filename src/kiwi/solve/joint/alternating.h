@@ -33,4 +33,11 @@ Result<std::optional<JointSolution>> BestStrategies(const JointProblem& problem,
 Result<std::optional<JointSolution>> AlternateFrom(const JointProblem& problem, const ir::Solution& strategies,
                                                    const JointSolveOptions& options, double seconds);
 
+// Large-neighbourhood search from a feasible decision: one transformer layer at a time (IR
+// Node::layer; the nodes outside layers form one more group), that group's strategies are freed, the
+// others fixed, and every recomputation is free; the joint MILP of that neighbourhood is solved from
+// the incumbent. Repeats passes while one improves and `seconds` last. Never worse than `start`.
+Result<JointSolution> ImproveByLayers(const JointProblem& problem, const JointSolution& start,
+                                      const JointSolveOptions& options, double seconds);
+
 }  // namespace kiwi::solve::joint

@@ -39,8 +39,8 @@ std::vector<JointSolution> WarmStarts(const JointProblem& p, const JointSolveOpt
 }
 
 // Alternating descent (alternating.h) from the fastest strategies known: the unconstrained optimum's
-// and the feasible portfolio plans', fastest first, sharing `seconds`.
-constexpr double kAlternatingShare = 0.35;
+// and the feasible portfolio plans', fastest first, then the layer search (ImproveByLayers) on the best.
+constexpr double kAlternatingShare = 0.5;  // of the time left: descents get half of it, the layer search the rest
 Result<std::vector<JointSolution>> AlternatingStarts(const JointProblem& p, const JointSolveOptions& o,
                                                      const JointSolution& least, double seconds) {
   std::vector<const JointResult*> from;
@@ -55,11 +55,19 @@ Result<std::vector<JointSolution>> AlternatingStarts(const JointProblem& p, cons
   std::vector<JointSolution> out;
   const Clock::time_point start = Clock::now();
   for (size_t i = 0; i < strategies.size(); ++i) {
-    const double share = (seconds - SecondsSince(start)) / static_cast<double>(strategies.size() - i);
+    const double share = (0.5 * seconds - SecondsSince(start)) / static_cast<double>(strategies.size() - i);
     if (share <= 0.5) break;
     Result<std::optional<JointSolution>> s = AlternateFrom(p, *strategies[i], o, share);
     if (!s) return s.error();
     if (*s) out.push_back(**s);
+  }
+  if (!out.empty()) {  // the best descent result, polished layer by layer with the rest of the time
+    std::stable_sort(out.begin(), out.end(), [&](const JointSolution& a, const JointSolution& b) {
+      return EvaluateJoint(p, a).cost < EvaluateJoint(p, b).cost;
+    });
+    Result<JointSolution> polished = ImproveByLayers(p, out.front(), o, seconds - SecondsSince(start));
+    if (!polished) return polished.error();
+    out.push_back(*std::move(polished));
   }
   return out;
 }
