@@ -113,6 +113,22 @@ Result<std::vector<PlacedLayer>> PlaceLayers(const LayerModel& model, const Laye
   return placed;
 }
 
+// A plan checked against the model and cluster: its stages and every layer on its stage mesh.
+struct CheckedPlan {
+  std::vector<StageSpan> stages;
+  std::vector<PlacedLayer> placed;
+};
+
+Result<CheckedPlan> CheckAndPlace(const LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster) {
+  KIWI_RETURN_IF_ERROR(CheckDegrees(model, plan, cluster));
+  Result<std::vector<StageSpan>> stages = CheckPartition(plan);
+  if (!stages) return stages.error();
+  KIWI_RETURN_IF_ERROR(CheckBatch(plan));
+  Result<std::vector<PlacedLayer>> placed = PlaceLayers(model, plan, cluster);
+  if (!placed) return placed.error();
+  return CheckedPlan{*std::move(stages), *std::move(placed)};
+}
+
 int MicrobatchesInFlight(const LayerPlan& plan, int stage) {
   // 1F1B-Flush: stage s starts its first backward after pp - s forwards (Narayanan et al. 2021);
   // GPipe runs every forward before any backward.
@@ -189,21 +205,19 @@ void FillMemory(const cost::Cluster& cluster, const std::vector<StageCost>& cost
 
 Result<LayerSimResult> SimulateLayerPlan(const LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster,
                                          const cost::CostModel& cost_model) {
-  KIWI_RETURN_IF_ERROR(CheckDegrees(model, plan, cluster));
-  Result<std::vector<StageSpan>> stages = CheckPartition(plan);
-  if (!stages) return stages.error();
-  KIWI_RETURN_IF_ERROR(CheckBatch(plan));
-  Result<std::vector<PlacedLayer>> placed = PlaceLayers(model, plan, cluster);
-  if (!placed) return placed.error();
+  Result<CheckedPlan> checked = CheckAndPlace(model, plan, cluster);
+  if (!checked) return checked.error();
+  const std::vector<StageSpan>& stages = checked->stages;
+  const std::vector<PlacedLayer>& placed = checked->placed;
 
   LayerSimResult result;
   std::vector<StageCost> costs;
   for (int s = 0; s < plan.pp_degree; ++s) {
-    Result<StageCost> cost = CostStage(model, plan, cluster, cost_model, *placed, *stages, s);
+    Result<StageCost> cost = CostStage(model, plan, cluster, cost_model, placed, stages, s);
     if (!cost) return cost.error();
     costs.push_back(*cost);
     StageResult stage;
-    const StageSpan span = (*stages)[static_cast<size_t>(s)];
+    const StageSpan span = stages[static_cast<size_t>(s)];
     for (int i = span.first; i < span.first + span.count; ++i) stage.layers.push_back(i);
     stage.peak_memory_bytes = cost->peak_memory_bytes;
     stage.microbatch_seconds = cost->MicrobatchSeconds();
@@ -235,29 +249,27 @@ LayerTraffic TrafficOf(const PlacedLayer& layer, int micro_batches) {
 }  // namespace
 
 Result<PlanTraffic> LayerPlanTraffic(const LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster) {
-  KIWI_RETURN_IF_ERROR(CheckDegrees(model, plan, cluster));
-  Result<std::vector<StageSpan>> stages = CheckPartition(plan);
-  if (!stages) return stages.error();
-  KIWI_RETURN_IF_ERROR(CheckBatch(plan));
-  Result<std::vector<PlacedLayer>> placed = PlaceLayers(model, plan, cluster);
-  if (!placed) return placed.error();
+  Result<CheckedPlan> checked = CheckAndPlace(model, plan, cluster);
+  if (!checked) return checked.error();
+  const std::vector<StageSpan>& stages = checked->stages;
+  const std::vector<PlacedLayer>& placed = checked->placed;
   const int m = plan.micro_batches;
   PlanTraffic traffic;
-  for (size_t i = 0; i < placed->size(); ++i) {
-    traffic.layers.push_back(TrafficOf((*placed)[i], m));
+  for (size_t i = 0; i < placed.size(); ++i) {
+    traffic.layers.push_back(TrafficOf(placed[i], m));
     if (i == 0) continue;
-    traffic.layers.back().slice_gather_bytes = m * SliceGatherBytes((*placed)[i - 1], (*placed)[i]);
-    traffic.layers.back().slice_gather_backward_bytes = m * SliceGatherBackwardBytes((*placed)[i - 1], (*placed)[i]);
+    traffic.layers.back().slice_gather_bytes = m * SliceGatherBytes(placed[i - 1], placed[i]);
+    traffic.layers.back().slice_gather_backward_bytes = m * SliceGatherBackwardBytes(placed[i - 1], placed[i]);
   }
   // as CostStage places them: the first layer's strategy, the last layer's; never checkpointed
-  if (!IsEmpty(model.embedding)) traffic.embedding = TrafficOf(PlaceOther(model.embedding, placed->front()), m);
-  if (!IsEmpty(model.head)) traffic.head = TrafficOf(PlaceOther(model.head, placed->back()), m);
-  for (const StageSpan& span : *stages) {
-    const bool last = span.first + span.count == static_cast<int>(placed->size());
+  if (!IsEmpty(model.embedding)) traffic.embedding = TrafficOf(PlaceOther(model.embedding, placed.front()), m);
+  if (!IsEmpty(model.head)) traffic.head = TrafficOf(PlaceOther(model.head, placed.back()), m);
+  for (const StageSpan& span : stages) {
+    const bool last = span.first + span.count == static_cast<int>(placed.size());
     traffic.send_forward_bytes.push_back(
-        last ? 0 : m * PointToPointBytes((*placed)[static_cast<size_t>(span.first + span.count - 1)]));
+        last ? 0 : m * PointToPointBytes(placed[static_cast<size_t>(span.first + span.count - 1)]));
     traffic.send_backward_bytes.push_back(
-        span.first == 0 ? 0 : m * PointToPointBytes((*placed)[static_cast<size_t>(span.first - 1)]));
+        span.first == 0 ? 0 : m * PointToPointBytes(placed[static_cast<size_t>(span.first - 1)]));
   }
   return traffic;
 }
