@@ -13,13 +13,13 @@
 #include "kiwi/solve/remat/baselines.h"
 #include "kiwi/solve/remat/keep_set_schedule.h"
 #include "kiwi/solve/remat/problem.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::joint {
 namespace {
 
 size_t Z(int64_t i) { return static_cast<size_t>(i); }
 using Clock = std::chrono::steady_clock;
-double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 void Say(const JointSolveOptions& o, const std::string& line) {
   if (o.progress) o.progress(line);

@@ -16,6 +16,7 @@
 #include "kiwi/solve/milp/solve.h"
 #include "kiwi/solve/remat/checkmate_ilp.h"
 #include "kiwi/solve/remat/solvers.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::joint {
 namespace {
@@ -23,7 +24,6 @@ namespace {
 size_t Z(int64_t i) { return static_cast<size_t>(i); }
 using Index = remat::CheckmateIndex;
 using Clock = std::chrono::steady_clock;
-double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 struct FullModel {
   JointModel base;                  // strategies and resharding pairs; objective = one execution of each node

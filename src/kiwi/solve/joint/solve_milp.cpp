@@ -9,6 +9,7 @@
 
 #include "kiwi/solve/joint/milp_builder.h"
 #include "kiwi/solve/milp/solve.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::joint {
 namespace {
@@ -16,7 +17,6 @@ namespace {
 size_t Z(int64_t i) { return static_cast<size_t>(i); }
 using Clock = std::chrono::steady_clock;
 
-double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 void Say(const JointMilpOptions& o, const std::string& line) {
   if (o.progress) o.progress(line);

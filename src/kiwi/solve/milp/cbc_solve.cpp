@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "kiwi/solve/milp/solve.h"
+#include "kiwi/util/elapsed.h"
 
 #include "CbcEventHandler.hpp"
 #include "CbcModel.hpp"
@@ -32,10 +33,6 @@ namespace kiwi::milp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Values that CBC/CLP read as infinite bounds.
 double ToCoin(double bound) {

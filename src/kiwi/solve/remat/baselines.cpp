@@ -1,4 +1,5 @@
 #include "kiwi/solve/remat/baselines.h"
+#include "kiwi/util/elapsed.h"
 
 #include <fmt/format.h>
 
@@ -11,10 +12,6 @@
 
 namespace kiwi::solve::remat {
 namespace {
-
-double SecondsSince(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
 
 std::vector<bool> DropAll(const KeepSetScheduler& ks, const std::vector<ir::NodeId>& acts) {
   std::vector<bool> keep(static_cast<size_t>(ks.problem().graph->size()), true);

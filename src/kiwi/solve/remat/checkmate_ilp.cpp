@@ -14,6 +14,7 @@
 #include "kiwi/solve/milp/solve.h"
 #include "kiwi/solve/remat/lp_rounding.h"
 #include "kiwi/solve/remat/optimal_r.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::remat {
 namespace {
@@ -279,7 +280,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 void Say(const RematOptions& options, const std::string& line) {
   if (options.progress) options.progress(line);

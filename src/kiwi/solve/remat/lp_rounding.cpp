@@ -13,13 +13,13 @@
 #include "kiwi/solve/remat/checkmate_ilp.h"
 #include "kiwi/solve/remat/checkmate_schedule.h"
 #include "kiwi/solve/remat/optimal_r.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::remat {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 void Say(const RematOptions& options, const std::string& line) {
   if (options.progress) options.progress(line);
