@@ -10,19 +10,12 @@
 #include "kiwi/solve/joint/baselines.h"
 #include "kiwi/solve/joint/model_spec.h"
 #include "kiwi/solve/joint/solve_milp.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::joint {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-// Feasible decisions ranked by eq. 2's cost; nullopt ranks last.
-bool Better(const JointProblem& p, const JointSolution& a, const std::optional<JointSolution>& b) {
-  const JointEvaluation ea = EvaluateJoint(p, a);
-  if (!ea.feasible) return false;
-  return !b || ea.cost < EvaluateJoint(p, *b).cost;
-}
 
 JointMilpOptions Quiet(const JointSolveOptions& o, double seconds) {
   JointMilpOptions m = MilpOptions(o, seconds);
@@ -71,28 +64,31 @@ Result<std::optional<JointSolution>> AlternateFrom(const JointProblem& p, const 
   const Clock::time_point start = Clock::now();
   auto left = [&] { return seconds - SecondsSince(start); };
   std::optional<JointSolution> best;
+  JointEvaluation best_eval;
+  // A half-step's answer replaces the best when it fits and is cheaper (eq. 2); reports it.
+  auto take = [&](const std::optional<JointSolution>& s, const char* what) {
+    const JointEvaluation e = s ? EvaluateJoint(p, *s) : JointEvaluation{};
+    if (o.progress) o.progress(s ? fmt::format("alternating: {}: {:.6g} s", what, p.Seconds(e.cost))
+                                 : fmt::format("alternating: {}: none fits", what));
+    if (!s || !e.feasible || (best && e.cost >= best_eval.cost)) return false;
+    best = *s, best_eval = e;
+    return true;
+  };
   ir::Solution current = strategies;
   for (size_t v = 0; v < current.size(); ++v)  // a strategy pruned from the problem: the first allowed
     if (!std::binary_search(p.allowed[v].begin(), p.allowed[v].end(), current[v])) current[v] = p.allowed[v].front();
   while (left() > 0.0) {
     Result<std::optional<JointSolution>> r = BestRecomputation(p, current, o, std::max(1.0, 0.2 * left()));
     if (!r) return r.error();
-    if (o.progress) o.progress(*r ? fmt::format("alternating: recomputation for fixed strategies: {:.6g} s", p.Seconds(EvaluateJoint(p, **r).cost))
-                                 : std::string("alternating: no recomputation makes these strategies fit"));
-    if (!*r || !Better(p, **r, best)) break;
-    best = **r;
-    if (left() <= 0.0) break;
+    if (!take(*r, "recomputation for fixed strategies") || left() <= 0.0) break;
     Result<std::optional<JointSolution>> s = BestStrategies(p, *best, o, left());
     if (!s) return s.error();
-    if (o.progress) o.progress(*s ? fmt::format("alternating: strategies for fixed recomputation: {:.6g} s", p.Seconds(EvaluateJoint(p, **s).cost))
-                                 : std::string("alternating: no strategies found for this recomputation"));
-    if (!*s || !Better(p, **s, best)) break;
-    best = **s;
+    if (!take(*s, "strategies for fixed recomputation")) break;
     current = best->strategy;
   }
   if (best && o.progress)
-    o.progress(fmt::format("alternating: {:.6g} s, {} recomputed, in {:.1f} s", p.Seconds(EvaluateJoint(p, *best).cost),
-                           EvaluateJoint(p, *best).recomputed, SecondsSince(start)));
+    o.progress(fmt::format("alternating: {:.6g} s, {} recomputed, in {:.1f} s", p.Seconds(best_eval.cost),
+                           best_eval.recomputed, SecondsSince(start)));
   return best;
 }
 

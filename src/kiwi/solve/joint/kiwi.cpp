@@ -12,13 +12,13 @@
 #include "kiwi/solve/joint/baselines.h"
 #include "kiwi/solve/joint/model_spec.h"
 #include "kiwi/solve/joint/solve_milp.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::joint {
 namespace {
 
 size_t Z(int64_t i) { return static_cast<size_t>(i); }
 using Clock = std::chrono::steady_clock;
-double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 void Say(const JointSolveOptions& o, const std::string& line) {
   if (o.progress) o.progress("kiwi: " + line);
@@ -53,19 +53,21 @@ Result<std::vector<JointSolution>> AlternatingStarts(const JointProblem& p, cons
     if (r->solution.strategy.size() == Z(p.graph->size())) strategies.push_back(&r->solution.strategy);
   strategies.push_back(&least.strategy);  // always fits (its recomputation reaches the least peak)
   std::vector<JointSolution> out;
+  size_t best = 0;  // the cheapest in `out`
+  int64_t best_cost = 0;
   const Clock::time_point start = Clock::now();
   for (size_t i = 0; i < strategies.size(); ++i) {
     const double share = (0.5 * seconds - SecondsSince(start)) / static_cast<double>(strategies.size() - i);
     if (share <= 0.5) break;
     Result<std::optional<JointSolution>> s = AlternateFrom(p, *strategies[i], o, share);
     if (!s) return s.error();
-    if (*s) out.push_back(**s);
+    if (!*s) continue;
+    const int64_t cost = EvaluateJoint(p, **s).cost;
+    if (out.empty() || cost < best_cost) best = out.size(), best_cost = cost;
+    out.push_back(**s);
   }
   if (!out.empty()) {  // the best descent result, polished layer by layer with the rest of the time
-    std::stable_sort(out.begin(), out.end(), [&](const JointSolution& a, const JointSolution& b) {
-      return EvaluateJoint(p, a).cost < EvaluateJoint(p, b).cost;
-    });
-    Result<JointSolution> polished = ImproveByLayers(p, out.front(), o, seconds - SecondsSince(start));
+    Result<JointSolution> polished = ImproveByLayers(p, out[best], o, seconds - SecondsSince(start));
     if (!polished) return polished.error();
     out.push_back(*std::move(polished));
   }
