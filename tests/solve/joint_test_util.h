@@ -38,18 +38,7 @@ inline ir::Graph SmallMlp(std::vector<int64_t> widths, int64_t batch, std::strin
 // A decoder (GPT) or encoder (BERT) training graph of `layers` layers without embeddings and head, as
 // in the KIWI paper's experiments: hidden 64, 4 heads, sequence 16, batch 8.
 inline ir::Graph SmallTransformer(const std::string& family, int layers) {
-  models::ModelOverrides o;
-  o.layers = layers;
-  o.hidden = 64;
-  o.heads = 4;
-  o.seq = 16;
-  o.batch = 8;
-  Result<models::ModelSpec> spec = models::LoadModel(family, o);
-  EXPECT_TRUE(spec.ok()) << spec.error().message;
-  std::get<models::TransformerConfig>(spec->config).embeddings = false;
-  Result<ir::Graph> g = models::BuildTrainingGraph(*spec);
-  EXPECT_TRUE(g.ok()) << g.error().message;
-  return g.ok() ? *std::move(g) : ir::Graph{};
+  return sharding::test_util::SmallZooTransformer(family, layers, /*embeddings=*/false);
 }
 
 inline JointProblem Problem(const ir::Graph& g, const ir::DeviceMesh& mesh, int64_t budget,
