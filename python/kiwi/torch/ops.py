@@ -166,15 +166,20 @@ def linear(c: Call) -> int:
     return c.out("matmul", "matmul", inputs, {"transpose_b": True})
 
 
-def batch_norm(c: Call) -> int:
-    if len(c.in_meta("input").shape) < 2:
-        raise c.fail("batch norm of a rank-1 tensor is not in kiwi's IR")
+def _norm_inputs(c: Call) -> List[int]:
+    """A norm's input, then its affine weight and bias when it has them (kiwi's layernorm operands)."""
     inputs = [c.tensor("input")]
     if c.bound.get("weight") is not None:
         inputs.append(c.builder.param(c.bound["weight"], c.name + ".weight"))
         if c.bound.get("bias") is not None:
             inputs.append(c.builder.param(c.bound["bias"], c.name + ".bias"))
-    return c.out("layernorm", "batchnorm", inputs)
+    return inputs
+
+
+def batch_norm(c: Call) -> int:
+    if len(c.in_meta("input").shape) < 2:
+        raise c.fail("batch norm of a rank-1 tensor is not in kiwi's IR")
+    return c.out("layernorm", "batchnorm", _norm_inputs(c))
 
 
 def layer_norm(c: Call) -> int:
@@ -182,12 +187,7 @@ def layer_norm(c: Call) -> int:
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if len(shape) != 1:
         raise c.fail(f"layer norm over {len(shape)} dims: kiwi's IR normalises the last dim only")
-    inputs = [c.tensor("input")]
-    if c.bound.get("weight") is not None:
-        inputs.append(c.builder.param(c.bound["weight"], c.name + ".weight"))
-        if c.bound.get("bias") is not None:
-            inputs.append(c.builder.param(c.bound["bias"], c.name + ".bias"))
-    return c.out("layernorm", "layernorm", inputs)
+    return c.out("layernorm", "layernorm", _norm_inputs(c))
 
 
 def unary(op: str) -> Callable[[Call], int]:
