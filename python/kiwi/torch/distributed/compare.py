@@ -3,6 +3,7 @@ kiwi._kiwi.layer_plan_report: sim/layer_simulator.h LayerPlanTraffic) laid besid
 import json
 from typing import Any, Dict, List, Optional
 
+import kiwi
 from kiwi.torch.distributed import comm_counter as cc
 from kiwi.torch.distributed.plan import HybridPlan
 
@@ -70,13 +71,6 @@ def rank_totals(snapshot: Dict[str, Any]) -> Dict[str, int]:
     return {p: sum(snapshot["bytes"].get(p, {}).values()) for p in PURPOSES}
 
 
-def format_bytes(n: float) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if abs(n) >= size:
-            return f"{n / size:.2f} {unit}"
-    return f"{int(n)} B"
-
-
 def summary_table(plan: HybridPlan, results: List[Dict[str, Any]], report: Optional[Dict[str, Any]]) -> str:
     """Markdown tables: per-iteration time and loss, per-rank peak memory, per-rank bytes by purpose."""
     lines = ["| iteration | measured seconds (slowest rank) | loss |", "|---|---|---|"]
@@ -93,8 +87,8 @@ def summary_table(plan: HybridPlan, results: List[Dict[str, Any]], report: Optio
     for r in results:
         pred = report["simulated"]["stage_peak_memory_bytes"][r["stage"]] if report else None
         meas = r.get("peak_memory_bytes")
-        lines.append(f"| {r['rank']} | {r['stage']} | {format_bytes(meas) if meas else '-'} | "
-                     f"{format_bytes(pred) if pred else '-'} |")
+        lines.append(f"| {r['rank']} | {r['stage']} | {kiwi.format_bytes(meas) if meas else '-'} | "
+                     f"{kiwi.format_bytes(pred) if pred else '-'} |")
     lines += ["", "| rank | collective | measured bytes/iteration | predicted |", "|---|---|---|---|"]
     predicted = predicted_unit_bytes(report, plan) if report else None
     for r in results:
