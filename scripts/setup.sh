@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 packages=(
   build-essential cmake pkg-config git
   coinor-libcbc-dev coinor-libclp-dev     # MILP/LP backend (COIN-OR CBC/CLP)
+  toulbar2                                # cost function networks: the sharding solver's priced subproblems
   nlohmann-json3-dev libcli11-dev libfmt-dev zlib1g-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   pybind11-dev python3-dev python3-pytest  # the Python package kiwi (docs/pytorch.md)
