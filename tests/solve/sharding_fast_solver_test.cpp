@@ -8,7 +8,10 @@
 #include <filesystem>
 
 #include "kiwi/io/iopddl_json.h"
+#include "kiwi/solve/sharding/core_ilp.h"
 #include "kiwi/solve/sharding/ilp.h"
+#include "kiwi/solve/sharding/reduction.h"
+#include "kiwi/solve/wcsp/toulbar2.h"
 #include "sharding_test_util.h"
 
 namespace kiwi::solve::sharding {
@@ -66,6 +69,29 @@ TEST(FastSolver, FeasibleOnLargerRandomInstances) {
     EXPECT_EQ(incumbents.back(), r->evaluation.cost);
     ASSERT_TRUE(r->lower_bound.has_value());
     EXPECT_LE(*r->lower_bound, r->evaluation.cost);
+  }
+}
+
+// A core too large for the ILP (over 150k variables) goes to the exact Lagrangian (toulbar2 on the
+// priced subproblems) after the first heuristic phase; its answers must be feasible and improving too.
+TEST(FastSolver, ExactLagrangianOnACoreTooLargeForTheIlp) {
+  const ir::ShardingProblem p = RandomShardingProblem(901, 2500, 8, 0.004, 0.7);
+  Result<ReducedProblem> reduced = ReduceShardingProblem(p);
+  ASSERT_TRUE(reduced.ok()) << reduced.error().message;
+  ASSERT_GT(ModelSizeForIlp(*reduced), 150'000);  // else this test would not reach the path it tests
+  std::vector<int64_t> incumbents;
+  ShardingSolveOptions o = Options(6.0);
+  o.on_incumbent = [&](int64_t cost, double) { incumbents.push_back(cost); };
+  Result<ShardingResult> r = SolveShardingFast(p, o);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->evaluation.feasible) << r->evaluation.violation;
+  ASSERT_FALSE(incumbents.empty());
+  EXPECT_TRUE(std::is_sorted(incumbents.rbegin(), incumbents.rend()));
+  EXPECT_EQ(incumbents.back(), r->evaluation.cost);
+  ASSERT_TRUE(r->lower_bound.has_value());
+  EXPECT_LE(*r->lower_bound, r->evaluation.cost);
+  if (wcsp::ToulbarAvailable()) {
+    EXPECT_NE(r->note.find("exact Lagrangian steps"), std::string::npos) << r->note;
   }
 }
 

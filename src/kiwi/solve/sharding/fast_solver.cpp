@@ -9,6 +9,7 @@
 #include "kiwi/solve/sharding/lagrangian.h"
 #include "kiwi/solve/sharding/local_search.h"
 #include "kiwi/solve/sharding/reduction.h"
+#include "kiwi/solve/sharding/priced_exact.h"
 
 namespace kiwi::solve::sharding {
 namespace {
@@ -25,6 +26,10 @@ constexpr int64_t kMaxEnumeration = 200'000;    // assignments searched exhausti
 constexpr int64_t kMaxIlpVariables = 150'000;   // cores up to this size also go to the ILP
 constexpr double kHeuristicShareBeforeIlp = 0.3;
 constexpr double kIlpShare = 0.7;               // of the time left after the first heuristic phase
+constexpr double kHeuristicShareBeforeExact = 0.35;  // larger cores: then the exact Lagrangian
+constexpr double kSecondsPerExactStep = 5.0;         // toulbar2 per priced subproblem
+constexpr double kLocalSecondsPerExactStep = 3.0;    // priced local search after each
+constexpr double kMinSecondsForExactStep = 1.5;      // toulbar2's limit is whole CPU seconds
 
 // The warm start mapped onto the reduced problem where it fits, the greedy solution elsewhere.
 std::vector<int32_t> InitialSolution(const ReducedProblem& p, const ShardingSolveOptions& options) {
@@ -65,6 +70,7 @@ class FastSearch {
   void Heuristic(bool until_stalled);
   bool TryEnumeration();
   void TryIlp(double seconds);
+  bool ExactLagrangian();
 
   const ReducedProblem& p_;
   const ShardingSolveOptions& options_;
@@ -188,6 +194,36 @@ void FastSearch::TryIlp(double seconds) {
   if (optimal_) lower_bound_ = std::max(lower_bound_, static_cast<double>(best_cost_));
 }
 
+// Lagrangian steps whose subproblem is solved exactly (priced_exact.h): each minimiser becomes the
+// state (kept and polished when it fits the limit) and gives the subgradient; between them the
+// priced local search runs from it for a while, which finds the feasible points near it. Returns
+// false when the exact subproblem solver is not available (nothing was done).
+bool FastSearch::ExactLagrangian() {
+  double theta = 1.0;
+  int64_t exact = 0;
+  while (deadline_.Left() >= kMinSecondsForExactStep) {
+    const double seconds = std::min(kSecondsPerExactStep, deadline_.Left());
+    std::optional<PricedSolution> s = SolvePricedExactly(p_, prices_.prices(), ctx_.state.x(), {.seconds = seconds});
+    if (!s) break;
+    ++exact;
+    Restore(s->x);
+    if (Offer()) Polish();
+    Restore(s->x);
+    const double value = prices_.Step(ctx_.state, static_cast<double>(best_cost_), theta);
+    // Prices were rounded to integers: the exact minimiser's value is within one unit per node of L.
+    if (s->optimal) lower_bound_ = std::max(lower_bound_, value - static_cast<double>(p_.nodes.size()));
+    for (int32_t r : prices_.changed()) ctx_.dirty[Z(r)] = 1;
+    theta = std::max(0.05, theta * 0.9);
+    phase_ = Deadline(Deadline::Clock::now(), std::min(kLocalSecondsPerExactStep, deadline_.Left()));
+    LagrangianLoop(false);
+  }
+  phase_ = deadline_;
+  if (!deadline_.Passed()) LagrangianLoop(false);
+  if (exact == 0) return false;
+  exact_note_ += fmt::format("; {} exact Lagrangian steps", exact);
+  return true;
+}
+
 // Cost-only descent, feasibility, then the Lagrangian search from the cost-only optimum (lambda =
 // 0: the subgradient climbs from the cheap side) until the phase ends.
 void FastSearch::Heuristic(bool until_stalled) {
@@ -214,11 +250,16 @@ void FastSearch::Run() {
   if (TryEnumeration()) return;
   const bool ilp = ModelSizeForIlp(p_) <= kMaxIlpVariables;
   if (ilp) phase_ = Deadline(Deadline::Clock::now(), kHeuristicShareBeforeIlp * deadline_.Left());
+  if (!ilp) phase_ = Deadline(Deadline::Clock::now(), kHeuristicShareBeforeExact * deadline_.Left());
   Heuristic(ilp);
   if (ilp && found() && !deadline_.Passed()) {
     TryIlp(kIlpShare * deadline_.Left());
     phase_ = deadline_;
     if (!optimal_) Heuristic(false);
+  }
+  if (!ilp && found()) {
+    phase_ = deadline_;
+    if (!ExactLagrangian()) Heuristic(false);
   }
   lower_bound_ = std::max(lower_bound_, StarLowerBound(p_, prices_.lambda(), prices_.prices()));
 }
