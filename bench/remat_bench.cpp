@@ -3,6 +3,7 @@
 // over no rematerialization, its proven gap and its solve time, as a markdown table.
 //
 //   build/bench/bench_remat_bench [--dir DIR] [--time-limit S] [--solvers auto,ilp,...] [--budgets 0.9,0.8]
+//                                 [--graphs random_layered_n250,vgg16_b256_train]
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -25,6 +26,7 @@ struct BenchOptions {
   std::vector<std::string> solvers = {"checkpoint-all", "sqrtn", "greedy", "ckpt-dots", "heuristic", "lp-round",
                                       "ilp", "auto"};
   std::vector<double> budgets = {0.95, 0.9, 0.85, 0.8, 0.7};
+  std::vector<std::string> graphs;  // file stems to run (all when empty)
 };
 
 std::string Cell(const Result<solve::remat::RematResult>& r, double baseline) {
@@ -42,7 +44,9 @@ std::string Cell(const Result<solve::remat::RematResult>& r, double baseline) {
 int Run(const BenchOptions& o) {
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(o.dir))
-    if (e.path().extension() == ".json") files.push_back(e.path());
+    if (e.path().extension() == ".json" &&
+        (o.graphs.empty() || std::find(o.graphs.begin(), o.graphs.end(), e.path().stem().string()) != o.graphs.end()))
+      files.push_back(e.path());
   std::sort(files.begin(), files.end());
   Result<cost::Cluster> cluster = cost::ClusterPreset("v100-nvlink-8");
   const cost::CostModel cm(cluster->device);
@@ -83,6 +87,7 @@ int main(int argc, char** argv) {
   app.add_option("--time-limit", o.time_limit, "seconds per solve")->capture_default_str();
   app.add_option("--solvers", o.solvers, "solvers to run")->delimiter(',');
   app.add_option("--budgets", o.budgets, "budget fractions")->delimiter(',');
+  app.add_option("--graphs", o.graphs, "graph file stems to run, e.g. random_layered_n250 (default: all)")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
   for (const std::string& s : o.solvers)
     if (!solve::remat::ParseSolverKind(s)) {
