@@ -11,7 +11,7 @@ namespace {
 
 size_t Z(int64_t i) { return static_cast<size_t>(i); }
 
-constexpr double kMaxPrice = 1e15;            // keeps priced totals far below kForbiddenCost
+constexpr double kMaxPrice = 1e14;  // priced totals of 10^4 nodes stay far below kForbiddenCost (10^18)
 
 // The priced problem as a sharding problem without usage: node k is reduced node k. `clamped` tells
 // whether a price was cut at kMaxPrice (then the minimiser is not exact).

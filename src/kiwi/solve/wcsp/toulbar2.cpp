@@ -128,7 +128,9 @@ Result<WcspResult> ParseLog(const WcspProblem& p, const std::string& log) {
       std::vector<int32_t> x;
       int32_t v = 0;
       while (values >> v) x.push_back(v);
-      if (x.size() == p.unary.size()) r.x = std::move(x);
+      bool in_domains = x.size() == p.unary.size();
+      for (size_t i = 0; in_domains && i < x.size(); ++i) in_domains = x[i] >= 0 && Z(x[i]) < p.unary[i].size();
+      if (in_domains) r.x = std::move(x);  // else not an assignment of this problem: ignored
       next_is_solution = false;
       continue;
     }
