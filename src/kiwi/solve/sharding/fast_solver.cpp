@@ -8,8 +8,8 @@
 #include "kiwi/solve/sharding/core_ilp.h"
 #include "kiwi/solve/sharding/lagrangian.h"
 #include "kiwi/solve/sharding/local_search.h"
-#include "kiwi/solve/sharding/reduction.h"
 #include "kiwi/solve/sharding/priced_exact.h"
+#include "kiwi/solve/sharding/reduction.h"
 
 namespace kiwi::solve::sharding {
 namespace {
@@ -70,7 +70,7 @@ class FastSearch {
   void Heuristic(bool until_stalled);
   bool TryEnumeration();
   void TryIlp(double seconds);
-  bool ExactLagrangian();
+  void ExactLagrangian();
 
   const ReducedProblem& p_;
   const ShardingSolveOptions& options_;
@@ -196,9 +196,10 @@ void FastSearch::TryIlp(double seconds) {
 
 // Lagrangian steps whose subproblem is solved exactly (priced_exact.h): each minimiser becomes the
 // state (kept and polished when it fits the limit) and gives the subgradient; between them the
-// priced local search runs from it for a while, which finds the feasible points near it. Returns
-// false when the exact subproblem solver is not available (nothing was done).
-bool FastSearch::ExactLagrangian() {
+// priced local search runs from it for a while, which finds the feasible points near it. When the
+// exact subproblem solver is not available (or time is short), the priced local search runs on
+// alone until the deadline.
+void FastSearch::ExactLagrangian() {
   double theta = 1.0;
   int64_t exact = 0;
   while (deadline_.Left() >= kMinSecondsForExactStep) {
@@ -218,10 +219,8 @@ bool FastSearch::ExactLagrangian() {
     LagrangianLoop(false);
   }
   phase_ = deadline_;
-  if (!deadline_.Passed()) LagrangianLoop(false);
-  if (exact == 0) return false;
-  exact_note_ += fmt::format("; {} exact Lagrangian steps", exact);
-  return true;
+  LagrangianLoop(false);
+  if (exact > 0) exact_note_ += fmt::format("; {} exact Lagrangian steps", exact);
 }
 
 // Cost-only descent, feasibility, then the Lagrangian search from the cost-only optimum (lambda =
@@ -249,17 +248,17 @@ void FastSearch::Run() {
   }
   if (TryEnumeration()) return;
   const bool ilp = ModelSizeForIlp(p_) <= kMaxIlpVariables;
-  if (ilp) phase_ = Deadline(Deadline::Clock::now(), kHeuristicShareBeforeIlp * deadline_.Left());
-  if (!ilp) phase_ = Deadline(Deadline::Clock::now(), kHeuristicShareBeforeExact * deadline_.Left());
+  const double first_share = ilp ? kHeuristicShareBeforeIlp : kHeuristicShareBeforeExact;
+  phase_ = Deadline(Deadline::Clock::now(), first_share * deadline_.Left());
   Heuristic(ilp);
-  if (ilp && found() && !deadline_.Passed()) {
+  phase_ = deadline_;
+  if (!found()) {
+    Heuristic(false);  // nothing feasible in the first phase: keep looking until the deadline
+  } else if (!ilp) {
+    ExactLagrangian();
+  } else if (!deadline_.Passed()) {
     TryIlp(kIlpShare * deadline_.Left());
-    phase_ = deadline_;
     if (!optimal_) Heuristic(false);
-  }
-  if (!ilp && found()) {
-    phase_ = deadline_;
-    if (!ExactLagrangian()) Heuristic(false);
   }
   lower_bound_ = std::max(lower_bound_, StarLowerBound(p_, prices_.lambda(), prices_.prices()));
 }
