@@ -78,7 +78,6 @@ std::optional<PricedSolution> SolvePricedExactly(const ReducedProblem& problem, 
   Result<ReducedProblem> core = ReduceShardingProblem(PricedProblem(problem, prices, clamped));
   if (!core) return std::nullopt;
   PricedSolution out;
-  out.core_nodes = static_cast<int64_t>(core->nodes.size());
   const std::vector<int32_t> core_warm = CoreWarmStart(*core, warm);
   std::optional<ExactResult> e;
   if (core->nodes.empty()) {
@@ -96,7 +95,6 @@ std::optional<PricedSolution> SolvePricedExactly(const ReducedProblem& problem, 
   const ir::Solution x = ExpandSolution(*core, e->x);
   out.x.assign(x.begin(), x.end());
   out.optimal = e->optimal && !clamped;
-  out.lower_bound = e->lower_bound;
   return out;
 }
 

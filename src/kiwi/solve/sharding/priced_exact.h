@@ -23,8 +23,6 @@ namespace kiwi::solve::sharding {
 struct PricedSolution {
   std::vector<int32_t> x;   // a solution of the reduced problem
   bool optimal = false;     // x minimizes cost(x) + prices (prices rounded to integers)
-  double lower_bound = 0.0; // on the priced optimum (prices rounded), without the priced constant
-  int64_t core_nodes = 0;   // nodes left after the reductions
   std::string method;       // "reductions", "enumeration", "ilp" or "toulbar2"
 };
 
