@@ -1,8 +1,7 @@
 """Shared helpers of the test_distributed_* tests: tiny GPT plans run on 4 gloo processes and compared
 with single-process training and with kiwi's per-collective byte counts."""
-import dataclasses
 import os
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 CLUSTER = os.path.join(DATA, "cpu4.json")
