@@ -9,7 +9,7 @@ except ImportError:  # the kiwi.torch tests skip themselves; the core tests stil
     nn = None
 
 if torch is None:
-    collect_ignore = ["test_torch_capture.py", "test_torch_apply.py"]
+    collect_ignore = ["test_torch_capture.py", "test_torch_apply.py", "test_torch_step.py"]
 
 
 if torch is not None:

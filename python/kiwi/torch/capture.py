@@ -68,10 +68,30 @@ class Captured:
     fx_args: Dict[str, List[int]]
     fx_order: List[str]
     companions: Dict[str, List[int]]
+    source: Dict[str, Any] = dataclasses.field(default_factory=dict)   # capture()'s arguments
+    _smaller: Dict[int, "Captured"] = dataclasses.field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return self.graph.get("name", "")
+
+    @property
+    def batch(self) -> int:
+        """The batch size of the example inputs (their first dimension)."""
+        return int(self.source["inputs"][0].shape[0])
+
+    def at_batch(self, batch: int) -> "Captured":
+        """The same model captured on the first `batch` samples of the example inputs (a micro-batch),
+        with the same loss, optimizer and costs; made once and kept."""
+        if batch == self.batch:
+            return self
+        if batch not in self._smaller:
+            src = self.source
+            labels = src["labels"][:batch] if src["labels"] is not None else None
+            self._smaller[batch] = capture(self.model, tuple(t[:batch] for t in src["inputs"]), labels=labels,
+                                           loss=src["loss"], optimizer=src["optimizer"], costs=self.costs,
+                                           cluster=self.cluster, name=self.name)
+        return self._smaller[batch]
 
     def summary(self) -> Dict[str, Any]:
         return kiwi.graph_summary(self.graph, self.cluster)
@@ -155,7 +175,9 @@ def capture(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence
                         {}, Structure({}, {}, [], dict(builder.kiwi_of), [], None, None, set()), spec,
                         cluster if cluster is not None else cost_mod.local_cluster(_device(model)), costs,
                         Workspace(), framework,
-                        fx_args, fx_order, builder.companions)
+                        fx_args, fx_order, builder.companions,
+                        {"inputs": tuple(t for t in inputs[:len(inputs) - (1 if loss_outside else 0)]),
+                         "labels": labels, "loss": loss, "optimizer": optimizer})
     captured.rebuild(cost_mod.analytic_workspace(captured))
     if costs == "measured":
         cost_mod.calibrate(captured, inputs[:len(inputs) - (1 if loss_outside else 0)],

@@ -11,7 +11,9 @@ import torch.fx
 
 from kiwi.torch.errors import PlanError
 from kiwi.torch.execution import NodeRunner, batchnorm_module, is_random, load_args, storage_ptr, tensor_key
+from kiwi.torch.accumulation import captured_loss, run_step
 from kiwi.torch.semantics import Bundle, Group
+from kiwi.torch.stepping import StepConfig
 
 
 class _Rec:
@@ -30,9 +32,12 @@ class _Rec:
 class _Step:
     """One forward call and the backward pass that follows it."""
 
-    def __init__(self, plan: "Program", inputs: Sequence[Any]):
+    def __init__(self, plan: "Program", inputs: Sequence[Any], masks: Optional[Dict[str, torch.Tensor]] = None,
+                 rows: slice = slice(None)):
         self.p = plan
         self.inputs = list(inputs)
+        self.masks = masks or {}                       # dropout masks of the whole batch (micro-batches)
+        self.rows = rows                               # this micro-batch's rows of them
         self.env: Dict[str, Any] = {}
         self.consts: Dict[str, Any] = {}
         self.recs: Dict[int, List[weakref.ref]] = {}   # kiwi id -> recs holding (or standing for) it
@@ -99,11 +104,11 @@ class _Step:
     def run_node(self, node: torch.fx.Node) -> Any:
         p = self.p
         args, kwargs = load_args(node, self.env)
-        if node.name in p.random:
+        if node.name in p.random and node.name not in self.masks:
             self.rng[node.name] = _rng_state()
         self._fx, self._packed = node.name, []
         with torch.autograd.graph.saved_tensors_hooks(self.pack, self.unpack), _marker(p, "kiwi::f::" + node.name):
-            value = p.runner.run(node, args, kwargs)
+            value = self.call(node, args, kwargs)
         if isinstance(value, torch.Tensor):
             self.remember(node.name, value)
             p.note_geometry(node.name, value)
@@ -116,6 +121,14 @@ class _Step:
             if p.instrument:
                 value.grad_fn.register_hook(lambda grad_in, grad_out: self.end_marker())
         return value
+
+    def call(self, node: torch.fx.Node, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Any:
+        """Runs the node; a dropout of a micro-batch applies its rows of the batch's mask (dropout(x) is
+        x times its mask, so the values are those of the unsplit batch)."""
+        mask = self.masks.get(node.name)
+        if mask is not None:
+            return args[0] * mask[self.rows]
+        return self.p.runner.run(node, args, kwargs)
 
     def classify(self, rec: _Rec) -> None:
         p = self.p
@@ -267,10 +280,10 @@ class _Step:
             if want_own:
                 with torch.enable_grad(), torch.autograd.graph.saved_tensors_hooks(
                         lambda t: packed.append(t) or t, lambda t: t):
-                    value = p.runner.run(node, args, kwargs)
+                    value = self.call(node, args, kwargs)
             else:
                 with torch.no_grad():
-                    value = p.runner.run(node, args, kwargs)
+                    value = self.call(node, args, kwargs)
         for m in b.companions + [b.node] + ([b.saved] if b.saved is not None and b.saved == want else []):
             if m in self.cache or (m != b.node and m not in want_own):
                 continue
@@ -344,6 +357,7 @@ class Program:
     def __init__(self, captured, dropped: Sequence[int], instrument: bool = False):
         st = captured.structure
         self.instrument = instrument
+        self.micro_batches = 1
         self.runner: NodeRunner = captured.runner
         self.nodes = captured.model_nodes
         self.output = captured.model_output
@@ -393,8 +407,10 @@ class Program:
         meta = self.meta.get(name)
         if meta is not None and (not isinstance(value, torch.Tensor) or tuple(value.shape) != meta.shape):
             got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-            raise PlanError(f"input '{name}': the plan was made for shape {meta.shape}, got {got} "
-                            f"(capture and plan again for other shapes)")
+            hint = (f"the plan splits the batch into {self.micro_batches} micro-batches: run the step with "
+                    f"module.train_step(inputs, labels, optimizer)" if self.micro_batches > 1 else
+                    "capture and plan again for other shapes")
+            raise PlanError(f"input '{name}': the plan was made for shape {meta.shape}, got {got} ({hint})")
 
     def constant(self, step: _Step, arg: torch.fx.Node) -> Any:
         if arg.op == "placeholder":
@@ -414,16 +430,28 @@ class RematModule(torch.nn.Module):
     """A captured model whose training step keeps exactly the activations a plan keeps
     (kiwi.torch.apply_remat). It shares the original model's parameters and buffers."""
 
-    def __init__(self, captured, dropped: Sequence[int], instrument: bool = False):
+    def __init__(self, captured, dropped: Sequence[int], instrument: bool = False, config: StepConfig = StepConfig()):
         super().__init__()
         self.graph_module = captured.gm
         self._program = Program(captured, dropped, instrument)
+        self._program.micro_batches = config.micro_batches
+        self.config = config
+        self.loss_fn = captured_loss(captured)
         self.last_step: Optional[_Step] = None
+        self._batch: Optional[Tuple[Dict[str, torch.Tensor], slice]] = None  # set by train_step
 
     def forward(self, *inputs: Any) -> Any:
-        step = _Step(self._program, inputs)
+        masks, rows = self._batch if self._batch is not None else (None, slice(None))
+        step = _Step(self._program, inputs, masks, rows)
         self.last_step = step
         return step.run_forward()
+
+    def train_step(self, inputs: Any, labels: Optional[torch.Tensor] = None,
+                   optimizer: Optional[torch.optim.Optimizer] = None) -> torch.Tensor:
+        """One training step as the plan runs it (accumulation.run_step): each micro-batch's forward,
+        loss and backward (gradients accumulate in .grad), then the optimizer step, in chunks when the plan
+        says. Returns the batch's loss (detached)."""
+        return run_step(self, inputs, labels, optimizer)
 
     @property
     def dropped(self) -> List[int]:

@@ -14,7 +14,7 @@ Policy (runtime.py implements the same, step for step):
 """
 from typing import Dict, List, Set, Tuple
 
-from kiwi.torch.semantics import Bundle, Structure
+from kiwi.torch.semantics import Bundle, Group, Structure
 
 
 class _Run:
@@ -146,6 +146,8 @@ def memory_floor(graph: dict, st: Structure, steps: List[dict], timeline: List[i
     last = {}
     for g in st.groups:
         last[g.release if g.release is not None else g.backward[-1]] = g
+    if st.optimizer is not None:  # the optimizer step (its temporaries with every gradient) bounds every plan too
+        last[st.optimizer] = Group("optimizer", st.optimizer, [st.optimizer], [])
     resident: Set[int] = set()
     best, where = 0, -1
     for i, s in enumerate(steps):
