@@ -10,17 +10,7 @@ from typing import Any, Dict, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from kiwi.torch.semantics import Workspace
-
-_DTYPE_BYTES = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4, "u8": 1}
-
-
-def node_bytes(node: dict) -> int:
-    n = _DTYPE_BYTES[node["dtype"]]
-    for d in node["shape"]:
-        n *= d
-    return n
-
+from kiwi.torch.semantics import Workspace, node_bytes
 
 def _rate(fn, flops: float, device: str, repeats: int = 3) -> float:
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)

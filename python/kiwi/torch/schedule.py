@@ -14,7 +14,7 @@ Policy (runtime.py implements the same, step for step):
 """
 from typing import Dict, List, Set, Tuple
 
-from kiwi.torch.semantics import Bundle, Group, Structure
+from kiwi.torch.semantics import Bundle, Group, Structure, node_bytes
 
 
 class _Run:
@@ -155,14 +155,7 @@ def memory_floor(graph: dict, st: Structure, steps: List[dict], timeline: List[i
         g = last.get(s["node"]) if s["op"] == "compute" else None
         if g is None:
             continue
-        removable = sum(_bytes(nodes[v]) for v in resident if v in droppable_set and v not in set(g.need))
+        removable = sum(node_bytes(nodes[v]) for v in resident if v in droppable_set and v not in set(g.need))
         if timeline[i] - removable > best:
             best, where = timeline[i] - removable, g.node
     return best, where
-
-
-def _bytes(node: dict) -> int:
-    n = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4, "u8": 1}[node["dtype"]]
-    for d in node["shape"]:
-        n *= d
-    return n

@@ -23,6 +23,8 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from kiwi.torch.tracing import NodeRecord
 
+_DTYPE_BYTES = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4, "u8": 1}
+
 
 @dataclasses.dataclass
 class Group:
@@ -152,12 +154,12 @@ def _bundle(ed: _Editor, fx: str, records, value_of, companions, fx_args, worksp
     b = Bundle(fx, k, list(companions.get(fx, [])), fx_inputs=[i for i in fx_args.get(fx, []) if i not in always])
     saved, own = _saved(records, fx, value_of, always)
     for comp in b.companions:
-        match = next((s for s in own if s.nbytes == _node_bytes(ed.nodes[comp])), None)
+        match = next((s for s in own if s.nbytes == node_bytes(ed.nodes[comp])), None)
         if match is not None:
             own.remove(match)
             b.own[comp] = [match.index]
     for t in sorted(reads - saved - set(b.companions)):
-        match = next((s for s in own if s.nbytes == _node_bytes(ed.nodes[t])), None)
+        match = next((s for s in own if s.nbytes == node_bytes(ed.nodes[t])), None)
         if match is not None:
             own.remove(match)
     ws = workspace.forward.get(fx, 0)
@@ -173,8 +175,9 @@ def _bundle(ed: _Editor, fx: str, records, value_of, companions, fx_args, worksp
     return b
 
 
-def _node_bytes(node: dict) -> int:
-    size = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4, "u8": 1}[node["dtype"]]
+def node_bytes(node: dict) -> int:
+    """Bytes of a kiwi graph node's tensor (dtype x shape)."""
+    size = _DTYPE_BYTES[node["dtype"]]
     for d in node["shape"]:
         size *= d
     return size

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import kiwi
 from kiwi.torch.capture import LOSS_NODE
 from kiwi.torch.schedule import droppable, memory_floor, realize
+from kiwi.torch.semantics import node_bytes
 
 # The chunk a chunked optimizer step updates at a time: at most 16 MiB (small next to any budget), an
 # eighth of the largest parameter on small models, and not so small that Python's per-chunk work shows.
@@ -72,13 +73,6 @@ def chunked_workspace(captured, chunk_bytes: int) -> int:
     return 2 * min(largest, chunk_bytes)
 
 
-def _nbytes(node: dict) -> int:
-    n = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4, "u8": 1}[node["dtype"]]
-    for d in node["shape"]:
-        n *= d
-    return n
-
-
 def pass_graph(captured, config: StepConfig, role: str) -> dict:
     """The captured graph as pass `role` ("only", "first", "middle", "last") of a step (module doc)."""
     st = captured.structure
@@ -99,8 +93,8 @@ def pass_graph(captured, config: StepConfig, role: str) -> dict:
     if k > 1:
         data = [v for v in nodes if v["kind"] == "input" and v.get("scope") != "framework"
                 and v["shape"] and v["shape"][0] == captured.batch]
-        resident("inputs.other_micro_batches", (k - 1) * sum(_nbytes(v) for v in data))
-        masks = sum(_nbytes(nodes[c]) for cs in captured.companions.values() for c in cs)
+        resident("inputs.other_micro_batches", (k - 1) * sum(node_bytes(v) for v in data))
+        masks = sum(node_bytes(nodes[c]) for cs in captured.companions.values() for c in cs)
         if masks:
             resident("dropout.masks_of_the_batch", k * masks)
     ws = st.optimizer_workspace
@@ -114,7 +108,7 @@ def pass_graph(captured, config: StepConfig, role: str) -> dict:
             nodes[ws]["shape"] = [1]
     if role in ("middle", "last"):  # gradients accumulate into .grad: each new one is transient
         grads = [i for i in opt["inputs"] if nodes[i].get("pass") == "backward" and nodes[i]["kind"] != "opaque"]
-        acc = resident("gradients.accumulated", sum(_nbytes(nodes[i]) for i in grads))
+        acc = resident("gradients.accumulated", sum(node_bytes(nodes[i]) for i in grads))
         opt["inputs"] = [i for i in opt["inputs"] if i not in set(grads)] + [acc]
     graph["order"] = added + graph["order"]
     return graph
