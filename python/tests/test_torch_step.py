@@ -11,7 +11,7 @@ import kiwi  # noqa: E402
 import kiwi.torch as kt  # noqa: E402
 from kiwi.torch import measure  # noqa: E402
 from kiwi.torch.chunked_optimizer import chunked_step  # noqa: E402
-from kiwi.torch.stepping import StepConfig  # noqa: E402
+from kiwi.torch import StepConfig  # noqa: E402
 
 
 class ConvHead(nn.Module):

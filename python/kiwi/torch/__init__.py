@@ -6,18 +6,21 @@ measure it (docs/pytorch.md).
     plan = kt.plan_remat(cap, fraction=0.6)                  # or budget="4GiB"
     fast = kt.apply_remat(model, plan)                       # same parameters, less memory
     loss = F.cross_entropy(fast(x), y); loss.backward()      # gradients equal to model's
+    fast.train_step((x,), y, optimizer)                      # the step as planned (micro-batches...)
     print(plan.predicted_peak_bytes, plan.predicted_seconds)
 """
 from kiwi.torch.capture import Captured, OptimizerSpec, capture
+from kiwi.torch.chunked_optimizer import chunked_step
 from kiwi.torch.errors import CaptureError, InfeasibleError, PlanError, TraceError, UnsupportedOpError
 from kiwi.torch.measure import StepMeasurement, measure_step, prime_optimizer, step_tensors, training_step
 from kiwi.torch.planning import (RematPlan, apply_remat, droppable_tensors, floor, plan_from_dropped, plan_remat,
                                  predict)
 from kiwi.torch.runtime import RematModule
+from kiwi.torch.stepping import StepConfig
 
 __all__ = [
     "Captured", "OptimizerSpec", "capture", "CaptureError", "InfeasibleError", "PlanError", "TraceError",
     "UnsupportedOpError", "StepMeasurement", "measure_step", "prime_optimizer", "step_tensors", "training_step",
     "RematPlan", "apply_remat", "droppable_tensors", "floor", "plan_from_dropped", "plan_remat", "predict",
-    "RematModule",
+    "RematModule", "StepConfig", "chunked_step",
 ]

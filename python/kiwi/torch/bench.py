@@ -38,6 +38,7 @@ class Row:
     recomputed: Optional[int] = None
     note: str = ""
     analytic_peak: Optional[int] = None  # the same plan predicted with analytic costs (no profiling)
+    step: str = ""                       # the plan's step: micro-batches, optimizer chunks
 
 
 def sequential_form(model: nn.Module) -> nn.Sequential:
@@ -73,9 +74,10 @@ class Harness:
         self.pristine = {k: v.detach().clone() for k, v in model.state_dict().items()}
         self.reference: Optional[List[torch.Tensor]] = None
 
-    def run(self, forward: Callable[[torch.Tensor], torch.Tensor], repeat: int = 0):
+    def run(self, forward: Callable[[torch.Tensor], torch.Tensor], repeat: int = 0, planned: Any = None):
         """One profiled step (peak memory, gradients) from the pristine state, then `repeat` unprofiled
-        steps; the time is the fastest of them all (on the CPU, the process's CPU time)."""
+        steps; the time is the fastest of them all (on the CPU, the process's CPU time). `planned`: a
+        RematModule whose train_step runs the step (micro-batches, chunked optimizer) instead."""
         self.model.load_state_dict(self.pristine)
         params = [p for p in self.model.parameters() if p.requires_grad]
         opt = make_optimizer(self.optimizer, params, lr=self.lr)
@@ -83,7 +85,10 @@ class Harness:
         for p in params:
             p.grad = None
         torch.manual_seed(self.seed)
-        step = lambda: measure.training_step(forward, (self.x,), self.y, F.cross_entropy, opt)  # noqa: E731
+        if planned is not None:
+            step = lambda: planned.train_step((self.x,), self.y, opt)  # noqa: E731
+        else:
+            step = lambda: measure.training_step(forward, (self.x,), self.y, F.cross_entropy, opt)  # noqa: E731
         m = measure.measure_step(step, measure.step_tensors(self.model, opt, [self.x, self.y]))
         grads = [p.grad.detach().clone() for p in params]
         if m.device == "cpu":  # CPU time of this process: other processes' load does not inflate it
@@ -97,10 +102,13 @@ class Harness:
         return m, grads
 
     def compare(self, grads: List[torch.Tensor]) -> float:
+        """The largest difference from the unmodified model's gradients, relative to each gradient's
+        largest magnitude (float32 sums in another order differ by ~1e-7 of it)."""
         if self.reference is None:
             self.reference = [g.detach().clone() for g in grads]
             return 0.0
-        return max(float((a - b).abs().max()) for a, b in zip(grads, self.reference))
+        return max(float((a - b).abs().max()) / max(float(b.abs().max()), 1e-30)
+                   for a, b in zip(grads, self.reference))
 
 
 def _ckpt_forward(seq: nn.Sequential, segments: int) -> Callable[[torch.Tensor], torch.Tensor]:
@@ -122,22 +130,23 @@ def _kiwi_row(h: Harness, cap, model: nn.Module, args: argparse.Namespace, confi
         log(f"{config}: {e}")
         return Row(config, limit, None, None, None, None, None, None, note=f"infeasible: {e}")
     module = kt.apply_remat(model, plan)
-    m, grads = h.run(module, args.repeat)
+    m, grads = h.run(module, args.repeat, planned=module)
     diff = h.compare(grads)
     log(f"{config}: predicted {kiwi.format_bytes(plan.predicted_peak_bytes)}, measured "
         f"{kiwi.format_bytes(m.peak_bytes)}, {m.seconds:.1f} s, grad diff {diff:.2e}")
     return Row(config, plan.budget_bytes, plan.predicted_peak_bytes, m.peak_bytes, plan.predicted_seconds, m.seconds,
                diff, diff <= args.tolerance, len(plan.dropped),
                f"{plan.solver}, {module.last_step.fallbacks} unplanned recomputations",
-               _analytic_peak(getattr(h, "analytic", None), plan))
+               _analytic_peak(getattr(h, "analytic", None), plan), plan.config.describe())
 
 
 def _analytic_peak(analytic, plan) -> Optional[int]:
     """The plan's dropped tensors (by name) predicted on an analytically costed capture."""
     if analytic is None:
         return None
+    analytic = analytic.at_batch(analytic.batch // plan.micro_batches)
     ids = {n["name"]: n["id"] for n in analytic.graph["nodes"]}
-    return kt.predict(analytic, [ids[name] for name in plan.names()])["peak"]
+    return kt.predict(analytic, [ids[name] for name in plan.names()], plan.config)["peak"]
 
 
 def run_bench(args: argparse.Namespace) -> Dict[str, Any]:
@@ -194,9 +203,10 @@ def render(result: Dict[str, Any]) -> str:
     rows = result["rows"]
     lines = [f"{result['model']}, batch {result['batch']}, {result['size']}x{result['size']}, "
              f"{result['optimizer']}, torch {result['torch']}, {result['threads']} thread(s), {result['costs']} costs",
-             "", "| configuration | budget | predicted peak | measured peak | error | within budget | predicted time "
-             "| measured time | recomputed tensors | max grad diff | analytic prediction (error) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "", "| configuration | step | budget | predicted peak | measured peak | error | within budget "
+             "| predicted time | measured time | recomputed tensors | max grad diff (relative) "
+             "| analytic prediction (error) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         pred, meas = r["predicted_peak"], r["measured_peak"]
         err = f"{(meas - pred) / pred:+.2%}" if pred and meas else ""
@@ -205,7 +215,7 @@ def render(result: Dict[str, Any]) -> str:
         config = r["config"] if not r["note"].startswith("infeasible") else r["config"] + " (infeasible)"
         ana = r.get("analytic_peak")
         ana_text = f"{_gib(ana)} ({(meas - ana) / ana:+.1%})" if ana and meas else ""
-        lines.append(f"| {config} | {_gib(r['budget_bytes'])} | {_gib(pred)} | {_gib(meas)} | {err} | {within} | "
+        lines.append(f"| {config} | {r.get('step', '')} | {_gib(r['budget_bytes'])} | {_gib(pred)} | {_gib(meas)} | {err} | {within} | "
                      f"{_secs(r['predicted_seconds'])} | {_secs(r['measured_seconds'])} | "
                      f"{'' if r['recomputed'] is None else r['recomputed']} | {diff} | {ana_text} |")
     pairs = [(c, r) for c in rows for r in rows if r["config"] == f"kiwi at {c['config']}'s peak"]
@@ -246,7 +256,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--costs", default="measured", choices=["analytic", "measured"])
     ap.add_argument("--optimizer", default="adam", choices=["adam", "sgd", "sgd-momentum"])
     ap.add_argument("--lr", type=float, default=1e-3)
-    ap.add_argument("--tolerance", type=float, default=1e-5, help="largest gradient difference called equal")
+    ap.add_argument("--tolerance", type=float, default=1e-5, help="largest relative gradient difference called "
+                    "equal")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=0, help="extra unprofiled steps per configuration; the time "
