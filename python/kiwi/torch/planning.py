@@ -208,20 +208,25 @@ def _plan_for(model: StepModel, limit: int, solver: str, time_limit: float, max_
     lowest = mine["peak"]
     if limit < low[0]:
         return None, lowest, low
-    target, spent = limit, 0.0
+    spent, attempt = 0.0, 0
     search = planning_graph(cap, model.search_graph())
-    for attempt in range(1, max_attempts + 1):
-        r = kiwi.solve_remat(search, max(target, 0), solver, cap.cluster, time_limit, check=False)
-        spent += r.solve_seconds
-        if not r.feasible:
-            break
-        dropped = dropped_of(cap, r.schedule)
-        p = model.predict(dropped)
-        lowest = min(lowest, p["peak"])
-        if p["peak"] <= limit:
-            return RematPlan(cap, limit, dropped, p["schedule"], p["peak"], p["seconds"], base["peak"],
-                             base["seconds"], r.solver, spent, attempt, cfg), lowest, low
-        target -= max(p["peak"] - limit, 1 << 16)  # ask the solver for what the realisation overshot
+    # The keep/cut heuristic also runs when another solver finds nothing that fits: near the floor the
+    # solvers' schedules and the applied module's realisation of them differ most, and it takes ms.
+    for name in [solver] + (["heuristic"] if solver != "heuristic" else []):
+        target = limit
+        for _ in range(max_attempts):
+            attempt += 1
+            r = kiwi.solve_remat(search, max(target, 0), name, cap.cluster, time_limit, check=False)
+            spent += r.solve_seconds
+            if not r.feasible:
+                break
+            dropped = dropped_of(cap, r.schedule)
+            p = model.predict(dropped)
+            lowest = min(lowest, p["peak"])
+            if p["peak"] <= limit:
+                return RematPlan(cap, limit, dropped, p["schedule"], p["peak"], p["seconds"], base["peak"],
+                                 base["seconds"], r.solver, spent, attempt, cfg), lowest, low
+            target -= max(p["peak"] - limit, 1 << 16)  # ask the solver for what the realisation overshot
     return None, lowest, low
 
 

@@ -7,7 +7,7 @@ backward passes and one optimizer step. Each pass is the captured graph with wha
     and the whole batch's dropout masks (drawn once, as the unsplit model draws them);
   * pass 1: the gradients it makes stay to the end of the step (PyTorch stores a first gradient as is);
   * passes 2..k: the accumulated gradients are resident from the start, and each new gradient lives only
-    until autograd adds it to them in place (AccumulateGrad's `grad += new`);
+    until autograd adds it to them in place (AccumulateGrad's `grad += new`, whose time is added);
   * the last pass ends with the optimizer step; the others do not.
 Each pass is a graph the simulator replays (the same node ids, a few input nodes added), so the step's
 peak is the largest of theirs and its time their sum. A chunked optimizer step holds two chunk-sized
@@ -111,7 +111,24 @@ def pass_graph(captured, config: StepConfig, role: str) -> dict:
         acc = resident("gradients.accumulated", sum(node_bytes(nodes[i]) for i in grads))
         opt["inputs"] = [i for i in opt["inputs"] if i not in set(grads)] + [acc]
     graph["order"] = added + graph["order"]
+    if role in ("middle", "last"):
+        _price_accumulation(graph, grads, captured.cluster)
     return graph
+
+
+def _price_accumulation(graph: dict, grads: List[int], cluster: Any) -> None:
+    """Each gradient also costs its `grad += new` (read two, write one gradient-sized tensor): the cost
+    model's price of those bytes, added to the gradient's own (measured or roofline) cost."""
+    nodes = graph["nodes"]
+    probe = copy.deepcopy(graph)
+    for i in grads:
+        probe["nodes"][i].pop("cost", None)
+    before = kiwi.graph_summary(probe, cluster)["node_costs"]
+    for i in grads:
+        probe["nodes"][i]["bytes_accessed"] = probe["nodes"][i].get("bytes_accessed", 0) + 3 * node_bytes(nodes[i])
+    after = kiwi.graph_summary(probe, cluster)["node_costs"]
+    for i in grads:
+        nodes[i]["cost"] = float(nodes[i].get("cost", before[i])) + max(0.0, after[i] - before[i])
 
 
 def _roles(k: int) -> List[Tuple[str, int]]:
