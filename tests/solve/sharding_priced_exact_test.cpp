@@ -28,14 +28,13 @@ int64_t PricedCost(const ReducedProblem& p, const NodePrices& prices, const std:
 }
 
 int64_t BruteForcePriced(const ReducedProblem& p, const NodePrices& prices) {
-  std::vector<int32_t> x(p.nodes.size(), 0);
+  std::vector<int32_t> sizes;
+  for (const auto& node : p.nodes) sizes.push_back(node.strategies());
   int64_t best = ir::kForbiddenCost;
-  for (;;) {
+  kiwi::test_util::ForEachAssignment(sizes, [&](const std::vector<int32_t>& x) {
     best = std::min(best, PricedCost(p, prices, x));
-    size_t i = 0;
-    while (i < x.size() && ++x[i] == p.nodes[i].strategies()) x[i++] = 0;
-    if (i == x.size()) return best;
-  }
+  });
+  return best;
 }
 
 NodePrices RandomPrices(const ReducedProblem& p, uint64_t seed) {

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "assignment_odometer.h"
 #include "kiwi/ir/sharding_problem.h"
 
 namespace kiwi::solve::sharding::test_util {
@@ -66,15 +67,14 @@ inline ir::ShardingProblem RandomShardingProblem(uint64_t seed, int nodes, int m
 // The optimum by enumerating every solution (tiny problems only): cost and one optimal solution, or
 // std::nullopt when nothing is feasible.
 inline std::optional<std::pair<int64_t, ir::Solution>> BruteForceOptimum(const ir::ShardingProblem& p) {
-  ir::Solution x(p.nodes.size(), 0);
+  std::vector<int32_t> sizes;
+  for (const auto& node : p.nodes) sizes.push_back(node.strategies());
   std::optional<std::pair<int64_t, ir::Solution>> best;
-  for (;;) {
+  kiwi::test_util::ForEachAssignment(sizes, [&](const ir::Solution& x) {
     const ir::Evaluation e = ir::Evaluate(p, x);
     if (e.feasible && (!best || e.cost < best->first)) best = std::make_pair(e.cost, x);
-    size_t i = 0;
-    while (i < x.size() && ++x[i] == p.nodes[i].strategies()) x[i++] = 0;
-    if (i == x.size()) return best;
-  }
+  });
+  return best;
 }
 
 }  // namespace kiwi::solve::sharding::test_util

@@ -7,6 +7,8 @@
 
 #include <random>
 
+#include "assignment_odometer.h"
+
 namespace kiwi::solve::wcsp {
 namespace {
 
@@ -35,14 +37,11 @@ WcspProblem RandomNetwork(uint64_t seed, int variables, int max_domain, double d
 }
 
 int64_t BruteForce(const WcspProblem& p) {
-  std::vector<int32_t> x(p.unary.size(), 0);
+  std::vector<int32_t> sizes;
+  for (const auto& costs : p.unary) sizes.push_back(static_cast<int32_t>(costs.size()));
   int64_t best = p.forbidden;
-  for (;;) {
-    best = std::min(best, WcspCost(p, x));
-    size_t i = 0;
-    while (i < x.size() && ++x[i] == static_cast<int32_t>(p.unary[i].size())) x[i++] = 0;
-    if (i == x.size()) return best;
-  }
+  kiwi::test_util::ForEachAssignment(sizes, [&](const std::vector<int32_t>& x) { best = std::min(best, WcspCost(p, x)); });
+  return best;
 }
 
 class Toulbar : public ::testing::Test {
