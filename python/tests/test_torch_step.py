@@ -131,7 +131,11 @@ def test_micro_batches_need_a_splittable_step(cnn, convhead):
     cap = kt.capture(model, (x,), labels=y)
     with pytest.raises(kt.PlanError, match="batch norm"):
         kt.plan_remat(cap, fraction=0.5, micro_batches=2)
+    with pytest.raises(kt.PlanError, match="batch norm"):
+        kt.plan_from_dropped(cap.at_batch(4), [], config=StepConfig(2))
     assert {c.micro_batches for c in kt.planning.step_configs(cap)} == {1}
+    model.eval()  # running statistics: each sample on its own
+    assert kt.stepping.micro_batch_obstacle(cap) is None
     model, x, y = convhead
     cap = kt.capture(model, (x,), labels=y)
     with pytest.raises(kt.PlanError, match="does not divide"):

@@ -150,6 +150,10 @@ def plan_from_dropped(captured: Captured, dropped: List[int], solver: str = "man
     if bad:
         raise PlanError(f"node {bad[0]} is not a droppable saved tensor of {captured.name}")
     cfg = config or StepConfig()
+    if cfg.micro_batches > 1:
+        reason = micro_batch_obstacle(captured)
+        if reason:
+            raise PlanError(f"config: {captured.name} cannot be split into micro-batches: {reason}")
     base = predict(captured, [], cfg)
     p = predict(captured, list(dropped), cfg)
     return RematPlan(captured, None, sorted(dropped), p["schedule"], p["peak"], p["seconds"], base["peak"],

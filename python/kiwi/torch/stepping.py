@@ -55,8 +55,8 @@ def micro_batch_obstacle(captured) -> Optional[str]:
     nodes = captured.graph["nodes"]
     for fx, k in captured.structure.value_of.items():
         node = nodes[k]
-        if node["op"] == "batchnorm":
-            return f"'{fx}' is a batch norm: its statistics depend on the whole batch"
+        if node["op"] == "batchnorm" and captured.model.training:
+            return f"'{fx}' is a batch norm in training mode: its statistics depend on the whole batch"
         if fx in captured.fx_order and fx != LOSS_NODE and (not node["shape"] or node["shape"][0] != batch):
             return f"'{fx}' has shape {node['shape']}: not one row per sample, so samples may interact"
     return None
