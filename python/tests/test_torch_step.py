@@ -101,6 +101,7 @@ def test_each_configuration_is_predicted_and_computes_the_unsplit_step(convhead,
     applied = kt.apply_remat(model, plan)
     ref, got = compare_with_unsplit(model, applied, x, y)
     assert got.peak_bytes == pytest.approx(plan.predicted_peak_bytes, rel=0.01)
+    assert got.peak_bytes <= plan.predicted_peak_bytes  # e.g. a new weight gradient alive until its bias's
     assert applied.last_step.fallbacks == 0 and (applied.last_step.recomputed > 0) == drop
     if config.micro_batches > 1:
         assert got.peak_bytes < ref.peak_bytes

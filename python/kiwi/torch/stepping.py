@@ -110,6 +110,19 @@ def pass_graph(captured, config: StepConfig, role: str) -> dict:
         grads = [i for i in opt["inputs"] if nodes[i].get("pass") == "backward" and nodes[i]["kind"] != "opaque"]
         acc = resident("gradients.accumulated", sum(node_bytes(nodes[i]) for i in grads))
         opt["inputs"] = [i for i in opt["inputs"] if i not in set(grads)] + [acc]
+        # Autograd adds a node's gradients after the node has made all its outputs: each new gradient
+        # lives until its group's last backward node has run (AddmmBackward's weight gradient while it
+        # sums the bias gradient), which a marker node reading them right after says.
+        after: Dict[int, int] = {}
+        for g in st.groups:
+            early = [i for i in g.backward[:-1] if i in set(grads)]
+            if early:
+                marker = {"id": len(nodes), "name": nodes[g.node]["name"] + ".accumulate_grad", "kind": "opaque",
+                          "op": "accumulate_grad", "pass": "backward", "dtype": "u8", "shape": [1],
+                          "inputs": sorted(early), "cost": 0.0}
+                nodes.append(marker)
+                after[g.backward[-1]] = marker["id"]
+        graph["order"] = [w for v in graph["order"] for w in ([v, after[v]] if v in after else [v])]
     graph["order"] = added + graph["order"]
     if role in ("middle", "last"):
         _price_accumulation(graph, grads, captured.cluster)
