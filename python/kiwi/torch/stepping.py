@@ -7,7 +7,8 @@ backward passes and one optimizer step. Each pass is the captured graph with wha
     and the whole batch's dropout masks (drawn once, as the unsplit model draws them);
   * pass 1: the gradients it makes stay to the end of the step (PyTorch stores a first gradient as is);
   * passes 2..k: the accumulated gradients are resident from the start, and each new gradient lives only
-    until autograd adds it to them in place (AccumulateGrad's `grad += new`, whose time is added);
+    until autograd adds it to them in place (AccumulateGrad's `grad += new`, whose time is added), once
+    its autograd node has made all its outputs;
   * the last pass ends with the optimizer step; the others do not.
 Each pass is a graph the simulator replays (the same node ids, a few input nodes added), so the step's
 peak is the largest of theirs and its time their sum. A chunked optimizer step holds two chunk-sized
