@@ -71,7 +71,7 @@ class Workspace:
     optimizer: int = 0
 
 
-class _Editor:
+class GraphEditor:
     """Appends nodes to a training graph dict (ids stay dense: new nodes go at the end)."""
 
     def __init__(self, graph: dict):
@@ -112,7 +112,7 @@ def augment(graph: dict, records: Dict[str, NodeRecord], fx_order: Sequence[str]
             framework_bytes: int, momentum: bool, loss: Optional[int], loss_outside: bool) -> Structure:
     """Adds the nodes listed in the module docstring to `graph` (a training graph dict, modified in
     place, with an explicit order) and returns where they are."""
-    ed = _Editor(graph)
+    ed = GraphEditor(graph)
     nodes = ed.nodes
     n_orig = len(nodes)
     persistent = {v["id"] for v in nodes if v["kind"] in ("parameter", "optimizer_state")}
@@ -145,7 +145,7 @@ def augment(graph: dict, records: Dict[str, NodeRecord], fx_order: Sequence[str]
     return Structure(bundles, bundle_of, groups, dict(value_of), inputs + extra_inputs, opt, opt_ws, forced)
 
 
-def _bundle(ed: _Editor, fx: str, records, value_of, companions, fx_args, workspace: Workspace, always: Set[int],
+def _bundle(ed: GraphEditor, fx: str, records, value_of, companions, fx_args, workspace: Workspace, always: Set[int],
             reads: Set[int]) -> Bundle:
     """n's kiwi nodes. Own buffers are matched to dropout masks, then to tensors kiwi's rules read but
     autograd did not save (cross-entropy's log-probabilities stand for its logits), the rest is X(n)."""
@@ -183,7 +183,7 @@ def node_bytes(node: dict) -> int:
     return size
 
 
-def _group(ed: _Editor, fx: str, k: int, members: List[int], bundle: Optional[Bundle], records, value_of,
+def _group(ed: GraphEditor, fx: str, k: int, members: List[int], bundle: Optional[Bundle], records, value_of,
            always: Set[int], workspace: Workspace) -> Group:
     need = _forward_reads(ed.nodes, members, always)
     if fx:
@@ -205,7 +205,7 @@ def _group(ed: _Editor, fx: str, k: int, members: List[int], bundle: Optional[Bu
     return g
 
 
-def _optimizer(ed: _Editor, persistent: Set[int], held: List[int], ws_bytes: int, momentum: bool,
+def _optimizer(ed: GraphEditor, persistent: Set[int], held: List[int], ws_bytes: int, momentum: bool,
                n_orig: int) -> Tuple[Optional[int], Optional[int]]:
     nodes = ed.nodes
     opt = next((v["id"] for v in nodes[:n_orig] if v["kind"] == "optimizer"), None)

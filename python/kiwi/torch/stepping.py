@@ -20,16 +20,19 @@ from typing import Any, Dict, List, Optional, Tuple
 import kiwi
 from kiwi.torch.capture import LOSS_NODE
 from kiwi.torch.schedule import droppable, memory_floor, realize
-from kiwi.torch.semantics import node_bytes
+from kiwi.torch.semantics import GraphEditor, node_bytes
 
 # The chunk a chunked optimizer step updates at a time: at most 16 MiB (small next to any budget), an
 # eighth of the largest parameter on small models, and not so small that Python's per-chunk work shows.
 MAX_CHUNK_BYTES, MIN_CHUNK_BYTES = 16 << 20, 64 << 10
 
 
+def _largest_parameter_bytes(captured) -> int:
+    return max((p.numel() * p.element_size() for p in captured.model.parameters() if p.requires_grad), default=0)
+
+
 def default_chunk_bytes(captured) -> int:
-    largest = max((p.numel() * p.element_size() for p in captured.model.parameters() if p.requires_grad), default=0)
-    return max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, largest // 8))
+    return max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, _largest_parameter_bytes(captured) // 8))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,8 +73,7 @@ def lean_optimizer_possible(captured) -> bool:
 
 def chunked_workspace(captured, chunk_bytes: int) -> int:
     """Adam's step in chunks: two chunk-sized temporaries (costs.optimizer_workspace's rule on a chunk)."""
-    largest = max((p.numel() * p.element_size() for p in captured.model.parameters() if p.requires_grad), default=0)
-    return 2 * min(largest, chunk_bytes)
+    return 2 * min(_largest_parameter_bytes(captured), chunk_bytes)
 
 
 def pass_graph(captured, config: StepConfig, role: str) -> dict:
@@ -81,15 +83,13 @@ def pass_graph(captured, config: StepConfig, role: str) -> dict:
     if role == "only" and not config.optimizer_chunk_bytes:
         return captured.graph
     graph = copy.deepcopy(captured.graph)
-    nodes = graph["nodes"]
+    ed = GraphEditor(graph)
+    nodes = ed.nodes
     added: List[int] = []
 
     def resident(name: str, nbytes: int) -> int:
-        node = {"id": len(nodes), "name": name, "kind": "input", "op": "input", "pass": "forward", "dtype": "u8",
-                "shape": [max(1, int(nbytes))], "inputs": [], "scope": "framework"}
-        nodes.append(node)
-        added.append(node["id"])
-        return node["id"]
+        added.append(ed.add(name, "input", "input", nbytes, [], False, "framework"))
+        return added[-1]
 
     if k > 1:
         data = [v for v in nodes if v["kind"] == "input" and v.get("scope") != "framework"
@@ -109,20 +109,19 @@ def pass_graph(captured, config: StepConfig, role: str) -> dict:
             nodes[ws]["shape"] = [1]
     if role in ("middle", "last"):  # gradients accumulate into .grad: each new one is transient
         grads = [i for i in opt["inputs"] if nodes[i].get("pass") == "backward" and nodes[i]["kind"] != "opaque"]
+        transient = set(grads)
         acc = resident("gradients.accumulated", sum(node_bytes(nodes[i]) for i in grads))
-        opt["inputs"] = [i for i in opt["inputs"] if i not in set(grads)] + [acc]
+        opt["inputs"] = [i for i in opt["inputs"] if i not in transient] + [acc]
         # Autograd adds a node's gradients after the node has made all its outputs: each new gradient
         # lives until its group's last backward node has run (AddmmBackward's weight gradient while it
         # sums the bias gradient), which a marker node reading them right after says.
         after: Dict[int, int] = {}
         for g in st.groups:
-            early = [i for i in g.backward[:-1] if i in set(grads)]
+            early = [i for i in g.backward[:-1] if i in transient]
             if early:
-                marker = {"id": len(nodes), "name": nodes[g.node]["name"] + ".accumulate_grad", "kind": "opaque",
-                          "op": "accumulate_grad", "pass": "backward", "dtype": "u8", "shape": [1],
-                          "inputs": sorted(early), "cost": 0.0}
-                nodes.append(marker)
-                after[g.backward[-1]] = marker["id"]
+                marker = ed.add(nodes[g.node]["name"] + ".accumulate_grad", "opaque", "accumulate_grad", 1, early, True)
+                nodes[marker]["cost"] = 0.0
+                after[g.backward[-1]] = marker
         graph["order"] = [w for v in graph["order"] for w in ([v, after[v]] if v in after else [v])]
     graph["order"] = added + graph["order"]
     if role in ("middle", "last"):
@@ -174,9 +173,10 @@ class StepModel:
             sims.append((role, graph, steps, sim))
         return {"schedule": steps, "peak": peak, "seconds": seconds, "sim": sims[-1][3], "sims": sims}
 
-    def floor(self) -> Tuple[int, str]:
-        """No plan of this configuration peaks below the bytes returned (schedule.memory_floor on each pass)."""
-        base = self.predict([])
+    def floor(self, base: Optional[Dict[str, Any]] = None) -> Tuple[int, str]:
+        """No plan of this configuration peaks below the bytes returned (schedule.memory_floor on each pass).
+        `base`: this model's predict([]) when the caller has it already."""
+        base = base if base is not None else self.predict([])
         best, at = 0, -1
         for _, graph, steps, sim in base["sims"]:
             low, node = memory_floor(graph, self.captured.structure, steps, sim["timeline"])
