@@ -208,7 +208,7 @@ def _plan_for(model: StepModel, limit: int, solver: str, time_limit: float, max_
     if mine["peak"] <= limit:
         return RematPlan(cap, limit, [], mine["schedule"], mine["peak"], mine["seconds"], base["peak"],
                          base["seconds"], "checkpoint-all", config=cfg), mine["peak"], (0, "")
-    low = model.floor()
+    low = model.floor(mine)
     lowest = mine["peak"]
     if limit < low[0]:
         return None, lowest, low

@@ -354,10 +354,10 @@ class _replay:
 class Program:
     """Everything a forward call needs, resolved once from the capture and the keep set."""
 
-    def __init__(self, captured, dropped: Sequence[int], instrument: bool = False):
+    def __init__(self, captured, dropped: Sequence[int], instrument: bool = False, micro_batches: int = 1):
         st = captured.structure
         self.instrument = instrument
-        self.micro_batches = 1
+        self.micro_batches = micro_batches
         self.runner: NodeRunner = captured.runner
         self.nodes = captured.model_nodes
         self.output = captured.model_output
@@ -433,8 +433,7 @@ class RematModule(torch.nn.Module):
     def __init__(self, captured, dropped: Sequence[int], instrument: bool = False, config: StepConfig = StepConfig()):
         super().__init__()
         self.graph_module = captured.gm
-        self._program = Program(captured, dropped, instrument)
-        self._program.micro_batches = config.micro_batches
+        self._program = Program(captured, dropped, instrument, config.micro_batches)
         self.config = config
         self.loss_fn = captured_loss(captured)
         self.last_step: Optional[_Step] = None
