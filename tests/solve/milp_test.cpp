@@ -603,6 +603,28 @@ TEST(MilpSolve, LargeLpBuildsAndSolvesQuickly) {
   // ~4 s of CPU measured (building: 0.05 s); speed is the bench's business, not a pass/fail here.
 }
 
+TEST(MilpSolve, LeanSearchAfterASlowRootStillSolves) {
+  // A time limit of 4 root LPs (timed here, so that slower builds scale with it): too slow a root for
+  // preprocessing (40 x root > half the time left) and for a full search (10 x root > the time left),
+  // so CBC runs without preprocessing, zero-half and two-row MIR cuts. The LP is integral here.
+  const PathCover p = RandomPathCover(30000);
+  const Model m = PathCoverModel(p, VarType::kInteger);
+  const auto lp_start = std::chrono::steady_clock::now();
+  ASSERT_EQ(SolveOk(PathCoverModel(p, VarType::kContinuous), Relaxed()).termination, Termination::kOptimal);
+  const double lp_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - lp_start).count();
+  SolveOptions o = Options(std::max(0.2, 4 * lp_seconds));
+  o.lean_search_when_root_is_slow = true;
+  o.log = true;
+  testing::internal::CaptureStderr();
+  const SolveResult r = SolveOk(m, o);
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("preprocessing off"), std::string::npos);
+  EXPECT_NE(log.find("-twoMirCuts off"), std::string::npos);  // CBC echoes its command line
+  ASSERT_TRUE(r.has_solution()) << log.substr(0, log.find("command line"));
+  EXPECT_LE(m.MaxViolation(r.values), 1e-6);
+  EXPECT_NEAR(r.objective, PathCoverByDp(p.cost, p.demand, p.upper), 1e-6 * std::fabs(r.objective));
+}
+
 TEST(MilpSolve, TimeLimitInsideTheRootLp) {
   // The same model with integer variables: CBC's search never starts within 50 ms.
   const Model m = PathCoverModel(RandomPathCover(200000), VarType::kInteger);

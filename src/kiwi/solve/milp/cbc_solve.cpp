@@ -329,13 +329,20 @@ class IncumbentHandler : public CbcEventHandler {
 // CbcMain1 needs a callback; kiwi does not use it.
 int NoCallback(CbcModel* /*model*/, int /*where_from*/) { return 0; }
 
+// How CbcMain1 runs, decided from the root LP's time.
+struct CbcPlan {
+  double seconds = 0.0;    // CBC's own limit
+  bool preprocess = true;  // integer preprocessing and zero-half cuts
+  bool lean = false;       // no two-row MIR cuts, one thread (SolveOptions::lean_search_when_root_is_slow)
+};
+
 // The `cbc` command-line arguments: silence, limits, then the default `-solve`.
-std::vector<std::string> CbcArguments(const SolveOptions& options, double seconds_left, bool preprocess) {
+std::vector<std::string> CbcArguments(const SolveOptions& options, const CbcPlan& plan) {
   const char* level = options.log ? "1" : "0";
   std::vector<std::string> args = {"kiwi", "-log", level, "-slog", level, "-timeMode", "elapsed"};
-  if (seconds_left < 1e9) args.insert(args.end(), {"-sec", fmt::format("{:.6f}", std::max(seconds_left, 0.001))});
+  if (plan.seconds < 1e9) args.insert(args.end(), {"-sec", fmt::format("{:.6f}", std::max(plan.seconds, 0.001))});
   args.insert(args.end(), {"-ratioGap", fmt::format("{:.9g}", options.relative_gap)});
-  int threads = options.threads;
+  int threads = plan.lean ? 1 : options.threads;
   if (threads == 0) threads = static_cast<int>(std::thread::hardware_concurrency());
   // 100 + n: CBC's deterministic parallel mode (repeatable; also faster than the free-running mode
   // here: a 17k-column Checkmate model took 34 s vs 38 s on 1 thread vs >90 s free-running).
@@ -344,7 +351,8 @@ std::vector<std::string> CbcArguments(const SolveOptions& options, double second
   }
   // Both ignore the time limit: on a 400k-row Checkmate model CBC's zero-half separator (Cgl012Cut)
   // ran 95 s past a 23 s limit. A model whose root LP is too slow for preprocessing skips both.
-  if (!preprocess) args.insert(args.end(), {"-preprocess", "off", "-zeroHalfCuts", "off"});
+  if (!plan.preprocess) args.insert(args.end(), {"-preprocess", "off", "-zeroHalfCuts", "off"});
+  if (plan.lean) args.insert(args.end(), {"-twoMirCuts", "off"});
   args.insert(args.end(), {"-solve", "-quit"});
   return args;
 }
@@ -430,10 +438,14 @@ bool PreprocessAffordable(double root_lp_seconds, double seconds_left) {
   return kPreprocessPerRootLp * root_lp_seconds <= 0.5 * seconds_left;
 }
 
+// SolveOptions::lean_search_when_root_is_slow applies when fewer root LPs than this fit in the time
+// left: then CBC spends it in root cut rounds, each costing about a root LP.
+constexpr double kRootLpsForAFullSearch = 10.0;
+
 // Branch and cut through CbcMain1 (preprocessing, the default cut generators and heuristics).
 SolveResult RunCbc(const Model& model, const CoinProblem& p, const OsiClpSolverInterface& solver,
                    CoinMessageHandler* handler, const SolveOptions& options, Clock::time_point start,
-                   bool preprocess) {
+                   const CbcPlan& plan) {
   IncumbentSink sink{&model, &p, &options.on_incumbent, start, {}, COIN_DBL_MAX};  // outlives cbc
   CbcModel cbc(solver);
   cbc.passInMessageHandler(handler);
@@ -448,8 +460,7 @@ SolveResult RunCbc(const Model& model, const CoinProblem& p, const OsiClpSolverI
     cbc.passInEventHandler(&incumbents);  // CBC keeps a clone
   }
   if (options.warm_start) SetWarmStart(model, *options.warm_start, cbc, options.log);
-  const std::vector<std::string> args =
-      CbcArguments(options, options.time_limit_seconds - SecondsSince(start), preprocess);
+  const std::vector<std::string> args = CbcArguments(options, plan);
   std::vector<const char*> argv;
   for (const std::string& a : args) argv.push_back(a.c_str());
   CbcMain1(static_cast<int>(argv.size()), argv.data(), cbc, NoCallback, data);
@@ -480,11 +491,20 @@ SolveResult SolveMilp(const Model& model, const CoinProblem& p, const SolveOptio
     if (options.log) std::fprintf(stderr, "kiwi milp: no time left for branch and cut (root LP %.1f s)\n", root_seconds);
     return bound_only;
   }
-  const bool preprocess = PreprocessAffordable(root_seconds, SecondsLeft(options, start));
-  if (!preprocess && options.log) {
-    std::fprintf(stderr, "kiwi milp: CBC preprocessing off (root LP too slow for the time left)\n");
+  CbcPlan plan;
+  const double left = SecondsLeft(options, start);
+  plan.preprocess = PreprocessAffordable(root_seconds, left);
+  plan.lean = options.lean_search_when_root_is_slow && kRootLpsForAFullSearch * root_seconds > left;
+  // After its limit CBC solves the LP once more with the incumbent's integers fixed (2.5 s after an
+  // 8.8 s root LP on a 192k-row Checkmate model): stop it early by that much.
+  constexpr double kFinalLpPerRootLp = 0.35;
+  plan.seconds = left - kFinalLpPerRootLp * root_seconds;
+  if (options.log) {
+    std::fprintf(stderr, "kiwi milp: root LP %.1f s; CBC preprocessing %s%s\n", root_seconds,
+                 plan.preprocess ? "on" : "off (root LP too slow for the time left)",
+                 plan.lean ? "; lean search (one thread, no two-row MIR cuts)" : "");
   }
-  SolveResult result = RunCbc(model, p, solver, handler.get(), options, start, preprocess);
+  SolveResult result = RunCbc(model, p, solver, handler.get(), options, start, plan);
   result.seconds = SecondsSince(start);
   return result;
 }

@@ -57,10 +57,16 @@ double BudgetUnits(const Index& index, int64_t budget) {
   return index.integral_units ? std::floor(units) : units * (1.0 - 1e-9);
 }
 
-void CreateStageVariables(const StageGraph& g, milp::Model& m, Index& index) {
+// Stages before `first` are checkpoint-all's, constants; from `first` on, Checkmate's variables.
+void CreateStageVariables(const StageGraph& g, milp::Model& m, Index& index, int32_t first) {
   index.r.resize(Z(g.n));
   index.s.resize(Z(g.n));
-  for (int32_t t = 0; t < g.n; ++t) {
+  const StageSolution all = CheckpointAllStages(g);
+  for (int32_t t = 0; t < first; ++t) {
+    for (int32_t i = 0; i <= t; ++i) index.r[Z(t)].push_back(i == t ? Index::kOne : Index::kZero);
+    for (int32_t i = 0; i < t; ++i) index.s[Z(t)].push_back(all.Stored(t, i) ? Index::kOne : Index::kZero);
+  }
+  for (int32_t t = first; t < g.n; ++t) {
     for (int32_t i = 0; i <= t; ++i) {
       const bool fixed_zero = g.persistent[Z(i)] || !g.Live(t, i);
       index.r[Z(t)].push_back(i == t ? Index::kOne : fixed_zero ? Index::kZero : m.AddBinary().index);
@@ -206,9 +212,10 @@ CheckmateModel BuildCheckmateModel(const RematProblem& problem, const StageGraph
   Index& x = cm.index;
   ChooseMemoryUnit(g, x);
   x.budget_units = BudgetUnits(x, problem.budget);
-  CreateStageVariables(g, cm.model, x);
+  x.first_stage = std::clamp(options.first_stage, 0, std::max(0, g.n - 1));
+  CreateStageVariables(g, cm.model, x, x.first_stage);
   x.u.resize(Z(g.n));
-  for (int32_t t = 0; t < g.n; ++t) AddStageRows(g, cm.model, x, t, options);
+  for (int32_t t = x.first_stage; t < g.n; ++t) AddStageRows(g, cm.model, x, t, options);
   milp::Expr objective;  // Checkmate eq. (1a): sum_t sum_i C_i R[t][i]
   for (int32_t t = 0; t < g.n; ++t)
     for (int32_t i = 0; i <= t; ++i)
@@ -225,12 +232,13 @@ void SetMemoryBudget(CheckmateModel& cm, int64_t budget) {
 }
 
 StageSolution ReadStageSolution(const CheckmateModel& cm, const std::vector<double>& values) {
+  const std::vector<std::vector<double>> stored = ReadStoredValues(cm, values);
   const Index& x = cm.index;
   const auto n = static_cast<int32_t>(x.r.size());
   StageSolution sol = EmptyStages(n);
   for (int32_t t = 0; t < n; ++t) {
     for (int32_t i = 0; i <= t; ++i) sol.R[Z(t)][Z(i)] = SlotValue(x.R(t, i), values) > 0.5 ? 1 : 0;
-    for (int32_t i = 0; i < t; ++i) sol.S[Z(t)][Z(i)] = SlotValue(x.S(t, i), values) > 0.5 ? 1 : 0;
+    for (int32_t i = 0; i < t; ++i) sol.S[Z(t)][Z(i)] = stored[Z(t)][Z(i)] > 0.5 ? 1 : 0;
   }
   return sol;
 }
@@ -240,6 +248,10 @@ std::vector<std::vector<double>> ReadStoredValues(const CheckmateModel& cm, cons
   std::vector<std::vector<double>> s(x.s.size());
   for (size_t t = 0; t < x.s.size(); ++t)
     for (int32_t slot : x.s[t]) s[t].push_back(SlotValue(slot, values));
+  // Before the first variable stage: checkpoint-all, keeping what that stage starts with.
+  const int32_t first = x.first_stage;
+  for (int32_t t = 0; t < first; ++t)
+    for (int32_t i = 0; i < t; ++i) s[Z(t)][Z(i)] = std::max(s[Z(t)][Z(i)], s[Z(first)][Z(i)]);
   return s;
 }
 
@@ -315,12 +327,19 @@ std::optional<StageSolution> WarmStartStages(const RematProblem& problem, const 
 
 // A solver's (R, S) turned into the schedule the simulator judges. An R that does not pass the
 // stage checks or a peak over budget (CBC's tolerances) is rebuilt from S by OptimalR, which never
-// costs or holds more.
+// costs or holds more. If that still does not fit (tensors the first variable stage starts with, kept
+// through the stages before it, see CheckmateModelOptions::first_stage), the MIP start is returned.
 Result<RematResult> FinishStages(const RematProblem& problem, const cost::CostModel& cost_model, const StageGraph& g,
-                                 StageSolution sol, RematResult partial) {
+                                 StageSolution sol, const std::optional<StageSolution>& fallback,
+                                 RematResult partial) {
   if (!CheckStageSolution(g, sol) || StagePeakMemory(g, sol) > problem.budget) {
     sol = OptimalR(g, std::move(sol.S));
     partial.note += " (R rebuilt from S)";
+  }
+  if (StagePeakMemory(g, sol) > problem.budget && fallback) {
+    sol = *fallback;
+    partial.optimal = false;
+    partial.note += "; it keeps too much before the first over-budget stage: the MIP start instead";
   }
   return FinishResult(problem, cost_model, StageSchedule(problem, g, sol), std::move(partial));
 }
@@ -330,6 +349,7 @@ milp::SolveOptions IlpSolveOptions(const RematOptions& options, double seconds_l
   so.time_limit_seconds = std::max(0.0, seconds_left);
   so.relative_gap = options.relative_gap;
   so.threads = options.threads;
+  so.skip_costly_cuts = true;
   so.on_incumbent = [&options](const milp::Incumbent& inc) {
     Say(options, fmt::format("ilp: incumbent {:.6g}, bound {:.6g} at {:.2f} s", inc.objective, inc.best_bound, inc.seconds));
   };
@@ -363,11 +383,18 @@ Result<milp::SolveResult> RunCbc(const CheckmateModel& cm, const milp::SolveOpti
   return r;
 }
 
-// All proven: CBC's bound (weak or -inf when time ran out in its root), the LP's, and every node once.
-double ProvenBound(const RematProblem& problem, const milp::SolveResult& r, const LpRounding& rounding) {
-  double bound = std::max(problem.baseline_cost, rounding.lp_bound.value_or(problem.baseline_cost));
+// All proven: `known` (the LP's, every node once, an earlier model's), CBC's bound (weak or -inf when
+// time ran out in its root).
+double ProvenBound(const milp::SolveResult& r, double known) {
+  double bound = known;
   if (r.has_solution() && std::isfinite(r.best_bound)) bound = std::max(bound, r.best_bound);
   return r.has_solution() ? std::min(bound, r.objective) : bound;
+}
+
+// Whether a solution of a model that starts after stage 0 is a schedule within the budget: its
+// extension keeps what the first variable stage starts with through the stages before it.
+bool FitsBeforeTheFirstStage(const RematProblem& problem, const StageGraph& g, const StageSolution& sol) {
+  return StagePeakMemory(g, OptimalR(g, sol.S)) <= problem.budget;
 }
 
 }  // namespace
@@ -384,9 +411,10 @@ Result<RematResult> SolveCheckmateIlp(const RematProblem& problem, const cost::C
     return partial;
   }
   const StageGraph g = MakeStageGraph(problem);
-  const CheckmateModel cm = BuildCheckmateModel(problem, g);
-  Say(options, fmt::format("ilp: {} variables, {} rows, built in {:.2f} s", cm.model.num_vars(),
-                           cm.model.num_constraints(), SecondsSince(start)));
+  const int32_t first_stage = FirstOverBudgetStage(g, problem.budget);
+  CheckmateModel cm = BuildCheckmateModel(problem, g, {.first_stage = first_stage});
+  Say(options, fmt::format("ilp: {} variables, {} rows (stages {} to {}), built in {:.2f} s", cm.model.num_vars(),
+                           cm.model.num_constraints(), cm.index.first_stage, g.n - 1, SecondsSince(start)));
   std::string source;
   LpRounding rounding;
   std::optional<StageSolution> warm = WarmStartStages(problem, g, warm_start, options, rounding, source);
@@ -398,14 +426,25 @@ Result<RematResult> SolveCheckmateIlp(const RematProblem& problem, const cost::C
     partial.solve_seconds = SecondsSince(start);
     return partial;
   }
-  milp::SolveOptions so = IlpSolveOptions(options, options.time_limit_seconds - SecondsSince(start));
-  if (warm) {
-    so.warm_start = StageSolutionValues(cm, g, *warm);
-    Say(options, fmt::format("ilp: warm start from {}: cost {:.6g}", source, StageCost(g, *warm)));
-  }
-  Result<milp::SolveResult> r = RunCbc(cm, so, options);
+  auto solve = [&](const CheckmateModel& model) {
+    milp::SolveOptions so = IlpSolveOptions(options, options.time_limit_seconds - SecondsSince(start));
+    if (warm) so.warm_start = StageSolutionValues(model, g, *warm);
+    return RunCbc(model, so, options);
+  };
+  if (warm) Say(options, fmt::format("ilp: warm start from {}: cost {:.6g}", source, StageCost(g, *warm)));
+  Result<milp::SolveResult> r = solve(cm);
   if (!r) return r.error();
-  const double bound = ProvenBound(problem, *r, rounding);
+  double bound = ProvenBound(*r, std::max(problem.baseline_cost, rounding.lp_bound.value_or(problem.baseline_cost)));
+  if (first_stage > 0 && r->has_solution() && !FitsBeforeTheFirstStage(problem, g, ReadStageSolution(cm, r->values))) {
+    // Rare: the relaxation's answer starts stage `first_stage` with a tensor that checkpoint-all had
+    // freed, and keeping it does not fit. Its bound holds; the whole model gives the schedule.
+    Say(options, fmt::format("ilp: its schedule keeps too much before stage {}; solving the whole model", first_stage));
+    cm = BuildCheckmateModel(problem, g);
+    const double relaxed = bound;
+    r = solve(cm);
+    if (!r) return r.error();
+    bound = ProvenBound(*r, relaxed);
+  }
   partial.note = Termination(*r, bound);
   Say(options, fmt::format("ilp: {} in {:.2f} s", partial.note, SecondsSince(start)));
   if (r->termination != milp::Termination::kInfeasible) partial.lower_bound = bound;
@@ -414,7 +453,7 @@ Result<RematResult> SolveCheckmateIlp(const RematProblem& problem, const cost::C
     return partial;
   }
   partial.optimal = r->termination == milp::Termination::kOptimal;
-  Result<RematResult> result = FinishStages(problem, cost_model, g, ReadStageSolution(cm, r->values), std::move(partial));
+  Result<RematResult> result = FinishStages(problem, cost_model, g, ReadStageSolution(cm, r->values), warm, std::move(partial));
   if (result) result->solve_seconds = SecondsSince(start);
   return result;
 }

@@ -40,6 +40,11 @@ namespace kiwi::solve::remat {
 struct CheckmateModelOptions {
   bool exact_free = true;  // also bound FREE from below, so that U equals the replay's resident bytes
   bool no_waste = true;    // R[t][i] only if read later in the stage or kept (then FREE[t][i][i] = 0)
+  // Stages before it are checkpoint-all's (constants, no rows); S[first_stage] is free over the live
+  // tensors. A relaxation for any value (its bound holds); FirstOverBudgetStage's is the usual one, as
+  // no stage before it needs recomputation. Readers extend checkpoint-all so that every tensor in
+  // S[first_stage] is kept from its computation on, which may not fit the budget: check the peak.
+  int32_t first_stage = 0;
 };
 
 // Where each Checkmate variable lives in the model. A slot holds a variable index, or kZero / kOne
@@ -59,6 +64,7 @@ struct CheckmateIndex {
   double memory_unit = 1.0;             // bytes per unit of U and of the budget row
   bool integral_units = true;           // every size is a whole number of units
   double budget_units = 0.0;
+  int32_t first_stage = 0;              // stages before it are constants (CheckmateModelOptions)
 
   int32_t R(int32_t t, int32_t i) const { return r[static_cast<size_t>(t)][static_cast<size_t>(i)]; }
   int32_t S(int32_t t, int32_t i) const {  // S[T][i] = 0
@@ -77,7 +83,8 @@ CheckmateModel BuildCheckmateModel(const RematProblem& problem, const StageGraph
 // Re-targets a built model at another budget (only U's upper bounds change).
 void SetMemoryBudget(CheckmateModel& cm, int64_t budget);
 
-// Rounds a solution's R and S (values > 0.5); fixed entries read as their constant.
+// Rounds a solution's R and S (values > 0.5); fixed entries read as their constant, except that a
+// tensor stored into the first variable stage is kept from its computation on.
 StageSolution ReadStageSolution(const CheckmateModel& cm, const std::vector<double>& values);
 
 // S[t][i] values of a (possibly fractional) solution, fixed entries included, for rounding.

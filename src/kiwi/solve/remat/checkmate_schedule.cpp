@@ -143,6 +143,14 @@ StageSolution CheckpointAllStages(const StageGraph& g) {
   return sol;
 }
 
+int32_t FirstOverBudgetStage(const StageGraph& g, int64_t budget) {
+  const StageSolution all = CheckpointAllStages(g);
+  for (int32_t t = 0; t < g.n; ++t)
+    for (const StageEvent& e : ReplayStage(g, all, t))
+      if (e.compute && e.resident_after > budget) return t;
+  return g.n;
+}
+
 std::optional<StageSolution> StoredSetsOfSchedule(const RematProblem& problem, const std::vector<plan::Step>& steps) {
   const int32_t n = problem.size();
   StageSolution sol = EmptyStages(n);

@@ -81,6 +81,10 @@ std::vector<plan::Step> StageSchedule(const RematProblem& problem, const StageGr
 // come (or i is persistent). Its schedule has the checkpoint-all peak.
 StageSolution CheckpointAllStages(const StageGraph& g);
 
+// The first stage whose checkpoint-all replay peaks above `budget` (n when none does): no earlier stage
+// needs a recomputation, so the MILP may start there (CheckmateModelOptions::first_stage).
+int32_t FirstOverBudgetStage(const StageGraph& g, int64_t budget);
+
 // Reads a schedule's stage structure: stage t ends with the first compute of order[t]; S[t] is what is
 // resident when stage t begins and R[t][k] = 1 if k is computed in stage t (once or more: a schedule
 // not in stage form gives an R that CheckStageSolution rejects; OptimalR then rebuilds it from S).

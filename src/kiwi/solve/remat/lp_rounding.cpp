@@ -122,7 +122,7 @@ LpRounding RoundLpRelaxation(const RematProblem& problem, const StageGraph& g, c
                              const RoundingPlan& plan) {
   const Clock::time_point start = Clock::now();
   LpRounding out;
-  CheckmateModel cm = BuildCheckmateModel(problem, g);
+  CheckmateModel cm = BuildCheckmateModel(problem, g, {.first_stage = FirstOverBudgetStage(g, problem.budget)});
   std::optional<Candidate> best = SweepBudgets(problem, g, cm, options, plan, start, out);
   if (!best && out.lp_bound) {  // a safety net, labelled as such: keep every tensor until its last use
     int fitting = 0;
