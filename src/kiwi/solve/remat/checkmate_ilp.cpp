@@ -327,19 +327,12 @@ std::optional<StageSolution> WarmStartStages(const RematProblem& problem, const 
 
 // A solver's (R, S) turned into the schedule the simulator judges. An R that does not pass the
 // stage checks or a peak over budget (CBC's tolerances) is rebuilt from S by OptimalR, which never
-// costs or holds more. If that still does not fit (tensors the first variable stage starts with, kept
-// through the stages before it, see CheckmateModelOptions::first_stage), the MIP start is returned.
+// costs or holds more.
 Result<RematResult> FinishStages(const RematProblem& problem, const cost::CostModel& cost_model, const StageGraph& g,
-                                 StageSolution sol, const std::optional<StageSolution>& fallback,
-                                 RematResult partial) {
+                                 StageSolution sol, RematResult partial) {
   if (!CheckStageSolution(g, sol) || StagePeakMemory(g, sol) > problem.budget) {
     sol = OptimalR(g, std::move(sol.S));
     partial.note += " (R rebuilt from S)";
-  }
-  if (StagePeakMemory(g, sol) > problem.budget && fallback) {
-    sol = *fallback;
-    partial.optimal = false;
-    partial.note += "; it keeps too much before the first over-budget stage: the MIP start instead";
   }
   return FinishResult(problem, cost_model, StageSchedule(problem, g, sol), std::move(partial));
 }
@@ -349,7 +342,7 @@ milp::SolveOptions IlpSolveOptions(const RematOptions& options, double seconds_l
   so.time_limit_seconds = std::max(0.0, seconds_left);
   so.relative_gap = options.relative_gap;
   so.threads = options.threads;
-  so.skip_costly_cuts = true;
+  so.lean_search_when_root_is_slow = true;
   so.on_incumbent = [&options](const milp::Incumbent& inc) {
     Say(options, fmt::format("ilp: incumbent {:.6g}, bound {:.6g} at {:.2f} s", inc.objective, inc.best_bound, inc.seconds));
   };
@@ -453,7 +446,7 @@ Result<RematResult> SolveCheckmateIlp(const RematProblem& problem, const cost::C
     return partial;
   }
   partial.optimal = r->termination == milp::Termination::kOptimal;
-  Result<RematResult> result = FinishStages(problem, cost_model, g, ReadStageSolution(cm, r->values), warm, std::move(partial));
+  Result<RematResult> result = FinishStages(problem, cost_model, g, ReadStageSolution(cm, r->values), std::move(partial));
   if (result) result->solve_seconds = SecondsSince(start);
   return result;
 }

@@ -26,7 +26,10 @@
 //    sum_k FREE[t][i][k] + S[t+1][i] <= R[t][i] + S[t][i] (eq. 1c, strengthened: an LP can no longer
 //    free more of i than it holds); plus, when `exact_free`, FREE >= R[t][k] - S[t+1][i] -
 //    sum_{readers j > k} R[t][j], which makes U the exact resident bytes (not only an upper bound);
-//  - U only after computes that can happen, in units of the gcd of the tensor sizes (integral rows).
+//  - U only after computes that can happen, in units of the gcd of the tensor sizes (integral rows);
+//  - no variables before the first stage whose checkpoint-all replay exceeds the budget (nothing there
+//    needs a recomputation): on random_layered_n250 at 0.8, stages 187-249 only, 87k variables and 192k
+//    rows instead of 189k and 413k, root LP 9 s instead of 22-30 s; see CheckmateModelOptions::first_stage.
 #include <cstdint>
 #include <vector>
 
@@ -80,7 +83,8 @@ struct CheckmateModel {
 CheckmateModel BuildCheckmateModel(const RematProblem& problem, const StageGraph& g,
                                    const CheckmateModelOptions& options = {});
 
-// Re-targets a built model at another budget (only U's upper bounds change).
+// Re-targets a built model at another budget (only U's upper bounds change; first_stage stays, so at a
+// smaller budget the stages before it go unchecked: LP rounding's scaled budgets, a heuristic).
 void SetMemoryBudget(CheckmateModel& cm, int64_t budget);
 
 // Rounds a solution's R and S (values > 0.5); fixed entries read as their constant, except that a
