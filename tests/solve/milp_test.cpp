@@ -231,6 +231,20 @@ TEST(MilpSolve, KnapsackMatchesBruteForce) {
   }
 }
 
+TEST(MilpSolve, WithoutIntegerPreprocessing) {
+  const Knapsack k = RandomKnapsack(14, 6);
+  SolveOptions o = Options();
+  o.relative_gap = 0;
+  o.integer_preprocessing = false;
+  o.log = true;
+  testing::internal::CaptureStderr();
+  const SolveResult r = SolveOk(KnapsackModel(k), o);
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(log.find("-preprocess off"), std::string::npos);  // CBC echoes its command line
+  ASSERT_EQ(r.termination, Termination::kOptimal);
+  EXPECT_NEAR(r.objective, BruteForceKnapsack(k), 1e-6);
+}
+
 TEST(MilpSolve, MaximizeEqualsMinimizeOfTheNegation) {
   const Knapsack k = RandomKnapsack(12, 11);
   Model max_model = KnapsackModel(k);

@@ -430,9 +430,9 @@ std::optional<SolveResult> SolveRootLp(OsiClpSolverInterface& solver, const Mode
   return result;
 }
 
-// CBC's integer preprocessing (CglPreProcess) ignores the time limit. On Checkmate models it took
-// 10-60x the root LP's time (17k columns: 5 s; 40k: 15 s; 110k: over 700 s) yet made small models
-// solve up to 5x faster, so it runs only when that estimate fits in half the time left.
+// CBC's integer preprocessing (CglPreProcess) ignores the time limit. On whole Checkmate models it
+// took 10-60x the root LP's time (17k columns: 5 s; 40k: 15 s; 110k: over 700 s), so it runs only
+// when that estimate fits in half the time left (and SolveOptions::integer_preprocessing asks for it).
 bool PreprocessAffordable(double root_lp_seconds, double seconds_left) {
   constexpr double kPreprocessPerRootLp = 40.0;
   return kPreprocessPerRootLp * root_lp_seconds <= 0.5 * seconds_left;
@@ -493,7 +493,7 @@ SolveResult SolveMilp(const Model& model, const CoinProblem& p, const SolveOptio
   }
   CbcPlan plan;
   const double left = SecondsLeft(options, start);
-  plan.preprocess = PreprocessAffordable(root_seconds, left);
+  plan.preprocess = options.integer_preprocessing && PreprocessAffordable(root_seconds, left);
   plan.lean = options.lean_search_when_root_is_slow && kRootLpsForAFullSearch * root_seconds > left;
   // After its limit CBC solves the LP once more with the incumbent's integers fixed (2.5 s after an
   // 8.8 s root LP on a 192k-row Checkmate model): stop it early by that much.
@@ -501,7 +501,7 @@ SolveResult SolveMilp(const Model& model, const CoinProblem& p, const SolveOptio
   plan.seconds = left - kFinalLpPerRootLp * root_seconds;
   if (options.log) {
     std::fprintf(stderr, "kiwi milp: root LP %.1f s; CBC preprocessing %s%s\n", root_seconds,
-                 plan.preprocess ? "on" : "off (root LP too slow for the time left)",
+                 plan.preprocess ? "on" : options.integer_preprocessing ? "off (root LP too slow for the time left)" : "off",
                  plan.lean ? "; lean search (one thread, no two-row MIR cuts)" : "");
   }
   SolveResult result = RunCbc(model, p, solver, handler.get(), options, start, plan);

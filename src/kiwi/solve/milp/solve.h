@@ -39,6 +39,9 @@ struct SolveOptions {
   // the bound, and its parallel search overran a 50 s limit by up to 9 s; on a 39k-row model (root
   // LP 0.4 s) those cuts halve the solve, and they stay.
   bool lean_search_when_root_is_slow = false;
+  // CBC's integer preprocessing (CglPreProcess), when the root LP is fast enough for it. Checkmate
+  // models solve faster without (random_layered_n100 at 0.8: 3.5 s instead of a 0.42% gap after 60 s).
+  bool integer_preprocessing = true;
 };
 
 struct SolveResult {

@@ -343,6 +343,7 @@ milp::SolveOptions IlpSolveOptions(const RematOptions& options, double seconds_l
   so.relative_gap = options.relative_gap;
   so.threads = options.threads;
   so.lean_search_when_root_is_slow = true;
+  so.integer_preprocessing = false;  // see milp::SolveOptions: slower on every Checkmate model measured
   so.on_incumbent = [&options](const milp::Incumbent& inc) {
     Say(options, fmt::format("ilp: incumbent {:.6g}, bound {:.6g} at {:.2f} s", inc.objective, inc.best_bound, inc.seconds));
   };
