@@ -76,10 +76,9 @@ StoredSets RandomlyRoundStored(const std::vector<std::vector<double>>& s_lp, uin
 
 namespace {
 
-// Solves the LP at each budget scale in turn until a rounding fits or time runs out. Sets the lower
-// bound from the full-budget LP; a note when even that LP has no solution.
 // Solves the LP at each budget scale in turn until a rounding fits or time runs out; the full-budget
-// LP gives the bound, or proves infeasibility.
+// LP gives the bound, or proves infeasibility. The model starts at the real budget's first
+// over-budget stage throughout: the scaled LPs only steer the roundings, judged at the real budget.
 std::optional<Candidate> SweepBudgets(const RematProblem& problem, const StageGraph& g, CheckmateModel& cm,
                                       const RematOptions& options, const RoundingPlan& plan, Clock::time_point start,
                                       LpRounding& out) {
