@@ -325,16 +325,15 @@ std::optional<StageSolution> WarmStartStages(const RematProblem& problem, const 
   return std::move(rounding.best);  // OptimalR's, within the budget
 }
 
-// A solver's (R, S) turned into the schedule the simulator judges. An R that does not pass the
-// stage checks or a peak over budget (CBC's tolerances) is rebuilt from S by OptimalR, which never
-// costs or holds more.
-Result<RematResult> FinishStages(const RematProblem& problem, const cost::CostModel& cost_model, const StageGraph& g,
-                                 StageSolution sol, RematResult partial) {
-  if (!CheckStageSolution(g, sol) || StagePeakMemory(g, sol) > problem.budget) {
-    sol = OptimalR(g, std::move(sol.S));
-    partial.note += " (R rebuilt from S)";
-  }
-  return FinishResult(problem, cost_model, StageSchedule(problem, g, sol), std::move(partial));
+// A solver's (R, S) made a stage solution the simulator accepts: an R that does not pass the stage
+// checks or peaks over budget (CBC's tolerances) is rebuilt from S by OptimalR, which never costs or
+// holds more. Returns whether it fits the budget: a model that starts after stage 0 may keep too
+// much before its first variable stage (CheckmateModelOptions::first_stage).
+bool RepairStages(const RematProblem& problem, const StageGraph& g, StageSolution& sol, bool& rebuilt) {
+  if (CheckStageSolution(g, sol).ok() && StagePeakMemory(g, sol) <= problem.budget) return true;
+  sol = OptimalR(g, std::move(sol.S));
+  rebuilt = true;
+  return StagePeakMemory(g, sol) <= problem.budget;
 }
 
 milp::SolveOptions IlpSolveOptions(const RematOptions& options, double seconds_left) {
@@ -385,12 +384,6 @@ double ProvenBound(const milp::SolveResult& r, double known) {
   return r.has_solution() ? std::min(bound, r.objective) : bound;
 }
 
-// Whether a solution of a model that starts after stage 0 is a schedule within the budget: its
-// extension keeps what the first variable stage starts with through the stages before it.
-bool FitsBeforeTheFirstStage(const RematProblem& problem, const StageGraph& g, const StageSolution& sol) {
-  return StagePeakMemory(g, OptimalR(g, sol.S)) <= problem.budget;
-}
-
 }  // namespace
 
 Result<RematResult> SolveCheckmateIlp(const RematProblem& problem, const cost::CostModel& cost_model,
@@ -429,15 +422,25 @@ Result<RematResult> SolveCheckmateIlp(const RematProblem& problem, const cost::C
   Result<milp::SolveResult> r = solve(cm);
   if (!r) return r.error();
   double bound = ProvenBound(*r, std::max(problem.baseline_cost, rounding.lp_bound.value_or(problem.baseline_cost)));
-  if (first_stage > 0 && r->has_solution() && !FitsBeforeTheFirstStage(problem, g, ReadStageSolution(cm, r->values))) {
-    // Rare: the relaxation's answer starts stage `first_stage` with a tensor that checkpoint-all had
-    // freed, and keeping it does not fit. Its bound holds; the whole model gives the schedule.
-    Say(options, fmt::format("ilp: its schedule keeps too much before stage {}; solving the whole model", first_stage));
-    cm = BuildCheckmateModel(problem, g);
-    const double relaxed = bound;
-    r = solve(cm);
-    if (!r) return r.error();
-    bound = ProvenBound(*r, relaxed);
+  StageSolution sol;
+  bool rebuilt = false;
+  if (r->has_solution()) {
+    sol = ReadStageSolution(cm, r->values);
+    if (!RepairStages(problem, g, sol, rebuilt) && first_stage > 0) {
+      // Rare: the relaxation's answer starts stage `first_stage` with a tensor that checkpoint-all had
+      // freed, and keeping it does not fit. Its bound holds; the whole model gives the schedule.
+      Say(options, fmt::format("ilp: its schedule keeps too much before stage {}; solving the whole model", first_stage));
+      cm = BuildCheckmateModel(problem, g);
+      const double relaxed = bound;
+      r = solve(cm);
+      if (!r) return r.error();
+      bound = ProvenBound(*r, relaxed);
+      rebuilt = false;
+      if (r->has_solution()) {
+        sol = ReadStageSolution(cm, r->values);
+        RepairStages(problem, g, sol, rebuilt);
+      }
+    }
   }
   partial.note = Termination(*r, bound);
   Say(options, fmt::format("ilp: {} in {:.2f} s", partial.note, SecondsSince(start)));
@@ -446,8 +449,9 @@ Result<RematResult> SolveCheckmateIlp(const RematProblem& problem, const cost::C
     partial.solve_seconds = SecondsSince(start);
     return partial;
   }
+  if (rebuilt) partial.note += " (R rebuilt from S)";
   partial.optimal = r->termination == milp::Termination::kOptimal;
-  Result<RematResult> result = FinishStages(problem, cost_model, g, ReadStageSolution(cm, r->values), std::move(partial));
+  Result<RematResult> result = FinishResult(problem, cost_model, StageSchedule(problem, g, sol), std::move(partial));
   if (result) result->solve_seconds = SecondsSince(start);
   return result;
 }
