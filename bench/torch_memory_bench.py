@@ -3,7 +3,7 @@
 models (kiwi.torch.bench; docs/pytorch.md). Run from the repository root after building the Python
 extension (cmake -DKIWI_BUILD_PYTHON=ON):
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/torch_memory_bench.py --model vgg16 --batch 32
+    .venv/bin/python bench/torch_memory_bench.py --model vgg16 --batch 32
 """
 import os
 import sys

@@ -3,7 +3,7 @@
 nothing), unsplit in float32 and as kiwi's k micro-batches in float32, each against a float64 step:
 the largest difference relative to each gradient's largest magnitude (docs/pytorch.md).
 
-    PYTHONPATH=build/python /usr/bin/python3 bench/torch_microbatch_accuracy.py --model vgg16 --micro-batches 8
+    .venv/bin/python bench/torch_microbatch_accuracy.py --model vgg16 --micro-batches 8
 """
 import argparse
 

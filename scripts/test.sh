@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Builds and runs every test. Usage: bash scripts/test.sh [--sanitize]
+# Builds and runs every test. Usage: bash scripts/test.sh [--sanitize]   (after scripts/setup.sh)
 #   --sanitize: an AddressSanitizer + UndefinedBehaviorSanitizer build in build-asan/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build=build
-flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKIWI_BUILD_PYTHON=ON)
+mapfile -t flags < <(bash scripts/cmake_flags.sh)
 if [ "${1:-}" = "--sanitize" ]; then
   build=build-asan
   flags=(-DCMAKE_BUILD_TYPE=Debug -DKIWI_SANITIZE=ON -DKIWI_BUILD_BENCH=OFF)
@@ -16,7 +16,13 @@ jobs=$(nproc 2>/dev/null || echo 2)
 cmake -S . -B "$build" "${flags[@]}" >/dev/null
 cmake --build "$build" -j"$jobs"
 ctest --test-dir "$build" --output-on-failure -j"$jobs"
-# The Python package (kiwi and kiwi.torch, docs/pytorch.md) against the extension just built.
+# The Python package (kiwi and kiwi.torch, docs/pytorch.md) against the extension just built, in the
+# virtual environment scripts/setup.sh made.
 if [ -d "$build/python/kiwi" ]; then
-  PYTHONPATH="$build/python" PYTHONDONTWRITEBYTECODE=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests
+  if [ ! -x .venv/bin/python ]; then
+    echo "test: .venv is missing: run bash scripts/setup.sh first" >&2
+    exit 2
+  fi
+  PYTHONPATH="$build/python" PYTHONDONTWRITEBYTECODE=1 OPENBLAS_NUM_THREADS=1 \
+    .venv/bin/python -m pytest -q -p no:cacheprovider python/tests
 fi

@@ -7,16 +7,15 @@
     kiwi.cli("graph", "--model", "gpt", "--json")           # any `kiwi` subcommand, in-process
 
 `kiwi.torch` captures PyTorch models, plans for them and applies the plans (docs/pytorch.md).
-The C++ core is the extension module `kiwi._kiwi`, built by the project's CMake with
--DKIWI_BUILD_PYTHON=ON into <build>/python/kiwi (use PYTHONPATH=<build>/python).
+The C++ core is the extension module `kiwi._kiwi`: `pip install .` builds and installs it, and so does
+`bash scripts/setup.sh` for the project's .venv (into build/python/kiwi).
 """
 try:
     from kiwi import _kiwi
 except ImportError as _error:  # the pure-Python files are importable, the extension is not built
     raise ImportError(
-        "kiwi: the C++ extension kiwi._kiwi is not built or not on the path ({}). Build it with "
-        "`cmake -S . -B build -DKIWI_BUILD_PYTHON=ON && cmake --build build --target kiwi_python` "
-        "(needs pybind11-dev and python3-dev) and run with PYTHONPATH=build/python".format(_error)) from None
+        "kiwi: the C++ extension kiwi._kiwi is not built or not on the path ({}). Install the package "
+        "with `pip install .`, or run `bash scripts/setup.sh` and use .venv/bin/python".format(_error)) from None
 
 from kiwi.core import (  # noqa: E402  (after the extension check, on purpose)
     BadInputError,

@@ -3,7 +3,7 @@ no-rematerialization peak), plan with kiwi, apply, run a real training step (for
 step) and print kiwi's predicted peak memory and time next to the measured ones, the gradients'
 largest difference from the unmodified model, and PyTorch's checkpoint_sequential for comparison.
 
-    PYTHONPATH=build/python /usr/bin/python3 -m kiwi.torch.bench --model resnet50 --batch 32 \\
+    .venv/bin/python -m kiwi.torch.bench --model resnet50 --batch 32 \\
         --budgets 1.0,0.8,0.6 --segments 2,4,8 --costs measured
 """
 import argparse

@@ -2,6 +2,7 @@
 `optimizer.step()`, by the optimizer's own code, on flat views of each parameter, its gradient and its
 state. Adam's step holds two parameter-sized temporaries (`denom`) for each parameter in turn; in
 chunks it holds two chunk-sized ones. Only optimizers whose update is elementwise qualify."""
+import inspect
 from typing import Any, Dict
 
 import torch
@@ -17,9 +18,11 @@ def chunked_step(optimizer: torch.optim.Optimizer, chunk_bytes: int) -> None:
         raise PlanError(f"the plan updates the optimizer in chunks, which kiwi does for Adam, AdamW and SGD; "
                         f"got {type(optimizer).__name__} (plan again with optimizer_chunks=False)")
     cls = type(optimizer)
+    # torch 2's AdamW keeps Adam's `decoupled_weight_decay` in its defaults but its constructor refuses it.
+    accepted = inspect.signature(cls.__init__).parameters
     with torch.no_grad():
         for group in optimizer.param_groups:
-            hyper = {k: group[k] for k in optimizer.defaults if k in group}
+            hyper = {k: group[k] for k in optimizer.defaults if k in group and k in accepted}
             for key in ("foreach", "fused"):  # one tensor at a time: the multi-tensor paths allocate more
                 if key in hyper:
                     hyper[key] = False if key == "foreach" else None

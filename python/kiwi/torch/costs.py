@@ -89,7 +89,9 @@ def cpu_conv_workspace(x: Sequence[int], y: Sequence[int], grad_input: bool) -> 
     """Temporaries of a float32 convolution on oneDNN (PyTorch's CPU default), as measured on this
     backend for 3 to 64 channels: the forward reorders its input into blocked layout (16 channels or
     more) and computes its output blocked before copying it out; the backward reorders dY (and x),
-    and computes dx blocked. Returns (forward, backward) bytes beyond the op's own outputs."""
+    and computes dx blocked. Returns (forward, backward) bytes beyond the op's own outputs, for one
+    intra-op thread: with more, the backward adds a per-thread weight-gradient scratch (torch 2.13,
+    2 threads: +29,952 bytes for 16 channels 3x3) that only `costs="measured"` captures."""
     plain_x = _blocked(x) * x[1] // (-(-x[1] // 16) * 16)
     plain_y = _blocked(y) * y[1] // (-(-y[1] // 16) * 16)
     x_re = _blocked(x) if x[1] >= 16 else 0

@@ -123,9 +123,9 @@ def _analyse(events: Any, base: int, seconds: float, device: str, want_ranges: b
     for i, e in enumerate(events):
         if e.name() == "[memory]":
             if (e.device_type() == torch.autograd.DeviceType.CPU) == (device == "cpu"):
-                mem.append((e.start_us(), i, e.nbytes()))
+                mem.append((e.start_ns(), i, e.nbytes()))
         elif want_ranges and e.name().startswith("kiwi::"):
-            marks.append((e.start_us(), e.start_us() + e.duration_us(), e.name(), e.duration_us() * 1e-6))
+            marks.append((e.start_ns(), e.end_ns(), e.name(), e.duration_ns() * 1e-9))
     mem.sort()
     times, levels = [], []
     level = peak = 0
