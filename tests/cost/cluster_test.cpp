@@ -17,7 +17,8 @@ Cluster Preset(const std::string& name) {
 
 TEST(ClusterPreset, NamesAreTheContractsInOrder) {
   EXPECT_EQ(ClusterPresetNames(), (std::vector<std::string>{"v100-nvlink-8", "rtx-titan-pcie-8", "a100-nvlink-ib-16",
-                                                            "a100-nvlink-ib-64", "h100-nvlink-8"}));
+                                                            "a100-nvlink-ib-64", "h100-nvlink-8", "dgx-a100-80gb",
+                                                            "dgx-h100"}));
 }
 
 TEST(ClusterPreset, EveryPresetIsSane) {
@@ -66,6 +67,35 @@ TEST(ClusterPreset, PublishedFigures) {
   EXPECT_DOUBLE_EQ(h100.device.PeakFlops(DType::kBF16), 989e12);
   EXPECT_DOUBLE_EQ(h100.device.memory_bandwidth, 3350e9);
   EXPECT_DOUBLE_EQ(h100.intra_node.bandwidth, 450e9);
+}
+
+TEST(ClusterPreset, DgxSystemsWithANodeCount) {
+  const Cluster one = Preset("dgx-a100-80gb");
+  EXPECT_EQ(one.NumDevices(), 8);
+  EXPECT_EQ(one.device.name, "A100-SXM4-80GB");
+  EXPECT_EQ(one.device.memory_bytes, 80 * kGiB);
+  EXPECT_DOUBLE_EQ(one.device.memory_bandwidth, 2039e9);  // A100 80GB SXM datasheet
+  EXPECT_DOUBLE_EQ(one.device.PeakFlops(DType::kF16), 312e12);
+  EXPECT_DOUBLE_EQ(one.intra_node.bandwidth, 300e9);
+  EXPECT_EQ(one.adapters_per_node, 8);
+  EXPECT_DOUBLE_EQ(one.inter_node.bandwidth, 25e9);  // one 200 Gb/s HDR adapter per GPU
+  const Cluster many = Preset("dgx-a100-80gb:48");
+  EXPECT_EQ(many.name, "dgx-a100-80gb:48");
+  EXPECT_EQ(many.num_nodes, 48);
+  EXPECT_EQ(many.NumDevices(), 384);
+  const Cluster h100 = Preset("dgx-h100:4");
+  EXPECT_EQ(h100.NumDevices(), 32);
+  EXPECT_DOUBLE_EQ(h100.device.PeakFlops(DType::kBF16), 989e12);
+  EXPECT_DOUBLE_EQ(h100.inter_node.bandwidth, 50e9);  // one 400 Gb/s NDR adapter per GPU
+  EXPECT_DOUBLE_EQ(h100.intra_node.bandwidth, 450e9);
+  for (const std::string bad : {"dgx-a100-80gb:0", "dgx-a100-80gb:", "dgx-a100-80gb:x", "dgx-a100-80gb:-2",
+                                "dgx-a100-80gb:4097", "dgx-h100:99999999999"}) {
+    Result<Cluster> c = ClusterPreset(bad);
+    ASSERT_FALSE(c.ok()) << bad;
+    EXPECT_EQ(c.error().code, ErrorCode::kBadInput);
+    EXPECT_NE(c.error().message.find("node count"), std::string::npos) << c.error().message;
+  }
+  EXPECT_FALSE(ClusterPreset("v100-nvlink-8:2").ok());  // only systems sold as nodes take a count
 }
 
 TEST(ClusterPreset, UnknownNameListsTheValidOnes) {
@@ -122,6 +152,23 @@ TEST(MakeMesh, InnerAxesStayInANode) {
   Result<ir::DeviceMesh> small = Preset("a100-nvlink-ib-16").MakeMesh({2, 4});
   ASSERT_TRUE(small.ok());
   ExpectAxis(small->axes[0], 2, 300e9, 5e-6, "nvlink3");
+}
+
+TEST(MakeMesh, RailsCarryOneRingEachAndAFlatRingIsLimitedByOneAdapter) {
+  const Cluster dgx = Preset("dgx-a100-80gb:2");
+  // 2x8: 8 rings cross each node, one per adapter: each gets a whole 25 GB/s rail.
+  Result<ir::DeviceMesh> railed = dgx.MakeMesh({2, 8});
+  ASSERT_TRUE(railed.ok()) << railed.error().message;
+  ExpectAxis(railed->axes[0], 2, 25e9, 5e-6, "ib-hdr-200g");
+  ExpectAxis(railed->axes[1], 8, 300e9, 5e-6, "nvlink3");
+  // One flat ring over 16 GPUs leaves each node once: one adapter, not the node's eight.
+  ExpectAxis(dgx.FlatMesh().axes[0], 16, 25e9, 5e-6, "ib-hdr-200g");
+  // More rings than adapters share them.
+  Cluster fewer = dgx;
+  fewer.adapters_per_node = 2;
+  Result<ir::DeviceMesh> shared = fewer.MakeMesh({2, 8});
+  ASSERT_TRUE(shared.ok());
+  ExpectAxis(shared->axes[0], 2, 25e9 * 2 / 8, 5e-6, "ib-hdr-200g");
 }
 
 TEST(MakeMesh, SingleNodeUsesItsLink) {

@@ -94,6 +94,27 @@ TEST(ComputeTime, DefaultEfficiencies) {
     EXPECT_EQ(eff[static_cast<size_t>(kind)], 1.0);
 }
 
+TEST(LaunchBoundTime, TheLongerOfDeviceWorkAndKernelLaunches) {
+  DeviceSpec d = TestDevice();
+  d.kernel_launch_seconds = 35e-6;
+  const CostModel cm(d);
+  ExpectSeconds(cm.LaunchBoundTime(1e-3, 100), 3.5e-3);  // launch-bound: 100 x 35 us
+  ExpectSeconds(cm.LaunchBoundTime(5e-3, 100), 5e-3);    // device-bound
+  EXPECT_EQ(cm.LaunchBoundTime(0.0, 0), 0.0);
+  EXPECT_EQ(CostModel(TestDevice()).LaunchBoundTime(1e-3, 1000), 1e-3);  // no launch figure: never bound
+}
+
+TEST(LaunchesKernel, ComputedOpsWithWorkOrAMeasuredTime) {
+  const CostModel cm(TestDevice());
+  EXPECT_TRUE(cm.LaunchesKernel(Op(OpKind::kMatmul, 1e6, 100)));
+  EXPECT_TRUE(cm.LaunchesKernel(Op(OpKind::kElementwise, 0.0, 100)));
+  EXPECT_FALSE(cm.LaunchesKernel(Op(OpKind::kElementwise, 0.0, 0)));  // a view: nothing runs
+  EXPECT_FALSE(cm.LaunchesKernel(Op(OpKind::kParameter, 0.0, 4096)));
+  ir::Node measured = Op(OpKind::kElementwise, 0.0, 0);
+  measured.measured_cost = 1e-4;
+  EXPECT_TRUE(cm.LaunchesKernel(measured));
+}
+
 TEST(OverlappedTime, SlowdownFormula) {
   const CostModel cm(TestDevice());  // k = 1.3
   ExpectSeconds(cm.OverlappedTime(10.0, 4.0), 10.0 + 0.3 * 4.0);

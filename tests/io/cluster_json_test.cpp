@@ -57,6 +57,29 @@ TEST(ClusterJson, MemoryInBytesAndOneNodeWithoutInterNodeLink) {
   EXPECT_EQ(c->inter_node.bandwidth, 0.0);
 }
 
+TEST(ClusterJson, KernelLaunchTime) {
+  EXPECT_EQ(ParseClusterJson(testing::ReadAll(FixturePath("cluster_example.json")), "c.json")->device.kernel_launch_seconds,
+            0.0);
+  Result<cost::Cluster> c =
+      ParseClusterJson(EditedFixture("\"memory_bandwidth_gbps\": 2039", "\"memory_bandwidth_gbps\": 2039, \"kernel_launch_us\": 35"), "c.json");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_DOUBLE_EQ(c->device.kernel_launch_seconds, 35e-6);
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"memory_bandwidth_gbps\": 2039",
+                                                "\"memory_bandwidth_gbps\": 2039, \"kernel_launch_us\": -1"), "c.json"),
+                 {"c.json: device.kernel_launch_us: must be a non-negative finite number (got -1)"});
+}
+
+TEST(ClusterJson, AdaptersPerNode) {
+  Result<cost::Cluster> one = ParseClusterJson(testing::ReadAll(FixturePath("cluster_example.json")), "c.json");
+  ASSERT_TRUE(one.ok()) << one.error().message;
+  EXPECT_EQ(one->adapters_per_node, 1);  // the default: one NIC per node
+  Result<cost::Cluster> rails = ParseClusterJson(EditedFixture("\"num_nodes\": 2", "\"num_nodes\": 2, \"adapters_per_node\": 8"), "c.json");
+  ASSERT_TRUE(rails.ok()) << rails.error().message;
+  EXPECT_EQ(rails->adapters_per_node, 8);
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"num_nodes\": 2", "\"num_nodes\": 2, \"adapters_per_node\": 0"), "c.json"),
+                 {"c.json: adapters_per_node: must be an integer in [1, 1048576] (got 0)"});
+}
+
 TEST(ClusterJson, InterNodeLinkRequiredForSeveralNodes) {
   std::string text = testing::ReadAll(FixturePath("cluster_example.json"));
   text = text.substr(0, text.find(",\n  \"inter_node\"")) + "\n}\n";

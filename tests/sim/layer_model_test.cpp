@@ -77,6 +77,34 @@ TEST(BuildLayerModel, SmallGptAccountsForEveryParameterAndActivation) {
   EXPECT_DOUBLE_EQ(m->state_bytes_per_parameter_byte, 3.0);
 }
 
+// A layer's kernels are its forward and backward nodes that do work (parameters, views with no bytes
+// and the optimizer update launch nothing), the same whatever the graph's batch.
+TEST(BuildLayerModel, KernelsPerPassCountTheLayersWorkingNodes) {
+  const cost::CostModel cm(TestDevice());
+  for (int64_t batch : {1, 4}) {
+    const ir::Graph g = SmallGpt(batch);
+    Result<LayerModel> m = BuildLayerModel(g, batch, cm);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    Result<ir::LayerView> view = ir::BuildLayerView(g);
+    ASSERT_TRUE(view.ok());
+    for (size_t i = 0; i < m->layers.size(); ++i) {
+      int forward = 0, backward = 0;
+      for (ir::NodeId id : view->layers[i].forward) forward += cm.LaunchesKernel(g.node(id)) ? 1 : 0;
+      for (ir::NodeId id : view->layers[i].backward) {
+        const ir::Node& n = g.node(id);
+        backward += n.kind != ir::OpKind::kOptimizer && cm.LaunchesKernel(n) ? 1 : 0;
+      }
+      EXPECT_EQ(m->layers[i].forward_kernels, forward);
+      EXPECT_EQ(m->layers[i].backward_kernels, backward);
+      // A GPT layer: layernorms, 4 linears, attention's matmuls, softmax, dropouts, GELU, residuals.
+      EXPECT_GE(m->layers[i].forward_kernels, 15);
+      EXPECT_GT(m->layers[i].backward_kernels, m->layers[i].forward_kernels);
+    }
+    EXPECT_GT(m->embedding.forward_kernels, 0);
+    EXPECT_GT(m->head.backward_kernels, 0);
+  }
+}
+
 // Megatron's TP layout of GPT (hidden 64, seq 32, vocabulary 50257, fp32): a layer keeps its 2
 // layernorms and the out/fc2 biases whole (6h values); the embedding splits the word table over TP,
 // keeps the position table whole and all-reduces its output [seq, h]; the head splits the LM head,

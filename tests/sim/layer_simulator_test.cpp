@@ -182,6 +182,46 @@ TEST(SimulateLayerPlan, CheckpointWithTensorParallelRepeatsForwardAllReduces) {
   EXPECT_EQ(r.summary.peak_memory_bytes, 8'000'000 + 4 * 8'000 + 9'000 * 16 / 2);
 }
 
+// The same four layers launching 10 forward and 20 backward kernels per micro-batch.
+LayerModel FourLaunchingLayers() {
+  LayerModel m = FourLayers();
+  for (LayerProfile& p : m.layers) {
+    p.forward_kernels = 10;
+    p.backward_kernels = 20;
+  }
+  return m;
+}
+
+TEST(SimulateLayerPlan, SmallMicroBatchesAreLaunchBound) {
+  cost::Cluster cluster = TestCluster(1, 1);
+  cluster.device.kernel_launch_seconds = 1e-3;  // 10 forward kernels: 10 ms > 1 ms x 1 sample
+  const LayerModel model = FourLaunchingLayers();
+  // 16 samples in 16 micro-batches of 1: per layer and micro-batch max(1 ms, 10 ms) + max(2 ms, 20 ms).
+  const LayerSimResult small = Simulate(model, UniformPlan({.tp = 1, .dp = 1}, 16, 16), cluster);
+  EXPECT_NEAR(small.summary.iteration_seconds, 16 * 4 * (10e-3 + 20e-3), kEps);
+  EXPECT_NEAR(small.summary.time.compute, small.summary.iteration_seconds, kEps);
+  // One micro-batch of 16: the device's 16 ms and 32 ms exceed the launches; launches cost nothing.
+  const LayerSimResult large = Simulate(model, UniformPlan({.tp = 1, .dp = 1}, 16, 1), cluster);
+  EXPECT_NEAR(large.summary.iteration_seconds, 4 * (16e-3 + 32e-3), kEps);
+  // Checkpointing launches the forward kernels again.
+  const LayerSimResult ckpt = Simulate(model, UniformPlan({.tp = 1, .dp = 1, .checkpoint = true}, 16, 16), cluster);
+  EXPECT_NEAR(ckpt.summary.time.recompute, 16 * 4 * 10e-3, kEps);
+  // No launch cost: the per-sample times alone, as before.
+  cluster.device.kernel_launch_seconds = 0.0;
+  EXPECT_NEAR(Simulate(model, UniformPlan({.tp = 1, .dp = 1}, 16, 16), cluster).summary.iteration_seconds, 0.192, kEps);
+}
+
+TEST(SimulateLayerPlan, TensorParallelAllReducesHideBehindLaunches) {
+  cost::Cluster cluster = TestCluster(1, 2);
+  cluster.device.kernel_launch_seconds = 1e-3;
+  // tp 2, 16 micro-batches of 1: forward device time 0.5 ms + 2 all-reduces of 1 kB (2 x 1e3 / 2e9 = 1 us
+  // each); the launches (10 kernels + 2 all-reduces = 12 ms) bound the pass, the all-reduces inside it.
+  const LayerSimResult r = Simulate(FourLaunchingLayers(), UniformPlan({.tp = 2, .dp = 1}, 16, 16), cluster);
+  EXPECT_NEAR(r.summary.iteration_seconds, 16 * 4 * (12e-3 + 22e-3), kEps);
+  EXPECT_NEAR(r.summary.time.communication, 16 * 4 * 4 * 1e-6, kEps);
+  EXPECT_NEAR(r.summary.time.compute + r.summary.time.communication, r.summary.iteration_seconds, kEps);
+}
+
 LayerPlan PipelinePlan(plan::PipelineSchedule schedule) {
   LayerPlan plan = UniformPlan({.tp = 1, .dp = 1}, 8, 4);
   plan.pp_degree = 2;

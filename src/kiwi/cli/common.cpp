@@ -116,7 +116,10 @@ std::string ClusterHelp() {
 std::string DescribeCluster(const cost::Cluster& cluster) {
   std::string links = fmt::format("{} {:.0f} GB/s", cluster.intra_node.name, cluster.intra_node.bandwidth / 1e9);
   if (cluster.num_nodes > 1)
-    links += fmt::format(", {} {:.1f} GB/s between nodes", cluster.inter_node.name, cluster.inter_node.bandwidth / 1e9);
+    links += cluster.adapters_per_node > 1
+                 ? fmt::format(", {} x {} {:.1f} GB/s between nodes", cluster.adapters_per_node, cluster.inter_node.name,
+                               cluster.inter_node.bandwidth / 1e9)
+                 : fmt::format(", {} {:.1f} GB/s between nodes", cluster.inter_node.name, cluster.inter_node.bandwidth / 1e9);
   return fmt::format("{}: {} x {} ({}), {}", cluster.name, cluster.NumDevices(), cluster.device.name,
                      FormatBytes(cluster.device.memory_bytes), links);
 }

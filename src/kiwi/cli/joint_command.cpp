@@ -186,9 +186,11 @@ std::string ClusterJson(const cost::Cluster& c) {
                       {"name", c.name},
                       {"num_nodes", c.num_nodes},
                       {"devices_per_node", c.devices_per_node},
+                      {"adapters_per_node", c.adapters_per_node},
                       {"device", {{"name", c.device.name},
                                   {"memory", c.device.memory_bytes},
                                   {"memory_bandwidth_gbps", c.device.memory_bandwidth / 1e9},
+                                  {"kernel_launch_us", c.device.kernel_launch_seconds * 1e6},
                                   {"peak_tflops", peak}}}};
   if (c.devices_per_node > 1) j["intra_node"] = LinkJson(c.intra_node);
   if (c.num_nodes > 1) j["inter_node"] = LinkJson(c.inter_node);

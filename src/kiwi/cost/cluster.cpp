@@ -35,12 +35,14 @@ AxisPlacement PlaceAxis(int num_devices, int stride, int size, int devices_per_n
   return placement;
 }
 
-// The link of an axis whose rings cross nodes: the slowest hop bounds a ring (the NIC's rate shared
-// by the rings crossing it at once), and the slowest hop's latency is paid at every step.
+// The link of an axis whose rings cross nodes: the slowest hop bounds a ring (one adapter's rate, or
+// a share of the node's adapters when more rings cross it at once than it has adapters), and the
+// slowest hop's latency is paid at every step.
 ir::MeshAxis CrossNodeAxis(const Cluster& cluster, int size, int flows) {
   ir::MeshAxis axis;
   axis.size = size;
-  axis.bandwidth = std::min(cluster.intra_node.bandwidth, cluster.inter_node.bandwidth / flows);
+  const double share = std::min(1.0, static_cast<double>(std::max(cluster.adapters_per_node, 1)) / flows);
+  axis.bandwidth = std::min(cluster.intra_node.bandwidth, cluster.inter_node.bandwidth * share);
   axis.latency = std::max(cluster.intra_node.latency, cluster.inter_node.latency);
   axis.link = cluster.inter_node.name;
   return axis;

@@ -18,6 +18,9 @@ struct DeviceSpec {
   std::array<double, 7> peak_flops{};  // dense FLOP/s indexed by ir::DType (0 = unsupported)
   int64_t memory_bytes = 0;            // device memory capacity
   double memory_bandwidth = 0.0;       // bytes/s
+  // Host time to issue one kernel (the framework's eager dispatch + the CUDA launch). The host runs
+  // ahead of the device, so a pass of k kernels takes at least k times this (0: never launch-bound).
+  double kernel_launch_seconds = 0.0;
 
   double PeakFlops(ir::DType dtype) const { return peak_flops[static_cast<size_t>(dtype)]; }
   void SetPeakFlops(ir::DType dtype, double flops) { peak_flops[static_cast<size_t>(dtype)] = flops; }
@@ -35,7 +38,11 @@ struct Cluster {
   int num_nodes = 1;
   int devices_per_node = 1;
   Link intra_node;  // between devices of one node
-  Link inter_node;  // between nodes: the NIC rate of one node; MakeMesh divides it among the rings that cross it
+  Link inter_node;  // between nodes: one network adapter (NIC) of a node
+  // Network adapters per node ("rails": DGX A100/H100 have one per GPU). Rings crossing a node's
+  // boundary at once share its adapters: each gets inter_node.bandwidth * min(1, adapters / rings), so
+  // a single flat ring is limited by one adapter, however many the node has.
+  int adapters_per_node = 1;
 
   int NumDevices() const { return num_nodes * devices_per_node; }
 
@@ -49,7 +56,8 @@ struct Cluster {
 };
 
 // Presets named in CONTRACT.md: v100-nvlink-8, rtx-titan-pcie-8, a100-nvlink-ib-16,
-// a100-nvlink-ib-64, h100-nvlink-8.
+// a100-nvlink-ib-64, h100-nvlink-8; and systems sold as nodes, with the node count as a suffix:
+// dgx-a100-80gb[:N], dgx-h100[:N] (N nodes of 8 GPUs, 1 without a suffix).
 Result<Cluster> ClusterPreset(const std::string& name);
 std::vector<std::string> ClusterPresetNames();
 

@@ -74,6 +74,15 @@ DeviceSpec H100Sxm5_80GB() {
   return d;
 }
 
+// NVIDIA A100 Tensor Core GPU datasheet, A100 80GB SXM column: the DGX A100 640GB's GPU.
+DeviceSpec A100Sxm4_80GB() {
+  DeviceSpec d = A100Sxm4_40GB();
+  d.name = "A100-SXM4-80GB";
+  d.memory_bytes = 80 * kGiB;                  // datasheet: 80 GB HBM2e (80 GiB)
+  d.memory_bandwidth = 2039.0 * kGiga;         // datasheet: 2,039 GB/s
+  return d;
+}
+
 // V100 datasheet: NVLink 300 GB/s per GPU = 6 NVLink2 links x 25 GB/s each way = 150 GB/s per
 // direction, wired as the hybrid cube-mesh of DGX-1 / GCP n1 8-GPU hosts. Latency: assumption.
 Link NvLink2() { return {"nvlink2", 150.0 * kGiga, 5.0 * kMicro}; }
@@ -98,6 +107,15 @@ Link Pcie3x16() { return {"pcie3", 15.75 * kGiga, 10.0 * kMicro}; }
 // divides the rate among the rings of an axis that cross the NIC at once. Latency: assumption.
 Link InfiniBand100G() { return {"ib-100g", 12.5 * kGiga, 10.0 * kMicro}; }
 
+// DGX A100 user guide: 8 single-port ConnectX-6 adapters for the compute fabric, one per GPU, each
+// 200 Gb/s HDR InfiniBand = 25 GB/s per direction. Latency ~5 us GPU to GPU across one switch level
+// (GPUDirect RDMA): assumption.
+Link InfiniBandHdr() { return {"ib-hdr-200g", 25.0 * kGiga, 5.0 * kMicro}; }
+
+// DGX H100 user guide: 8 ConnectX-7 compute-fabric ports, one per GPU, each 400 Gb/s NDR InfiniBand
+// = 50 GB/s per direction. Latency: assumption, as HDR's.
+Link InfiniBandNdr() { return {"ib-ndr-400g", 50.0 * kGiga, 5.0 * kMicro}; }
+
 Cluster SingleNode(std::string name, DeviceSpec device, int devices, Link link) {
   Cluster c;
   c.name = std::move(name);
@@ -115,6 +133,35 @@ Cluster A100Cluster(std::string name, int nodes) {
   c.inter_node = InfiniBand100G();
   return c;
 }
+
+// Host time per kernel of Megatron-LM (PyTorch eager) on a DGX A100: set from the fidelity file
+// ../shared/fidelity/vtrain_single_node.csv (docs/fidelity.md). Its micro-batch-1 rows run 3.3-3.7 ms
+// per checkpointed layer and micro-batch whatever the TP degree (1-4) and hidden size (1024 or 2048),
+// far above the device's work: launch-bound. kiwi's GPT layer launches 28 forward + 44 backward
+// kernels, 100 with the recomputed forward: 3.5 ms / 100 = 35 us, within the 10-40 us per op that
+// PyTorch's eager dispatch is reported to cost. DGX H100: the same figure (assumption: no measurement).
+constexpr double kMegatronLaunchSeconds = 35.0 * kMicro;
+
+// A DGX system of `nodes` nodes of 8 GPUs on NVSwitch, one network adapter per GPU (rails).
+Cluster Dgx(std::string name, DeviceSpec device, Link nvlink, Link adapter, int nodes) {
+  device.kernel_launch_seconds = kMegatronLaunchSeconds;
+  Cluster c = SingleNode(std::move(name), std::move(device), 8, nvlink);
+  c.num_nodes = nodes;
+  c.inter_node = adapter;
+  c.adapters_per_node = 8;
+  return c;
+}
+
+struct NodePresetEntry {
+  const char* name;
+  Cluster (*make)(std::string name, int nodes);
+};
+
+constexpr std::array<NodePresetEntry, 2> kNodePresets = {{
+    {"dgx-a100-80gb", [](std::string n, int nodes) { return Dgx(std::move(n), A100Sxm4_80GB(), NvLink3(), InfiniBandHdr(), nodes); }},
+    {"dgx-h100", [](std::string n, int nodes) { return Dgx(std::move(n), H100Sxm5_80GB(), NvLink4(), InfiniBandNdr(), nodes); }},
+}};
+constexpr int kMaxPresetNodes = 4096;  // 32,768 GPUs: beyond the largest published training runs
 
 struct PresetEntry {
   const char* name;
@@ -136,13 +183,29 @@ constexpr std::array<PresetEntry, 5> kPresets = {{
 Result<Cluster> ClusterPreset(const std::string& name) {
   for (const PresetEntry& entry : kPresets)
     if (name == entry.name) return entry.make();
-  return BadInput(fmt::format("--cluster: unknown cluster '{}' (presets: {}; or give a cluster JSON file)", name,
-                              fmt::join(ClusterPresetNames(), ", ")));
+  const std::string base = name.substr(0, name.find(':'));
+  for (const NodePresetEntry& entry : kNodePresets) {
+    if (base != entry.name) continue;
+    int nodes = 1;
+    if (base.size() < name.size()) {
+      const std::string count = name.substr(base.size() + 1);
+      const bool digits = !count.empty() && count.size() <= 5 &&
+                          count.find_first_not_of("0123456789") == std::string::npos;
+      nodes = digits ? std::stoi(count) : 0;
+      if (nodes < 1 || nodes > kMaxPresetNodes)
+        return BadInput(fmt::format("--cluster: '{}': the node count after ':' must be an integer in [1, {}]",
+                                    name, kMaxPresetNodes));
+    }
+    return entry.make(name, nodes);
+  }
+  return BadInput(fmt::format("--cluster: unknown cluster '{}' (presets: {}, the dgx ones with ':NODES' for more "
+                              "than one node; or give a cluster JSON file)", name, fmt::join(ClusterPresetNames(), ", ")));
 }
 
 std::vector<std::string> ClusterPresetNames() {
   std::vector<std::string> names;
   for (const PresetEntry& entry : kPresets) names.emplace_back(entry.name);
+  for (const NodePresetEntry& entry : kNodePresets) names.emplace_back(entry.name);
   return names;
 }
 

@@ -59,6 +59,16 @@ double CostModel::ComputeTime(const ir::Node& node, double work_fraction) const 
   return std::max(compute, memory) + options_.kernel_overhead;  // roofline (Williams et al. 2009)
 }
 
+bool CostModel::LaunchesKernel(const ir::Node& node) const {
+  if (IsNotComputed(node.kind)) return false;
+  return node.flops > 0.0 || node.bytes_accessed > 0 || node.measured_cost.has_value() ||
+         profile_.Find(node.name).has_value();
+}
+
+double CostModel::LaunchBoundTime(double device_seconds, int64_t kernels) const {
+  return std::max(device_seconds, static_cast<double>(kernels) * device_.kernel_launch_seconds);
+}
+
 double CostModel::CollectiveTime(Collective c, int64_t bytes, const ir::DeviceMesh& mesh, ir::AxisMask axes) const {
   return cost::CollectiveTime(c, bytes, mesh, axes);
 }

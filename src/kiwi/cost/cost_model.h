@@ -53,6 +53,14 @@ class CostModel {
   // time = max + (k - 1) * min, never more than the serial sum.
   double OverlappedTime(double compute_seconds, double comm_seconds) const;
 
+  // Whether the op runs a kernel: ComputeTime's ops with flops or bytes (or a measured time).
+  bool LaunchesKernel(const ir::Node& node) const;
+
+  // Wall time of a pass of `kernels` kernels whose device time is `device_seconds`: the host issues
+  // them ahead of the device, so the pass takes the longer of the device's work and the host's
+  // issuing (DeviceSpec::kernel_launch_seconds each); small models on fast devices are launch-bound.
+  double LaunchBoundTime(double device_seconds, int64_t kernels) const;
+
   static int64_t BytesPerDevice(const ir::TensorType& type, const ir::ShardingSpec& spec,
                                 const ir::DeviceMesh& mesh) {
     return ir::BytesPerDevice(type, spec, mesh);

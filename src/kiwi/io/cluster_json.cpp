@@ -64,7 +64,8 @@ Result<cost::DeviceSpec> ReadDevice(const Json& doc, const JsonPath& root) {
   if (!device) return device.error();
   const Json& j = **device;
   const JsonPath at = root.Key("device");
-  KIWI_RETURN_IF_ERROR(CheckKnownKeys(j, at, {"name", "memory", "memory_bandwidth_gbps", "peak_tflops"}));
+  KIWI_RETURN_IF_ERROR(
+      CheckKnownKeys(j, at, {"name", "memory", "memory_bandwidth_gbps", "peak_tflops", "kernel_launch_us"}));
   cost::DeviceSpec spec;
   Result<std::string> name = StringFieldOr(j, at, "name", "device");
   if (!name) return name.error();
@@ -75,6 +76,11 @@ Result<cost::DeviceSpec> ReadDevice(const Json& doc, const JsonPath& root) {
   Result<double> bandwidth = ScaledField(j, at, "memory_bandwidth_gbps", kGiga, true);
   if (!bandwidth) return bandwidth.error();
   spec.memory_bandwidth = *bandwidth;
+  if (FindField(j, "kernel_launch_us") != nullptr) {
+    Result<double> launch = ScaledField(j, at, "kernel_launch_us", kMicro, false);
+    if (!launch) return launch.error();
+    spec.kernel_launch_seconds = *launch;
+  }
   KIWI_RETURN_IF_ERROR(ReadPeakFlops(j, at, spec));
   return spec;
 }
@@ -108,7 +114,8 @@ Result<cost::Cluster> ReadCluster(const Json& doc, const std::string& source) {
   const JsonPath at(source);
   KIWI_RETURN_IF_ERROR(CheckObject(doc, at));
   KIWI_RETURN_IF_ERROR(CheckKnownKeys(
-      doc, at, {kVersionKey, "name", "num_nodes", "devices_per_node", "device", "intra_node", "inter_node"}));
+      doc, at, {kVersionKey, "name", "num_nodes", "devices_per_node", "adapters_per_node", "device", "intra_node",
+               "inter_node"}));
   KIWI_RETURN_IF_ERROR(CheckVersion(doc, at, kVersionKey, kClusterVersion));
   cost::Cluster c;
   Result<std::string> name = StringFieldOr(doc, at, "name", std::filesystem::path(source).stem().string());
@@ -121,6 +128,9 @@ Result<cost::Cluster> ReadCluster(const Json& doc, const std::string& source) {
   if (*nodes * *per_node > std::numeric_limits<int32_t>::max()) return at.Bad("has too many devices");
   c.num_nodes = static_cast<int>(*nodes);
   c.devices_per_node = static_cast<int>(*per_node);
+  Result<int64_t> adapters = IntFieldOr(doc, at, "adapters_per_node", 1, kCountRange);
+  if (!adapters) return adapters.error();
+  c.adapters_per_node = static_cast<int>(*adapters);
   Result<cost::DeviceSpec> device = ReadDevice(doc, at);
   if (!device) return device.error();
   c.device = std::move(*device);
@@ -154,6 +164,7 @@ Result<cost::Cluster> LoadCluster(const std::string& name_or_path) {
   if (preset) return preset;
   std::error_code ec;
   if (std::filesystem::is_regular_file(name_or_path, ec)) return ReadClusterFile(name_or_path);
+  if (name_or_path.find(':') != std::string::npos) return preset.error();  // dgx-a100-80gb:0 and the like
   return BadInput(OneLine(fmt::format("unknown cluster '{}': not a preset ({}) nor an existing cluster JSON file",
                                       name_or_path, fmt::join(cost::ClusterPresetNames(), ", "))));
 }

@@ -26,6 +26,16 @@ double SumComputeSeconds(const ir::Graph& graph, std::span<const ir::NodeId> ops
   return seconds;
 }
 
+// Kernels one pass over `ops` launches (the optimizer update is not part of a pass).
+int CountKernels(const ir::Graph& graph, std::span<const ir::NodeId> ops, const cost::CostModel& cost_model) {
+  int kernels = 0;
+  for (ir::NodeId id : ops) {
+    const ir::Node& node = graph.node(id);
+    if (node.kind != ir::OpKind::kOptimizer && cost_model.LaunchesKernel(node)) ++kernels;
+  }
+  return kernels;
+}
+
 // Gradients + optimizer states per parameter byte. The final gradient of each parameter is what the
 // optimizer node reads from the backward pass (ir/backward.h); without an optimizer node gradients
 // are assumed to be as large as the parameters.
@@ -87,6 +97,8 @@ LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t g
   const double batch = static_cast<double>(graph_batch);
   p.forward_seconds_per_sample = SumComputeSeconds(graph, layer.forward, cost_model) / batch;
   p.backward_seconds_per_sample = SumComputeSeconds(graph, layer.backward, cost_model) / batch;
+  p.forward_kernels = CountKernels(graph, layer.forward, cost_model);
+  p.backward_kernels = CountKernels(graph, layer.backward, cost_model);
   // Megatron TP all-reduces the layer's [s, b, h] output twice per forward pass (after attention and
   // after the MLP), each as large as the boundary tensor (Shoeybi et al. 2019, Fig. 3).
   p.tp_comm_bytes_per_sample = 2 * p.boundary_bytes_per_sample;
@@ -142,6 +154,8 @@ LayerProfile OtherPart(const ir::Graph& graph, std::span<const ir::NodeId> ids, 
   const double batch = static_cast<double>(graph_batch);
   p.forward_seconds_per_sample = SumComputeSeconds(graph, forward, cost_model) / batch;
   p.backward_seconds_per_sample = SumComputeSeconds(graph, backward, cost_model) / batch;
+  p.forward_kernels = CountKernels(graph, forward, cost_model);
+  p.backward_kernels = CountKernels(graph, backward, cost_model);
   if (!vocab_split) return p;  // nothing split over TP: no TP communication
   if (head) {
     const int64_t per_token = CeilDiv(tokens * 4, graph_batch);  // fp32 [tokens] per sample

@@ -18,6 +18,8 @@ struct LayerProfile {
   int64_t boundary_bytes_per_sample = 0;     // the layer's output: kept when checkpointed, sent between stages
   double forward_seconds_per_sample = 0.0;   // one device, no parallelism
   double backward_seconds_per_sample = 0.0;
+  int forward_kernels = 0;                   // kernels one forward pass of one micro-batch launches
+  int backward_kernels = 0;                  // (whatever the micro-batch and TP degree)
   int64_t tp_comm_bytes_per_sample = 0;      // bytes all-reduced by Megatron TP in one forward pass
   // Part of parameter_bytes Megatron TP keeps whole on every TP rank (layernorms, row-parallel biases,
   // position embeddings): a TP shard holds (parameter_bytes - replicated) / tp + replicated.

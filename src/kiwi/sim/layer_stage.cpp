@@ -148,13 +148,23 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
 void AddLayerCost(const PlacedLayer& l, const cost::CostModel& cost_model, StageCost& cost) {
   const LayerProfile& p = l.profile;
   const LayerCommunication comm = LayerCommunicationOf(l);
-  // §V: compute time = batch x per-sample time; TP splits the layer's work tp ways.
+  // §V: compute time = batch x per-sample time; TP splits the layer's work tp ways. Megatron's TP
+  // all-reduces run on the compute stream between the layer's kernels. Each TP rank launches all of
+  // the layer's kernels and its all-reduces, and a pass takes at least those launches
+  // (CostModel::LaunchBoundTime): launch time beyond the device's work counts as compute.
   const double share = static_cast<double>(l.microbatch) / l.strategy.tp;
-  const double forward = p.forward_seconds_per_sample * share;
-  const double backward = p.backward_seconds_per_sample * share;
   const double tp_forward = TpSeconds(cost_model, comm.tp_forward_all_reduces, l.mesh);
+  const double tp_backward = TpSeconds(cost_model, comm.tp_backward_all_reduces, l.mesh);
+  const double forward =
+      cost_model.LaunchBoundTime(p.forward_seconds_per_sample * share + tp_forward,
+                                 p.forward_kernels + static_cast<int64_t>(comm.tp_forward_all_reduces.size())) -
+      tp_forward;
+  const double backward =
+      cost_model.LaunchBoundTime(p.backward_seconds_per_sample * share + tp_backward,
+                                 p.backward_kernels + static_cast<int64_t>(comm.tp_backward_all_reduces.size())) -
+      tp_backward;
   cost.compute += forward + backward;
-  cost.communication += tp_forward + TpSeconds(cost_model, comm.tp_backward_all_reduces, l.mesh);
+  cost.communication += tp_forward + tp_backward;
   double backward_compute = backward;
   if (l.strategy.checkpoint) {  // §V: one extra forward propagation
     cost.recompute += forward + (comm.tp_recomputed ? tp_forward : 0.0);

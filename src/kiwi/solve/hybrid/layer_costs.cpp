@@ -20,6 +20,7 @@ bool SameProfile(const sim::LayerProfile& a, const sim::LayerProfile& b) {
          a.boundary_bytes_per_sample == b.boundary_bytes_per_sample &&
          a.forward_seconds_per_sample == b.forward_seconds_per_sample &&
          a.backward_seconds_per_sample == b.backward_seconds_per_sample &&
+         a.forward_kernels == b.forward_kernels && a.backward_kernels == b.backward_kernels &&
          a.tp_comm_bytes_per_sample == b.tp_comm_bytes_per_sample &&
          a.replicated_parameter_bytes == b.replicated_parameter_bytes &&
          a.tp_forward_all_reduce_bytes_per_sample == b.tp_forward_all_reduce_bytes_per_sample &&
