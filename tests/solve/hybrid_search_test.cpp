@@ -208,6 +208,28 @@ TEST(SearchHybridPlan, FixedBatchAndTimeLimit) {
   EXPECT_FALSE(late.proven);
 }
 
+TEST(SearchHybridPlan, SkipsPipelineDegreesWhoseStagesDoNotTileNodes) {
+  // 3 nodes of 4: 2 stages of 6 devices or 4 stages of 3 would split nodes unevenly; only pp 1 is laid
+  // out (was: the search stopped with "--mesh ... would straddle a node boundary").
+  const cost::Cluster cluster = TestCluster(3, 4);
+  const sim::LayerModel model = TwoTypeModel(4, 4);
+  HybridSearchOptions o;
+  o.memory_budget_bytes = 16000 * kMiB;
+  o.global_batch = 24;
+  std::vector<std::string> lines;
+  o.progress = [&](const std::string& line) { lines.push_back(line); };
+  const HybridSearchResult r = Search(model, cluster, o);
+  ASSERT_TRUE(r.feasible);
+  ExpectSimulatorAgrees(r);
+  EXPECT_EQ(r.plan.pp_degree, 1);
+  int skipped = 0;
+  for (const std::string& line : lines) {
+    if (line.rfind("pp 2 skipped: stages of 6 devices do not tile nodes of 4", 0) == 0) ++skipped;
+    if (line.rfind("pp 4 skipped: stages of 3 devices", 0) == 0) ++skipped;
+  }
+  EXPECT_EQ(skipped, 2);
+}
+
 TEST(SearchHybridPlan, RejectsBadOptions) {
   const cost::Cluster cluster = TestCluster(1, 4);
   HybridSearchOptions o;

@@ -64,6 +64,7 @@ class Search {
   void Refine(const CostTables& t, const PipelineConfig& c, const StagePeakBounds& bounds, std::set<Partition>& seen);
   std::vector<int> SmallestMemoryStrategies(const CostTables& t, const PipelineConfig& c) const;
   Status FindSmallestMemory(HybridSearchResult& r);
+  Status SkipDegreesThatCannotBeLaidOut();
   bool Expired() const { return Clock::now() > deadline_; }
 
   const sim::LayerModel& model_;
@@ -348,9 +349,42 @@ Status Search::FindSmallestMemory(HybridSearchResult& r) {
   return Status::Ok();
 }
 
+// A pipeline degree whose stages cannot be laid over the cluster's nodes (280 GPUs in 2 stages of
+// 140 on nodes of 8: a stage would take half a node) is left out of the search, said in the progress
+// output; so is one where some TP degree's mesh would straddle nodes unevenly.
+Status Search::SkipDegreesThatCannotBeLaidOut() {
+  const cost::Cluster& cluster = *inputs_.cluster;
+  std::vector<int> kept;
+  std::string why;
+  for (int pp : space_.pp_degrees) {
+    const int stage = cluster.NumDevices() / pp;
+    Status laid_out = Status::Ok();
+    for (const plan::LayerStrategy& s : LayerStrategies(stage, space_.strategies)) {
+      Result<sim::StageMesh> mesh = sim::MakeStageMesh(cluster, {pp, s.dp, s.tp});
+      if (!mesh) {
+        laid_out = mesh.error();
+        break;
+      }
+    }
+    if (laid_out.ok()) {
+      kept.push_back(pp);
+    } else if (options_.progress) {
+      options_.progress(fmt::format("pp {} skipped: stages of {} devices do not tile nodes of {} ({})", pp, stage,
+                                    cluster.devices_per_node, laid_out.error().message));
+    }
+  }
+  if (kept.empty())
+    return BadInput(fmt::format("hybrid search: cluster {} ({} devices, {} per node): no pipeline degree of the search "
+                                "lays its stages over whole nodes",
+                                cluster.name, cluster.NumDevices(), cluster.devices_per_node));
+  space_.pp_degrees = std::move(kept);
+  return Status::Ok();
+}
+
 Result<HybridSearchResult> Search::Run() {
   const auto start = Clock::now();
   deadline_ = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.time_limit_seconds));
+  KIWI_RETURN_IF_ERROR(SkipDegreesThatCannotBeLaidOut());
   Result<std::vector<Candidate>> candidates = Enumerate();
   if (!candidates) return candidates.error();
   stats_.configurations = static_cast<int64_t>(candidates->size());
