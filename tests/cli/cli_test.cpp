@@ -149,6 +149,18 @@ TEST(Cli, PlanJsonPicksTheFastestFittingPlan) {
   }
 }
 
+TEST(Cli, PlanOnNodesThatStagesCannotTile) {
+  // 35 DGX nodes: 280 GPUs. Batch 8 divides by no data-parallel degree (35 at least): exit 2, naming
+  // the batch; batch 280 plans, leaving out the pipelines whose stages would split nodes.
+  auto bad = RunKiwi("plan --cluster dgx-a100-80gb:35 --layers 2");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(CountLines(bad.err), 1) << bad.err;
+  EXPECT_NE(bad.err.find("--batch 8"), std::string::npos) << bad.err;
+  auto r = RunKiwi("plan --cluster dgx-a100-80gb:35 --layers 2 --batch 280 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const auto& p : r.Json()["plans"]) EXPECT_EQ(p["pp_degree"].get<int>(), 1);  // 140 and 70 split nodes
+}
+
 TEST(Cli, ImpossibleBudgetExitsThreeWithTheSmallestKnownBudget) {
   auto r = RunKiwi("plan --memory 1MiB");
   EXPECT_EQ(r.exit_code, 3);

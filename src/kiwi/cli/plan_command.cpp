@@ -47,9 +47,14 @@ Result<std::vector<Candidate>> EvaluateUniformPlans(const sim::LayerModel& model
   const auto plans = solve::UniformLayerPlans({.num_layers = static_cast<int>(model.layers.size()),
                                                .num_devices = cluster.NumDevices(),
                                                .global_batch = batch});
+  if (plans.empty())  // every data-parallel degree the devices allow leaves part of a sample on a device
+    return BadInput(fmt::format("--batch {}: no uniform plan on the {} devices of {}: the batch must divide by a "
+                                "data-parallel degree (devices / (PP x TP)); try --batch {}",
+                                batch, cluster.NumDevices(), cluster.name, cluster.NumDevices()));
   for (const solve::NamedLayerPlan& p : plans) {
     if (std::chrono::steady_clock::now() > deadline) break;
     Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(model, p.plan, cluster, cm);
+    if (!r && p.plan.pp_degree > 1) continue;  // stages that cannot be laid over whole nodes: not a candidate
     if (!r) return r.error();
     out.push_back({p.name, p.plan, *r, r->summary.peak_memory_bytes <= budget});
   }
