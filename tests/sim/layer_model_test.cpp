@@ -6,6 +6,7 @@
 #include "kiwi/ir/layers.h"
 #include "kiwi/models/presets.h"
 #include "kiwi/sim/layer_simulator.h"
+#include "kiwi/sim/layer_stage.h"
 
 namespace kiwi::sim {
 namespace {
@@ -102,6 +103,55 @@ TEST(BuildLayerModel, KernelsPerPassCountTheLayersWorkingNodes) {
     }
     EXPECT_GT(m->embedding.forward_kernels, 0);
     EXPECT_GT(m->head.backward_kernels, 0);
+  }
+}
+
+// Korthikanti et al. 2023, eq. 2: a GPT middle layer in 16-bit saves 34sbh + 5as^2b, of which Megatron TP
+// keeps 10sbh whole on every rank (norm inputs, column-parallel inputs, the masks after the row-parallel
+// linears); one TP rank's activations of one micro-batch are sbh(10 + 24/t + 5as/(ht)) for t = 1, 2, 4, 8,
+// and a checkpointed layer keeps its whole 2sbh input.
+TEST(BuildLayerModel, TpRankActivationsAreKorthikantis) {
+  const int64_t s = 32, b = 2, h = 64, a = 8;
+  models::ModelOverrides o;
+  o.layers = 3;
+  o.hidden = h;
+  o.heads = a;
+  o.seq = s;
+  o.batch = b;
+  o.dtype = ir::DType::kF16;
+  Result<models::ModelSpec> spec = models::LoadModel("gpt", o);
+  ASSERT_TRUE(spec.ok());
+  Result<ir::Graph> g = models::BuildTrainingGraph(*spec);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  const cost::CostModel cm(TestDevice());
+  Result<LayerModel> m = BuildLayerModel(*g, b, cm);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const LayerProfile& mid = m->layers[1];
+  const int64_t sbh = s * b * h, attention = 5 * a * s * s * b;
+  EXPECT_EQ(mid.activation_bytes_per_sample * b, 34 * sbh + attention);
+  EXPECT_EQ(mid.replicated_activation_bytes_per_sample * b, 10 * sbh);
+  EXPECT_EQ(mid.boundary_bytes_per_sample * b, 2 * sbh);
+  for (int t : {1, 2, 4, 8}) {
+    cost::Cluster cluster;
+    cluster.device = TestDevice();
+    cluster.devices_per_node = t;
+    cluster.intra_node = {"link", 1e11, 0.0};
+    for (bool checkpoint : {false, true}) {
+      PlacedLayer placed;
+      placed.profile = mid;
+      placed.strategy = {.tp = t, .dp = 1, .checkpoint = checkpoint};
+      placed.microbatch = b;
+      Result<StageMesh> mesh = MakeStageMesh(cluster, {1, 1, t});
+      ASSERT_TRUE(mesh.ok()) << mesh.error().message;
+      placed.mesh = *mesh;
+      const int64_t kept = StagePeakMemory({&placed}, 1, 0.0) - StagePeakMemory({&placed}, 0, 0.0);
+      if (!checkpoint) {
+        EXPECT_EQ(kept, 10 * sbh + 24 * sbh / t + attention / t) << "t " << t;
+      } else {
+        EXPECT_EQ(kept, 2 * sbh) << "t " << t;  // the layer's input, whole on every rank
+        EXPECT_EQ(RecomputedBytes(placed), 8 * sbh + 24 * sbh / t + attention / t) << "t " << t;
+      }
+    }
   }
 }
 

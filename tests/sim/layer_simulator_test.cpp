@@ -179,7 +179,8 @@ TEST(SimulateLayerPlan, CheckpointWithTensorParallelRepeatsForwardAllReduces) {
   // Per layer: forward 1 ms x 16 / 2 = 8 ms again, plus 2 all-reduces of 16 us.
   EXPECT_NEAR(r.summary.time.recompute, 4 * (8e-3 + 2 * 16e-6), kEps);
   EXPECT_NEAR(r.summary.time.communication, 4 * 4 * 16e-6, kEps);
-  EXPECT_EQ(r.summary.peak_memory_bytes, 8'000'000 + 4 * 8'000 + 9'000 * 16 / 2);
+  // Each layer's kept input is whole on both TP ranks (Korthikanti et al. 2023): 4 x 1 kB x 16 samples.
+  EXPECT_EQ(r.summary.peak_memory_bytes, 8'000'000 + 4 * 16'000 + 9'000 * 16 / 2);
 }
 
 // The same four layers launching 10 forward and 20 backward kernels per micro-batch.

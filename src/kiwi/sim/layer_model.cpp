@@ -57,38 +57,62 @@ double StateBytesPerParameterByte(const ir::Graph& graph) {
   return static_cast<double>(state_bytes + gradient_bytes) / static_cast<double>(parameter_bytes);
 }
 
-// Parameters Megatron TP keeps whole on every TP rank of a layer (Shoeybi et al. 2019, §3): norm
-// weights, and the biases of row-parallel linears (added after the all-reduce). A linear is
-// row-parallel when its input is split over TP: the output of a column-parallel linear (one whose
-// input is replicated) through element-wise ops, attention and reshapes; a norm's or residual's
-// output of replicated inputs is replicated. For a GPT layer: 2 norms + out.bias + fc2.bias = 6h.
-int64_t TpReplicatedParameterBytes(const ir::Graph& graph, std::span<const ir::NodeId> forward) {
+// What Megatron TP keeps whole on every TP rank of a layer (Shoeybi et al. 2019, §3): parameters
+// (norm weights, and the biases of row-parallel linears, added after the all-reduce) and, without
+// sequence parallelism, saved activations (Korthikanti et al. 2023, eq. 2: the norms' inputs, the
+// inputs of the column-parallel linears, the dropout masks after the row-parallel ones: 10 of a GPT
+// layer's 34 sbh). A linear is row-parallel when its input is split over TP: the output of a
+// column-parallel linear (one whose input is replicated) through element-wise ops, attention and
+// reshapes; a norm's or residual's output of replicated inputs is replicated; a dropout mask is split
+// like the tensor it multiplies. For a GPT layer: parameters 2 norms + out.bias + fc2.bias = 6h.
+struct TpReplicated {
+  int64_t parameter_bytes = 0;
+  int64_t saved_activation_bytes = 0;
+};
+
+// Forward nodes whose output a backward node reads (ir::SavedActivationBytes' set).
+std::vector<bool> SavedForBackward(const ir::Graph& graph) {
+  std::vector<bool> saved(static_cast<size_t>(graph.size()), false);
+  for (const ir::Node& n : graph.nodes())
+    if (n.is_backward())
+      for (ir::NodeId in : n.inputs) saved[static_cast<size_t>(in)] = true;
+  for (const ir::Node& n : graph.nodes())
+    if (n.is_backward() || n.is_persistent()) saved[static_cast<size_t>(n.id)] = false;
+  return saved;
+}
+
+TpReplicated TpReplicatedBytes(const ir::Graph& graph, std::span<const ir::NodeId> forward,
+                               const std::vector<bool>& saved) {
   std::unordered_map<ir::NodeId, bool> split;  // layer inputs and parameters: replicated
   auto is_split = [&](ir::NodeId id) {
     auto it = split.find(id);
     return it != split.end() && it->second;
   };
-  int64_t bytes = 0;
+  TpReplicated r;
   for (ir::NodeId id : forward) {
     const ir::Node& node = graph.node(id);
     if (node.kind == ir::OpKind::kParameter) continue;
     bool out = false;
     if (node.kind == ir::OpKind::kMatmul) {
       out = !is_split(node.inputs[0]);  // column-parallel: split output; row-parallel: all-reduced
-      if (!out && node.inputs.size() > 2) bytes += graph.node(node.inputs[2]).output.Bytes();
+      if (!out && node.inputs.size() > 2) r.parameter_bytes += graph.node(node.inputs[2]).output.Bytes();
     } else if (node.kind == ir::OpKind::kLayerNorm) {
-      for (size_t k = 1; k < node.inputs.size(); ++k) bytes += graph.node(node.inputs[k]).output.Bytes();
+      for (size_t k = 1; k < node.inputs.size(); ++k) r.parameter_bytes += graph.node(node.inputs[k]).output.Bytes();
       out = is_split(node.inputs[0]);
     } else {
       out = std::any_of(node.inputs.begin(), node.inputs.end(), is_split);
+      for (ir::NodeId in : node.inputs)  // a dropout mask (no inputs of its own) is split like its tensor
+        if (graph.node(in).kind == ir::OpKind::kRandom) split[in] = out;
     }
     split[id] = out;
   }
-  return bytes;
+  for (ir::NodeId id : forward)
+    if (saved[static_cast<size_t>(id)] && !is_split(id)) r.saved_activation_bytes += graph.node(id).output.Bytes();
+  return r;
 }
 
 LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t graph_batch,
-                       const cost::CostModel& cost_model) {
+                       const cost::CostModel& cost_model, const std::vector<bool>& saved) {
   LayerProfile p;
   p.name = layer.name;
   p.parameter_bytes = layer.parameter_bytes;
@@ -102,7 +126,9 @@ LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t g
   // Megatron TP all-reduces the layer's [s, b, h] output twice per forward pass (after attention and
   // after the MLP), each as large as the boundary tensor (Shoeybi et al. 2019, Fig. 3).
   p.tp_comm_bytes_per_sample = 2 * p.boundary_bytes_per_sample;
-  p.replicated_parameter_bytes = TpReplicatedParameterBytes(graph, layer.forward);
+  const TpReplicated replicated = TpReplicatedBytes(graph, layer.forward, saved);
+  p.replicated_parameter_bytes = replicated.parameter_bytes;
+  p.replicated_activation_bytes_per_sample = CeilDiv(replicated.saved_activation_bytes, graph_batch);
   return p;
 }
 
@@ -189,7 +215,9 @@ Result<LayerModel> BuildLayerModel(const ir::Graph& training, int64_t graph_batc
   LayerModel model;
   model.name = training.name();
   model.layers.reserve(view->layers.size());
-  for (const ir::Layer& layer : view->layers) model.layers.push_back(ProfileOf(training, layer, graph_batch, cost_model));
+  const std::vector<bool> saved = SavedForBackward(training);
+  for (const ir::Layer& layer : view->layers)
+    model.layers.push_back(ProfileOf(training, layer, graph_batch, cost_model, saved));
   FillOther(training, *view, graph_batch, cost_model, model);
   model.state_bytes_per_parameter_byte = StateBytesPerParameterByte(training);
   return model;

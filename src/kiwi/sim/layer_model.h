@@ -24,6 +24,9 @@ struct LayerProfile {
   // Part of parameter_bytes Megatron TP keeps whole on every TP rank (layernorms, row-parallel biases,
   // position embeddings): a TP shard holds (parameter_bytes - replicated) / tp + replicated.
   int64_t replicated_parameter_bytes = 0;
+  // Part of activation_bytes_per_sample Megatron TP keeps whole on every TP rank without sequence
+  // parallelism (Korthikanti et al. 2023, eq. 2: 10 sbh of a GPT layer's 34 sbh); the rest is split.
+  int64_t replicated_activation_bytes_per_sample = 0;
   // The embeddings and the head have their own TP all-reduces, per sample, one entry per all-reduce
   // (vocabulary-parallel embedding: its output, forward; vocabulary-parallel cross-entropy: max,
   // target logit and sum of exps, forward; the head's input gradient, backward). When both are empty

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kiwi/cost/activation_memory.h"
+
 namespace kiwi::sim {
 namespace {
 
@@ -68,11 +70,11 @@ double TpSeconds(const cost::CostModel& cost_model, const std::vector<int64_t>& 
   return seconds;
 }
 
-// Activations of one micro-batch per device. Dividing by tp treats every saved tensor as split by
-// Megatron TP; the layernorm/dropout/residual tensors Megatron keeps replicated (10 of 34 sbh in
-// Korthikanti et al. 2022, eq. 2) are underestimated by this approximation.
-int64_t MicrobatchBytes(const PlacedLayer& l, int64_t bytes_per_sample) {
-  return CeilDiv(bytes_per_sample * l.microbatch, l.strategy.tp);
+// Activations of one micro-batch per device of `bytes_per_sample`, of which `whole_per_sample` Megatron
+// TP keeps on every rank (cost::TpRankActivationBytes, Korthikanti et al. 2023 eq. 2).
+int64_t MicrobatchBytes(const PlacedLayer& l, int64_t bytes_per_sample, int64_t whole_per_sample) {
+  const int64_t whole = std::min(whole_per_sample, bytes_per_sample);
+  return cost::TpRankActivationBytes((bytes_per_sample - whole) * l.microbatch, whole * l.microbatch, l.strategy.tp);
 }
 
 }  // namespace
@@ -97,6 +99,15 @@ Result<StageMesh> MakeStageMesh(const cost::Cluster& cluster, const std::vector<
 // in flight (boundary only for checkpointed layers, c(f) = c(bnd)), plus the largest transient of one
 // layer: the intermediates a checkpointed layer recomputes (c(b) = c(int)) and the full parameters
 // SDP gathers. Both transients are counted at once, an upper bound when different layers cause them.
+// A checkpointed layer's kept input (its boundary, replicated over TP: Megatron keeps it whole without
+// sequence parallelism) stays; the rest of its activations come back for its backward pass.
+int64_t RecomputedBytes(const PlacedLayer& l) {
+  const LayerProfile& p = l.profile;
+  const int64_t intermediate = std::max<int64_t>(p.activation_bytes_per_sample - p.boundary_bytes_per_sample, 0);
+  const int64_t whole = std::max<int64_t>(p.replicated_activation_bytes_per_sample - p.boundary_bytes_per_sample, 0);
+  return MicrobatchBytes(l, intermediate, whole);
+}
+
 int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_flight,
                         double state_bytes_per_parameter_byte) {
   int64_t states = 0, activations = 0, recomputed = 0, gathered = 0;
@@ -104,11 +115,10 @@ int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_fl
     states += ModelStateBytes(*l, state_bytes_per_parameter_byte);
     const LayerProfile& p = l->profile;
     if (l->strategy.checkpoint) {
-      activations += MicrobatchBytes(*l, p.boundary_bytes_per_sample);
-      const int64_t intermediate = std::max<int64_t>(p.activation_bytes_per_sample - p.boundary_bytes_per_sample, 0);
-      recomputed = std::max(recomputed, MicrobatchBytes(*l, intermediate));
+      activations += MicrobatchBytes(*l, p.boundary_bytes_per_sample, p.boundary_bytes_per_sample);
+      recomputed = std::max(recomputed, RecomputedBytes(*l));
     } else {
-      activations += MicrobatchBytes(*l, p.activation_bytes_per_sample);
+      activations += MicrobatchBytes(*l, p.activation_bytes_per_sample, p.replicated_activation_bytes_per_sample);
     }
     if (l->strategy.sdp && l->strategy.dp > 1) gathered = std::max(gathered, TpShardParameterBytes(*l));
   }

@@ -45,6 +45,9 @@ struct StageCost {
   double MicrobatchSeconds() const { return compute + recompute + communication + resharding; }
 };
 
+// Bytes a checkpointed layer's recomputation brings back per device for its backward pass.
+int64_t RecomputedBytes(const PlacedLayer& layer);
+
 // Peak bytes per device of a stage holding `in_flight` micro-batches' activations (Eq. 1).
 int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_flight, double state_bytes_per_parameter_byte);
 

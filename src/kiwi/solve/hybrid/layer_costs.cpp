@@ -7,8 +7,6 @@
 namespace kiwi::solve::hybrid {
 namespace {
 
-int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
 int Log2(int n) {
   int k = 0;
   while ((1 << (k + 1)) <= n) ++k;
@@ -23,6 +21,7 @@ bool SameProfile(const sim::LayerProfile& a, const sim::LayerProfile& b) {
          a.forward_kernels == b.forward_kernels && a.backward_kernels == b.backward_kernels &&
          a.tp_comm_bytes_per_sample == b.tp_comm_bytes_per_sample &&
          a.replicated_parameter_bytes == b.replicated_parameter_bytes &&
+         a.replicated_activation_bytes_per_sample == b.replicated_activation_bytes_per_sample &&
          a.tp_forward_all_reduce_bytes_per_sample == b.tp_forward_all_reduce_bytes_per_sample &&
          a.tp_backward_all_reduce_bytes_per_sample == b.tp_backward_all_reduce_bytes_per_sample;
 }
@@ -35,10 +34,7 @@ StrategyCost PriceLayer(const sim::PlacedLayer& layer, double state_ratio, const
   const plan::LayerStrategy& s = layer.strategy;
   const int64_t without_activations = sim::StagePeakMemory({&layer}, 0, state_ratio);
   c.activation_bytes = sim::StagePeakMemory({&layer}, 1, state_ratio) - without_activations;
-  if (s.checkpoint)
-    c.recompute_bytes =
-        CeilDiv(std::max<int64_t>(p.activation_bytes_per_sample - p.boundary_bytes_per_sample, 0) * layer.microbatch,
-                s.tp);
+  if (s.checkpoint) c.recompute_bytes = sim::RecomputedBytes(layer);
   if (s.sdp && s.dp > 1) c.gather_bytes = sim::TpShardParameterBytes(p, s.tp);
   c.state_bytes = without_activations - c.recompute_bytes - c.gather_bytes;
   sim::StageCost t;
