@@ -79,6 +79,8 @@ TEST(ClusterPreset, DgxSystemsWithANodeCount) {
   EXPECT_DOUBLE_EQ(one.intra_node.bandwidth, 300e9);
   EXPECT_EQ(one.adapters_per_node, 8);
   EXPECT_DOUBLE_EQ(one.inter_node.bandwidth, 25e9);  // one 200 Gb/s HDR adapter per GPU
+  EXPECT_DOUBLE_EQ(one.device.kernel_launch_seconds, 35e-6);  // Megatron-LM's dispatch (docs/fidelity.md)
+  EXPECT_EQ(one.device.reserved_bytes, 3 * kGiB);
   const Cluster many = Preset("dgx-a100-80gb:48");
   EXPECT_EQ(many.name, "dgx-a100-80gb:48");
   EXPECT_EQ(many.num_nodes, 48);

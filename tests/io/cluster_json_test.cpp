@@ -69,6 +69,19 @@ TEST(ClusterJson, KernelLaunchTime) {
                  {"c.json: device.kernel_launch_us: must be a non-negative finite number (got -1)"});
 }
 
+TEST(ClusterJson, ReservedMemory) {
+  Result<cost::Cluster> c = ParseClusterJson(EditedFixture("\"memory\": \"80GiB\"", "\"memory\": \"80GiB\", \"reserved\": \"3GiB\""), "c.json");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->device.reserved_bytes, int64_t{3} << 30);
+  EXPECT_EQ(ParseClusterJson(EditedFixture("\"memory\": \"80GiB\"", "\"memory\": \"80GiB\", \"reserved\": 0"), "c.json")
+                ->device.reserved_bytes,
+            0);
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"memory\": \"80GiB\"", "\"memory\": \"80GiB\", \"reserved\": \"80GiB\""), "c.json"),
+                 {"c.json: device.reserved: must be less than the device's memory"});
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"memory\": \"80GiB\"", "\"memory\": \"80GiB\", \"reserved\": -5"), "c.json"),
+                 {"c.json: device.reserved:"});
+}
+
 TEST(ClusterJson, AdaptersPerNode) {
   Result<cost::Cluster> one = ParseClusterJson(testing::ReadAll(FixturePath("cluster_example.json")), "c.json");
   ASSERT_TRUE(one.ok()) << one.error().message;

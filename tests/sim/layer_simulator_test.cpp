@@ -193,6 +193,21 @@ LayerModel FourLaunchingLayers() {
   return m;
 }
 
+TEST(SimulateLayerPlan, TheDevicesReserveIsInEveryStagesPeak) {
+  cost::Cluster cluster = TestCluster(2, 1);
+  LayerPlan plan = UniformPlan({.tp = 1, .dp = 1}, 8, 4);
+  plan.pp_degree = 2;
+  plan.pp_partition = {2, 2};
+  const LayerSimResult without = Simulate(FourLayers(), plan, cluster);
+  cluster.device.reserved_bytes = 123'456;
+  const LayerSimResult with = Simulate(FourLayers(), plan, cluster);
+  ASSERT_EQ(with.stages.size(), 2u);
+  for (size_t s = 0; s < 2; ++s)
+    EXPECT_EQ(with.stages[s].peak_memory_bytes, without.stages[s].peak_memory_bytes + 123'456);
+  EXPECT_EQ(with.summary.peak_memory_bytes, without.summary.peak_memory_bytes + 123'456);
+  EXPECT_NEAR(with.summary.iteration_seconds, without.summary.iteration_seconds, kEps);
+}
+
 TEST(SimulateLayerPlan, SmallMicroBatchesAreLaunchBound) {
   cost::Cluster cluster = TestCluster(1, 1);
   cluster.device.kernel_launch_seconds = 1e-3;  // 10 forward kernels: 10 ms > 1 ms x 1 sample

@@ -230,6 +230,33 @@ TEST(SearchHybridPlan, SkipsPipelineDegreesWhoseStagesDoNotTileNodes) {
   EXPECT_EQ(skipped, 2);
 }
 
+TEST(SearchHybridPlan, PlansTheTensorsWithinWhatTheReserveLeaves) {
+  cost::Cluster cluster = TestCluster(2, 4);
+  const sim::LayerModel model = TwoTypeModel(4, 4);
+  HybridSearchOptions o;
+  o.memory_budget_bytes = 3000 * kMiB;
+  o.global_batch = 16;
+  const HybridSearchResult free = Search(model, cluster, o);
+  ASSERT_TRUE(free.feasible);
+  cluster.device.reserved_bytes = 1000 * kMiB;
+  const HybridSearchResult reserved = Search(model, cluster, o);
+  ASSERT_TRUE(reserved.feasible);
+  ExpectSimulatorAgrees(reserved);  // the claim counts the reserve as the simulator does
+  EXPECT_LE(reserved.simulated.summary.peak_memory_bytes, o.memory_budget_bytes);
+  EXPECT_LE(reserved.simulated.throughput_samples_per_second, free.simulated.throughput_samples_per_second + 1e-9);
+  // Exactly the old budget plus the reserve gives the old plan's speed back.
+  o.memory_budget_bytes += 1000 * kMiB;
+  EXPECT_NEAR(Search(model, cluster, o).simulated.throughput_samples_per_second,
+              free.simulated.throughput_samples_per_second, 1e-9);
+  // Too small for anything: the smallest budget named counts the reserve too.
+  o.memory_budget_bytes = 1000 * kMiB + 1;
+  const HybridSearchResult none = Search(model, cluster, o);
+  ASSERT_FALSE(none.feasible);
+  EXPECT_GT(none.smallest_feasible_memory, 1000 * kMiB);
+  o.memory_budget_bytes = none.smallest_feasible_memory;
+  EXPECT_TRUE(Search(model, cluster, o).feasible);
+}
+
 TEST(SearchHybridPlan, RejectsBadOptions) {
   const cost::Cluster cluster = TestCluster(1, 4);
   HybridSearchOptions o;

@@ -21,6 +21,10 @@ struct DeviceSpec {
   // Host time to issue one kernel (the framework's eager dispatch + the CUDA launch). The host runs
   // ahead of the device, so a pass of k kernels takes at least k times this (0: never launch-bound).
   double kernel_launch_seconds = 0.0;
+  // Memory a training process holds beyond its tensors, per device: the CUDA context, cuBLAS/cuDNN
+  // workspaces, NCCL's communication buffers, the caching allocator's fragmentation. The layer-level
+  // simulator counts it in every stage's peak (0: none).
+  int64_t reserved_bytes = 0;
 
   double PeakFlops(ir::DType dtype) const { return peak_flops[static_cast<size_t>(dtype)]; }
   void SetPeakFlops(ir::DType dtype, double flops) { peak_flops[static_cast<size_t>(dtype)] = flops; }

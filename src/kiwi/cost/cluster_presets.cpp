@@ -142,9 +142,16 @@ Cluster A100Cluster(std::string name, int nodes) {
 // PyTorch's eager dispatch is reported to cost. DGX H100: the same figure (assumption: no measurement).
 constexpr double kMegatronLaunchSeconds = 35.0 * kMicro;
 
+// What a Megatron-LM process holds on each GPU beyond its tensors: the CUDA context with PyTorch's
+// kernels (~0.5-1 GiB), cuBLAS workspaces, NCCL buffers of its TP, DP and PP communicators (~1 GiB)
+// and the caching allocator's fragmentation. Assumption, 3 GiB, until a GPU measures it (`kiwi
+// profile`); Galvatron keeps 1 GiB of context per stage plus 20% of memory for the same reasons.
+constexpr int64_t kMegatronReservedBytes = 3 * kGiB;
+
 // A DGX system of `nodes` nodes of 8 GPUs on NVSwitch, one network adapter per GPU (rails).
 Cluster Dgx(std::string name, DeviceSpec device, Link nvlink, Link adapter, int nodes) {
   device.kernel_launch_seconds = kMegatronLaunchSeconds;
+  device.reserved_bytes = kMegatronReservedBytes;
   Cluster c = SingleNode(std::move(name), std::move(device), 8, nvlink);
   c.num_nodes = nodes;
   c.inter_node = adapter;

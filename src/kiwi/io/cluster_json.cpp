@@ -30,16 +30,17 @@ Result<double> ScaledField(const Json& j, const JsonPath& at, std::string_view k
   return *v * scale;
 }
 
-Result<int64_t> ReadMemory(const Json& j, const JsonPath& at) {
-  Result<const Json*> v = RequireField(j, at, "memory");
+// A size: bytes as an integer, or a size string ("80GiB"); positive, or >= 0 when `zero_ok`.
+Result<int64_t> ReadSize(const Json& j, const JsonPath& at, const char* key, bool zero_ok) {
+  Result<const Json*> v = RequireField(j, at, key);
   if (!v) return v.error();
   if ((*v)->is_string()) {
-    Result<int64_t> bytes = ParseBytes((*v)->get_ref<const std::string&>(), at.Key("memory").path());
+    Result<int64_t> bytes = ParseBytes((*v)->get_ref<const std::string&>(), at.Key(key).path());
     if (!bytes) return BadInput(OneLine(at.source() + ": " + bytes.error().message));
-    if (*bytes <= 0) return at.BadKey("memory", "must be positive");
+    if (*bytes < 0 || (*bytes == 0 && !zero_ok)) return at.BadKey(key, zero_ok ? "must not be negative" : "must be positive");
     return bytes;
   }
-  return ReadInt(**v, at.Key("memory"), kPositive);
+  return ReadInt(**v, at.Key(key), zero_ok ? kNonNegative : kPositive);
 }
 
 Status ReadPeakFlops(const Json& device, const JsonPath& device_at, cost::DeviceSpec& spec) {
@@ -65,12 +66,12 @@ Result<cost::DeviceSpec> ReadDevice(const Json& doc, const JsonPath& root) {
   const Json& j = **device;
   const JsonPath at = root.Key("device");
   KIWI_RETURN_IF_ERROR(
-      CheckKnownKeys(j, at, {"name", "memory", "memory_bandwidth_gbps", "peak_tflops", "kernel_launch_us"}));
+      CheckKnownKeys(j, at, {"name", "memory", "memory_bandwidth_gbps", "peak_tflops", "kernel_launch_us", "reserved"}));
   cost::DeviceSpec spec;
   Result<std::string> name = StringFieldOr(j, at, "name", "device");
   if (!name) return name.error();
   spec.name = std::move(*name);
-  Result<int64_t> memory = ReadMemory(j, at);
+  Result<int64_t> memory = ReadSize(j, at, "memory", false);
   if (!memory) return memory.error();
   spec.memory_bytes = *memory;
   Result<double> bandwidth = ScaledField(j, at, "memory_bandwidth_gbps", kGiga, true);
@@ -80,6 +81,12 @@ Result<cost::DeviceSpec> ReadDevice(const Json& doc, const JsonPath& root) {
     Result<double> launch = ScaledField(j, at, "kernel_launch_us", kMicro, false);
     if (!launch) return launch.error();
     spec.kernel_launch_seconds = *launch;
+  }
+  if (FindField(j, "reserved") != nullptr) {
+    Result<int64_t> reserved = ReadSize(j, at, "reserved", true);
+    if (!reserved) return reserved.error();
+    if (*reserved >= spec.memory_bytes) return at.BadKey("reserved", "must be less than the device's memory");
+    spec.reserved_bytes = *reserved;
   }
   KIWI_RETURN_IF_ERROR(ReadPeakFlops(j, at, spec));
   return spec;

@@ -154,7 +154,8 @@ Result<StageCost> CostStage(const LayerModel& model, const LayerPlan& plan, cons
   }
 
   StageCost cost;
-  cost.peak_memory_bytes = StagePeakMemory(layers, MicrobatchesInFlight(plan, s), model.state_bytes_per_parameter_byte);
+  cost.peak_memory_bytes = StagePeakMemory(layers, MicrobatchesInFlight(plan, s), model.state_bytes_per_parameter_byte) +
+                           std::max<int64_t>(cluster.device.reserved_bytes, 0);
   for (const PlacedLayer* layer : layers) AddLayerCost(*layer, cost_model, cost);
   for (int i = std::max(span.first, 1); i < span.first + span.count; ++i) {
     Result<double> reshard =

@@ -427,8 +427,17 @@ Result<HybridSearchResult> SearchHybridPlan(const sim::LayerModel& model, const 
   if (options.max_batch < 1 || options.batch_step < 1 || options.max_batch > kMaxSweepBatch)
     return BadInput(fmt::format("--max-batch: must be between 1 and {}, got {}", kMaxSweepBatch, options.max_batch));
   if (cluster.NumDevices() < 1) return BadInput(fmt::format("cluster {}: has no devices", cluster.name));
-  Search search(model, cluster, cost_model, options);
-  return search.Run();
+  // The device's reserve (context, communication buffers, fragmentation) is part of every peak the
+  // simulator reports: the search plans the tensors within what is left, then adds it back.
+  const int64_t reserve = std::max<int64_t>(cluster.device.reserved_bytes, 0);
+  HybridSearchOptions tensors = options;
+  tensors.memory_budget_bytes = std::max<int64_t>(options.memory_budget_bytes - reserve, 1);
+  Search search(model, cluster, cost_model, tensors);
+  Result<HybridSearchResult> r = search.Run();
+  if (!r) return r;
+  if (r->feasible) r->claimed_peak_memory_bytes += reserve;
+  if (r->smallest_feasible_memory > 0) r->smallest_feasible_memory += reserve;
+  return r;
 }
 
 }  // namespace kiwi::solve::hybrid
