@@ -163,8 +163,17 @@ TEST(MakeMesh, RailsCarryOneRingEachAndAFlatRingIsLimitedByOneAdapter) {
   ASSERT_TRUE(railed.ok()) << railed.error().message;
   ExpectAxis(railed->axes[0], 2, 25e9, 5e-6, "ib-hdr-200g");
   ExpectAxis(railed->axes[1], 8, 300e9, 5e-6, "nvlink3");
-  // One flat ring over 16 GPUs leaves each node once: one adapter, not the node's eight.
-  ExpectAxis(dgx.FlatMesh().axes[0], 16, 25e9, 5e-6, "ib-hdr-200g");
+  // One flat ring over 16 GPUs leaves each node once: one adapter, not the node's eight. NCCL's
+  // hierarchical algorithm runs 8 rings across nodes at once, one per GPU and rail.
+  const ir::MeshAxis flat = dgx.FlatMesh().axes[0];
+  ExpectAxis(flat, 16, 25e9, 5e-6, "ib-hdr-200g");
+  EXPECT_EQ(flat.per_node, 8);
+  EXPECT_DOUBLE_EQ(flat.node_bandwidth, 300e9);
+  EXPECT_DOUBLE_EQ(flat.rail_bandwidth, 25e9);
+  EXPECT_EQ(railed->axes[0].per_node, 1);  // one device per node in each group: nothing to do inside nodes
+  EXPECT_EQ(railed->axes[1].per_node, 0);  // within a node
+  // One NIC per node (a100-nvlink-ib-16): the 8 rings share it.
+  EXPECT_DOUBLE_EQ(Preset("a100-nvlink-ib-16").FlatMesh().axes[0].rail_bandwidth, 12.5e9 / 8);
   // More rings than adapters share them.
   Cluster fewer = dgx;
   fewer.adapters_per_node = 2;

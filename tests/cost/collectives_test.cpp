@@ -66,6 +66,47 @@ TEST(CollectiveTime, FastestAxisGoesFirstWhateverItsIndex) {
   ExpectSeconds(CollectiveTime(Collective::kPointToPoint, 8'000'000, mesh, both), 1e-5 + 8e-3);
 }
 
+TEST(CollectiveTime, TreeAllReduceWhenLatencyDominates) {
+  // 64 nodes, 1 kB, a = 10 us: the ring's 2 x 63 steps cost 1.26 ms, the tree's 2 x 6 levels 0.12 ms.
+  ir::MeshAxis nodes{64, 1e10, 1e-5, "net"};
+  nodes.per_node = 1;  // across nodes, where NCCL runs trees
+  const ir::DeviceMesh mesh{{nodes}};
+  const int64_t n = 1000;
+  ExpectSeconds(CollectiveTime(Collective::kAllReduce, n, mesh, AxisBit(0)), 2 * (6 * 1e-5 + 1e3 / 1e10));
+  // All-gather and reduce-scatter have no tree: the ring, (p - 1)(a + n/(pB)).
+  ExpectSeconds(CollectiveTime(Collective::kAllGather, n, mesh, AxisBit(0)), 63 * (1e-5 + 1e3 / 64e10));
+  // Large messages: the ring's 2(p-1)/p n/B beats the tree's 2n/B.
+  const int64_t big = 1'000'000'000;
+  ExpectSeconds(CollectiveTime(Collective::kAllReduce, big, mesh, AxisBit(0)), 2 * 63 * (1e-5 + 1e9 / 64e10));
+  // Inside a node NCCL runs rings: no tree.
+  const ir::DeviceMesh node = {{{64, 1e10, 1e-5, "nvlink"}}};
+  ExpectSeconds(CollectiveTime(Collective::kAllReduce, n, node, AxisBit(0)), 2 * 63 * (1e-5 + 1e3 / 64e10));
+}
+
+// Two DGX A100 nodes as one 16-GPU axis: a flat ring leaves each node through one 25 GB/s adapter;
+// NCCL's hierarchical all-reduce reduce-scatters over NVLink (8 GPUs, 300 GB/s), all-reduces 1/8 of the
+// data across the 2 nodes on each GPU's own rail, and all-gathers over NVLink.
+TEST(CollectiveTime, HierarchicalAcrossRailedNodes) {
+  ir::MeshAxis axis{16, 25e9, 5e-6, "ib"};
+  axis.per_node = 8;
+  axis.node_bandwidth = 300e9;
+  axis.node_latency = 5e-6;
+  axis.rail_bandwidth = 25e9;
+  const ir::DeviceMesh mesh{{axis}};
+  const double n = 1e9;
+  const double local = 7 * (5e-6 + n / (8 * 300e9));
+  const double across = 1 * (5e-6 + n / (8 * 2 * 25e9));
+  const double flat = 2 * 15 * (5e-6 + n / (16 * 25e9));
+  ExpectSeconds(CollectiveTime(Collective::kAllReduce, 1'000'000'000, mesh, AxisBit(0)), 2 * (local + across));
+  EXPECT_LT(2 * (local + across), flat / 6);  // ~10.9 ms instead of ~75 ms
+  ExpectSeconds(CollectiveTime(Collective::kReduceScatter, 1'000'000'000, mesh, AxisBit(0)), local + across);
+  ExpectSeconds(CollectiveTime(Collective::kAllGather, 1'000'000'000, mesh, AxisBit(0)), local + across);
+  // All-to-all has no hierarchical form here: the flat ring.
+  ExpectSeconds(CollectiveTime(Collective::kAllToAll, 1'000'000'000, mesh, AxisBit(0)), 15 * (5e-6 + n / (16 * 25e9)));
+  // Bytes sent stay the ring's (the runtime tested here, gloo, runs rings).
+  EXPECT_EQ(CollectiveBytesSent(Collective::kAllReduce, 1'600'000'000, mesh, AxisBit(0)), int64_t{3'000'000'000});
+}
+
 TEST(CollectiveBytesSent, RingFormulas) {
   const int64_t n = 4'000'000;
   EXPECT_EQ(CollectiveBytesSent(Collective::kAllReduce, n, Ring4(), AxisBit(0)), 6'000'000);  // 2(p-1)/p n

@@ -15,6 +15,7 @@ namespace {
 struct AxisPlacement {
   bool uneven = false;    // some group takes different numbers of devices from the nodes it touches
   int crossing_flows = 0; // most groups crossing one node's NIC at once (0 = every group within a node)
+  int per_node = 0;       // devices of a crossing group on each node it touches
 };
 
 AxisPlacement PlaceAxis(int num_devices, int stride, int size, int devices_per_node) {
@@ -27,6 +28,7 @@ AxisPlacement PlaceAxis(int num_devices, int stride, int size, int devices_per_n
     if (per_node.size() < 2) continue;
     for (const auto& [node, count] : per_node) {
       if (count != per_node.begin()->second) placement.uneven = true;
+      placement.per_node = count;
       // A ring visits a group's devices in index order, so it leaves each node it touches once per
       // direction: one flow through that node's NIC per crossing group.
       placement.crossing_flows = std::max(placement.crossing_flows, ++crossing_per_node[node]);
@@ -38,13 +40,22 @@ AxisPlacement PlaceAxis(int num_devices, int stride, int size, int devices_per_n
 // The link of an axis whose rings cross nodes: the slowest hop bounds a ring (one adapter's rate, or
 // a share of the node's adapters when more rings cross it at once than it has adapters), and the
 // slowest hop's latency is paid at every step.
-ir::MeshAxis CrossNodeAxis(const Cluster& cluster, int size, int flows) {
+// With k devices of a group per node, NCCL's hierarchical algorithms run k rings across nodes at once
+// (one per local device), so k x flows rings share the adapters.
+ir::MeshAxis CrossNodeAxis(const Cluster& cluster, int size, int flows, int per_node) {
   ir::MeshAxis axis;
   axis.size = size;
-  const double share = std::min(1.0, static_cast<double>(std::max(cluster.adapters_per_node, 1)) / flows);
-  axis.bandwidth = std::min(cluster.intra_node.bandwidth, cluster.inter_node.bandwidth * share);
+  const double adapters = static_cast<double>(std::max(cluster.adapters_per_node, 1));
+  auto share = [&](int rings) { return std::min(1.0, adapters / rings); };
+  axis.bandwidth = std::min(cluster.intra_node.bandwidth, cluster.inter_node.bandwidth * share(flows));
   axis.latency = std::max(cluster.intra_node.latency, cluster.inter_node.latency);
   axis.link = cluster.inter_node.name;
+  if (per_node >= 1) {
+    axis.per_node = per_node;
+    axis.node_bandwidth = cluster.intra_node.bandwidth;
+    axis.node_latency = cluster.intra_node.latency;
+    axis.rail_bandwidth = std::min(cluster.intra_node.bandwidth, cluster.inter_node.bandwidth * share(flows * per_node));
+  }
   return axis;
 }
 
@@ -80,7 +91,7 @@ Result<ir::DeviceMesh> Cluster::MakeMesh(const std::vector<int>& shape) const {
                                   flag, i, size, name, devices_per_node));
     mesh.axes[static_cast<size_t>(i)] = placement.crossing_flows == 0
                                             ? IntraNodeAxis(*this, size)
-                                            : CrossNodeAxis(*this, size, placement.crossing_flows);
+                                            : CrossNodeAxis(*this, size, placement.crossing_flows, placement.per_node);
     stride *= size;
   }
   return mesh;

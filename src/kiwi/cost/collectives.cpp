@@ -1,4 +1,5 @@
-// Alpha-beta ring costs of collectives (collectives.h). Several axes are decomposed hierarchically:
+// Alpha-beta costs of collectives (collectives.h): per axis the fastest of ring, tree and hierarchical
+// (StageSeconds). Several axes are decomposed hierarchically:
 // reduce-scatter runs from the fastest axis to the slowest (each stage scatters what the previous
 // one left), all-gather runs the same stages in reverse (slowest axis on the smallest data first),
 // all-reduce is reduce-scatter then all-gather; all-to-all exchanges the full buffer on every axis;
@@ -75,6 +76,38 @@ Plan Decompose(Collective c, int64_t bytes, const ir::DeviceMesh& mesh, ir::Axis
   return plan;
 }
 
+// ceil(log2(p)): the depth of a binary tree over p devices.
+int TreeDepth(int p) {
+  int depth = 0;
+  while ((1 << depth) < p) ++depth;
+  return depth;
+}
+
+// One stage as NCCL runs it: the fastest of the algorithms it chooses between (NCCL picks by its own
+// tuning model; the cheapest under this one stands for that choice).
+//  - ring: passes x (p-1)(a + n/(pB)) on the axis's flat-ring bandwidth;
+//  - tree (all-reduce across nodes only, where NCCL uses its double binary tree; pipelined):
+//    2(ceil(log2 p) a + n/B), latency growing with the tree's depth instead of the ring's p - 1 steps;
+//  - hierarchical, on an axis whose groups hold k = per_node devices in each of N nodes: inside the
+//    node a reduce-scatter (all-gather) over k, across nodes k rings at once, each on 1/k of the data
+//    over its own rail: passes x ((k-1)(a_node + n/(k B_node)) + (N-1)(a + n/(k N B_rail))).
+double StageSeconds(const Stage& s, int passes, Collective c) {
+  const ir::MeshAxis& axis = *s.axis;
+  const double p = static_cast<double>(s.p);
+  double best = passes * (p - 1) * (axis.latency + s.bytes / (p * axis.bandwidth));
+  if (c == Collective::kAllReduce && axis.per_node >= 1)
+    best = std::min(best, 2.0 * (TreeDepth(s.p) * axis.latency + s.bytes / axis.bandwidth));
+  const int k = axis.per_node;
+  if ((c == Collective::kAllReduce || c == Collective::kAllGather || c == Collective::kReduceScatter) && k > 1 &&
+      k < s.p && s.p % k == 0 && axis.node_bandwidth > 0.0 && axis.rail_bandwidth > 0.0) {
+    const double nodes = static_cast<double>(s.p / k);
+    const double local = (k - 1) * (axis.node_latency + s.bytes / (k * axis.node_bandwidth));
+    const double across = (nodes - 1) * (axis.latency + s.bytes / (k * nodes * axis.rail_bandwidth));
+    best = std::min(best, passes * (local + across));
+  }
+  return best;
+}
+
 }  // namespace
 
 std::string_view CollectiveName(Collective c) {
@@ -92,12 +125,10 @@ double CollectiveTime(Collective c, int64_t bytes, const ir::DeviceMesh& mesh, i
   const Plan plan = Decompose(c, bytes, mesh, axes);
   double seconds = 0.0;
   for (const Stage& s : plan.stages) {
-    const double alpha = s.axis->latency;
-    const double beta = 1.0 / s.axis->bandwidth;  // a zero bandwidth gives an infinite time
     if (plan.point_to_point) {
-      seconds += alpha + s.bytes * beta;  // a + n/B
+      seconds += s.axis->latency + s.bytes / s.axis->bandwidth;  // a + n/B (a zero bandwidth: infinite)
     } else {
-      seconds += plan.passes * (s.p - 1) * (alpha + s.bytes / s.p * beta);  // (p-1)(a + n/(pB)) per pass
+      seconds += StageSeconds(s, plan.passes, c);
     }
   }
   return seconds;

@@ -12,9 +12,16 @@ namespace kiwi::ir {
 
 struct MeshAxis {
   int size = 1;
-  double bandwidth = 0.0;  // bytes/s each device can send along this axis (one direction)
+  double bandwidth = 0.0;  // bytes/s each device can send along this axis (one direction): a flat ring
   double latency = 0.0;    // seconds per message (alpha)
   std::string link;        // "nvlink", "pcie", "infiniband", ... for reports
+  // An axis whose groups cross nodes (cost::Cluster::MakeMesh): a group's devices within one node
+  // (>= 1), their link, and the rate each of them gets across nodes when all of them send at once (one
+  // rail each when the node has the adapters). 0: the axis stays within a node.
+  int per_node = 0;
+  double node_bandwidth = 0.0;
+  double node_latency = 0.0;
+  double rail_bandwidth = 0.0;
 };
 
 // Bit mask over mesh axes: bit i set = axis i.
