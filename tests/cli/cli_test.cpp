@@ -161,6 +161,36 @@ TEST(Cli, PlanOnNodesThatStagesCannotTile) {
   for (const auto& p : r.Json()["plans"]) EXPECT_EQ(p["pp_degree"].get<int>(), 1);  // 140 and 70 split nodes
 }
 
+// --profile: measured per-operator times replace the roofline for the operators they name, in every
+// planning subcommand; a bad profile is bad input.
+TEST(Cli, ProfileTimesChangePredictions) {
+  const std::string path = (TempDir() / "slow_qkv.json").string();
+  std::ofstream(path) << R"({"kiwi_profile_version": 1, "unit": "s", "ops": {"layer0.attn.q": 2.0}})";
+  const std::string model = " --model gpt --layers 1 --json";
+  auto base = RunKiwi("plan" + model);
+  auto slow = RunKiwi("plan" + model + " --profile " + path);
+  ASSERT_EQ(base.exit_code, 0) << base.err;
+  ASSERT_EQ(slow.exit_code, 0) << slow.err;
+  // One q projection of 2 s per pass over the whole graph batch: at least 2 s / 8 devices of forward.
+  EXPECT_GT(slow.Json()["best"]["iteration_seconds"].get<double>(),
+            base.Json()["best"]["iteration_seconds"].get<double>() + 0.2);
+  auto graph_base = RunKiwi("graph" + model);
+  auto graph_slow = RunKiwi("graph" + model + " --profile " + path);
+  ASSERT_EQ(graph_slow.exit_code, 0) << graph_slow.err;
+  EXPECT_NEAR(graph_slow.Json()["compute_cost"].get<double>() - graph_base.Json()["compute_cost"].get<double>(),
+              2.0, 0.1);
+  for (const std::string command : {"hybrid --time-limit 1", "remat --budget-fraction 0.9 --time-limit 1", "joint --time-limit 1"}) {
+    auto r = RunKiwi(command + model + " --profile " + path);
+    EXPECT_EQ(r.exit_code, 0) << command << ": " << r.err;
+  }
+  const std::string bad = (TempDir() / "bad_profile.json").string();
+  std::ofstream(bad) << R"({"kiwi_profile_version": 1, "ops": {}})";
+  auto r = RunKiwi("plan" + model + " --profile " + bad);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(CountLines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("unit"), std::string::npos) << r.err;
+}
+
 TEST(Cli, ImpossibleBudgetExitsThreeWithTheSmallestKnownBudget) {
   auto r = RunKiwi("plan --memory 1MiB");
   EXPECT_EQ(r.exit_code, 3);

@@ -7,6 +7,7 @@
 #include <iostream>
 
 #include "kiwi/cost/cluster.h"
+#include "kiwi/io/cluster_json.h"
 #include "kiwi/io/graph_json.h"
 #include "kiwi/util/units.h"
 
@@ -66,6 +67,21 @@ void SearchFlags::Add(CLI::App* app) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   app->add_option("--threads", threads, "solver threads (default: all cores)")->check(CLI::NonNegativeNumber);
+}
+
+void CostFlags::Add(CLI::App* app) {
+  app->add_option("--profile", profile,
+                  "measured per-operator times (profile JSON): used instead of the roofline for the operators it names");
+}
+
+Result<cost::CostModel> CostFlags::Make(const cost::Cluster& cluster, const cost::CostModelOptions& options) const {
+  cost::Profile measured;
+  if (!profile.empty()) {
+    Result<cost::Profile> read = io::ReadProfileFile(profile);
+    if (!read) return read.error();
+    measured = *std::move(read);
+  }
+  return cost::CostModel(cluster.device, options, std::move(measured));
 }
 
 void AddThreadsFlag(CLI::App* app) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "kiwi/cost/cluster.h"
+#include "kiwi/cost/cost_model.h"
 #include "kiwi/models/presets.h"
 #include "kiwi/plan/plan.h"
 #include "kiwi/util/result.h"
@@ -28,6 +29,15 @@ struct SearchFlags {
   int threads = 0;  // 0 = all cores
 
   void Add(CLI::App* app);
+};
+
+// --profile FILE (measured per-operator times, docs/cluster-format.md) and the cost model a subcommand
+// prices with: the cluster's device, the profile's time for every operator it names.
+struct CostFlags {
+  std::string profile;
+
+  void Add(CLI::App* app);
+  Result<cost::CostModel> Make(const cost::Cluster& cluster, const cost::CostModelOptions& options = {}) const;
 };
 
 // --threads on commands that do not search (CONTRACT.md: accepted everywhere); they run on one thread.

@@ -20,6 +20,7 @@ struct GraphOptions {
   std::string cluster = "v100-nvlink-8";
   std::string export_path;
   bool json = false;
+  CostFlags cost;
 };
 
 int RunGraph(const GraphOptions& o, const CLI::App& app) {
@@ -27,8 +28,9 @@ int RunGraph(const GraphOptions& o, const CLI::App& app) {
   if (!graph) return ReportError(graph.error());
   Result<cost::Cluster> cluster = io::LoadCluster(o.cluster);
   if (!cluster) return ReportError(cluster.error());
-  const cost::CostModel cost_model(cluster->device);
-  Result<report::GraphSummary> summary = report::SummarizeGraph(*graph, cost_model);
+  Result<cost::CostModel> cost_model = o.cost.Make(*cluster);
+  if (!cost_model) return ReportError(cost_model.error());
+  Result<report::GraphSummary> summary = report::SummarizeGraph(*graph, *cost_model);
   if (!summary) return ReportError(summary.error());
   if (!o.export_path.empty()) {
     Status written = io::WriteFileAtomically(o.export_path, io::WriteGraphJson(*graph));
@@ -54,6 +56,7 @@ Command AddGraphCommand(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--export", o->export_path, "write the graph as kiwi graph JSON to this file");
   AddThreadsFlag(app);
+  o->cost.Add(app);
   app->add_flag("--json", o->json, "print one JSON object");
   return {app, [o, app] { return RunGraph(*o, *app); }};
 }

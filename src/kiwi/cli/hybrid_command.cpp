@@ -41,6 +41,7 @@ struct HybridOptions {
   int64_t galvatron_seq = 0;
   std::vector<std::string> galvatron_hardware;  // ALLREDUCE.json[,P2P.json[,OVERLAP.json]]
   SearchFlags search;
+  CostFlags cost;
   bool no_accumulation = false;
   bool quiet = false;
   bool json = false;
@@ -225,8 +226,9 @@ Result<Problem> LoadProblem(const HybridOptions& o) {
   if (!spec) return spec.error();
   Result<ir::Graph> graph = models::BuildTrainingGraph(*spec);
   if (!graph) return graph.error();
-  const cost::CostModel cm(cluster->device);
-  Result<sim::LayerModel> model = sim::BuildLayerModel(*graph, SpecBatch(*spec), cm);
+  Result<cost::CostModel> cm = o.cost.Make(*cluster);
+  if (!cm) return cm.error();
+  Result<sim::LayerModel> model = sim::BuildLayerModel(*graph, SpecBatch(*spec), *cm);
   if (!model) return model.error();
   return Problem{std::move(*model), std::move(*cluster), {}, DescribeModel(*spec)};
 }
@@ -245,8 +247,9 @@ int RunHybrid(const HybridOptions& o) {
   if (!problem) return ReportError(problem.error());
   Result<hybrid::HybridSearchOptions> search = SearchOptions(o, problem->cluster);
   if (!search) return ReportError(search.error());
-  const cost::CostModel cm(problem->cluster.device, problem->cost_options);
-  Result<hybrid::HybridSearchResult> r = hybrid::SearchHybridPlan(problem->model, problem->cluster, cm, *search);
+  Result<cost::CostModel> cm = o.cost.Make(problem->cluster, problem->cost_options);
+  if (!cm) return ReportError(cm.error());
+  Result<hybrid::HybridSearchResult> r = hybrid::SearchHybridPlan(problem->model, problem->cluster, *cm, *search);
   if (!r) return ReportError(r.error());
   if (!r->feasible) return ReportError(NoPlan(*r, *search, o.search.time_limit_seconds));
   Status written = WriteOutputs(o, *r);
@@ -291,6 +294,7 @@ Command AddHybridCommand(CLI::App& root) {
                   "Galvatron hardware profiles: ALLREDUCE.json[,P2P.json[,OVERLAP.json]]")
       ->delimiter(',');
   o->search.Add(app);
+  o->cost.Add(app);
   app->add_flag("--quiet", o->quiet, "no progress lines on stderr");
   app->add_flag("--json", o->json, "print one JSON object");
   return {app, [o] { return RunHybrid(*o); }};

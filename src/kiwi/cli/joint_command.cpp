@@ -34,6 +34,7 @@ struct JointCliOptions {
   std::string out;
   double bandwidth_scale = 1.0;
   SearchFlags search;
+  CostFlags cost;
   bool json = false;
   bool quiet = false;
 };
@@ -247,7 +248,9 @@ int RunJoint(const JointCliOptions& o, const CLI::App& app) {
   const auto start = std::chrono::steady_clock::now();
   Result<JointInputs> in = LoadInputs(o, app);
   if (!in) return ReportError(in.error());
-  const cost::CostModel cm(in->cluster.device);
+  Result<cost::CostModel> made = o.cost.Make(in->cluster);
+  if (!made) return ReportError(made.error());
+  const cost::CostModel& cm = *made;
   Result<solve::joint::JointProblem> p = solve::joint::MakeJointProblem(in->graph, cm, in->mesh, in->budget, {});
   if (!p) return ReportError(p.error());
   std::vector<JointResult> helpers;
@@ -289,6 +292,7 @@ Command AddJointCommand(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--out", o->out, "write the plan as plan JSON to this file (replay it with `kiwi simulate`)");
   o->search.Add(app);
+  o->cost.Add(app);
   app->add_flag("--quiet", o->quiet, "no progress lines on stderr");
   app->add_flag("--json", o->json, "print one JSON object");
   return {app, [o, app] { return RunJoint(*o, *app); }};

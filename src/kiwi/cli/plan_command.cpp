@@ -28,6 +28,7 @@ struct PlanOptions {
   std::string memory;
   std::string out;
   SearchFlags search;
+  CostFlags cost;
   bool json = false;
 };
 
@@ -120,7 +121,9 @@ int RunPlan(const PlanOptions& o) {
   }
   Result<ir::Graph> graph = models::BuildTrainingGraph(*spec);
   if (!graph) return ReportError(graph.error());
-  const cost::CostModel cm(cluster->device);
+  Result<cost::CostModel> made = o.cost.Make(*cluster);
+  if (!made) return ReportError(made.error());
+  const cost::CostModel& cm = *made;
   const int64_t batch = SpecBatch(*spec);
   Result<sim::LayerModel> layer_model = sim::BuildLayerModel(*graph, batch, cm);
   if (!layer_model) return ReportError(layer_model.error());
@@ -169,6 +172,7 @@ Command AddPlanCommand(CLI::App& root) {
   app->add_option("--memory", o->memory, "memory budget per device (default: the device's memory)");
   app->add_option("--out", o->out, "write the best plan as plan JSON to this file");
   o->search.Add(app);
+  o->cost.Add(app);
   app->add_flag("--json", o->json, "print one JSON object");
   return {app, [o] { return RunPlan(*o); }};
 }

@@ -104,7 +104,9 @@ int RunRemat(const RematCliOptions& o, const CLI::App& app) {
   if (!graph) return ReportError(graph.error());
   Result<cost::Cluster> cluster = io::LoadCluster(o.cluster);
   if (!cluster) return ReportError(cluster.error());
-  const cost::CostModel cm(cluster->device);
+  Result<cost::CostModel> made = o.cost.Make(*cluster);
+  if (!made) return ReportError(made.error());
+  const cost::CostModel& cm = *made;
   Result<solve::remat::RematProblem> problem = solve::remat::MakeRematProblem(*graph, cm, 0);
   if (!problem) return ReportError(problem.error());
   Result<int64_t> budget = ResolveBudget(o, app, problem->checkpoint_all_peak);
@@ -155,6 +157,7 @@ Command AddRematCommand(CLI::App& root) {
   app->add_option("--cluster", o->cluster, ClusterHelp() + "; its device prices roofline costs")->capture_default_str();
   app->add_option("--out", o->out, "write the schedule as plan JSON to this file");
   o->search.Add(app);
+  o->cost.Add(app);
   app->add_flag("--max-batch", o->max_batch,
                 "report the largest batch whose plan fits the budget (--budget-fraction: of the checkpoint-all "
                 "peak at the graph's own batch); --model graphs are rebuilt at each batch, graph files rescaled; "

@@ -22,6 +22,7 @@ struct RematCliOptions {
   std::string cluster = "v100-nvlink-8";
   std::string out;
   SearchFlags search;
+  CostFlags cost;
   bool quiet = false;
   bool json = false;
   bool max_batch = false;                // --max-batch: the largest batch whose plan fits the budget

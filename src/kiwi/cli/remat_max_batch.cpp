@@ -284,7 +284,9 @@ int RunRematMaxBatch(const RematCliOptions& o, const CLI::App& app) {
   run.source = std::move(*source);
   Result<cost::Cluster> cluster = io::LoadCluster(o.cluster);
   if (!cluster) return ReportError(cluster.error());
-  const cost::CostModel cm(cluster->device);
+  Result<cost::CostModel> made = o.cost.Make(*cluster);
+  if (!made) return ReportError(made.error());
+  const cost::CostModel& cm = *made;
   Result<int64_t> budget = ResolveBaseBudget(o, app, run.source, cm);
   if (!budget) return ReportError(budget.error());
   run.budget = *budget;

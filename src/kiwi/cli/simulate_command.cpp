@@ -25,6 +25,7 @@ struct SimulateOptions {
   std::string memory;
   bool timeline = false;
   bool json = false;
+  CostFlags cost;
 };
 
 struct Inputs {
@@ -80,8 +81,9 @@ int SimulateOperator(const SimulateOptions& o, const CLI::App& app, const Inputs
   Result<ir::DeviceMesh> mesh = shape.empty() ? Result<ir::DeviceMesh>(ir::DeviceMesh{{ir::MeshAxis{}}})
                                               : in.cluster.MakeMesh(shape);
   if (!mesh) return ReportError(mesh.error());
-  const cost::CostModel cm(in.cluster.device);
-  Result<sim::SimResult> r = sim::SimulateOperatorPlan(*graph, *in.plan.op, cm, *mesh);
+  Result<cost::CostModel> cm = o.cost.Make(in.cluster);
+  if (!cm) return ReportError(cm.error());
+  Result<sim::SimResult> r = sim::SimulateOperatorPlan(*graph, *in.plan.op, *cm, *mesh);
   if (!r) return ReportError(r.error());
   if (o.json) {
     nlohmann::json j = report::ToJson(*r, in.report);
@@ -101,7 +103,9 @@ int SimulateLayer(const SimulateOptions& o, const CLI::App& app, const Inputs& i
   if (!spec) return ReportError(spec.error());
   Result<ir::Graph> graph = models::BuildTrainingGraph(*spec);
   if (!graph) return ReportError(graph.error());
-  const cost::CostModel cm(in.cluster.device);
+  Result<cost::CostModel> made = o.cost.Make(in.cluster);
+  if (!made) return ReportError(made.error());
+  const cost::CostModel& cm = *made;
   Result<sim::LayerModel> model = sim::BuildLayerModel(*graph, SpecBatch(*spec), cm);
   if (!model) return ReportError(model.error());
   Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(*model, *in.plan.layer, in.cluster, cm);
@@ -137,6 +141,7 @@ Command AddSimulateCommand(CLI::App& root) {
   app->add_option("--memory", o->memory, "memory budget per device to check the plan against");
   app->add_flag("--timeline", o->timeline, "include the per-step memory timeline (with --json)");
   AddThreadsFlag(app);
+  o->cost.Add(app);
   app->add_flag("--json", o->json, "print one JSON object");
   return {app, [o, app] { return RunSimulate(*o, *app); }};
 }
