@@ -13,87 +13,16 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
-#include <sstream>
-#include <tuple>
 
-#include "kiwi/cost/cluster.h"
-#include "kiwi/models/presets.h"
-#include "kiwi/sim/layer_model.h"
-#include "kiwi/sim/layer_simulator.h"
+#include "vtrain_rows.h"
 
 namespace {
 
 using namespace kiwi;
-
-struct Row {
-  int gpus = 0, global_batch = 0, micro_batch = 0, hidden = 0, heads = 0, layers = 0, seq = 0, tp = 0, dp = 0,
-      pp = 0;
-  double measured_ms = 0.0;
-  double predicted_ms = 0.0;
-  double Error() const { return (predicted_ms - measured_ms) / measured_ms; }  // signed, relative
-  std::string Describe() const {
-    return fmt::format("h{} L{} b{} B{} tp{} dp{} pp{}", hidden, layers, micro_batch, global_batch, tp, dp, pp);
-  }
-};
-
-Result<std::vector<Row>> ReadRows(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return BadInput(fmt::format("{}: cannot open", path));
-  std::vector<Row> rows;
-  std::string line;
-  int number = 0;
-  while (std::getline(in, line)) {
-    ++number;
-    if (line.empty() || line[0] == '#') continue;
-    std::replace(line.begin(), line.end(), ',', ' ');
-    std::istringstream fields(line);
-    Row r;
-    if (!(fields >> r.gpus >> r.global_batch >> r.micro_batch >> r.hidden >> r.heads >> r.layers >> r.seq >> r.tp >>
-          r.dp >> r.pp >> r.measured_ms))
-      return BadInput(fmt::format("{}: line {}: expected 11 numbers", path, number));
-    rows.push_back(r);
-  }
-  return rows;
-}
-
-// Megatron pads the vocabulary to a multiple of 128 x TP (make-vocab-size-divisible-by 128); GPT-2's
-// tokenizer has 50,257 entries.
-int64_t PaddedVocab(int tp) {
-  const int64_t multiple = 128LL * tp;
-  return (50257 + multiple - 1) / multiple * multiple;
-}
-
-Result<sim::LayerModel> ModelOf(const Row& r, const cost::CostModel& cm) {
-  models::ModelOverrides o;
-  o.layers = r.layers;
-  o.hidden = r.hidden;
-  o.heads = r.heads;
-  o.seq = r.seq;
-  o.batch = r.micro_batch;
-  o.dtype = ir::DType::kF16;
-  o.optimizer = ir::Optimizer::kAdam;
-  Result<models::ModelSpec> spec = models::LoadModel("gpt", o);
-  if (!spec) return spec.error();
-  spec->training.master_weights = true;  // fp16 mixed precision: fp32 master weights and Adam states
-  std::get<models::TransformerConfig>(spec->config).vocab = PaddedVocab(r.tp);
-  Result<ir::Graph> graph = models::BuildTrainingGraph(*spec);
-  if (!graph) return graph.error();
-  return sim::BuildLayerModel(*graph, r.micro_batch, cm);
-}
-
-plan::LayerPlan PlanOf(const Row& r) {
-  plan::LayerPlan p;
-  p.layers.assign(static_cast<size_t>(r.layers), plan::LayerStrategy{r.tp, r.dp, false, true});
-  p.pp_degree = r.pp;
-  for (int s = 0; s < r.pp; ++s) p.pp_partition.push_back(r.layers / r.pp + (s < r.layers % r.pp ? 1 : 0));
-  p.global_batch = r.global_batch;
-  p.micro_batches = r.global_batch / (r.micro_batch * r.dp);
-  p.pipeline = plan::PipelineSchedule::k1F1B;
-  return p;
-}
+using fidelity::Row;
 
 double Percentile(std::vector<double> v, double q) {
   std::sort(v.begin(), v.end());
@@ -158,7 +87,7 @@ int main(int argc, char** argv) {
     std::cerr << cluster.error().message << "\n";
     return 2;
   }
-  Result<std::vector<Row>> rows = ReadRows(csv);
+  Result<std::vector<Row>> rows = fidelity::ReadRows(csv);
   if (!rows) {
     std::cerr << rows.error().message << "\n";
     return 2;
@@ -172,27 +101,9 @@ int main(int argc, char** argv) {
     options.compute_efficiency[static_cast<size_t>(ir::OpKind::kBatchMatmul)] = gemm_eff * 0.65 / 0.75;
   }
   const cost::CostModel cm(cluster->device, options);
-  std::map<std::tuple<int, int, int, int, int, int>, sim::LayerModel> models;  // the 128 distinct models
-  for (Row& r : *rows) {
-    const auto key = std::make_tuple(r.hidden, r.heads, r.layers, r.seq, r.micro_batch, r.tp);
-    auto it = models.find(key);
-    if (it == models.end()) {
-      Result<sim::LayerModel> model = ModelOf(r, cm);
-      if (!model) {
-        std::cerr << r.Describe() << ": " << model.error().message << "\n";
-        return 1;
-      }
-      it = models.emplace(key, *std::move(model)).first;
-    }
-    cost::Cluster used = *cluster;  // the row's GPUs of one node
-    used.num_nodes = 1;
-    used.devices_per_node = r.gpus;
-    Result<sim::LayerSimResult> sim = sim::SimulateLayerPlan(it->second, PlanOf(r), used, cm);
-    if (!sim) {
-      std::cerr << r.Describe() << ": " << sim.error().message << "\n";
-      return 1;
-    }
-    r.predicted_ms = sim->summary.iteration_seconds * 1e3;
+  if (Status predicted = fidelity::PredictRows(*rows, *cluster, cm); !predicted) {
+    std::cerr << predicted.error().message << "\n";
+    return 1;
   }
 
   std::vector<const Row*> all;
@@ -203,13 +114,6 @@ int main(int argc, char** argv) {
   fmt::print("| rows | mean abs error | median | p90 | mean signed |\n|---|---|---|---|---|\n");
   fmt::print("| {} | {:.1f}% | {:.1f}% | {:.1f}% | {:+.1f}% |\n", rows->size(), 100 * s.mean_abs, 100 * s.median_abs,
              100 * s.p90_abs, 100 * s.mean_signed);
-  if (!models.empty()) {
-    const sim::LayerProfile& layer = models.begin()->second.layers.front();
-    fmt::print("\nkernels per layer: {} forward, {} backward (embedding {} + {}, head {} + {})\n", layer.forward_kernels,
-               layer.backward_kernels, models.begin()->second.embedding.forward_kernels,
-               models.begin()->second.embedding.backward_kernels, models.begin()->second.head.forward_kernels,
-               models.begin()->second.head.backward_kernels);
-  }
   PrintGroup("TP", *rows, [](const Row& r) { return fmt::format("{}", r.tp); });
   PrintGroup("PP", *rows, [](const Row& r) { return fmt::format("{}", r.pp); });
   PrintGroup("hidden", *rows, [](const Row& r) { return fmt::format("{}", r.hidden); });

@@ -81,6 +81,9 @@ TEST(ClusterPreset, DgxSystemsWithANodeCount) {
   EXPECT_DOUBLE_EQ(one.inter_node.bandwidth, 25e9);  // one 200 Gb/s HDR adapter per GPU
   EXPECT_DOUBLE_EQ(one.device.kernel_launch_seconds, 35e-6);  // Megatron-LM's dispatch (docs/fidelity.md)
   EXPECT_EQ(one.device.reserved_bytes, 3 * kGiB);
+  EXPECT_EQ(one.device.multiprocessors, 108);                  // A100 whitepaper
+  EXPECT_EQ(Preset("dgx-h100").device.multiprocessors, 132);   // H100 SXM5 whitepaper
+  EXPECT_EQ(Preset("a100-nvlink-ib-16").device.multiprocessors, 0);  // the papers' presets: flat efficiency
   const Cluster many = Preset("dgx-a100-80gb:48");
   EXPECT_EQ(many.name, "dgx-a100-80gb:48");
   EXPECT_EQ(many.num_nodes, 48);

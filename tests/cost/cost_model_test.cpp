@@ -104,6 +104,31 @@ TEST(LaunchBoundTime, TheLongerOfDeviceWorkAndKernelLaunches) {
   EXPECT_EQ(CostModel(TestDevice()).LaunchBoundTime(1e-3, 1000), 1e-3);  // no launch figure: never bound
 }
 
+TEST(WaveUtilization, TilesOfTheOutputInWavesOverTheMultiprocessors) {
+  DeviceSpec d = TestDevice();
+  d.multiprocessors = 108;  // A100
+  const CostModel cm(d);
+  auto matmul = [](OpKind kind, ir::Shape out) {
+    ir::Node n = Op(kind, 1e9, 1000);
+    n.output.shape = std::move(out);
+    return n;
+  };
+  // [1024 tokens, 4096]: 8 x 32 = 256 tiles in 3 waves of 108: 256 / 324.
+  EXPECT_DOUBLE_EQ(cm.WaveUtilization(matmul(OpKind::kMatmul, {1, 1024, 4096})), 256.0 / 324.0);
+  // 108 tiles exactly: one full wave. 9 x 12 tiles, the last of each row partial (1100 = 8.6 x 128).
+  EXPECT_DOUBLE_EQ(cm.WaveUtilization(matmul(OpKind::kMatmul, {1152, 1536})), 1.0);
+  EXPECT_DOUBLE_EQ(cm.WaveUtilization(matmul(OpKind::kMatmul, {1100, 1536})), 1.0);
+  // Batched: [16 heads, 1024, 1024]: 16 x 8 x 8 = 1024 tiles in 10 waves: 1024 / 1080.
+  EXPECT_DOUBLE_EQ(cm.WaveUtilization(matmul(OpKind::kBatchMatmul, {16, 1024, 1024})), 1024.0 / 1080.0);
+  // One tile: 1 / 108 of the device.
+  EXPECT_DOUBLE_EQ(cm.WaveUtilization(matmul(OpKind::kMatmul, {64, 64})), 1.0 / 108.0);
+  // The time: flops / (peak x 0.75 x utilization).
+  ExpectSeconds(cm.ComputeTime(matmul(OpKind::kMatmul, {1, 1024, 4096})), 1e9 / (1e12 * 0.75 * 256.0 / 324.0));
+  // Not GEMM-like, or no multiprocessors given: no wave model.
+  EXPECT_EQ(cm.WaveUtilization(matmul(OpKind::kElementwise, {64, 64})), 1.0);
+  EXPECT_EQ(CostModel(TestDevice()).WaveUtilization(matmul(OpKind::kMatmul, {64, 64})), 1.0);
+}
+
 TEST(LaunchesKernel, ComputedOpsWithWorkOrAMeasuredTime) {
   const CostModel cm(TestDevice());
   EXPECT_TRUE(cm.LaunchesKernel(Op(OpKind::kMatmul, 1e6, 100)));

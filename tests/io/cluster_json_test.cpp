@@ -82,6 +82,14 @@ TEST(ClusterJson, ReservedMemory) {
                  {"c.json: device.reserved:"});
 }
 
+TEST(ClusterJson, Multiprocessors) {
+  Result<cost::Cluster> c = ParseClusterJson(EditedFixture("\"memory\": \"80GiB\"", "\"memory\": \"80GiB\", \"multiprocessors\": 108"), "c.json");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->device.multiprocessors, 108);
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"memory\": \"80GiB\"", "\"memory\": \"80GiB\", \"multiprocessors\": -1"), "c.json"),
+                 {"c.json: device.multiprocessors:"});
+}
+
 TEST(ClusterJson, AdaptersPerNode) {
   Result<cost::Cluster> one = ParseClusterJson(testing::ReadAll(FixturePath("cluster_example.json")), "c.json");
   ASSERT_TRUE(one.ok()) << one.error().message;

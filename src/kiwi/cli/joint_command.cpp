@@ -193,6 +193,7 @@ std::string ClusterJson(const cost::Cluster& c) {
                                   {"memory_bandwidth_gbps", c.device.memory_bandwidth / 1e9},
                                   {"kernel_launch_us", c.device.kernel_launch_seconds * 1e6},
                                   {"reserved", c.device.reserved_bytes},
+                                  {"multiprocessors", c.device.multiprocessors},
                                   {"peak_tflops", peak}}}};
   if (c.devices_per_node > 1) j["intra_node"] = LinkJson(c.intra_node);
   if (c.num_nodes > 1) j["inter_node"] = LinkJson(c.inter_node);

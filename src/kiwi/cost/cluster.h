@@ -25,6 +25,9 @@ struct DeviceSpec {
   // workspaces, NCCL's communication buffers, the caching allocator's fragmentation. The layer-level
   // simulator counts it in every stage's peak (0: none).
   int64_t reserved_bytes = 0;
+  // Streaming multiprocessors: a GEMM's output tiles run in waves of this many, and a last wave that
+  // fills only part of them wastes the rest (wave quantization). 0: no wave model.
+  int multiprocessors = 0;
 
   double PeakFlops(ir::DType dtype) const { return peak_flops[static_cast<size_t>(dtype)]; }
   void SetPeakFlops(ir::DType dtype, double flops) { peak_flops[static_cast<size_t>(dtype)] = flops; }

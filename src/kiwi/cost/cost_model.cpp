@@ -22,6 +22,11 @@ constexpr KindEfficiency kGemmLikeEfficiency[] = {
     {OpKind::kConv, 0.6},
 };
 
+// The output tile of a tensor-core GEMM: 128 x 128, the tile cuBLAS and CUTLASS use for large fp16/bf16
+// GEMMs on Volta to Hopper (CUTLASS's default threadblock shape; NVIDIA's "Matrix Multiplication
+// Background" guide discusses wave quantization with it).
+constexpr int64_t kGemmTile = 128;
+
 bool IsNotComputed(OpKind kind) {
   return kind == OpKind::kInput || kind == OpKind::kParameter || kind == OpKind::kOptimizerState;
 }
@@ -50,13 +55,28 @@ double CostModel::ComputeTime(const ir::Node& node, double work_fraction) const 
   // A dtype the device has no units for (bf16 on V100, integers) runs at the f32 rate.
   double peak = device_.PeakFlops(node.output.dtype);
   if (peak <= 0.0) peak = device_.PeakFlops(ir::DType::kF32);
-  const double compute_rate = peak * options_.compute_efficiency[static_cast<size_t>(node.kind)];
+  const double compute_rate =
+      peak * options_.compute_efficiency[static_cast<size_t>(node.kind)] * WaveUtilization(node);
   const double memory_rate = device_.memory_bandwidth * options_.memory_efficiency;
   // A roof with no figure (a device file without it) does not bound the time.
   const double compute = compute_rate > 0.0 ? node.flops * work_fraction / compute_rate : 0.0;
   const double memory =
       memory_rate > 0.0 ? static_cast<double>(node.bytes_accessed) * work_fraction / memory_rate : 0.0;
   return std::max(compute, memory) + options_.kernel_overhead;  // roofline (Williams et al. 2009)
+}
+
+// tiles = ceil(rows / 128) x ceil(cols / 128) over the output (leading dims flattened into rows);
+// waves = ceil(tiles / SMs); utilization = tiles / (waves x SMs).
+double CostModel::WaveUtilization(const ir::Node& node) const {
+  const int64_t sms = device_.multiprocessors;
+  const ir::Shape& shape = node.output.shape;
+  if (sms <= 0 || (node.kind != OpKind::kMatmul && node.kind != OpKind::kBatchMatmul) || shape.size() < 2) return 1.0;
+  int64_t rows = 1;
+  for (size_t i = 0; i + 1 < shape.size(); ++i) rows *= shape[i];
+  const int64_t tiles = ((rows + kGemmTile - 1) / kGemmTile) * ((shape.back() + kGemmTile - 1) / kGemmTile);
+  if (tiles <= 0) return 1.0;
+  const int64_t waves = (tiles + sms - 1) / sms;
+  return static_cast<double>(tiles) / static_cast<double>(waves * sms);
 }
 
 bool CostModel::LaunchesKernel(const ir::Node& node) const {

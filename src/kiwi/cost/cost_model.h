@@ -53,6 +53,10 @@ class CostModel {
   // time = max + (k - 1) * min, never more than the serial sum.
   double OverlappedTime(double compute_seconds, double comm_seconds) const;
 
+  // Fraction of the device's multiprocessors a GEMM-like op keeps busy over its waves of output tiles
+  // (1 without DeviceSpec::multiprocessors, and for other kinds).
+  double WaveUtilization(const ir::Node& node) const;
+
   // Whether the op runs a kernel: ComputeTime's ops with flops or bytes (or a measured time).
   bool LaunchesKernel(const ir::Node& node) const;
 

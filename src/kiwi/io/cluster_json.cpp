@@ -66,7 +66,8 @@ Result<cost::DeviceSpec> ReadDevice(const Json& doc, const JsonPath& root) {
   const Json& j = **device;
   const JsonPath at = root.Key("device");
   KIWI_RETURN_IF_ERROR(
-      CheckKnownKeys(j, at, {"name", "memory", "memory_bandwidth_gbps", "peak_tflops", "kernel_launch_us", "reserved"}));
+      CheckKnownKeys(j, at, {"name", "memory", "memory_bandwidth_gbps", "peak_tflops", "kernel_launch_us", "reserved",
+                             "multiprocessors"}));
   cost::DeviceSpec spec;
   Result<std::string> name = StringFieldOr(j, at, "name", "device");
   if (!name) return name.error();
@@ -81,6 +82,11 @@ Result<cost::DeviceSpec> ReadDevice(const Json& doc, const JsonPath& root) {
     Result<double> launch = ScaledField(j, at, "kernel_launch_us", kMicro, false);
     if (!launch) return launch.error();
     spec.kernel_launch_seconds = *launch;
+  }
+  if (FindField(j, "multiprocessors") != nullptr) {
+    Result<int64_t> sms = IntField(j, at, "multiprocessors", IntRange{0, 1 << 20});
+    if (!sms) return sms.error();
+    spec.multiprocessors = static_cast<int>(*sms);
   }
   if (FindField(j, "reserved") != nullptr) {
     Result<int64_t> reserved = ReadSize(j, at, "reserved", true);
