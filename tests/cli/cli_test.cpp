@@ -158,7 +158,8 @@ TEST(Cli, PlanOnNodesThatStagesCannotTile) {
   EXPECT_NE(bad.err.find("--batch 8"), std::string::npos) << bad.err;
   auto r = RunKiwi("plan --cluster dgx-a100-80gb:35 --layers 2 --batch 280 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const auto& p : r.Json()["plans"]) EXPECT_EQ(p["pp_degree"].get<int>(), 1);  // 140 and 70 split nodes
+  const auto j = r.Json();  // kept: a range-for over a temporary's member would read freed memory
+  for (const auto& p : j["plans"]) EXPECT_EQ(p["pp_degree"].get<int>(), 1);  // 140 and 70 split nodes
 }
 
 // --profile: measured per-operator times replace the roofline for the operators they name, in every
