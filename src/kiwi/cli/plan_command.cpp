@@ -16,6 +16,7 @@
 #include "kiwi/io/plan_json.h"
 #include "kiwi/report/table.h"
 #include "kiwi/sim/layer_simulator.h"
+#include "kiwi/sim/layer_stage.h"
 #include "kiwi/solve/hybrid/uniform_plans.h"
 #include "kiwi/util/units.h"
 
@@ -54,8 +55,9 @@ Result<std::vector<Candidate>> EvaluateUniformPlans(const sim::LayerModel& model
                                 batch, cluster.NumDevices(), cluster.name, cluster.NumDevices()));
   for (const solve::NamedLayerPlan& p : plans) {
     if (std::chrono::steady_clock::now() > deadline) break;
+    const plan::LayerStrategy& s = p.plan.layers.front();
+    if (!sim::MakeStageMesh(cluster, {p.plan.pp_degree, s.dp, s.tp}).ok()) continue;  // stages would split nodes
     Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(model, p.plan, cluster, cm);
-    if (!r && p.plan.pp_degree > 1) continue;  // stages that cannot be laid over whole nodes: not a candidate
     if (!r) return r.error();
     out.push_back({p.name, p.plan, *r, r->summary.peak_memory_bytes <= budget});
   }

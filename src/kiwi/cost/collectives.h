@@ -17,10 +17,11 @@ std::string_view CollectiveName(Collective c);
 // reduce-scatter: the input before scattering; all-to-all: each device's buffer; point-to-point: the
 // message (sent over the slowest axis in `axes`). Ring formulas on one axis of p devices with
 // bandwidth B and latency a: all-reduce 2(p-1)(a + n/(pB)); all-gather, reduce-scatter and all-to-all
-// (p-1)(a + n/(pB)); point-to-point a + n/B. On an axis crossing nodes (MeshAxis::per_node >= 1)
-// all-reduce takes NCCL's tree instead when faster, 2(ceil(log2 p) a + n/B); on an axis crossing nodes with k devices per node (MeshAxis::per_node),
-// all-reduce, all-gather and reduce-scatter take the hierarchical algorithm when faster (inside the
-// node over k, across the p/k nodes on k rails at once, collectives.cpp). A group of one device costs 0.
+// (p-1)(a + n/(pB)); point-to-point a + n/B. On an axis crossing nodes with k = MeshAxis::per_node
+// devices of a group in each node, NCCL's other algorithms replace the ring when faster: all-reduce's
+// tree, 2(ceil(log2 p) a + n/B); for k > 1 the hierarchical all-reduce, all-gather and reduce-scatter
+// (inside the node over k, across the p/k nodes on k rails at once; collectives.cpp). A group of one
+// device costs 0.
 // CollectiveBytesSent stays the ring's count: what gloo, the runtime tested here, sends.
 double CollectiveTime(Collective c, int64_t bytes, const ir::DeviceMesh& mesh, ir::AxisMask axes);
 

@@ -14,26 +14,35 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// Seconds one device spends on `ops` for the whole graph batch; the optimizer update runs once per
-// iteration, not per sample, so it is left out (Galvatron-BMW §V times layers per sample).
-double SumComputeSeconds(const ir::Graph& graph, std::span<const ir::NodeId> ops, const cost::CostModel& cost_model) {
+// One pass over `ops` for the whole graph batch: the seconds one device spends and the kernels it
+// launches. The optimizer update runs once per iteration, not per sample, so it is left out
+// (Galvatron-BMW §V times layers per sample).
+struct PassWork {
   double seconds = 0.0;
+  int kernels = 0;
+};
+
+PassWork SumPass(const ir::Graph& graph, std::span<const ir::NodeId> ops, const cost::CostModel& cost_model) {
+  PassWork work;
   for (ir::NodeId id : ops) {
     const ir::Node& node = graph.node(id);
     if (node.kind == ir::OpKind::kOptimizer) continue;
-    seconds += cost_model.ComputeTime(node);
+    work.seconds += cost_model.ComputeTime(node);
+    if (cost_model.LaunchesKernel(node)) ++work.kernels;
   }
-  return seconds;
+  return work;
 }
 
-// Kernels one pass over `ops` launches (the optimizer update is not part of a pass).
-int CountKernels(const ir::Graph& graph, std::span<const ir::NodeId> ops, const cost::CostModel& cost_model) {
-  int kernels = 0;
-  for (ir::NodeId id : ops) {
-    const ir::Node& node = graph.node(id);
-    if (node.kind != ir::OpKind::kOptimizer && cost_model.LaunchesKernel(node)) ++kernels;
-  }
-  return kernels;
+// Per-sample times and per-micro-batch kernels of a layer's (or other part's) two passes.
+void FillPasses(const ir::Graph& graph, std::span<const ir::NodeId> forward, std::span<const ir::NodeId> backward,
+                int64_t graph_batch, const cost::CostModel& cost_model, LayerProfile& p) {
+  const double batch = static_cast<double>(graph_batch);
+  const PassWork f = SumPass(graph, forward, cost_model);
+  const PassWork b = SumPass(graph, backward, cost_model);
+  p.forward_seconds_per_sample = f.seconds / batch;
+  p.backward_seconds_per_sample = b.seconds / batch;
+  p.forward_kernels = f.kernels;
+  p.backward_kernels = b.kernels;
 }
 
 // Gradients + optimizer states per parameter byte. The final gradient of each parameter is what the
@@ -118,11 +127,7 @@ LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t g
   p.parameter_bytes = layer.parameter_bytes;
   p.activation_bytes_per_sample = CeilDiv(layer.saved_activation_bytes, graph_batch);
   p.boundary_bytes_per_sample = CeilDiv(layer.boundary_activation_bytes, graph_batch);
-  const double batch = static_cast<double>(graph_batch);
-  p.forward_seconds_per_sample = SumComputeSeconds(graph, layer.forward, cost_model) / batch;
-  p.backward_seconds_per_sample = SumComputeSeconds(graph, layer.backward, cost_model) / batch;
-  p.forward_kernels = CountKernels(graph, layer.forward, cost_model);
-  p.backward_kernels = CountKernels(graph, layer.backward, cost_model);
+  FillPasses(graph, layer.forward, layer.backward, graph_batch, cost_model, p);
   // Megatron TP all-reduces the layer's [s, b, h] output twice per forward pass (after attention and
   // after the MLP), each as large as the boundary tensor (Shoeybi et al. 2019, Fig. 3).
   p.tp_comm_bytes_per_sample = 2 * p.boundary_bytes_per_sample;
@@ -177,11 +182,7 @@ LayerProfile OtherPart(const ir::Graph& graph, std::span<const ir::NodeId> ids, 
   }
   p.activation_bytes_per_sample = CeilDiv(saved, graph_batch);
   p.boundary_bytes_per_sample = CeilDiv(head ? head_input : boundary, graph_batch);
-  const double batch = static_cast<double>(graph_batch);
-  p.forward_seconds_per_sample = SumComputeSeconds(graph, forward, cost_model) / batch;
-  p.backward_seconds_per_sample = SumComputeSeconds(graph, backward, cost_model) / batch;
-  p.forward_kernels = CountKernels(graph, forward, cost_model);
-  p.backward_kernels = CountKernels(graph, backward, cost_model);
+  FillPasses(graph, forward, backward, graph_batch, cost_model, p);
   if (!vocab_split) return p;  // nothing split over TP: no TP communication
   if (head) {
     const int64_t per_token = CeilDiv(tokens * 4, graph_batch);  // fp32 [tokens] per sample

@@ -355,7 +355,6 @@ Status Search::FindSmallestMemory(HybridSearchResult& r) {
 Status Search::SkipDegreesThatCannotBeLaidOut() {
   const cost::Cluster& cluster = *inputs_.cluster;
   std::vector<int> kept;
-  std::string why;
   for (int pp : space_.pp_degrees) {
     const int stage = cluster.NumDevices() / pp;
     Status laid_out = Status::Ok();
