@@ -70,10 +70,18 @@ def _cluster(cluster: Union[str, Dict[str, Any]]) -> str:
     return json.dumps(cluster) if isinstance(cluster, dict) else cluster
 
 
-def graph_summary(graph: GraphLike, cluster: Union[str, Dict[str, Any]] = DEFAULT_CLUSTER) -> Dict[str, Any]:
+def _profile(profile: Union[str, Dict[str, Any], None]) -> str:
+    """A profile (docs/cluster-format.md, "Profile files") as a path, a parsed dict, or None."""
+    if profile is None:
+        return ""
+    return json.dumps(profile) if isinstance(profile, dict) else str(profile)
+
+
+def graph_summary(graph: GraphLike, cluster: Union[str, Dict[str, Any]] = DEFAULT_CLUSTER,
+                  profile: Union[str, Dict[str, Any], None] = None) -> Dict[str, Any]:
     """nodes, edges, forward/backward nodes, checkpoint_all_peak_bytes, memory_lower_bound_bytes,
     compute_cost and node_costs (seconds per node id on the cluster's device)."""
-    return json.loads(_kiwi.graph_summary(graph_json(graph), _cluster(cluster)))
+    return json.loads(_kiwi.graph_summary(graph_json(graph), _cluster(cluster), _profile(profile)))
 
 
 @dataclasses.dataclass
@@ -98,13 +106,15 @@ class RematResult:
 
 def solve_remat(graph: GraphLike, budget: Size, solver: str = "auto",
                 cluster: Union[str, Dict[str, Any]] = DEFAULT_CLUSTER, time_limit: float = 60.0,
-                threads: int = 0, progress: bool = False, check: bool = True) -> RematResult:
+                threads: int = 0, progress: bool = False, check: bool = True,
+                profile: Union[str, Dict[str, Any], None] = None) -> RematResult:
     """A rematerialization schedule within `budget` (kiwi remat). With check=True a budget no schedule
     fits raises InfeasibleError naming the smallest budget kiwi can satisfy."""
     if solver not in _kiwi.remat_solver_names():
         raise BadInputError(f"solver: '{solver}' is not one of {', '.join(_kiwi.remat_solver_names())}")
     raw = json.loads(_kiwi.solve_remat(graph_json(graph), parse_bytes(budget, "budget"), solver,
-                                       _cluster(cluster), float(time_limit), int(threads), bool(progress)))
+                                       _cluster(cluster), float(time_limit), int(threads), bool(progress),
+                                       _profile(profile)))
     result = RematResult(**raw)
     if check and not result.feasible:
         if result.smallest_known_budget_bytes > 0:
@@ -118,10 +128,12 @@ def solve_remat(graph: GraphLike, budget: Size, solver: str = "auto",
 
 
 def keep_set_schedule(graph: GraphLike, keep: Sequence[bool],
-                      cluster: Union[str, Dict[str, Any]] = DEFAULT_CLUSTER) -> Dict[str, Any]:
+                      cluster: Union[str, Dict[str, Any]] = DEFAULT_CLUSTER,
+                      profile: Union[str, Dict[str, Any], None] = None) -> Dict[str, Any]:
     """Checkpointing by keep flags (solve/remat/keep_set_schedule.h): kept tensors stay until their last
     use, the others are recomputed on demand before the backward op that needs them."""
-    return json.loads(_kiwi.keep_set_schedule(graph_json(graph), [bool(k) for k in keep], _cluster(cluster)))
+    return json.loads(_kiwi.keep_set_schedule(graph_json(graph), [bool(k) for k in keep], _cluster(cluster),
+                                              _profile(profile)))
 
 
 def make_plan(schedule: Sequence[Dict[str, Any]], graph: str = "", solver: str = "", cluster: str = "",
@@ -140,11 +152,12 @@ def make_plan(schedule: Sequence[Dict[str, Any]], graph: str = "", solver: str =
 
 
 def simulate(graph: GraphLike, plan: Union[Dict[str, Any], str],
-             cluster: Union[str, Dict[str, Any]] = DEFAULT_CLUSTER) -> Dict[str, Any]:
+             cluster: Union[str, Dict[str, Any]] = DEFAULT_CLUSTER,
+             profile: Union[str, Dict[str, Any], None] = None) -> Dict[str, Any]:
     """Replays an operator-level plan: peak_memory_bytes, peak_step, peak_node, iteration_seconds, time
     (compute, recompute, communication, resharding), recomputations, timeline (bytes after each step)."""
     text = plan if isinstance(plan, str) else json.dumps(plan)
-    return json.loads(_kiwi.simulate(graph_json(graph), text, _cluster(cluster)))
+    return json.loads(_kiwi.simulate(graph_json(graph), text, _cluster(cluster), _profile(profile)))
 
 
 def read_plan(path: str) -> Dict[str, Any]:

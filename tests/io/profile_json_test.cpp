@@ -46,7 +46,73 @@ TEST(ProfileJson, TimesMustBeNonNegativeNumbers) {
 TEST(ProfileJson, VersionAndUnknownFields) {
   ExpectBadInput(ParseProfileJson(R"({"unit": "s", "ops": {}})", "p.json"), {"p.json: kiwi_profile_version: missing"});
   ExpectBadInput(ParseProfileJson(R"({"kiwi_profile_version": 1, "unit": "s", "ops": {}, "op": {}})", "p.json"),
-                 {"p.json: op: unknown field (expected kiwi_profile_version, unit, ops)"});
+                 {"p.json: op: unknown field (expected kiwi_profile_version, unit, ops, device, collectives)"});
+}
+
+constexpr const char* kDeviceProfile = R"({"kiwi_profile_version": 1, "unit": "us",
+  "device": {"name": "cpu", "kernel_time": 2, "memory_bandwidth_gbps": 20, "overhead": "additive",
+             "op_bandwidth_gbps": {"relu": 12.5, "adam": 4},
+             "gemm": [{"op": "matmul_grad_a", "m": 64, "n": 32, "k": 16, "dtype": "f32", "time": 10},
+                      {"m": 8, "n": 8, "k": 8, "dtype": "bf16", "time": 1}],
+             "conv": [{"op": "conv2d", "m": 512, "n": 16, "k": 27, "dtype": "f32", "time": 40}]},
+  "collectives": [{"op": "all_reduce", "devices": 4, "bytes": 4096, "time": 300},
+                  {"op": "send_recv", "devices": 2, "bytes": 64, "time": 50}]})";
+
+TEST(ProfileJson, ReadsADeviceProfile) {
+  Result<cost::Profile> p = ParseProfileJson(kDeviceProfile, "p.json");
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_TRUE(p->op_seconds.empty());
+  const cost::DeviceProfile& d = p->device;
+  EXPECT_EQ(d.name, "cpu");
+  EXPECT_DOUBLE_EQ(*d.kernel_seconds, 2e-6);
+  EXPECT_DOUBLE_EQ(*d.memory_bandwidth, 2e10);
+  EXPECT_EQ(d.overhead, cost::OverheadKind::kAdditive);
+  EXPECT_DOUBLE_EQ(d.op_bandwidth.at("relu"), 12.5e9);
+  EXPECT_DOUBLE_EQ(d.op_bandwidth.at("adam"), 4e9);
+  ASSERT_EQ(d.gemm.size(), 2u);
+  EXPECT_EQ(d.gemm[0].op, "matmul_grad_a");
+  EXPECT_EQ(d.gemm[0].m, 64);
+  EXPECT_EQ(d.gemm[0].n, 32);
+  EXPECT_EQ(d.gemm[0].k, 16);
+  EXPECT_DOUBLE_EQ(d.gemm[0].seconds, 1e-5);
+  EXPECT_EQ(d.gemm[1].op, "");
+  EXPECT_EQ(d.gemm[1].dtype, ir::DType::kBF16);
+  ASSERT_EQ(d.conv.size(), 1u);
+  EXPECT_DOUBLE_EQ(d.conv[0].seconds, 4e-5);
+  ASSERT_EQ(d.collectives.size(), 2u);
+  EXPECT_EQ(d.collectives[0].op, cost::Collective::kAllReduce);
+  EXPECT_EQ(d.collectives[0].devices, 4);
+  EXPECT_EQ(d.collectives[0].bytes, 4096);
+  EXPECT_DOUBLE_EQ(d.collectives[0].seconds, 3e-4);
+  EXPECT_EQ(d.collectives[1].op, cost::Collective::kPointToPoint);
+}
+
+TEST(ProfileJson, DeviceProfileErrorsNameTheField) {
+  const auto doc = [](const std::string& device, const std::string& collectives = "[]") {
+    return R"({"kiwi_profile_version": 1, "unit": "s", "device": )" + device + R"(, "collectives": )" + collectives + "}";
+  };
+  ExpectBadInput(ParseProfileJson(doc(R"({"gemm": [{"m": 0, "n": 1, "k": 1, "dtype": "f32", "time": 1}]})"), "p.json"),
+                 {"p.json: device.gemm[0].m:"});
+  ExpectBadInput(ParseProfileJson(doc(R"({"gemm": [{"m": 1, "n": 1, "k": 1, "dtype": "f8", "time": 1}]})"), "p.json"),
+                 {"p.json: device.gemm[0].dtype: unknown dtype \"f8\""});
+  ExpectBadInput(ParseProfileJson(doc(R"({"conv": [{"m": 1, "n": 1, "k": 1, "dtype": "f32", "time": 0}]})"), "p.json"),
+                 {"p.json: device.conv[0].time: must be positive"});
+  ExpectBadInput(ParseProfileJson(doc(R"({"gemm": [{"m": 1, "n": 1, "k": 1, "dtype": "f32", "time": 1, "x": 1}]})"),
+                                  "p.json"),
+                 {"p.json: device.gemm[0].x: unknown field"});
+  ExpectBadInput(ParseProfileJson(doc(R"({"memory_bandwidth_gbps": 0})"), "p.json"),
+                 {"p.json: device.memory_bandwidth_gbps: must be positive"});
+  ExpectBadInput(ParseProfileJson(doc(R"({"op_bandwidth_gbps": {"relu": -1}})"), "p.json"),
+                 {"p.json: device.op_bandwidth_gbps.relu:"});
+  ExpectBadInput(ParseProfileJson(doc(R"({"overhead": "sometimes"})"), "p.json"),
+                 {"p.json: device.overhead: must be \"additive\" or \"launch_bound\""});
+  ExpectBadInput(ParseProfileJson(doc("{}", R"([{"op": "broadcast", "devices": 2, "bytes": 1, "time": 1}])"), "p.json"),
+                 {"p.json: collectives[0].op: must be all_reduce"});
+  ExpectBadInput(ParseProfileJson(doc("{}", R"([{"op": "all_reduce", "devices": 1, "bytes": 1, "time": 1}])"), "p.json"),
+                 {"p.json: collectives[0].devices:"});
+  ExpectBadInput(ParseProfileJson(doc("{}", R"({"op": "all_reduce"})"), "p.json"), {"p.json: collectives: must be"});
+  ExpectBadInput(ParseProfileJson(R"({"kiwi_profile_version": 1, "unit": "s"})", "p.json"),
+                 {"p.json: ops: missing (a profile has ops, device or collectives)"});
 }
 
 }  // namespace

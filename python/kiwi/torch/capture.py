@@ -69,6 +69,7 @@ class Captured:
     fx_order: List[str]
     companions: Dict[str, List[int]]
     source: Dict[str, Any] = dataclasses.field(default_factory=dict)   # capture()'s arguments
+    profile: Any = None                   # a device profile (`kiwi profile`): path or dict, or None
     _smaller: Dict[int, "Captured"] = dataclasses.field(default_factory=dict)
 
     @property
@@ -90,11 +91,11 @@ class Captured:
             labels = src["labels"][:batch] if src["labels"] is not None else None
             self._smaller[batch] = capture(self.model, tuple(t[:batch] for t in src["inputs"]), labels=labels,
                                            loss=src["loss"], optimizer=src["optimizer"], costs=self.costs,
-                                           cluster=self.cluster, name=self.name)
+                                           cluster=self.cluster, name=self.name, profile=self.profile)
         return self._smaller[batch]
 
     def summary(self) -> Dict[str, Any]:
-        return kiwi.graph_summary(self.graph, self.cluster)
+        return kiwi.graph_summary(self.graph, self.cluster, self.profile)
 
     def rebuild(self, workspace: Workspace, node_costs: Optional[Dict[int, float]] = None) -> None:
         """Re-derives `graph` with other workspaces (and measured costs per kiwi node id)."""
@@ -137,13 +138,15 @@ def capture(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence
             labels: Optional[torch.Tensor] = None,
             loss: Union[str, Callable[..., Any], torch.nn.Module] = "cross_entropy",
             optimizer: Union[str, torch.optim.Optimizer, None] = "adam", costs: str = "analytic",
-            cluster: Any = None, name: Optional[str] = None) -> Captured:
+            cluster: Any = None, name: Optional[str] = None, profile: Any = None) -> Captured:
     """Traces `model` with torch.fx, runs it once on `example_inputs` (shapes, dtypes, and which tensors
     autograd saves), maps every op to kiwi's IR, derives the training graph (ir::BuildTrainingGraph) and
     adds PyTorch's memory semantics (semantics.py). With `labels`, the step's loss is loss(model(x),
     labels) computed by the caller (cross entropy by default); without, the model returns its loss.
     costs: "analytic" (roofline on `cluster`, default the local CPU) or "measured" (one profiled
-    training step: per-op times and temporaries). Errors name the construct (TraceError,
+    training step: per-op times and temporaries). profile: a device profile written by `kiwi profile`
+    (path or dict): the analytic costs then use its measured GEMM, convolution, bandwidth and per-op
+    times instead of the roofline's. Errors name the construct (TraceError,
     UnsupportedOpError, CaptureError)."""
     inputs = tuple(example_inputs) if isinstance(example_inputs, (list, tuple)) else (example_inputs,)
     if costs not in ("analytic", "measured"):
@@ -177,7 +180,7 @@ def capture(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence
                         Workspace(), framework,
                         fx_args, fx_order, builder.companions,
                         {"inputs": tuple(t for t in inputs[:len(inputs) - (1 if loss_outside else 0)]),
-                         "labels": labels, "loss": loss, "optimizer": optimizer})
+                         "labels": labels, "loss": loss, "optimizer": optimizer}, profile=profile)
     captured.rebuild(cost_mod.analytic_workspace(captured))
     if costs == "measured":
         cost_mod.calibrate(captured, inputs[:len(inputs) - (1 if loss_outside else 0)],

@@ -81,7 +81,7 @@ def planning_graph(captured: Captured, graph: Optional[Dict[str, Any]] = None) -
     cost. Node ids are unchanged, so a schedule found on this graph replays on the captured one.
     `graph`: one of the step's passes (stepping.pass_graph) instead of the captured graph."""
     source = graph if graph is not None else captured.graph
-    costs = kiwi.graph_summary(source, captured.cluster)["node_costs"]
+    costs = kiwi.graph_summary(source, captured.cluster, captured.profile)["node_costs"]
     graph = json.loads(json.dumps(source))
     forward = sum(c for n, c in zip(graph["nodes"], costs) if n.get("pass", "forward") == "forward")
     penalty = 10.0 * max(forward, 1e-9)
@@ -220,7 +220,8 @@ def _plan_for(model: StepModel, limit: int, solver: str, time_limit: float, max_
         target = limit
         for _ in range(max_attempts):
             attempt += 1
-            r = kiwi.solve_remat(search, max(target, 0), name, cap.cluster, time_limit, check=False)
+            r = kiwi.solve_remat(search, max(target, 0), name, cap.cluster, time_limit, check=False,
+                                 profile=cap.profile)
             spent += r.solve_seconds
             if not r.feasible:
                 break

@@ -125,21 +125,21 @@ def pass_graph(captured, config: StepConfig, role: str) -> dict:
         graph["order"] = [w for v in graph["order"] for w in ([v, after[v]] if v in after else [v])]
     graph["order"] = added + graph["order"]
     if role in ("middle", "last"):
-        _price_accumulation(graph, grads, captured.cluster)
+        _price_accumulation(graph, grads, captured.cluster, captured.profile)
     return graph
 
 
-def _price_accumulation(graph: dict, grads: List[int], cluster: Any) -> None:
+def _price_accumulation(graph: dict, grads: List[int], cluster: Any, profile: Any = None) -> None:
     """Each gradient also costs its `grad += new` (read two, write one gradient-sized tensor): the cost
     model's price of those bytes, added to the gradient's own (measured or roofline) cost."""
     nodes = graph["nodes"]
     probe = copy.deepcopy(graph)
     for i in grads:
         probe["nodes"][i].pop("cost", None)
-    before = kiwi.graph_summary(probe, cluster)["node_costs"]
+    before = kiwi.graph_summary(probe, cluster, profile)["node_costs"]
     for i in grads:
         probe["nodes"][i]["bytes_accessed"] = probe["nodes"][i].get("bytes_accessed", 0) + 3 * node_bytes(nodes[i])
-    after = kiwi.graph_summary(probe, cluster)["node_costs"]
+    after = kiwi.graph_summary(probe, cluster, profile)["node_costs"]
     for i in grads:
         nodes[i]["cost"] = float(nodes[i].get("cost", before[i])) + max(0.0, after[i] - before[i])
 
@@ -167,7 +167,7 @@ class StepModel:
         peak, seconds, sims, steps = 0, 0.0, [], []
         for role, count, graph in self.passes:
             steps = realize(graph, cap.structure, keep)
-            sim = kiwi.simulate(graph, kiwi.make_plan(steps), cap.cluster)
+            sim = kiwi.simulate(graph, kiwi.make_plan(steps), cap.cluster, cap.profile)
             peak = max(peak, sim["peak_memory_bytes"])
             seconds += count * sim["iteration_seconds"]
             sims.append((role, graph, steps, sim))

@@ -17,6 +17,11 @@
 
 namespace kiwi::cost {
 
+// A GEMM-like op as the kernel sees it: [m x k] by [k x n] (a convolution's implicit GEMM).
+struct GemmShape {
+  int64_t m = 0, n = 0, k = 0;
+};
+
 struct CostModelOptions {
   // Fraction of peak FLOP/s each kind reaches (roofline compute roof), indexed by ir::OpKind.
   std::array<double, ir::kNumOpKinds> compute_efficiency = DefaultComputeEfficiency();
@@ -36,11 +41,16 @@ class CostModel {
   const CostModelOptions& options() const { return options_; }
 
   // Time for one device to run `work_fraction` of the op (1/k when the op is split k ways).
-  // Measured first (profile by name, then Node::measured_cost, both scaled by work_fraction),
-  // else roofline: max(flops / (peak(dtype) * eff(kind)), bytes / (mem_bw * mem_eff)) + overhead.
+  // Measured first (profile by name, then Node::measured_cost, both scaled by work_fraction); then a
+  // GEMM-like op with samples in the profile's device tables: flops / interpolated rate + overhead;
+  // else roofline: max(flops / (peak(dtype) * eff(kind)), bytes / bandwidth) + overhead, where the
+  // bandwidth is the profile's measured one, else mem_bw * mem_eff, and the overhead the profile's
+  // kernel time on a device that runs ops one after another (CPU), else options.kernel_overhead.
   // Persistent nodes (parameters, optimizer state) and inputs cost 0: they are not computed.
   double ComputeTime(const ir::Node& node, double work_fraction = 1.0) const;
 
+  // The profile's measured times for the op and group size when it has them, else the algorithms of
+  // collectives.h on the mesh's links.
   double CollectiveTime(Collective c, int64_t bytes, const ir::DeviceMesh& mesh, ir::AxisMask axes) const;
 
   // Converting a tensor from one layout to another: an all-to-all per mesh axis that moves between
@@ -65,12 +75,25 @@ class CostModel {
   // issuing (DeviceSpec::kernel_launch_seconds each); small models on fast devices are launch-bound.
   double LaunchBoundTime(double device_seconds, int64_t kernels) const;
 
+  // The op's GEMM shape with its rows scaled by work_fraction; nullopt for other kinds.
+  static std::optional<GemmShape> GemmShapeOf(const ir::Node& node, double work_fraction = 1.0);
+
+  // Seconds added to every executed op: the profile's kernel time when ops run one after another.
+  double KernelOverhead() const;
+
+  const Profile& profile() const { return profile_; }
+
   static int64_t BytesPerDevice(const ir::TensorType& type, const ir::ShardingSpec& spec,
                                 const ir::DeviceMesh& mesh) {
     return ir::BytesPerDevice(type, spec, mesh);
   }
 
  private:
+  std::optional<double> MeasuredGemmTime(const ir::Node& node, double work_fraction) const;
+  // Bytes/s of a memory-bound op: the profile's for its op name, else its copy bandwidth, else the
+  // device's bandwidth x memory_efficiency.
+  double MemoryRate(const ir::Node& node) const;
+
   DeviceSpec device_;
   CostModelOptions options_;
   Profile profile_;

@@ -1,15 +1,84 @@
 #pragma once
-// Measured per-operator times (seconds), keyed by operator name, e.g. from torch.profiler.
-// File format (read by io/profile_json.h): {"kiwi_profile_version": 1, "unit": "s"|"ms"|"us",
-// "ops": {"layer0.attn.qkv": 0.00123, ...}}.
+// Measurements the cost model uses in place of datasheet constants (docs/cluster-format.md, "Profile
+// files"), read by io/profile_json.h and written by `kiwi profile` (python/kiwi/profile.py):
+//  - per-operator times by operator name (e.g. from torch.profiler);
+//  - a device profile: GEMM and convolution times over a grid of shapes, the memory bandwidth a copy
+//    reaches, the time of an empty kernel, and collective times over message and group sizes.
+// Lookups between measured points interpolate (profile.cpp); a kind with no samples falls back to the
+// roofline and the alpha-beta collectives.
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "kiwi/cost/collectives.h"
+#include "kiwi/ir/dtype.h"
 
 namespace kiwi::cost {
 
+// One timed GEMM-like kernel: an [m x k] by [k x n] product (a convolution as its implicit GEMM: m =
+// batch x output pixels, n = output channels, k = input channels x kernel area), in the shape
+// CostModel::GemmShapeOf gives the IR op it stands for. `op`: the IR op ("matmul", "matmul_grad_a",
+// "conv2d_grad_w", ...; empty: the forward op): backward kernels run other layouts at other rates.
+struct GemmSample {
+  std::string op;
+  int64_t m = 0, n = 0, k = 0;
+  ir::DType dtype = ir::DType::kF32;
+  double seconds = 0.0;
+
+  double Flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
+};
+
+// One timed collective: `bytes` as CollectiveTime takes them (the per-device buffer) among `devices`.
+struct CollectiveSample {
+  Collective op = Collective::kAllReduce;
+  int devices = 2;
+  int64_t bytes = 0;
+  double seconds = 0.0;
+};
+
+// Where the per-kernel cost goes: a CPU runs each op after the last, so its dispatch time adds to
+// every op; a GPU's host issues kernels ahead of the device, so it bounds a pass from below
+// (CostModel::LaunchBoundTime) instead.
+enum class OverheadKind : uint8_t { kAdditive, kLaunchBound };
+
+struct DeviceProfile {
+  std::string name;                             // what measured it: "cpu (1 thread)", "NVIDIA H100 80GB HBM3"
+  std::vector<GemmSample> gemm;                 // matmul / batched matmul
+  std::vector<GemmSample> conv;                 // convolutions (implicit-GEMM shapes)
+  std::optional<double> memory_bandwidth;       // bytes/s a large copy reaches (read + write)
+  // Bytes/s an op reaches as the IR counts its bytes (inputs + output), by IR op name ("relu",
+  // "max_pool_grad", ...): ops that compute more per byte than a copy run slower than its bandwidth.
+  std::map<std::string, double> op_bandwidth;
+  std::optional<double> kernel_seconds;         // time of an op that does (almost) nothing
+  OverheadKind overhead = OverheadKind::kAdditive;
+  std::vector<CollectiveSample> collectives;
+
+  bool empty() const {
+    return gemm.empty() && conv.empty() && !memory_bandwidth && op_bandwidth.empty() && !kernel_seconds &&
+           collectives.empty();
+  }
+};
+
+// Achieved FLOP/s of an m x n x k GEMM of IR op `op` in `dtype` from the samples of that op (the
+// forward op's when none was measured: "batch_matmul_grad_a" uses "matmul_grad_a", then "matmul") and
+// dtype: a sample's rate
+// excludes the per-kernel time (`kernel_seconds`), so rate + overhead reproduces it exactly; between
+// samples, inverse-distance weighting of the rates over the nearest ones in log2(m, n, k) space.
+// nullopt when no sample has the dtype.
+std::optional<double> InterpolatedGemmRate(const std::vector<GemmSample>& samples, const std::string& op, int64_t m,
+                                           int64_t n, int64_t k, ir::DType dtype, double kernel_seconds);
+
+// Seconds of `op` on `bytes` among `devices` from the samples of that op and group size: piecewise
+// linear in bytes between measured sizes, the fitted slope of the last two beyond the largest, the
+// smallest's time below it. nullopt when the op was not measured at that group size.
+std::optional<double> InterpolatedCollectiveSeconds(const std::vector<CollectiveSample>& samples, Collective op,
+                                                    int devices, int64_t bytes);
+
 struct Profile {
   std::map<std::string, double> op_seconds;
+  DeviceProfile device;
 
   std::optional<double> Find(const std::string& op_name) const {
     auto it = op_seconds.find(op_name);

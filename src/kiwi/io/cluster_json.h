@@ -20,7 +20,8 @@ Result<cost::Cluster> ParseClusterJson(std::string_view text, const std::string&
 // A preset name, or else a path to a cluster JSON file.
 Result<cost::Cluster> LoadCluster(const std::string& name_or_path);
 
-// Measured per-op times (cost/profile.h): {"kiwi_profile_version": 1, "unit": "ms", "ops": {...}}.
+// Profiles (cost/profile.h): {"kiwi_profile_version": 1, "unit": "ms", "ops": {...}, "device": {...},
+// "collectives": [...]}: measured per-op times and a device profile (`kiwi profile` writes one).
 Result<cost::Profile> ReadProfileFile(const std::string& path);
 Result<cost::Profile> ParseProfileJson(std::string_view text, const std::string& source);
 

@@ -1,5 +1,9 @@
-// Measured per-op times (cost/profile.h): {"kiwi_profile_version": 1, "unit": "ms", "ops": {...}}.
+// Profile files (cost/profile.h, docs/cluster-format.md): {"kiwi_profile_version": 1, "unit": "ms",
+// "ops": {...}, "device": {...}, "collectives": [...]}.
+#include <algorithm>
 #include <array>
+#include <utility>
+#include <vector>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -29,22 +33,161 @@ Result<double> ReadUnit(const Json& doc, const JsonPath& at) {
   return at.BadKey("unit", fmt::format("must be \"s\", \"ms\" or \"us\" (got \"{}\")", *unit));
 }
 
+// A GEMM-like table: [{"op", "m", "n", "k", "dtype", "time"}, ...], times in the file's unit ("op" optional).
+Result<std::vector<cost::GemmSample>> ReadGemmTable(const Json& device, const JsonPath& at, std::string_view key,
+                                                    double scale) {
+  std::vector<cost::GemmSample> out;
+  if (!FindField(device, key)) return out;
+  Result<const Json*> rows = ArrayField(device, at, key);
+  if (!rows) return rows.error();
+  const JsonPath table_at = at.Key(key);
+  for (size_t i = 0; i < (*rows)->size(); ++i) {
+    const Json& row = (**rows)[i];
+    const JsonPath row_at = table_at.Index(i);
+    KIWI_RETURN_IF_ERROR(CheckObject(row, row_at));
+    KIWI_RETURN_IF_ERROR(CheckKnownKeys(row, row_at, {"op", "m", "n", "k", "dtype", "time"}));
+    cost::GemmSample sample;
+    Result<std::string> op = StringFieldOr(row, row_at, "op", "");
+    if (!op) return op.error();
+    sample.op = *op;
+    for (auto [name, field] : {std::pair{"m", &sample.m}, std::pair{"n", &sample.n}, std::pair{"k", &sample.k}}) {
+      Result<int64_t> v = IntField(row, row_at, name, {1, int64_t{1} << 40});
+      if (!v) return v.error();
+      *field = *v;
+    }
+    Result<std::string> dtype = StringField(row, row_at, "dtype");
+    if (!dtype) return dtype.error();
+    std::optional<ir::DType> parsed = ir::ParseDType(*dtype);
+    if (!parsed) return row_at.BadKey("dtype", fmt::format("unknown dtype \"{}\" (e.g. f32, bf16, f16)", *dtype));
+    sample.dtype = *parsed;
+    Result<double> t = NumberField(row, row_at, "time", 0.0);
+    if (!t) return t.error();
+    if (*t <= 0.0) return row_at.BadKey("time", "must be positive");
+    sample.seconds = *t * scale;
+    out.push_back(sample);
+  }
+  return out;
+}
+
+constexpr std::array<std::pair<std::string_view, cost::Collective>, 5> kCollectiveNames = {{
+    {"all_reduce", cost::Collective::kAllReduce},
+    {"all_gather", cost::Collective::kAllGather},
+    {"reduce_scatter", cost::Collective::kReduceScatter},
+    {"all_to_all", cost::Collective::kAllToAll},
+    {"send_recv", cost::Collective::kPointToPoint},
+}};
+
+// "collectives": [{"op", "devices", "bytes", "time"}, ...].
+Result<std::vector<cost::CollectiveSample>> ReadCollectives(const Json& doc, const JsonPath& at, double scale) {
+  std::vector<cost::CollectiveSample> out;
+  if (!FindField(doc, "collectives")) return out;
+  Result<const Json*> rows = ArrayField(doc, at, "collectives");
+  if (!rows) return rows.error();
+  const JsonPath table_at = at.Key("collectives");
+  for (size_t i = 0; i < (*rows)->size(); ++i) {
+    const Json& row = (**rows)[i];
+    const JsonPath row_at = table_at.Index(i);
+    KIWI_RETURN_IF_ERROR(CheckObject(row, row_at));
+    KIWI_RETURN_IF_ERROR(CheckKnownKeys(row, row_at, {"op", "devices", "bytes", "time"}));
+    cost::CollectiveSample sample;
+    Result<std::string> op = StringField(row, row_at, "op");
+    if (!op) return op.error();
+    const auto named = std::find_if(kCollectiveNames.begin(), kCollectiveNames.end(),
+                                    [&](const auto& n) { return n.first == *op; });
+    if (named == kCollectiveNames.end())
+      return row_at.BadKey("op", fmt::format("must be all_reduce, all_gather, reduce_scatter, all_to_all or "
+                                             "send_recv (got \"{}\")", *op));
+    sample.op = named->second;
+    Result<int64_t> devices = IntField(row, row_at, "devices", {2, 1 << 20});
+    if (!devices) return devices.error();
+    sample.devices = static_cast<int>(*devices);
+    Result<int64_t> bytes = IntField(row, row_at, "bytes", kPositive);
+    if (!bytes) return bytes.error();
+    sample.bytes = *bytes;
+    Result<double> t = NumberField(row, row_at, "time", 0.0);
+    if (!t) return t.error();
+    sample.seconds = *t * scale;
+    out.push_back(sample);
+  }
+  return out;
+}
+
+// "device": {"name", "gemm", "conv", "memory_bandwidth_gbps", "op_bandwidth_gbps", "kernel_time", "overhead"}.
+Result<cost::DeviceProfile> ReadDevice(const Json& doc, const JsonPath& root, double scale) {
+  cost::DeviceProfile device;
+  if (!FindField(doc, "device")) return device;
+  Result<const Json*> object = ObjectField(doc, root, "device");
+  if (!object) return object.error();
+  const Json& d = **object;
+  const JsonPath at = root.Key("device");
+  KIWI_RETURN_IF_ERROR(
+      CheckKnownKeys(d, at, {"name", "gemm", "conv", "memory_bandwidth_gbps", "op_bandwidth_gbps", "kernel_time",
+                             "overhead"}));
+  Result<std::string> name = StringFieldOr(d, at, "name", "");
+  if (!name) return name.error();
+  device.name = *name;
+  Result<std::vector<cost::GemmSample>> gemm = ReadGemmTable(d, at, "gemm", scale);
+  if (!gemm) return gemm.error();
+  device.gemm = std::move(*gemm);
+  Result<std::vector<cost::GemmSample>> conv = ReadGemmTable(d, at, "conv", scale);
+  if (!conv) return conv.error();
+  device.conv = std::move(*conv);
+  if (FindField(d, "memory_bandwidth_gbps")) {
+    Result<double> gbps = NumberField(d, at, "memory_bandwidth_gbps", 0.0);
+    if (!gbps) return gbps.error();
+    if (*gbps <= 0.0) return at.BadKey("memory_bandwidth_gbps", "must be positive");
+    device.memory_bandwidth = *gbps * 1e9;
+  }
+  if (FindField(d, "op_bandwidth_gbps")) {
+    Result<const Json*> ops = ObjectField(d, at, "op_bandwidth_gbps");
+    if (!ops) return ops.error();
+    const JsonPath ops_at = at.Key("op_bandwidth_gbps");
+    for (const auto& item : (*ops)->items()) {
+      Result<double> gbps = ReadNumber(item.value(), ops_at.Key(item.key()), 0.0);
+      if (!gbps) return gbps.error();
+      if (*gbps <= 0.0) return ops_at.BadKey(item.key(), "must be positive");
+      device.op_bandwidth[item.key()] = *gbps * 1e9;
+    }
+  }
+  if (FindField(d, "kernel_time")) {
+    Result<double> t = NumberField(d, at, "kernel_time", 0.0);
+    if (!t) return t.error();
+    device.kernel_seconds = *t * scale;
+  }
+  Result<std::string> overhead = StringFieldOr(d, at, "overhead", "additive");
+  if (!overhead) return overhead.error();
+  if (*overhead == "additive") device.overhead = cost::OverheadKind::kAdditive;
+  else if (*overhead == "launch_bound") device.overhead = cost::OverheadKind::kLaunchBound;
+  else return at.BadKey("overhead", fmt::format("must be \"additive\" or \"launch_bound\" (got \"{}\")", *overhead));
+  return device;
+}
+
 Result<cost::Profile> ReadProfile(const Json& doc, const std::string& source) {
   const JsonPath at(source);
   KIWI_RETURN_IF_ERROR(CheckObject(doc, at));
-  KIWI_RETURN_IF_ERROR(CheckKnownKeys(doc, at, {kVersionKey, "unit", "ops"}));
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(doc, at, {kVersionKey, "unit", "ops", "device", "collectives"}));
   KIWI_RETURN_IF_ERROR(CheckVersion(doc, at, kVersionKey, kProfileVersion));
   Result<double> scale = ReadUnit(doc, at);
   if (!scale) return scale.error();
-  Result<const Json*> ops = ObjectField(doc, at, "ops");
-  if (!ops) return ops.error();
+  if (!FindField(doc, "ops") && !FindField(doc, "device") && !FindField(doc, "collectives"))
+    return at.BadKey("ops", "missing (a profile has ops, device or collectives)");
   cost::Profile profile;
-  const JsonPath ops_at = at.Key("ops");
-  for (const auto& item : (*ops)->items()) {
-    Result<double> t = ReadNumber(item.value(), ops_at.Key(item.key()), 0.0);
-    if (!t) return t.error();
-    profile.op_seconds[item.key()] = *t * *scale;
+  if (FindField(doc, "ops")) {
+    Result<const Json*> ops = ObjectField(doc, at, "ops");
+    if (!ops) return ops.error();
+    const JsonPath ops_at = at.Key("ops");
+    for (const auto& item : (*ops)->items()) {
+      Result<double> t = ReadNumber(item.value(), ops_at.Key(item.key()), 0.0);
+      if (!t) return t.error();
+      profile.op_seconds[item.key()] = *t * *scale;
+    }
   }
+  Result<cost::DeviceProfile> device = ReadDevice(doc, at, *scale);
+  if (!device) return device.error();
+  profile.device = std::move(*device);
+  Result<std::vector<cost::CollectiveSample>> collectives = ReadCollectives(doc, at, *scale);
+  if (!collectives) return collectives.error();
+  profile.device.collectives = std::move(*collectives);
   return profile;
 }
 

@@ -38,10 +38,23 @@ json ScheduleJson(const std::vector<plan::Step>& steps) {
 
 json OptionalJson(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
+// The cost model on the cluster's device with the target's profile (a path, or JSON text).
+Result<cost::CostModel> MakeCostModel(const cost::Cluster& cluster, const Target& target) {
+  cost::Profile profile;
+  if (!target.profile.empty()) {
+    Result<cost::Profile> read = target.profile.front() == '{' ? io::ParseProfileJson(target.profile, "profile")
+                                                               : io::ReadProfileFile(target.profile);
+    if (!read) return read.error();
+    profile = std::move(*read);
+  }
+  return cost::CostModel(cluster.device, {}, std::move(profile));
+}
+
 // A parsed graph, its cluster and a cost model on the cluster's device: what most calls need.
 struct Loaded {
   ir::Graph graph;
   cost::Cluster cluster;
+  cost::CostModel cm;
 };
 
 Result<Loaded> Load(const std::string& graph_json, const Target& target) {
@@ -49,7 +62,9 @@ Result<Loaded> Load(const std::string& graph_json, const Target& target) {
   if (!g) return g.error();
   Result<cost::Cluster> c = LoadTarget(target);
   if (!c) return c.error();
-  return Loaded{std::move(*g), std::move(*c)};
+  Result<cost::CostModel> cm = MakeCostModel(*c, target);
+  if (!cm) return cm.error();
+  return Loaded{std::move(*g), std::move(*c), std::move(*cm)};
 }
 
 }  // namespace
@@ -80,7 +95,7 @@ Result<std::string> BuildTrainingGraphJson(const std::string& forward, const std
 Result<std::string> GraphSummaryJson(const std::string& graph, const Target& target) {
   Result<Loaded> l = Load(graph, target);
   if (!l) return l.error();
-  const cost::CostModel cm(l->cluster.device);
+  const cost::CostModel& cm = l->cm;
   Result<solve::remat::RematProblem> p = solve::remat::MakeRematProblem(l->graph, cm, 0);
   if (!p) return p.error();
   json j = {{"nodes", l->graph.size()},
@@ -100,7 +115,7 @@ Result<std::string> SolveRematJson(const std::string& graph, const RematRequest&
                                          fmt::join(solve::remat::SolverNames(), ", ")));
   Result<Loaded> l = Load(graph, target);
   if (!l) return l.error();
-  const cost::CostModel cm(l->cluster.device);
+  const cost::CostModel& cm = l->cm;
   Result<solve::remat::RematProblem> p = solve::remat::MakeRematProblem(l->graph, cm, request.budget);
   if (!p) return p.error();
   solve::remat::RematOptions options;
@@ -134,7 +149,7 @@ Result<std::string> KeepSetScheduleJson(const std::string& graph, const std::vec
   if (!l) return l.error();
   if (keep.size() != static_cast<size_t>(l->graph.size()))
     return BadInput(fmt::format("keep: has {} entries, the graph has {} nodes", keep.size(), l->graph.size()));
-  const cost::CostModel cm(l->cluster.device);
+  const cost::CostModel& cm = l->cm;
   Result<solve::remat::RematProblem> p = solve::remat::MakeRematProblem(l->graph, cm, 0);
   if (!p) return p.error();
   solve::remat::KeepSetScheduler scheduler(*p);
@@ -154,7 +169,7 @@ Result<std::string> SimulateJson(const std::string& graph, const std::string& pl
   Result<plan::Plan> plan = io::ParsePlanJson(plan_text, "plan");
   if (!plan) return plan.error();
   if (!plan->op) return BadInput("plan: operator: missing (only operator-level plans replay on a graph)");
-  const cost::CostModel cm(l->cluster.device);
+  const cost::CostModel& cm = l->cm;
   Result<sim::SimResult> r = sim::SimulateOperatorPlan(l->graph, *plan->op, cm, l->cluster.FlatMesh());
   if (!r) return r.error();
   json timeline = json::array();
@@ -209,14 +224,16 @@ Result<std::string> LayerPlanReportJson(const std::string& plan_text, const Targ
   if (!plan) return plan.error();
   if (!plan->layer) return BadInput("plan: layer: missing (a layer-level plan, as `kiwi hybrid --out` writes)");
   if (plan->model.empty()) return BadInput("plan: model: missing (the model preset the plan was made for)");
-  Result<cost::Cluster> cluster = LoadTarget({target.cluster.empty() ? plan->cluster : target.cluster});
+  Result<cost::Cluster> cluster = LoadTarget({target.cluster.empty() ? plan->cluster : target.cluster, ""});
   if (!cluster) return cluster.error();
   const cli::ModelFlags flags{plan->model, plan->model_flags};
   Result<models::ModelSpec> spec = flags.Load();
   if (!spec) return spec.error();
   Result<ir::Graph> graph = models::BuildTrainingGraph(*spec);
   if (!graph) return graph.error();
-  const cost::CostModel cm(cluster->device);
+  Result<cost::CostModel> made = MakeCostModel(*cluster, target);
+  if (!made) return made.error();
+  const cost::CostModel& cm = *made;
   Result<sim::LayerModel> model = sim::BuildLayerModel(*graph, cli::SpecBatch(*spec), cm);
   if (!model) return model.error();
   Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(*model, *plan->layer, *cluster, cm);

@@ -15,8 +15,10 @@
 namespace kiwi::python {
 
 // A cluster given as a preset name, a cluster JSON document (text starting with '{') or a file path.
+// `profile`: a profile file (cost/profile.h) as a path or JSON text, empty for none.
 struct Target {
   std::string cluster = "v100-nvlink-8";
+  std::string profile;
 };
 
 // Parses and verifies a kiwi graph JSON (any of the three graph formats) and writes it back as kiwi

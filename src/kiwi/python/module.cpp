@@ -97,24 +97,27 @@ PYBIND11_MODULE(_kiwi, m) {
   m.def("build_training_graph", [](const std::string& forward, const std::string& optimizer, bool master) {
     return kp::Call([&] { return kp::BuildTrainingGraphJson(forward, optimizer, master); });
   }, py::arg("forward"), py::arg("optimizer") = "adam", py::arg("master_weights") = false);
-  m.def("graph_summary", [](const std::string& graph, const std::string& cluster) {
-    return kp::Call([&] { return kp::GraphSummaryJson(graph, {cluster}); });
-  }, py::arg("graph"), py::arg("cluster"));
+  m.def("graph_summary", [](const std::string& graph, const std::string& cluster, const std::string& profile) {
+    return kp::Call([&] { return kp::GraphSummaryJson(graph, {cluster, profile}); });
+  }, py::arg("graph"), py::arg("cluster"), py::arg("profile") = "");
   m.def("solve_remat", [](const std::string& graph, int64_t budget, const std::string& solver,
-                          const std::string& cluster, double time_limit, int threads, bool progress) {
+                          const std::string& cluster, double time_limit, int threads, bool progress,
+                          const std::string& profile) {
     const kp::RematRequest request{budget, solver, time_limit, threads, progress};
-    return kp::Call([&] { return kp::SolveRematJson(graph, request, {cluster}); });
+    return kp::Call([&] { return kp::SolveRematJson(graph, request, {cluster, profile}); });
   }, py::arg("graph"), py::arg("budget"), py::arg("solver"), py::arg("cluster"), py::arg("time_limit") = 60.0,
-     py::arg("threads") = 0, py::arg("progress") = false);
-  m.def("keep_set_schedule", [](const std::string& graph, const std::vector<bool>& keep, const std::string& cluster) {
-    return kp::Call([&] { return kp::KeepSetScheduleJson(graph, keep, {cluster}); });
-  }, py::arg("graph"), py::arg("keep"), py::arg("cluster"));
-  m.def("simulate", [](const std::string& graph, const std::string& plan, const std::string& cluster) {
-    return kp::Call([&] { return kp::SimulateJson(graph, plan, {cluster}); });
-  }, py::arg("graph"), py::arg("plan"), py::arg("cluster"));
-  m.def("layer_plan_report", [](const std::string& plan, const std::string& cluster) {
-    return kp::Call([&] { return kp::LayerPlanReportJson(plan, {cluster}); });
-  }, py::arg("plan"), py::arg("cluster") = "");
+     py::arg("threads") = 0, py::arg("progress") = false, py::arg("profile") = "");
+  m.def("keep_set_schedule", [](const std::string& graph, const std::vector<bool>& keep, const std::string& cluster,
+                                 const std::string& profile) {
+    return kp::Call([&] { return kp::KeepSetScheduleJson(graph, keep, {cluster, profile}); });
+  }, py::arg("graph"), py::arg("keep"), py::arg("cluster"), py::arg("profile") = "");
+  m.def("simulate", [](const std::string& graph, const std::string& plan, const std::string& cluster,
+                       const std::string& profile) {
+    return kp::Call([&] { return kp::SimulateJson(graph, plan, {cluster, profile}); });
+  }, py::arg("graph"), py::arg("plan"), py::arg("cluster"), py::arg("profile") = "");
+  m.def("layer_plan_report", [](const std::string& plan, const std::string& cluster, const std::string& profile) {
+    return kp::Call([&] { return kp::LayerPlanReportJson(plan, {cluster, profile}); });
+  }, py::arg("plan"), py::arg("cluster") = "", py::arg("profile") = "");
   m.def("normalize_plan", [](const std::string& text, const std::string& source) {
     return kp::Call([&] { return kp::NormalizePlanJson(text, source); });
   }, py::arg("text"), py::arg("source") = "plan");

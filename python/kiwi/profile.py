@@ -1,0 +1,450 @@
+"""`kiwi profile`: measures the local device with PyTorch and writes a profile file the cost model uses
+in place of datasheet constants (docs/cluster-format.md, "Profile files"): GEMM and convolution times
+over a grid of shapes and dtypes, the bandwidth of a large copy, the time of a near-empty op, and, with
+--processes N, collective times over message sizes among 2..N processes (gloo on CPU, NCCL on GPUs),
+compute measured while all N run at once (each rank then gets its share of the machine).
+
+    python -m kiwi profile --out cpu.json                          # this CPU, one thread
+    python -m kiwi profile --out cpu4.json --processes 4 --grid small
+    python -m kiwi profile --device cuda --dtypes bf16,f32 --out h100.json
+"""
+import argparse
+import datetime
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+GRIDS = {
+    # GEMM edge lengths (every m, n, k combination whose FLOPs stay under the cap), conv channels and
+    # image sizes, collective message sizes in bytes, the least time each measurement takes.
+    "small": {"gemm": [32, 256, 1024], "conv_channels": [16, 64], "conv_sizes": [8, 28],
+              "collective_bytes": [1 << 12, 1 << 16, 1 << 20], "min_seconds": 0.002, "flop_cap": 2 ** 31},
+    "default": {"gemm": [16, 64, 256, 1024, 4096], "conv_channels": [8, 32, 128, 512], "conv_sizes": [7, 14, 28, 56],
+                "collective_bytes": [1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 24], "min_seconds": 0.02,
+                "flop_cap": 2 ** 33},
+}
+DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "f64": "float64"}
+COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
+
+
+class ProfileError(Exception):
+    """Bad arguments or a device that cannot be profiled (exit code 2)."""
+
+
+def _log(quiet: bool, line: str) -> None:
+    if not quiet:
+        print(f"kiwi profile: {line}", file=sys.stderr, flush=True)
+
+
+# A training step's ops find their operands out of the core's caches (they were written long before):
+# kernels are timed cycling through copies of their operands that together exceed this.
+COLD_BYTES = 64 << 20
+MAX_COPIES = 16
+
+
+def copies_for(operand_bytes: int) -> int:
+    return max(1, min(MAX_COPIES, -(-COLD_BYTES // max(operand_bytes, 1))))
+
+
+def _timer(device: str) -> Callable[[Any, float], float]:
+    import torch
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+
+    def seconds_per_call(fns: Any, min_seconds: float) -> float:
+        """Median over 3 batches of the time of one call; each batch repeats the call for min_seconds.
+        `fns`: a callable, or a list of the same kernel on different operands, called in turn."""
+        calls_in_turn = fns if isinstance(fns, list) else [fns]
+        turn = [0]
+
+        def fn() -> Any:
+            turn[0] = (turn[0] + 1) % len(calls_in_turn)
+            return calls_in_turn[turn[0]]()
+        fn()
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        once = max(time.perf_counter() - t0, 1e-7)
+        calls = max(1, int(min_seconds / once))
+        batches = []
+        for _ in range(3):
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            batches.append((time.perf_counter() - t0) / calls)
+        return statistics.median(batches)
+
+    return seconds_per_call
+
+
+def gemm_shapes(grid: Dict[str, Any]) -> List[tuple]:
+    edges = grid["gemm"]
+    return [(m, n, k) for m in edges for n in edges for k in edges if 2 * m * n * k <= grid["flop_cap"]]
+
+
+def conv_shapes(grid: Dict[str, Any]) -> List[tuple]:
+    """(batch, in channels, out channels, image size, kernel): 3x3 and 1x1 convolutions, stride 1."""
+    out = []
+    for c in grid["conv_channels"]:
+        for hw in grid["conv_sizes"]:
+            for kernel in (1, 3):
+                batch = 8
+                if 2 * batch * hw * hw * c * c * kernel * kernel <= grid["flop_cap"]:
+                    out.append((batch, c, c, hw, kernel))
+    return out
+
+
+def _gemm_kernels(m: int, n: int, k: int, dev, dtype) -> List[tuple]:
+    """A linear layer's three GEMMs for x [m, k] and weight [n, k] (PyTorch's layout), each with the IR op
+    it stands for and its (m, n, k) as CostModel::GemmShapeOf reads it from that op's output: forward
+    x @ W^T -> [m, n]; matmul_grad_a dY @ W -> [m, k] (depth n); matmul_grad_b, the weight's gradient,
+    dY^T @ x -> [n, k], in the IR's [k, n] orientation (depth m)."""
+    import torch
+    sets = [(torch.randn(m, k, device=dev).to(dtype), torch.randn(n, k, device=dev).to(dtype),
+             torch.randn(m, n, device=dev).to(dtype))
+            for _ in range(copies_for((m * k + n * k + m * n) * torch.finfo(dtype).bits // 8))]
+    return [("matmul", (m, n, k), [lambda x=x, w=w: torch.nn.functional.linear(x, w) for x, w, _ in sets]),
+            ("matmul_grad_a", (m, k, n), [lambda dy=dy, w=w: torch.matmul(dy, w) for _, w, dy in sets]),
+            ("matmul_grad_b", (k, n, m), [lambda dy=dy, x=x: torch.matmul(dy.t(), x) for x, _, dy in sets])]
+
+
+def _conv_kernels(batch: int, cin: int, cout: int, hw: int, kernel: int, dev, dtype) -> List[tuple]:
+    """A convolution's forward and its two gradients (aten.convolution_backward, one output each), with
+    their implicit-GEMM shapes as CostModel::GemmShapeOf reads them from the IR ops' outputs."""
+    import torch
+    import torch.nn.functional as F
+    pad = kernel // 2
+    area = kernel * kernel
+    numel = batch * cin * hw * hw + cout * cin * area + batch * cout * hw * hw
+    sets = [(torch.randn(batch, cin, hw, hw, device=dev).to(dtype), torch.randn(cout, cin, kernel, kernel, device=dev)
+             .to(dtype), torch.randn(batch, cout, hw, hw, device=dev).to(dtype))
+            for _ in range(copies_for(numel * torch.finfo(dtype).bits // 8))]
+
+    def grad(mask):
+        return [lambda x=x, w=w, dy=dy: torch.ops.aten.convolution_backward(
+            dy, x, w, None, [1, 1], [pad, pad], [1, 1], False, [0, 0], 1, mask) for x, w, dy in sets]
+    return [("conv2d", (batch * hw * hw, cout, cin * area),
+             [lambda x=x, w=w: F.conv2d(x, w, padding=pad) for x, w, _ in sets]),
+            ("conv2d_grad_x", (batch * hw * hw, cin, cout * area), grad([True, False, False])),
+            ("conv2d_grad_w", (cout * area, cin, batch * hw * hw), grad([False, True, False]))]
+
+
+def _memory_bound_ops(dev) -> List[tuple]:
+    """(IR op name, bytes as the IR counts them (inputs + output), the PyTorch kernel that runs it) on
+    16 MiB float32 tensors: the ops whose time is their traffic at a rate of their own."""
+    import torch
+    import torch.nn.functional as F
+    aten = torch.ops.aten
+    n = 1 << 22
+    b = 4 * n
+    x, y, dy = (torch.randn(64, 256, 256, device=dev) for _ in range(3))
+    img = torch.randn(16, 64, 64, 64, device=dev)
+    pooled, indices = aten.max_pool2d_with_indices(img, [2, 2], [2, 2])
+    dpooled = torch.randn_like(pooled)
+    rows = x.view(4096, 1024)
+    ln_w, ln_b = torch.ones(1024, device=dev), torch.zeros(1024, device=dev)
+    _, mean, rstd = aten.native_layer_norm(rows, [1024], ln_w, ln_b, 1e-5)
+    bn_w, bn_b = torch.ones(64, device=dev), torch.zeros(64, device=dev)
+    _, bn_mean, bn_invstd = aten.native_batch_norm(img, bn_w, bn_b, None, None, True, 0.1, 1e-5)
+    soft = torch.softmax(rows, -1)
+    params = [torch.zeros(1 << 20, device=dev, requires_grad=True) for _ in range(4)]
+    for p in params:
+        p.grad = torch.randn_like(p)
+    adam = torch.optim.Adam(params, lr=1e-3)
+    sgd = torch.optim.SGD(params, lr=1e-3)
+    adam.step()  # creates the moments
+    return [
+        ("relu", 2 * b, lambda: torch.relu(x)),
+        ("relu_grad", 3 * b, lambda: aten.threshold_backward(dy, y, 0.0)),
+        ("gelu", 2 * b, lambda: F.gelu(x)),
+        ("gelu_grad", 3 * b, lambda: aten.gelu_backward(dy, x)),
+        ("add", 3 * b, lambda: x + y),
+        ("mul", 3 * b, lambda: x * y),
+        ("scale", 2 * b, lambda: x * 0.5),
+        ("dropout_mask", b, lambda: torch.empty_like(x).bernoulli_(0.5)),
+        ("max_pool", b + b // 4, lambda: aten.max_pool2d_with_indices(img, [2, 2], [2, 2])),
+        ("max_pool_grad", 2 * b + b // 4,
+         lambda: aten.max_pool2d_with_indices_backward(dpooled, img, [2, 2], [2, 2], [0, 0], [1, 1], False, indices)),
+        ("softmax", 2 * b, lambda: torch.softmax(rows, -1)),
+        ("softmax_grad", 3 * b, lambda: aten._softmax_backward_data(dy.view(4096, 1024), soft, -1, torch.float32)),
+        ("layernorm", 2 * b, lambda: aten.native_layer_norm(rows, [1024], ln_w, ln_b, 1e-5)),
+        ("layernorm_grad_x", 3 * b, lambda: aten.native_layer_norm_backward(
+            dy.view(4096, 1024), rows, [1024], mean, rstd, ln_w, ln_b, [True, False, False])),
+        ("layernorm_grad_gamma", 2 * b, lambda: aten.native_layer_norm_backward(
+            dy.view(4096, 1024), rows, [1024], mean, rstd, ln_w, ln_b, [False, True, False])),
+        ("layernorm_grad_beta", b, lambda: aten.native_layer_norm_backward(
+            dy.view(4096, 1024), rows, [1024], mean, rstd, ln_w, ln_b, [False, False, True])),
+        ("batchnorm", 2 * b, lambda: aten.native_batch_norm(img, bn_w, bn_b, None, None, True, 0.1, 1e-5)),
+        ("batchnorm_grad_x", 3 * b, lambda: aten.native_batch_norm_backward(
+            img, img, bn_w, None, None, bn_mean, bn_invstd, True, 1e-5, [True, False, False])),
+        ("batchnorm_grad_gamma", 2 * b, lambda: aten.native_batch_norm_backward(
+            img, img, bn_w, None, None, bn_mean, bn_invstd, True, 1e-5, [False, True, False])),
+        ("batchnorm_grad_beta", b, lambda: aten.native_batch_norm_backward(
+            img, img, bn_w, None, None, bn_mean, bn_invstd, True, 1e-5, [False, False, True])),
+        ("sum", b, lambda: rows.sum(0)),
+        ("transpose", 2 * b, lambda: x.transpose(1, 2).contiguous()),
+        # The optimizer step as the IR counts it: parameters, gradients and states read once.
+        ("adam", 4 * b, adam.step),
+        ("sgd", 2 * b, sgd.step),
+    ]
+
+
+def measure_compute(device: str, grid: Dict[str, Any], dtypes: Sequence[str], quiet: bool = True,
+                    barrier: Callable[[], None] = lambda: None) -> Dict[str, Any]:
+    """The device section of a profile. `barrier` runs before each measurement, so that concurrent
+    ranks measure the same kernel at the same time."""
+    import torch
+    import torch.nn.functional as F
+    dev = torch.device(device)
+    timed = _timer(device)
+    min_s = grid["min_seconds"]
+
+    barrier()
+    tiny = torch.zeros(1, device=dev)
+    kernel_time = timed(lambda: tiny.add_(1.0), min_s)
+    _log(quiet, f"kernel time {kernel_time * 1e6:.2f} us")
+
+    barrier()
+    src = torch.empty(16 << 20, device=dev)  # 64 MiB: past the caches
+    dst = torch.empty_like(src)
+    copy = timed(lambda: dst.copy_(src), min_s)
+    bandwidth_gbps = 2 * src.numel() * 4 / copy / 1e9  # read + write, as the roofline counts bytes
+    del src, dst
+    _log(quiet, f"memory bandwidth {bandwidth_gbps:.1f} GB/s")
+
+    gemm, conv = [], []
+    for name in dtypes:
+        dtype = getattr(torch, DTYPES[name])
+        shapes = gemm_shapes(grid)
+        for i, (m, n, k) in enumerate(shapes):
+            for op, (rows, cols, depth), fn in _gemm_kernels(m, n, k, dev, dtype):
+                barrier()
+                gemm.append({"op": op, "m": rows, "n": cols, "k": depth, "dtype": name, "time": timed(fn, min_s)})
+            if (i + 1) % 20 == 0 or i + 1 == len(shapes):
+                _log(quiet, f"gemm {name}: {i + 1}/{len(shapes)} shapes (forward and both gradients)")
+        for shape in conv_shapes(grid):
+            for op, (rows, cols, depth), fn in _conv_kernels(*shape, dev, dtype):
+                barrier()
+                conv.append({"op": op, "m": rows, "n": cols, "k": depth, "dtype": name, "time": timed(fn, min_s)})
+        _log(quiet, f"conv {name}: {len(conv_shapes(grid))} shapes (forward and both gradients)")
+    barrier()
+    # Five times the GEMMs' least time: one call of these takes milliseconds, and they are few.
+    op_bandwidth = {op: nbytes / timed(fn, 5 * min_s) / 1e9 for op, nbytes, fn in _memory_bound_ops(dev)}
+    _log(quiet, "memory-bound ops: " + ", ".join(f"{op} {gbps:.1f}" for op, gbps in op_bandwidth.items()) + " GB/s")
+    if dev.type == "cuda":
+        name = f"{torch.cuda.get_device_name(dev)} (torch {torch.__version__})"
+    else:
+        name = f"cpu, {torch.get_num_threads()} thread(s) (torch {torch.__version__})"
+    return {"name": name, "kernel_time": kernel_time, "memory_bandwidth_gbps": bandwidth_gbps,
+            "op_bandwidth_gbps": op_bandwidth,
+            # A GPU's host issues kernels ahead of the device; a CPU runs each op after the last.
+            "overhead": "launch_bound" if dev.type == "cuda" else "additive", "gemm": gemm, "conv": conv}
+
+
+def _collective(op: str, numel: int, group, group_size: int, rank: int, device: str) -> Callable[[], Any]:
+    import torch
+    import torch.distributed as dist
+    buf = torch.ones(numel, device=device)
+    if op == "all_reduce":
+        return lambda: dist.all_reduce(buf, group=group)
+    if op == "all_gather":  # bytes = the gathered result, as kiwi's CollectiveTime takes them
+        shard = buf[:max(1, numel // group_size)].clone()
+        outs = [torch.empty_like(shard) for _ in range(group_size)]
+        return lambda: dist.all_gather(outs, shard, group=group)
+    if op == "reduce_scatter":  # bytes = the input; gloo has none: an all-reduce plus a slice, as kiwi's runtime
+        fn = getattr(dist, "reduce_scatter_tensor", None)
+        out = torch.empty(max(1, numel // group_size), device=device)
+        if fn is not None and dist.get_backend(group) != "gloo":
+            return lambda: fn(out, buf[:out.numel() * group_size], group=group)
+        return lambda: dist.all_reduce(buf, group=group)
+    # send_recv: rank 0 sends to rank 1 and waits for the reply; half the round trip is one message
+    peer = 1 - rank
+
+    def ping() -> None:
+        if rank == 0:
+            dist.send(buf, peer)
+            dist.recv(buf, peer)
+        elif rank == 1:
+            dist.recv(buf, peer)
+            dist.send(buf, peer)
+    return ping
+
+
+def _collective_seconds(fn: Callable[[], Any], nbytes: int, device: str) -> float:
+    """Median over 3 batches of one call's time. Every rank of a group must make the same calls, so
+    the count depends only on the size (not on a rank's own timing)."""
+    import torch
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    calls = 20 if nbytes <= 1 << 16 else 5 if nbytes <= 1 << 22 else 2
+    fn()
+    sync()
+    batches = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        batches.append((time.perf_counter() - t0) / calls)
+    return statistics.median(batches)
+
+
+def measure_collectives(grid: Dict[str, Any], rank: int, world: int, device: str, quiet: bool) -> List[Dict[str, Any]]:
+    """Times of each collective among the first g ranks, g = 2, 4, ... and world; rank 0's timings
+    (every call is synchronous, so all ranks of the group finish within one message of each other)."""
+    import torch.distributed as dist
+    sizes = sorted({g for g in (2 ** i for i in range(1, 31)) if g < world} | {world})
+    out = []
+    for g in sizes:
+        group = dist.new_group(list(range(g)))  # every rank takes part in creating every group
+        for op in COLLECTIVES:
+            if op == "send_recv" and g != 2:
+                continue
+            for nbytes in grid["collective_bytes"]:
+                dist.barrier()
+                if rank < g:
+                    fn = _collective(op, max(1, nbytes // 4), group, g, rank, device)
+                    seconds = _collective_seconds(fn, nbytes, device)
+                    if op == "send_recv":
+                        seconds /= 2
+                    if rank == 0:
+                        out.append({"op": op, "devices": g, "bytes": nbytes, "time": seconds})
+        _log(quiet or rank != 0, f"collectives among {g} processes: done")
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _rank_main(rank: int, world: int, port: int, backend: str, device: str, grid: Dict[str, Any],
+               dtypes: Sequence[str], threads: int, quiet: bool, out_path: str) -> None:
+    import torch
+    import torch.distributed as dist
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    if device.startswith("cuda"):
+        device = f"cuda:{rank}"
+        torch.cuda.set_device(rank)
+    torch.set_num_threads(threads)
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=600))
+    try:
+        section = measure_compute(device, grid, dtypes, quiet or rank != 0, barrier=dist.barrier)
+        collectives = measure_collectives(grid, rank, world, device, quiet)
+    finally:
+        dist.destroy_process_group()
+    if rank == 0:
+        with open(out_path, "w", encoding="utf-8") as f:
+            json.dump({"device": section, "collectives": collectives}, f)
+
+
+def profile(device: str = "cpu", grid: str = "default", dtypes: Optional[Sequence[str]] = None, processes: int = 1,
+            threads: int = 1, backend: str = "auto", quiet: bool = False) -> Dict[str, Any]:
+    """Measures the device and returns the profile document (kiwi_profile_version 1)."""
+    import torch
+    if grid not in GRIDS:
+        raise ProfileError(f"--grid: must be one of {', '.join(GRIDS)} (got '{grid}')")
+    spec = GRIDS[grid]
+    if device != "cpu" and not device.startswith("cuda"):
+        raise ProfileError(f"--device: must be cpu or cuda[:N] (got '{device}')")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ProfileError("--device: cuda: this PyTorch sees no CUDA device")
+    dtypes = list(dtypes) if dtypes else (["f32"] if device == "cpu" else ["bf16", "f16", "f32"])
+    for d in dtypes:
+        if d not in DTYPES:
+            raise ProfileError(f"--dtypes: unknown dtype '{d}' (one of {', '.join(DTYPES)})")
+    if processes < 1:
+        raise ProfileError(f"--processes: must be at least 1 (got {processes})")
+    if threads < 1:
+        raise ProfileError(f"--threads: must be at least 1 (got {threads})")
+    if device.startswith("cuda") and processes > torch.cuda.device_count():
+        raise ProfileError(f"--processes: {processes} needs as many CUDA devices, {torch.cuda.device_count()} visible")
+    doc: Dict[str, Any] = {"kiwi_profile_version": 1, "unit": "s"}
+    if processes == 1:
+        torch.set_num_threads(threads)
+        doc["device"] = measure_compute(device, spec, dtypes, quiet)
+        return doc
+    import torch.multiprocessing as mp
+    if backend == "auto":
+        backend = "nccl" if device.startswith("cuda") else "gloo"
+    os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+    with tempfile.TemporaryDirectory(prefix="kiwi-profile-") as tmp:
+        out = os.path.join(tmp, "profile.json")
+        mp.spawn(_rank_main, args=(processes, _free_port(), backend, device, spec, dtypes, threads, quiet, out),
+                 nprocs=processes, join=True)
+        with open(out, "r", encoding="utf-8") as f:
+            doc.update(json.load(f))
+    doc["device"]["name"] += f", {processes} processes at once"
+    return doc
+
+
+def dumps(doc: Dict[str, Any]) -> str:
+    """JSON with one table row per line: readable and diffable."""
+    def block(value: Any, indent: str) -> str:
+        if isinstance(value, dict):
+            items = [f'{indent}  {json.dumps(k)}: {block(v, indent + "  ")}' for k, v in value.items()]
+            return "{\n" + ",\n".join(items) + f"\n{indent}}}"
+        if isinstance(value, list) and value:
+            return "[\n" + ",\n".join(f"{indent}  {json.dumps(v)}" for v in value) + f"\n{indent}]"
+        return json.dumps(value)
+    return block(doc, "") + "\n"
+
+
+def write_profile(doc: Dict[str, Any], path: str) -> None:
+    """Writes the profile whole or not at all (a temporary file renamed over `path`)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix=".kiwi-profile-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(dumps(doc))
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="kiwi profile", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", required=True, help="the profile file to write (JSON)")
+    parser.add_argument("--device", default="cpu", help="cpu (default) or cuda[:N]")
+    parser.add_argument("--grid", default="default", choices=sorted(GRIDS), help="how many shapes and sizes")
+    parser.add_argument("--dtypes", default="", help="comma-separated: f32,bf16,f16,f64 (default: f32 on CPU, "
+                                                      "bf16,f16,f32 on CUDA)")
+    parser.add_argument("--processes", type=int, default=1,
+                        help="measure with N processes at once and time collectives among them (default 1)")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads per process on CPU (default 1)")
+    parser.add_argument("--backend", default="auto", help="gloo, nccl or auto (with --processes)")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    args = parser.parse_args(argv)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        print("kiwi profile: needs PyTorch (pip install torch)", file=sys.stderr)
+        return 2
+    out_dir = os.path.dirname(os.path.abspath(args.out))
+    if not os.path.isdir(out_dir):
+        print(f"kiwi profile: --out: {args.out}: directory {out_dir} does not exist", file=sys.stderr)
+        return 2
+    try:
+        t0 = time.perf_counter()
+        doc = profile(args.device, args.grid, [d for d in args.dtypes.split(",") if d], args.processes,
+                      args.threads, args.backend, args.quiet)
+    except ProfileError as e:
+        print(f"kiwi profile: {e}", file=sys.stderr)
+        return 2
+    write_profile(doc, args.out)
+    d = doc["device"]
+    _log(args.quiet, f"wrote {args.out}: {len(d['gemm'])} GEMM and {len(d['conv'])} convolution shapes, "
+         f"{len(doc.get('collectives', []))} collective timings, in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""`kiwi profile`: measures this machine with PyTorch; its file changes kiwi's predictions."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import kiwi  # noqa: E402
+import kiwi.torch as kt  # noqa: E402
+from kiwi import profile as kp  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    """One real run of `python -m kiwi profile` on the small grid with 2 gloo processes."""
+    out = tmp_path_factory.mktemp("profile") / "cpu2.json"
+    run = subprocess.run([sys.executable, "-m", "kiwi", "profile", "--grid", "small", "--processes", "2",
+                          "--out", str(out)], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert "kiwi profile: wrote" in run.stderr and "gemm f32" in run.stderr  # progress lines
+    return out, json.loads(out.read_text())
+
+
+def test_the_file_has_every_measurement(measured):
+    _, doc = measured
+    device = doc["device"]
+    assert doc["kiwi_profile_version"] == 1 and doc["unit"] == "s"
+    assert device["overhead"] == "additive" and device["kernel_time"] > 0 and device["memory_bandwidth_gbps"] > 0
+    shapes = kp.gemm_shapes(kp.GRIDS["small"])
+    assert len(device["gemm"]) == 3 * len(shapes)  # forward and both gradients per shape
+    assert {g["op"] for g in device["gemm"]} == {"matmul", "matmul_grad_a", "matmul_grad_b"}
+    assert {c["op"] for c in device["conv"]} == {"conv2d", "conv2d_grad_x", "conv2d_grad_w"}
+    assert all(g["time"] > 0 for g in device["gemm"] + device["conv"])
+    assert {"relu", "gelu_grad", "max_pool", "layernorm", "adam"} <= set(device["op_bandwidth_gbps"])
+    ops = {(c["op"], c["devices"]) for c in doc["collectives"]}
+    assert ops == {("all_reduce", 2), ("all_gather", 2), ("reduce_scatter", 2), ("send_recv", 2)}
+    sizes = sorted(c["bytes"] for c in doc["collectives"] if c["op"] == "all_reduce")
+    assert sizes == kp.GRIDS["small"]["collective_bytes"]
+
+
+def test_a_profile_changes_the_predictions(measured, cnn):
+    path, _ = measured
+    model, x, y = cnn
+    plain = kt.capture(model, (x,), labels=y)
+    profiled = kt.capture(model, (x,), labels=y, profile=str(path))
+    assert profiled.summary()["compute_cost"] != plain.summary()["compute_cost"]
+    # The C++ reader accepts the file as written: the same numbers through a path and as a dict.
+    assert kiwi.graph_summary(profiled.graph, profiled.cluster, json.loads(path.read_text())) == profiled.summary()
+
+
+def test_a_measured_shape_is_priced_at_its_measured_time(transformer):
+    """Every matmul of the graph given a sample of exactly its shape: kiwi's time for it is the sample's."""
+    model, ids, y = transformer
+    cap = kt.capture(model, (ids,), labels=y)
+    samples, want = {}, {}
+    for n in cap.graph["nodes"]:
+        if n["kind"] == "matmul" and n["op"] == "matmul":
+            m = 1
+            for d in n["shape"][:-1]:
+                m *= d
+            shape = (m, n["shape"][-1], round(n["flops"] / (2 * m * n["shape"][-1])))
+            samples.setdefault(shape, 1e-3 * (len(samples) + 1))
+            want[n["id"]] = samples[shape]
+    assert len(samples) >= 2
+    gemm = [{"op": "matmul", "m": m, "n": n, "k": k, "dtype": "f32", "time": t} for (m, n, k), t in samples.items()]
+    profile = {"kiwi_profile_version": 1, "unit": "s", "device": {"kernel_time": 0.0, "gemm": gemm}}
+    costs = kiwi.graph_summary(cap.graph, cap.cluster, profile)["node_costs"]
+    for node_id, seconds in want.items():
+        assert costs[node_id] == pytest.approx(seconds, rel=1e-9)
+
+
+def test_bad_arguments_exit_2_with_one_line(tmp_path, capsys):
+    for argv, message in [
+        (["--grid", "huge", "--out", str(tmp_path / "p.json")], "invalid choice"),
+        (["--dtypes", "f8", "--out", str(tmp_path / "p.json")], "--dtypes: unknown dtype 'f8'"),
+        (["--processes", "0", "--out", str(tmp_path / "p.json")], "--processes: must be at least 1"),
+        (["--device", "tpu", "--out", str(tmp_path / "p.json")], "--device: must be cpu or cuda"),
+        (["--out", str(tmp_path / "missing" / "p.json")], "directory"),
+    ]:
+        try:
+            code = kp.main(argv)
+        except SystemExit as e:  # argparse's own errors
+            code = e.code
+        assert code == 2, argv
+        assert message in capsys.readouterr().err
+    assert not os.listdir(tmp_path)  # nothing half-written
+
+
+def test_a_bad_profile_file_is_named(tmp_path, cnn):
+    model, x, y = cnn
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"kiwi_profile_version": 1, "unit": "s", "device": {"gemm": [{"m": 1}]}}))
+    with pytest.raises(kiwi.BadInputError, match="bad.json: device.gemm\\[0\\]"):
+        kt.capture(model, (x,), labels=y, profile=str(bad)).summary()

@@ -1,0 +1,82 @@
+// Interpolation in measured device profiles (profile.h).
+#include "kiwi/cost/profile.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace kiwi::cost {
+namespace {
+
+// Rates of the nearest samples are averaged: 4 neighbours cover the corners a shape sits between
+// along the axis it differs most on without pulling in far-away shapes.
+constexpr size_t kNeighbours = 4;
+
+double Log2(int64_t v) { return std::log2(static_cast<double>(std::max<int64_t>(v, 1))); }
+
+// The backward variant an op name ends with ("batch_matmul_grad_a" -> "_grad_a"), empty for a forward op.
+std::string_view GradSuffix(std::string_view op) {
+  const size_t at = op.rfind("_grad_");
+  return at == std::string_view::npos ? std::string_view() : op.substr(at);
+}
+
+// Which samples stand for `op`: its own, else those of the same backward variant, else forward ones.
+bool SameVariant(const GemmSample& s, std::string_view op) { return GradSuffix(s.op) == GradSuffix(op); }
+
+}  // namespace
+
+std::optional<double> InterpolatedGemmRate(const std::vector<GemmSample>& samples, const std::string& op, int64_t m,
+                                           int64_t n, int64_t k, ir::DType dtype, double kernel_seconds) {
+  struct Near {
+    double distance2;
+    double rate;
+  };
+  const bool exact = std::any_of(samples.begin(), samples.end(),
+                                 [&](const GemmSample& s) { return s.op == op && s.dtype == dtype; });
+  const bool variant = std::any_of(samples.begin(), samples.end(),
+                                   [&](const GemmSample& s) { return SameVariant(s, op) && s.dtype == dtype; });
+  std::vector<Near> near;
+  for (const GemmSample& s : samples) {
+    if (s.dtype != dtype || s.seconds <= 0.0) continue;
+    if (exact ? s.op != op : variant ? !SameVariant(s, op) : !GradSuffix(s.op).empty()) continue;
+    // The kernel's own cost is charged apart (CostModel adds it per op); at least a tenth of the
+    // sample stays compute so a sample at the overhead's size does not give an infinite rate.
+    const double compute = std::max(s.seconds - kernel_seconds, 0.1 * s.seconds);
+    const double dm = Log2(m) - Log2(s.m), dn = Log2(n) - Log2(s.n), dk = Log2(k) - Log2(s.k);
+    near.push_back({dm * dm + dn * dn + dk * dk, s.Flops() / compute});
+  }
+  if (near.empty()) return std::nullopt;
+  std::sort(near.begin(), near.end(), [](const Near& a, const Near& b) { return a.distance2 < b.distance2; });
+  if (near.front().distance2 < 1e-12) return near.front().rate;  // a measured shape
+  double weights = 0.0, weighted = 0.0;
+  for (size_t i = 0; i < std::min(kNeighbours, near.size()); ++i) {
+    const double w = 1.0 / near[i].distance2;  // Shepard's inverse-distance weighting, power 2
+    weights += w;
+    weighted += w * near[i].rate;
+  }
+  return weighted / weights;
+}
+
+std::optional<double> InterpolatedCollectiveSeconds(const std::vector<CollectiveSample>& samples, Collective op,
+                                                    int devices, int64_t bytes) {
+  std::vector<const CollectiveSample*> points;
+  for (const CollectiveSample& s : samples)
+    if (s.op == op && s.devices == devices) points.push_back(&s);
+  if (points.empty()) return std::nullopt;
+  std::sort(points.begin(), points.end(),
+            [](const CollectiveSample* a, const CollectiveSample* b) { return a->bytes < b->bytes; });
+  const double x = static_cast<double>(bytes);
+  if (points.size() == 1 || bytes <= points.front()->bytes)
+    return points.size() == 1 ? points.front()->seconds * std::max(1.0, x / std::max<double>(points.front()->bytes, 1.0))
+                              : points.front()->seconds;
+  size_t hi = 1;
+  while (hi + 1 < points.size() && points[hi]->bytes < bytes) ++hi;
+  const CollectiveSample& a = *points[hi - 1];
+  const CollectiveSample& b = *points[hi];
+  const double span = static_cast<double>(b.bytes - a.bytes);
+  if (span <= 0.0) return b.seconds;
+  const double slope = std::max(0.0, (b.seconds - a.seconds) / span);
+  // Beyond the largest size the line through the last two continues (bandwidth-bound).
+  return a.seconds + slope * (x - static_cast<double>(a.bytes));
+}
+
+}  // namespace kiwi::cost

@@ -1,0 +1,196 @@
+// Device profiles (cost/profile.h): interpolation, and the cost model using measured figures in
+// place of the datasheet's.
+#include "kiwi/cost/profile.h"
+
+#include <gtest/gtest.h>
+
+#include "kiwi/cost/cost_model.h"
+
+namespace kiwi::cost {
+namespace {
+
+using ir::DType;
+using ir::OpKind;
+
+void ExpectSeconds(double got, double want) { EXPECT_NEAR(got, want, 1e-9 * want) << "want " << want; }
+
+GemmSample Gemm(std::string op, int64_t m, int64_t n, int64_t k, double seconds, DType dtype = DType::kF32) {
+  GemmSample s;
+  s.op = std::move(op);
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  s.dtype = dtype;
+  s.seconds = seconds;
+  return s;
+}
+
+TEST(InterpolatedGemmRate, AMeasuredShapeGivesItsRateWithoutTheKernelTime) {
+  const std::vector<GemmSample> samples = {Gemm("matmul", 64, 64, 64, 11e-6), Gemm("matmul", 256, 256, 256, 1e-4)};
+  // 2 * 64^3 flops in 11 us, of which 1 us is the kernel's own: rate = 524288 / 10e-6.
+  EXPECT_NEAR(*InterpolatedGemmRate(samples, "matmul", 64, 64, 64, DType::kF32, 1e-6), 2.0 * 64 * 64 * 64 / 10e-6, 1.0);
+  EXPECT_NEAR(*InterpolatedGemmRate(samples, "matmul", 256, 256, 256, DType::kF32, 0.0), 2.0 * 256 * 256 * 256 / 1e-4,
+              1.0);
+}
+
+TEST(InterpolatedGemmRate, BetweenSamplesTheNearerWeighsMore) {
+  const std::vector<GemmSample> samples = {Gemm("", 64, 64, 64, 1e-5), Gemm("", 1024, 1024, 1024, 1e-2)};
+  const double slow = 2.0 * 64 * 64 * 64 / 1e-5;
+  const double fast = 2.0 * 1024 * 1024 * 1024 / 1e-2;
+  ASSERT_LT(slow, fast);
+  // log2 distances: (128,128,128) is sqrt(3) from the small sample and 3*sqrt(3) from the large one:
+  // inverse-square weights 1/3 and 1/27 -> (27 slow + 3 fast) / 30.
+  const double mid = *InterpolatedGemmRate(samples, "matmul", 128, 128, 128, DType::kF32, 0.0);
+  EXPECT_NEAR(mid, (27.0 * slow + 3.0 * fast) / 30.0, 1e-6 * mid);
+  // Beyond the grid the nearest samples still decide (no extrapolation of the rate).
+  const double huge = *InterpolatedGemmRate(samples, "matmul", 8192, 8192, 8192, DType::kF32, 0.0);
+  EXPECT_GT(huge, mid);
+  EXPECT_LE(huge, fast);
+}
+
+TEST(InterpolatedGemmRate, BackwardOpsUseTheirOwnSamplesThenTheirVariantThenTheForward) {
+  const std::vector<GemmSample> samples = {Gemm("matmul", 64, 64, 64, 1e-5), Gemm("matmul_grad_a", 64, 64, 64, 2e-5),
+                                           Gemm("matmul_grad_b", 64, 64, 64, 4e-5)};
+  const double forward = 2.0 * 64 * 64 * 64 / 1e-5;
+  EXPECT_NEAR(*InterpolatedGemmRate(samples, "matmul", 64, 64, 64, DType::kF32, 0.0), forward, 1.0);
+  EXPECT_NEAR(*InterpolatedGemmRate(samples, "matmul_grad_a", 64, 64, 64, DType::kF32, 0.0), forward / 2, 1.0);
+  EXPECT_NEAR(*InterpolatedGemmRate(samples, "batch_matmul_grad_b", 64, 64, 64, DType::kF32, 0.0), forward / 4, 1.0);
+  EXPECT_NEAR(*InterpolatedGemmRate(samples, "batch_matmul", 64, 64, 64, DType::kF32, 0.0), forward, 1.0);
+  const std::vector<GemmSample> forward_only = {Gemm("", 64, 64, 64, 1e-5)};
+  EXPECT_NEAR(*InterpolatedGemmRate(forward_only, "matmul_grad_b", 64, 64, 64, DType::kF32, 0.0), forward, 1.0);
+}
+
+TEST(InterpolatedGemmRate, OtherDtypesAreNotUsed) {
+  const std::vector<GemmSample> samples = {Gemm("", 64, 64, 64, 1e-5, DType::kF32)};
+  EXPECT_FALSE(InterpolatedGemmRate(samples, "matmul", 64, 64, 64, DType::kBF16, 0.0).has_value());
+  EXPECT_FALSE(InterpolatedGemmRate({}, "matmul", 64, 64, 64, DType::kF32, 0.0).has_value());
+}
+
+CollectiveSample Coll(Collective op, int devices, int64_t bytes, double seconds) {
+  return CollectiveSample{op, devices, bytes, seconds};
+}
+
+TEST(InterpolatedCollectiveSeconds, PiecewiseLinearInBytes) {
+  const std::vector<CollectiveSample> s = {
+      Coll(Collective::kAllReduce, 2, 1000, 1e-4), Coll(Collective::kAllReduce, 2, 3000, 3e-4),
+      Coll(Collective::kAllReduce, 2, 5000, 4e-4), Coll(Collective::kAllReduce, 4, 1000, 9e-4),
+      Coll(Collective::kAllGather, 2, 1000, 7e-4)};
+  ExpectSeconds(*InterpolatedCollectiveSeconds(s, Collective::kAllReduce, 2, 3000), 3e-4);
+  ExpectSeconds(*InterpolatedCollectiveSeconds(s, Collective::kAllReduce, 2, 2000), 2e-4);
+  ExpectSeconds(*InterpolatedCollectiveSeconds(s, Collective::kAllReduce, 2, 4000), 3.5e-4);
+  ExpectSeconds(*InterpolatedCollectiveSeconds(s, Collective::kAllReduce, 2, 9000), 6e-4);  // last slope continues
+  ExpectSeconds(*InterpolatedCollectiveSeconds(s, Collective::kAllReduce, 2, 10), 1e-4);    // latency floor
+  // One sample: its time, proportionally more above its size.
+  ExpectSeconds(*InterpolatedCollectiveSeconds(s, Collective::kAllReduce, 4, 500), 9e-4);
+  ExpectSeconds(*InterpolatedCollectiveSeconds(s, Collective::kAllReduce, 4, 2000), 18e-4);
+  ExpectSeconds(*InterpolatedCollectiveSeconds(s, Collective::kAllGather, 2, 1000), 7e-4);
+  EXPECT_FALSE(InterpolatedCollectiveSeconds(s, Collective::kAllReduce, 8, 1000).has_value());
+  EXPECT_FALSE(InterpolatedCollectiveSeconds(s, Collective::kReduceScatter, 2, 1000).has_value());
+}
+
+// 1 TFLOP/s in f32, 100 GB/s memory (80 GB/s at the default efficiency).
+DeviceSpec TestDevice() {
+  DeviceSpec d;
+  d.name = "test";
+  d.SetPeakFlops(DType::kF32, 1e12);
+  d.memory_bytes = int64_t{1} << 30;
+  d.memory_bandwidth = 1e11;
+  return d;
+}
+
+ir::Node Op(OpKind kind, std::string op, ir::Shape shape, double flops, int64_t bytes) {
+  ir::Node n;
+  n.name = "node";
+  n.kind = kind;
+  n.op = std::move(op);
+  n.output = {DType::kF32, std::move(shape)};
+  n.flops = flops;
+  n.bytes_accessed = bytes;
+  return n;
+}
+
+TEST(GemmShapeOf, MatmulRowsColumnsAndDepth) {
+  const ir::Node mm = Op(OpKind::kMatmul, "matmul", {8, 16, 32}, 2.0 * 128 * 32 * 64, 0);
+  const GemmShape s = *CostModel::GemmShapeOf(mm);
+  EXPECT_EQ(s.m, 128);
+  EXPECT_EQ(s.n, 32);
+  EXPECT_EQ(s.k, 64);
+  EXPECT_EQ(CostModel::GemmShapeOf(mm, 0.25)->m, 32);  // a quarter of the rows per device
+  // A convolution's implicit GEMM: rows N x H x W, columns C_out, depth C_in x kh x kw.
+  const ir::Node conv = Op(OpKind::kConv, "conv2d", {4, 16, 8, 8}, 2.0 * 256 * 16 * 72, 0);
+  const GemmShape c = *CostModel::GemmShapeOf(conv);
+  EXPECT_EQ(c.m, 256);
+  EXPECT_EQ(c.n, 16);
+  EXPECT_EQ(c.k, 72);
+  EXPECT_FALSE(CostModel::GemmShapeOf(Op(OpKind::kElementwise, "relu", {8, 8}, 64, 512)).has_value());
+}
+
+TEST(ProfiledCostModel, GemmsTakeTheMeasuredRatePlusTheKernelTime) {
+  Profile p;
+  p.device.gemm = {Gemm("matmul", 128, 32, 64, 3e-5)};
+  p.device.kernel_seconds = 1e-6;
+  const CostModel cm(TestDevice(), {}, p);
+  const double flops = 2.0 * 128 * 32 * 64;
+  const ir::Node mm = Op(OpKind::kMatmul, "matmul", {128, 32}, flops, 1000);
+  ExpectSeconds(cm.ComputeTime(mm), 3e-5);  // the sample itself
+  // Without the profile: the roofline, 0.75 of 1 TFLOP/s, no overhead.
+  ExpectSeconds(CostModel(TestDevice()).ComputeTime(mm), flops / 0.75e12);
+  // Ops of a dtype the profile did not measure keep the roofline (plus the measured kernel time).
+  ir::Node half = mm;
+  half.output.dtype = DType::kBF16;
+  ExpectSeconds(cm.ComputeTime(half), flops / 0.75e12 + 1e-6);
+}
+
+TEST(ProfiledCostModel, MemoryBoundOpsAtTheirMeasuredBandwidth) {
+  Profile p;
+  p.device.memory_bandwidth = 2e10;
+  p.device.op_bandwidth["gelu"] = 5e9;
+  const CostModel cm(TestDevice(), {}, p);
+  ExpectSeconds(cm.ComputeTime(Op(OpKind::kElementwise, "gelu", {10}, 8, 1'000'000)), 1e6 / 5e9);
+  ExpectSeconds(cm.ComputeTime(Op(OpKind::kElementwise, "relu", {10}, 1, 1'000'000)), 1e6 / 2e10);
+  ExpectSeconds(CostModel(TestDevice()).ComputeTime(Op(OpKind::kElementwise, "relu", {10}, 1, 1'000'000)), 1e6 / 8e10);
+}
+
+TEST(ProfiledCostModel, OptimizerStepTraffic) {
+  // Adam reads parameters, gradients and both moments once (the IR's bytes) but PyTorch's
+  // implementation makes 18 passes over the 4: 4.5x the bytes at the device's bandwidth.
+  const ir::Node adam = Op(OpKind::kOptimizer, "adam", {}, 12e6, 16'000'000);
+  ExpectSeconds(CostModel(TestDevice()).ComputeTime(adam), 16e6 * 4.5 / 8e10);
+  const ir::Node sgd = Op(OpKind::kOptimizer, "sgd", {}, 2e6, 8'000'000);
+  ExpectSeconds(CostModel(TestDevice()).ComputeTime(sgd), 8e6 * 1.5 / 8e10);
+  // A measured step rate is the rate of the IR's bytes: no factor on top.
+  Profile p;
+  p.device.op_bandwidth["adam"] = 4e9;
+  ExpectSeconds(CostModel(TestDevice(), {}, p).ComputeTime(adam), 16e6 / 4e9);
+}
+
+TEST(ProfiledCostModel, KernelTimeIsAddedOnCpusAndBoundsLaunchesOnGpus) {
+  Profile additive;
+  additive.device.kernel_seconds = 5e-6;
+  const ir::Node relu = Op(OpKind::kElementwise, "relu", {10}, 10, 80);
+  ExpectSeconds(CostModel(TestDevice(), {}, additive).ComputeTime(relu), 80 / 8e10 + 5e-6);
+  EXPECT_EQ(CostModel(TestDevice(), {}, additive).device().kernel_launch_seconds, 0.0);
+  Profile launch = additive;
+  launch.device.overhead = OverheadKind::kLaunchBound;
+  const CostModel gpu(TestDevice(), {}, launch);
+  ExpectSeconds(gpu.ComputeTime(relu), 80 / 8e10);
+  EXPECT_EQ(gpu.device().kernel_launch_seconds, 5e-6);
+  ExpectSeconds(gpu.LaunchBoundTime(1e-6, 10), 5e-5);
+}
+
+TEST(ProfiledCostModel, CollectivesMeasuredForTheGroupSizeReplaceTheFormula) {
+  const ir::DeviceMesh mesh = {{{2, 1e9, 1e-5, "a"}, {4, 1e10, 1e-6, "b"}}};
+  Profile p;
+  p.device.collectives = {Coll(Collective::kAllReduce, 4, 1 << 20, 2e-3), Coll(Collective::kAllReduce, 4, 1 << 22, 5e-3)};
+  const CostModel cm(TestDevice(), {}, p);
+  ExpectSeconds(cm.CollectiveTime(Collective::kAllReduce, 1 << 20, mesh, ir::AxisBit(1)), 2e-3);
+  ExpectSeconds(cm.CollectiveTime(Collective::kAllReduce, 1 << 21, mesh, ir::AxisBit(1)), 3e-3);
+  // Group sizes and collectives it did not measure: the alpha-beta algorithms.
+  EXPECT_EQ(cm.CollectiveTime(Collective::kAllReduce, 1 << 20, mesh, ir::AxisBit(0)),
+            CollectiveTime(Collective::kAllReduce, 1 << 20, mesh, ir::AxisBit(0)));
+  EXPECT_EQ(cm.CollectiveTime(Collective::kAllGather, 1 << 20, mesh, ir::AxisBit(1)),
+            CollectiveTime(Collective::kAllGather, 1 << 20, mesh, ir::AxisBit(1)));
+}
+
+}  // namespace
+}  // namespace kiwi::cost
