@@ -203,6 +203,11 @@ def cli(*args: str, capture: bool = True) -> CliResult:
     """Runs a `kiwi` subcommand in-process (CONTRACT.md: exit codes 0/2/3/4; --json prints one object):
     kiwi.cli("remat", "graph.json", "--budget-fraction", "0.8", "--json").json()["schedule"]."""
     argv = [str(a) for a in args]
+    if argv[:1] == ["profile"]:  # the C++ command runs the Python one: this interpreter, this package
+        os.environ.setdefault("KIWI_PYTHON", sys.executable)
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        if package_root not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
     if not capture:
         return CliResult(_kiwi.main(argv), "", "")
     sys.stdout.flush()

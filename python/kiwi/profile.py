@@ -41,14 +41,47 @@ def _log(quiet: bool, line: str) -> None:
         print(f"kiwi profile: {line}", file=sys.stderr, flush=True)
 
 
-# A training step's ops find their operands out of the core's caches (they were written long before):
-# kernels are timed cycling through copies of their operands that together exceed this.
-COLD_BYTES = 64 << 20
-MAX_COPIES = 16
+# A training step's ops find their operands out of the caches (written long before, by other ops):
+# measured on this project's 2-core machine, an elementwise op on operands it touched last call runs
+# 1.4-2x faster than on operands rotated through 256 MiB, and GEMMs up to 35% faster. Kernels are
+# therefore timed cycling through operand sets carved from a pool this large.
+POOL_BYTES = 256 << 20
+MAX_SETS = 64
 
 
-def copies_for(operand_bytes: int) -> int:
-    return max(1, min(MAX_COPIES, -(-COLD_BYTES // max(operand_bytes, 1))))
+class OperandPool:
+    """Random values in one POOL_BYTES buffer per dtype; operand sets are views at successive offsets,
+    so that cycling through them streams from memory the way a training step does."""
+
+    def __init__(self, dev):
+        self.dev = dev
+        self.pools: Dict[Any, Any] = {}
+
+    def sets(self, shapes: Sequence[Sequence[int]], dtype) -> List[List[Any]]:
+        import torch
+        if dtype not in self.pools:
+            numel = POOL_BYTES * 8 // torch.finfo(dtype).bits
+            self.pools[dtype] = torch.randn(numel, device=self.dev).to(dtype)
+        pool = self.pools[dtype]
+        sizes = [_numel(s) for s in shapes]
+        per_set = sum(sizes)
+        if per_set > pool.numel():  # larger than the pool: one fresh set
+            return [[torch.randn(*s, device=self.dev).to(dtype) for s in shapes]]
+        out = []
+        for i in range(min(MAX_SETS, pool.numel() // per_set)):
+            offset, views = i * per_set, []
+            for shape, size in zip(shapes, sizes):
+                views.append(pool[offset:offset + size].view(*shape))
+                offset += size
+            out.append(views)
+        return out
+
+
+def _numel(shape: Sequence[int]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _timer(device: str) -> Callable[[Any, float], float]:
@@ -100,31 +133,56 @@ def conv_shapes(grid: Dict[str, Any]) -> List[tuple]:
     return out
 
 
-def _gemm_kernels(m: int, n: int, k: int, dev, dtype) -> List[tuple]:
+CHAIN = 100            # ops in the chain that times one op's framework cost
+TINY_PARAMETERS = 64   # one-element parameters whose optimizer step times the per-tensor cost
+
+
+def _autograd_chain(dev) -> Callable[[], None]:
+    """Forward and backward of CHAIN multiplications of a one-element tensor: a training step's cost per
+    op beyond its work (the dispatcher, autograd's recording and its engine, the launch)."""
+    import torch
+    w = torch.ones(1, device=dev, requires_grad=True)
+
+    def chain() -> None:
+        x = w
+        for _ in range(CHAIN):
+            x = x * 1.0
+        x.backward()
+    return chain
+
+
+def _tiny_optimizer_steps(dev) -> List[tuple]:
+    """(IR op, tensors the IR step reads per parameter, step) for Adam (parameter, gradient, 2 moments)
+    and SGD (parameter, gradient) over TINY_PARAMETERS one-element parameters: their per-tensor time."""
+    import torch
+    params = [torch.zeros(1, device=dev, requires_grad=True) for _ in range(TINY_PARAMETERS)]
+    for p in params:
+        p.grad = torch.ones_like(p)
+    adam = torch.optim.Adam(params, lr=1e-3)
+    adam.step()
+    return [("adam", 4, adam.step), ("sgd", 2, torch.optim.SGD(params, lr=1e-3).step)]
+
+
+def _gemm_kernels(pool: OperandPool, m: int, n: int, k: int, dtype) -> List[tuple]:
     """A linear layer's three GEMMs for x [m, k] and weight [n, k] (PyTorch's layout), each with the IR op
     it stands for and its (m, n, k) as CostModel::GemmShapeOf reads it from that op's output: forward
     x @ W^T -> [m, n]; matmul_grad_a dY @ W -> [m, k] (depth n); matmul_grad_b, the weight's gradient,
     dY^T @ x -> [n, k], in the IR's [k, n] orientation (depth m)."""
     import torch
-    sets = [(torch.randn(m, k, device=dev).to(dtype), torch.randn(n, k, device=dev).to(dtype),
-             torch.randn(m, n, device=dev).to(dtype))
-            for _ in range(copies_for((m * k + n * k + m * n) * torch.finfo(dtype).bits // 8))]
+    sets = pool.sets([(m, k), (n, k), (m, n)], dtype)
     return [("matmul", (m, n, k), [lambda x=x, w=w: torch.nn.functional.linear(x, w) for x, w, _ in sets]),
             ("matmul_grad_a", (m, k, n), [lambda dy=dy, w=w: torch.matmul(dy, w) for _, w, dy in sets]),
             ("matmul_grad_b", (k, n, m), [lambda dy=dy, x=x: torch.matmul(dy.t(), x) for x, _, dy in sets])]
 
 
-def _conv_kernels(batch: int, cin: int, cout: int, hw: int, kernel: int, dev, dtype) -> List[tuple]:
+def _conv_kernels(pool: OperandPool, batch: int, cin: int, cout: int, hw: int, kernel: int, dtype) -> List[tuple]:
     """A convolution's forward and its two gradients (aten.convolution_backward, one output each), with
     their implicit-GEMM shapes as CostModel::GemmShapeOf reads them from the IR ops' outputs."""
     import torch
     import torch.nn.functional as F
     pad = kernel // 2
     area = kernel * kernel
-    numel = batch * cin * hw * hw + cout * cin * area + batch * cout * hw * hw
-    sets = [(torch.randn(batch, cin, hw, hw, device=dev).to(dtype), torch.randn(cout, cin, kernel, kernel, device=dev)
-             .to(dtype), torch.randn(batch, cout, hw, hw, device=dev).to(dtype))
-            for _ in range(copies_for(numel * torch.finfo(dtype).bits // 8))]
+    sets = pool.sets([(batch, cin, hw, hw), (cout, cin, kernel, kernel), (batch, cout, hw, hw)], dtype)
 
     def grad(mask):
         return [lambda x=x, w=w, dy=dy: torch.ops.aten.convolution_backward(
@@ -135,63 +193,81 @@ def _conv_kernels(batch: int, cin: int, cout: int, hw: int, kernel: int, dev, dt
             ("conv2d_grad_w", (cout * area, cin, batch * hw * hw), grad([False, True, False]))]
 
 
-def _memory_bound_ops(dev) -> List[tuple]:
-    """(IR op name, bytes as the IR counts them (inputs + output), the PyTorch kernel that runs it) on
-    16 MiB float32 tensors: the ops whose time is their traffic at a rate of their own."""
+def _memory_bound_ops(pool: OperandPool, dev) -> List[tuple]:
+    """(IR op name, bytes as the IR counts them (inputs + output), the PyTorch kernels that run it, one per
+    operand set) on 16 MiB float32 tensors: the ops whose time is their traffic at a rate of their own."""
     import torch
     import torch.nn.functional as F
     aten = torch.ops.aten
-    n = 1 << 22
-    b = 4 * n
-    x, y, dy = (torch.randn(64, 256, 256, device=dev) for _ in range(3))
-    img = torch.randn(16, 64, 64, 64, device=dev)
-    pooled, indices = aten.max_pool2d_with_indices(img, [2, 2], [2, 2])
-    dpooled = torch.randn_like(pooled)
-    rows = x.view(4096, 1024)
+    b = 4 << 22
+    sets = pool.sets([(64, 256, 256)] * 3, torch.float32)
     ln_w, ln_b = torch.ones(1024, device=dev), torch.zeros(1024, device=dev)
-    _, mean, rstd = aten.native_layer_norm(rows, [1024], ln_w, ln_b, 1e-5)
     bn_w, bn_b = torch.ones(64, device=dev), torch.zeros(64, device=dev)
-    _, bn_mean, bn_invstd = aten.native_batch_norm(img, bn_w, bn_b, None, None, True, 0.1, 1e-5)
-    soft = torch.softmax(rows, -1)
-    params = [torch.zeros(1 << 20, device=dev, requires_grad=True) for _ in range(4)]
+
+    def each(make: Callable[..., Callable[[], Any]]) -> List[Callable[[], Any]]:
+        return [make(x, y, dy) for x, y, dy in sets]
+
+    def max_pool_grad(x, y, dy):
+        img = x.view(16, 64, 64, 64)
+        _, indices = aten.max_pool2d_with_indices(img, [2, 2], [2, 2])
+        grad = dy.view(-1)[:indices.numel()].view(indices.shape)
+        return lambda: aten.max_pool2d_with_indices_backward(grad, img, [2, 2], [2, 2], [0, 0], [1, 1], False, indices)
+
+    def softmax_grad(x, y, dy):
+        soft = torch.softmax(x.view(4096, 1024), -1)
+        return lambda: aten._softmax_backward_data(dy.view(4096, 1024), soft, -1, torch.float32)
+
+    def layernorm_grad(mask):
+        def make(x, y, dy):
+            rows = x.view(4096, 1024)
+            _, mean, rstd = aten.native_layer_norm(rows, [1024], ln_w, ln_b, 1e-5)
+            return lambda: aten.native_layer_norm_backward(dy.view(4096, 1024), rows, [1024], mean, rstd, ln_w,
+                                                           ln_b, mask)
+        return make
+
+    def batchnorm_grad(mask):
+        def make(x, y, dy):
+            img = x.view(16, 64, 64, 64)
+            _, mean, invstd = aten.native_batch_norm(img, bn_w, bn_b, None, None, True, 0.1, 1e-5)
+            return lambda: aten.native_batch_norm_backward(dy.view(16, 64, 64, 64), img, bn_w, None, None, mean,
+                                                           invstd, True, 1e-5, mask)
+        return make
+
+    params = [torch.zeros(1 << 20, device=dev, requires_grad=True) for _ in range(8)]
     for p in params:
         p.grad = torch.randn_like(p)
     adam = torch.optim.Adam(params, lr=1e-3)
     sgd = torch.optim.SGD(params, lr=1e-3)
     adam.step()  # creates the moments
     return [
-        ("relu", 2 * b, lambda: torch.relu(x)),
-        ("relu_grad", 3 * b, lambda: aten.threshold_backward(dy, y, 0.0)),
-        ("gelu", 2 * b, lambda: F.gelu(x)),
-        ("gelu_grad", 3 * b, lambda: aten.gelu_backward(dy, x)),
-        ("add", 3 * b, lambda: x + y),
-        ("mul", 3 * b, lambda: x * y),
-        ("scale", 2 * b, lambda: x * 0.5),
-        ("dropout_mask", b, lambda: torch.empty_like(x).bernoulli_(0.5)),
-        ("max_pool", b + b // 4, lambda: aten.max_pool2d_with_indices(img, [2, 2], [2, 2])),
-        ("max_pool_grad", 2 * b + b // 4,
-         lambda: aten.max_pool2d_with_indices_backward(dpooled, img, [2, 2], [2, 2], [0, 0], [1, 1], False, indices)),
-        ("softmax", 2 * b, lambda: torch.softmax(rows, -1)),
-        ("softmax_grad", 3 * b, lambda: aten._softmax_backward_data(dy.view(4096, 1024), soft, -1, torch.float32)),
-        ("layernorm", 2 * b, lambda: aten.native_layer_norm(rows, [1024], ln_w, ln_b, 1e-5)),
-        ("layernorm_grad_x", 3 * b, lambda: aten.native_layer_norm_backward(
-            dy.view(4096, 1024), rows, [1024], mean, rstd, ln_w, ln_b, [True, False, False])),
-        ("layernorm_grad_gamma", 2 * b, lambda: aten.native_layer_norm_backward(
-            dy.view(4096, 1024), rows, [1024], mean, rstd, ln_w, ln_b, [False, True, False])),
-        ("layernorm_grad_beta", b, lambda: aten.native_layer_norm_backward(
-            dy.view(4096, 1024), rows, [1024], mean, rstd, ln_w, ln_b, [False, False, True])),
-        ("batchnorm", 2 * b, lambda: aten.native_batch_norm(img, bn_w, bn_b, None, None, True, 0.1, 1e-5)),
-        ("batchnorm_grad_x", 3 * b, lambda: aten.native_batch_norm_backward(
-            img, img, bn_w, None, None, bn_mean, bn_invstd, True, 1e-5, [True, False, False])),
-        ("batchnorm_grad_gamma", 2 * b, lambda: aten.native_batch_norm_backward(
-            img, img, bn_w, None, None, bn_mean, bn_invstd, True, 1e-5, [False, True, False])),
-        ("batchnorm_grad_beta", b, lambda: aten.native_batch_norm_backward(
-            img, img, bn_w, None, None, bn_mean, bn_invstd, True, 1e-5, [False, False, True])),
-        ("sum", b, lambda: rows.sum(0)),
-        ("transpose", 2 * b, lambda: x.transpose(1, 2).contiguous()),
+        ("relu", 2 * b, each(lambda x, y, dy: lambda: torch.relu(x))),
+        ("relu_grad", 3 * b, each(lambda x, y, dy: lambda: aten.threshold_backward(dy, y, 0.0))),
+        ("gelu", 2 * b, each(lambda x, y, dy: lambda: F.gelu(x))),
+        ("gelu_grad", 3 * b, each(lambda x, y, dy: lambda: aten.gelu_backward(dy, x))),
+        ("add", 3 * b, each(lambda x, y, dy: lambda: x + y)),
+        ("mul", 3 * b, each(lambda x, y, dy: lambda: x * y)),
+        ("scale", 2 * b, each(lambda x, y, dy: lambda: x * 0.5)),
+        ("dropout_mask", b, each(lambda x, y, dy: lambda: torch.empty_like(x).bernoulli_(0.5))),
+        ("max_pool", b + b // 4,
+         each(lambda x, y, dy: lambda: aten.max_pool2d_with_indices(x.view(16, 64, 64, 64), [2, 2], [2, 2]))),
+        ("max_pool_grad", 2 * b + b // 4, each(max_pool_grad)),
+        ("softmax", 2 * b, each(lambda x, y, dy: lambda: torch.softmax(x.view(4096, 1024), -1))),
+        ("softmax_grad", 3 * b, each(softmax_grad)),
+        ("layernorm", 2 * b, each(lambda x, y, dy: lambda: aten.native_layer_norm(x.view(4096, 1024), [1024], ln_w,
+                                                                                  ln_b, 1e-5))),
+        ("layernorm_grad_x", 3 * b, each(layernorm_grad([True, False, False]))),
+        ("layernorm_grad_gamma", 2 * b, each(layernorm_grad([False, True, False]))),
+        ("layernorm_grad_beta", b, each(layernorm_grad([False, False, True]))),
+        ("batchnorm", 2 * b, each(lambda x, y, dy: lambda: aten.native_batch_norm(
+            x.view(16, 64, 64, 64), bn_w, bn_b, None, None, True, 0.1, 1e-5))),
+        ("batchnorm_grad_x", 3 * b, each(batchnorm_grad([True, False, False]))),
+        ("batchnorm_grad_gamma", 2 * b, each(batchnorm_grad([False, True, False]))),
+        ("batchnorm_grad_beta", b, each(batchnorm_grad([False, False, True]))),
+        ("sum", b, each(lambda x, y, dy: lambda: x.view(4096, 1024).sum(0))),
+        ("transpose", 2 * b, each(lambda x, y, dy: lambda: x.transpose(1, 2).contiguous())),
         # The optimizer step as the IR counts it: parameters, gradients and states read once.
-        ("adam", 4 * b, adam.step),
-        ("sgd", 2 * b, sgd.step),
+        ("adam", 4 * 4 * sum(p.numel() for p in params), adam.step),
+        ("sgd", 2 * 4 * sum(p.numel() for p in params), sgd.step),
     ]
 
 
@@ -206,9 +282,11 @@ def measure_compute(device: str, grid: Dict[str, Any], dtypes: Sequence[str], qu
     min_s = grid["min_seconds"]
 
     barrier()
-    tiny = torch.zeros(1, device=dev)
-    kernel_time = timed(lambda: tiny.add_(1.0), min_s)
-    _log(quiet, f"kernel time {kernel_time * 1e6:.2f} us")
+    kernel_time = timed(_autograd_chain(dev), min_s) / (2 * CHAIN)
+    _log(quiet, f"kernel time {kernel_time * 1e6:.2f} us per op (forward and backward, autograd on)")
+    barrier()
+    per_tensor = {name: timed(step, min_s) / (TINY_PARAMETERS * reads)
+                  for name, reads, step in _tiny_optimizer_steps(dev)}
 
     barrier()
     src = torch.empty(16 << 20, device=dev)  # 64 MiB: past the caches
@@ -219,30 +297,31 @@ def measure_compute(device: str, grid: Dict[str, Any], dtypes: Sequence[str], qu
     _log(quiet, f"memory bandwidth {bandwidth_gbps:.1f} GB/s")
 
     gemm, conv = [], []
+    pool = OperandPool(dev)
     for name in dtypes:
         dtype = getattr(torch, DTYPES[name])
         shapes = gemm_shapes(grid)
         for i, (m, n, k) in enumerate(shapes):
-            for op, (rows, cols, depth), fn in _gemm_kernels(m, n, k, dev, dtype):
+            for op, (rows, cols, depth), fn in _gemm_kernels(pool, m, n, k, dtype):
                 barrier()
                 gemm.append({"op": op, "m": rows, "n": cols, "k": depth, "dtype": name, "time": timed(fn, min_s)})
             if (i + 1) % 20 == 0 or i + 1 == len(shapes):
                 _log(quiet, f"gemm {name}: {i + 1}/{len(shapes)} shapes (forward and both gradients)")
         for shape in conv_shapes(grid):
-            for op, (rows, cols, depth), fn in _conv_kernels(*shape, dev, dtype):
+            for op, (rows, cols, depth), fn in _conv_kernels(pool, *shape, dtype):
                 barrier()
                 conv.append({"op": op, "m": rows, "n": cols, "k": depth, "dtype": name, "time": timed(fn, min_s)})
         _log(quiet, f"conv {name}: {len(conv_shapes(grid))} shapes (forward and both gradients)")
     barrier()
     # Five times the GEMMs' least time: one call of these takes milliseconds, and they are few.
-    op_bandwidth = {op: nbytes / timed(fn, 5 * min_s) / 1e9 for op, nbytes, fn in _memory_bound_ops(dev)}
+    op_bandwidth = {op: nbytes / timed(fn, 5 * min_s) / 1e9 for op, nbytes, fn in _memory_bound_ops(pool, dev)}
     _log(quiet, "memory-bound ops: " + ", ".join(f"{op} {gbps:.1f}" for op, gbps in op_bandwidth.items()) + " GB/s")
     if dev.type == "cuda":
         name = f"{torch.cuda.get_device_name(dev)} (torch {torch.__version__})"
     else:
         name = f"cpu, {torch.get_num_threads()} thread(s) (torch {torch.__version__})"
     return {"name": name, "kernel_time": kernel_time, "memory_bandwidth_gbps": bandwidth_gbps,
-            "op_bandwidth_gbps": op_bandwidth,
+            "op_bandwidth_gbps": op_bandwidth, "optimizer_time_per_tensor": per_tensor,
             # A GPU's host issues kernels ahead of the device; a CPU runs each op after the last.
             "overhead": "launch_bound" if dev.type == "cuda" else "additive", "gemm": gemm, "conv": conv}
 

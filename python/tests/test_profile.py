@@ -15,13 +15,20 @@ from kiwi import profile as kp  # noqa: E402
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    """One real run of `python -m kiwi profile` on the small grid with 2 gloo processes."""
+    """One real run of `kiwi profile` (the C++ command, which runs the Python one) on the small grid with
+    2 gloo processes."""
     out = tmp_path_factory.mktemp("profile") / "cpu2.json"
-    run = subprocess.run([sys.executable, "-m", "kiwi", "profile", "--grid", "small", "--processes", "2",
-                          "--out", str(out)], capture_output=True, text=True, timeout=300)
+    run = kiwi.cli("profile", "--grid", "small", "--processes", "2", "--out", str(out))
     assert run.returncode == 0, run.stderr
     assert "kiwi profile: wrote" in run.stderr and "gemm f32" in run.stderr  # progress lines
     return out, json.loads(out.read_text())
+
+
+def test_the_python_command_takes_profile():
+    run = subprocess.run([sys.executable, "-m", "kiwi", "profile", "--help"], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "--processes" in run.stdout and "--grid" in run.stdout
 
 
 def test_the_file_has_every_measurement(measured):

@@ -246,3 +246,19 @@ TEST(Cli, SimulateRejectsABrokenSchedule) {
 
 }  // namespace
 }  // namespace kiwi
+
+namespace kiwi {
+namespace {
+
+// `kiwi profile` runs the Python command; without a Python to run it says so in one line (exit 2).
+TEST(CliProfile, NamesThePythonItCannotRun) {
+  ::setenv("KIWI_PYTHON", "/nonexistent/python3", 1);
+  auto r = testing::RunKiwi("profile --out profile.json");
+  ::unsetenv("KIWI_PYTHON");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("kiwi: error: profile: cannot run /nonexistent/python3"), std::string::npos) << r.err;
+  EXPECT_EQ(testing::CountLines(r.err), 1) << r.err;
+}
+
+}  // namespace
+}  // namespace kiwi

@@ -18,5 +18,6 @@ Command AddRematCommand(CLI::App& root);
 Command AddIopddlCommand(CLI::App& root);
 Command AddJointCommand(CLI::App& root);
 Command AddHybridCommand(CLI::App& root);
+Command AddProfileCommand(CLI::App& root);
 
 }  // namespace kiwi::cli

@@ -113,7 +113,13 @@ double CostModel::ComputeTime(const ir::Node& node, double work_fraction) const 
       memory_rate > 0.0
           ? static_cast<double>(node.bytes_accessed) * traffic * work_fraction / memory_rate
           : 0.0;
-  return std::max(compute, memory) + KernelOverhead();  // roofline (Williams et al. 2009)
+  double per_tensor = 0.0;
+  if (node.kind == OpKind::kOptimizer) {
+    const auto& table = profile_.device.optimizer_tensor_seconds;
+    if (auto it = table.find(node.op); it != table.end())
+      per_tensor = it->second * static_cast<double>(node.inputs.size()) * work_fraction;
+  }
+  return std::max(compute, memory) + per_tensor + KernelOverhead();  // roofline (Williams et al. 2009)
 }
 
 double CostModel::MemoryRate(const ir::Node& node) const {

@@ -45,7 +45,8 @@ class CostModel {
   // GEMM-like op with samples in the profile's device tables: flops / interpolated rate + overhead;
   // else roofline: max(flops / (peak(dtype) * eff(kind)), bytes / bandwidth) + overhead, where the
   // bandwidth is the profile's measured one, else mem_bw * mem_eff, and the overhead the profile's
-  // kernel time on a device that runs ops one after another (CPU), else options.kernel_overhead.
+  // kernel time on a device that runs ops one after another (CPU), else options.kernel_overhead; an
+  // optimizer step adds the profile's time per tensor it reads.
   // Persistent nodes (parameters, optimizer state) and inputs cost 0: they are not computed.
   double ComputeTime(const ir::Node& node, double work_fraction = 1.0) const;
 

@@ -51,13 +51,16 @@ struct DeviceProfile {
   // Bytes/s an op reaches as the IR counts its bytes (inputs + output), by IR op name ("relu",
   // "max_pool_grad", ...): ops that compute more per byte than a copy run slower than its bandwidth.
   std::map<std::string, double> op_bandwidth;
+  // Seconds an optimizer step ("adam", "sgd") spends per tensor it reads (each parameter, gradient and
+  // state: the IR step's inputs) beyond its traffic: PyTorch's per-parameter loop of small kernels.
+  std::map<std::string, double> optimizer_tensor_seconds;
   std::optional<double> kernel_seconds;         // time of an op that does (almost) nothing
   OverheadKind overhead = OverheadKind::kAdditive;
   std::vector<CollectiveSample> collectives;
 
   bool empty() const {
-    return gemm.empty() && conv.empty() && !memory_bandwidth && op_bandwidth.empty() && !kernel_seconds &&
-           collectives.empty();
+    return gemm.empty() && conv.empty() && !memory_bandwidth && op_bandwidth.empty() &&
+           optimizer_tensor_seconds.empty() && !kernel_seconds && collectives.empty();
   }
 };
 

@@ -112,7 +112,8 @@ Result<std::vector<cost::CollectiveSample>> ReadCollectives(const Json& doc, con
   return out;
 }
 
-// "device": {"name", "gemm", "conv", "memory_bandwidth_gbps", "op_bandwidth_gbps", "kernel_time", "overhead"}.
+// "device": {"name", "gemm", "conv", "memory_bandwidth_gbps", "op_bandwidth_gbps", "optimizer_time_per_tensor",
+// "kernel_time", "overhead"}.
 Result<cost::DeviceProfile> ReadDevice(const Json& doc, const JsonPath& root, double scale) {
   cost::DeviceProfile device;
   if (!FindField(doc, "device")) return device;
@@ -121,8 +122,8 @@ Result<cost::DeviceProfile> ReadDevice(const Json& doc, const JsonPath& root, do
   const Json& d = **object;
   const JsonPath at = root.Key("device");
   KIWI_RETURN_IF_ERROR(
-      CheckKnownKeys(d, at, {"name", "gemm", "conv", "memory_bandwidth_gbps", "op_bandwidth_gbps", "kernel_time",
-                             "overhead"}));
+      CheckKnownKeys(d, at, {"name", "gemm", "conv", "memory_bandwidth_gbps", "op_bandwidth_gbps",
+                             "optimizer_time_per_tensor", "kernel_time", "overhead"}));
   Result<std::string> name = StringFieldOr(d, at, "name", "");
   if (!name) return name.error();
   device.name = *name;
@@ -147,6 +148,16 @@ Result<cost::DeviceProfile> ReadDevice(const Json& doc, const JsonPath& root, do
       if (!gbps) return gbps.error();
       if (*gbps <= 0.0) return ops_at.BadKey(item.key(), "must be positive");
       device.op_bandwidth[item.key()] = *gbps * 1e9;
+    }
+  }
+  if (FindField(d, "optimizer_time_per_tensor")) {
+    Result<const Json*> ops = ObjectField(d, at, "optimizer_time_per_tensor");
+    if (!ops) return ops.error();
+    const JsonPath ops_at = at.Key("optimizer_time_per_tensor");
+    for (const auto& item : (*ops)->items()) {
+      Result<double> t = ReadNumber(item.value(), ops_at.Key(item.key()), 0.0);
+      if (!t) return t.error();
+      device.optimizer_tensor_seconds[item.key()] = *t * scale;
     }
   }
   if (FindField(d, "kernel_time")) {

@@ -23,6 +23,8 @@ def parse_args(argv):
         p.add_argument(f"--{flag}", type=int, default=None, help="model size (default: the plan's model_flags)")
     p.add_argument("--vocab", type=int, default=50257, help="vocabulary (kiwi's gpt: 50257)")
     p.add_argument("--cluster", default=None, help="cluster kiwi predicts for (default: the plan's)")
+    p.add_argument("--profile", default=None,
+                   help="device profile kiwi predicts with (`kiwi profile --processes N` on this machine)")
     p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--schedule", default=None, choices=["1f1b", "gpipe"], help="override the plan's pipeline")
@@ -73,7 +75,7 @@ def main(argv=None) -> int:
                            schedule=args.schedule)
     report = None
     try:
-        report = compare.plan_report(plan, args.cluster)
+        report = compare.plan_report(plan, args.cluster, args.profile)
     except Exception as e:  # noqa: BLE001  (predictions are optional: print why they are missing)
         print(f"kiwi: no prediction: {e}", file=sys.stderr)
     try:

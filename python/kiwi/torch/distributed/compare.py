@@ -15,10 +15,11 @@ PURPOSES = [cc.TP_ALL_REDUCE, cc.SDP_ALL_GATHER, cc.SDP_REDUCE_SCATTER, cc.DP_AL
             cc.SLICE_GATHER_BACKWARD, cc.SEND_FORWARD, cc.SEND_BACKWARD]
 
 
-def plan_report(plan: HybridPlan, cluster: Optional[str] = None) -> Dict[str, Any]:
-    """The C++ layer simulator's verdict and traffic for `plan` (needs plan.model: a kiwi preset)."""
+def plan_report(plan: HybridPlan, cluster: Optional[str] = None, profile: Optional[str] = None) -> Dict[str, Any]:
+    """The C++ layer simulator's verdict and traffic for `plan` (needs plan.model: a kiwi preset), priced
+    with `profile` (a `kiwi profile` file) when given."""
     from kiwi import _kiwi
-    return json.loads(_kiwi.layer_plan_report(json.dumps(plan.to_kiwi_plan()), cluster or ""))
+    return json.loads(_kiwi.layer_plan_report(json.dumps(plan.to_kiwi_plan()), cluster or "", profile or ""))
 
 
 def predicted_unit_bytes(report: Dict[str, Any], plan: HybridPlan) -> Dict[str, Dict[str, int]]:
