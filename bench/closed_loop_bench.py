@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -197,9 +198,11 @@ def main() -> int:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="kiwi-closed-loop-") as tmp:
         path = args.profile
-        if path is None:
-            path = os.path.join(tmp, "profile.json")
-            kiwi_profile.write_profile(kiwi_profile.profile(grid=args.grid), path)
+        if path is None:  # in its own process, as a user runs it: profiling here would leave this
+            path = os.path.join(tmp, "profile.json")  # process's allocator in another state
+            made = subprocess.run([sys.executable, "-m", "kiwi.profile", "--grid", args.grid, "--out", path, "--quiet"])
+            if made.returncode:
+                return made.returncode
         rows = bench(args, path)
     print(table(rows))
     if args.json:

@@ -46,6 +46,7 @@ def _log(quiet: bool, line: str) -> None:
 # 1.4-2x faster than on operands rotated through 256 MiB, and GEMMs up to 35% faster. Kernels are
 # therefore timed cycling through operand sets carved from a pool this large.
 POOL_BYTES = 256 << 20
+BATCHES = 5  # a kernel's time is the median of this many batches of calls: other processes' load is bursty
 MAX_SETS = 64
 
 
@@ -89,7 +90,7 @@ def _timer(device: str) -> Callable[[Any, float], float]:
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
 
     def seconds_per_call(fns: Any, min_seconds: float) -> float:
-        """Median over 3 batches of the time of one call; each batch repeats the call for min_seconds.
+        """Median over 5 batches of the time of one call; each batch repeats the call for min_seconds.
         `fns`: a callable, or a list of the same kernel on different operands, called in turn."""
         calls_in_turn = fns if isinstance(fns, list) else [fns]
         turn = [0]
@@ -105,7 +106,7 @@ def _timer(device: str) -> Callable[[Any, float], float]:
         once = max(time.perf_counter() - t0, 1e-7)
         calls = max(1, int(min_seconds / once))
         batches = []
-        for _ in range(3):
+        for _ in range(BATCHES):
             t0 = time.perf_counter()
             for _ in range(calls):
                 fn()
@@ -169,10 +170,13 @@ def _gemm_kernels(pool: OperandPool, m: int, n: int, k: int, dtype) -> List[tupl
     x @ W^T -> [m, n]; matmul_grad_a dY @ W -> [m, k] (depth n); matmul_grad_b, the weight's gradient,
     dY^T @ x -> [n, k], in the IR's [k, n] orientation (depth m)."""
     import torch
-    sets = pool.sets([(m, k), (n, k), (m, n)], dtype)
-    return [("matmul", (m, n, k), [lambda x=x, w=w: torch.nn.functional.linear(x, w) for x, w, _ in sets]),
-            ("matmul_grad_a", (m, k, n), [lambda dy=dy, w=w: torch.matmul(dy, w) for _, w, dy in sets]),
-            ("matmul_grad_b", (k, n, m), [lambda dy=dy, x=x: torch.matmul(dy.t(), x) for x, _, dy in sets])]
+    # Each set has its own output buffers: a step writes every result to memory the caches do not hold.
+    sets = pool.sets([(m, k), (n, k), (m, n), (m, n), (m, k), (n, k)], dtype)
+    return [("matmul", (m, n, k), [lambda x=x, w=w, y=y: torch.matmul(x, w.t(), out=y) for x, w, _, y, _, _ in sets]),
+            ("matmul_grad_a", (m, k, n),
+             [lambda dy=dy, w=w, dx=dx: torch.matmul(dy, w, out=dx) for _, w, dy, _, dx, _ in sets]),
+            ("matmul_grad_b", (k, n, m),
+             [lambda dy=dy, x=x, dw=dw: torch.matmul(dy.t(), x, out=dw) for x, _, dy, _, _, dw in sets])]
 
 
 def _conv_kernels(pool: OperandPool, batch: int, cin: int, cout: int, hw: int, kernel: int, dtype) -> List[tuple]:
@@ -276,7 +280,6 @@ def measure_compute(device: str, grid: Dict[str, Any], dtypes: Sequence[str], qu
     """The device section of a profile. `barrier` runs before each measurement, so that concurrent
     ranks measure the same kernel at the same time."""
     import torch
-    import torch.nn.functional as F
     dev = torch.device(device)
     timed = _timer(device)
     min_s = grid["min_seconds"]
