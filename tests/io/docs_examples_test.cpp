@@ -40,7 +40,11 @@ TEST(DocsExamples, ClusterAndProfileFormats) {
   EXPECT_EQ(c->NumDevices(), 16);
   Result<cost::Profile> p = ParseProfileJson(JsonExample("cluster-format.md", 1), "cluster-format.md");
   ASSERT_TRUE(p.ok()) << p.error().message;
-  EXPECT_DOUBLE_EQ(*p->Find("layer0.mlp.fc1"), 2e-3);
+  EXPECT_DOUBLE_EQ(*p->Find("layer0.attn.qkv"), 1.5e-3);
+  EXPECT_EQ(p->device.gemm.size(), 1u);
+  EXPECT_EQ(p->device.conv.size(), 1u);
+  EXPECT_EQ(p->device.collectives.size(), 1u);
+  EXPECT_DOUBLE_EQ(p->device.op_bandwidth.at("adam"), 4.6e9);
 }
 
 }  // namespace
