@@ -104,17 +104,21 @@ def _timer(device: str) -> Callable[[Any, float], float]:
         fn()
         sync()
         once = max(time.perf_counter() - t0, 1e-7)
-        calls = max(1, int(min_seconds / once))
-        batches = []
-        for _ in range(BATCHES):
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            sync()
-            batches.append((time.perf_counter() - t0) / calls)
-        return statistics.median(batches)
+        return _median_call_seconds(fn, max(1, int(min_seconds / once)), sync)
 
     return seconds_per_call
+
+
+def _median_call_seconds(fn: Callable[[], Any], calls: int, sync: Callable[[], Any]) -> float:
+    """The median over BATCHES batches of `calls` calls of one call's time."""
+    batches = []
+    for _ in range(BATCHES):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        sync()
+        batches.append((time.perf_counter() - t0) / calls)
+    return statistics.median(batches)
 
 
 def gemm_shapes(grid: Dict[str, Any]) -> List[tuple]:
@@ -359,21 +363,13 @@ def _collective(op: str, numel: int, group, group_size: int, rank: int, device: 
 
 
 def _collective_seconds(fn: Callable[[], Any], nbytes: int, device: str) -> float:
-    """Median over 3 batches of one call's time. Every rank of a group must make the same calls, so
-    the count depends only on the size (not on a rank's own timing)."""
+    """Median over BATCHES batches of one call's time. Every rank of a group must make the same calls,
+    so the count depends only on the size (not on a rank's own timing)."""
     import torch
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-    calls = 20 if nbytes <= 1 << 16 else 5 if nbytes <= 1 << 22 else 2
     fn()
     sync()
-    batches = []
-    for _ in range(3):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        sync()
-        batches.append((time.perf_counter() - t0) / calls)
-    return statistics.median(batches)
+    return _median_call_seconds(fn, 20 if nbytes <= 1 << 16 else 5 if nbytes <= 1 << 22 else 2, sync)
 
 
 def measure_collectives(grid: Dict[str, Any], rank: int, world: int, device: str, quiet: bool) -> List[Dict[str, Any]]:

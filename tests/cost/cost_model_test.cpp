@@ -2,23 +2,16 @@
 
 #include <gtest/gtest.h>
 
+#include "cost_test_util.h"
+
 namespace kiwi::cost {
 namespace {
 
 using ir::DType;
 using ir::OpKind;
 
-void ExpectSeconds(double got, double want) { EXPECT_NEAR(got, want, 1e-9 * want) << "want " << want; }
-
-// 1 TFLOP/s in f32, no f16/bf16 units, 100 GB/s of memory (80 GB/s at the default efficiency 0.8).
-DeviceSpec TestDevice() {
-  DeviceSpec d;
-  d.name = "test";
-  d.SetPeakFlops(DType::kF32, 1e12);
-  d.memory_bytes = int64_t{1} << 30;
-  d.memory_bandwidth = 1e11;
-  return d;
-}
+using testing::ExpectSeconds;
+using testing::TestDevice;
 
 ir::Node Op(OpKind kind, double flops, int64_t bytes, DType dtype = DType::kF32) {
   ir::Node n;

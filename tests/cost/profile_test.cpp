@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "cost_test_util.h"
+
 #include "kiwi/cost/cost_model.h"
 
 namespace kiwi::cost {
@@ -12,7 +14,8 @@ namespace {
 using ir::DType;
 using ir::OpKind;
 
-void ExpectSeconds(double got, double want) { EXPECT_NEAR(got, want, 1e-9 * want) << "want " << want; }
+using testing::ExpectSeconds;
+using testing::TestDevice;
 
 GemmSample Gemm(std::string op, int64_t m, int64_t n, int64_t k, double seconds, DType dtype = DType::kF32) {
   GemmSample s;
@@ -86,16 +89,6 @@ TEST(InterpolatedCollectiveSeconds, PiecewiseLinearInBytes) {
   ExpectSeconds(*InterpolatedCollectiveSeconds(s, Collective::kAllGather, 2, 1000), 7e-4);
   EXPECT_FALSE(InterpolatedCollectiveSeconds(s, Collective::kAllReduce, 8, 1000).has_value());
   EXPECT_FALSE(InterpolatedCollectiveSeconds(s, Collective::kReduceScatter, 2, 1000).has_value());
-}
-
-// 1 TFLOP/s in f32, 100 GB/s memory (80 GB/s at the default efficiency).
-DeviceSpec TestDevice() {
-  DeviceSpec d;
-  d.name = "test";
-  d.SetPeakFlops(DType::kF32, 1e12);
-  d.memory_bytes = int64_t{1} << 30;
-  d.memory_bandwidth = 1e11;
-  return d;
 }
 
 ir::Node Op(OpKind kind, std::string op, ir::Shape shape, double flops, int64_t bytes) {

@@ -2,6 +2,7 @@
 // "ops": {...}, "device": {...}, "collectives": [...]}.
 #include <algorithm>
 #include <array>
+#include <map>
 #include <utility>
 #include <vector>
 #include <cmath>
@@ -112,6 +113,23 @@ Result<std::vector<cost::CollectiveSample>> ReadCollectives(const Json& doc, con
   return out;
 }
 
+// An optional object of numbers by name ({"relu": 12.5, ...}), each >= 0 (> 0 with `positive`), times `scale`.
+Result<std::map<std::string, double>> ReadNumbersByName(const Json& object, const JsonPath& at, std::string_view key,
+                                                        double scale, bool positive) {
+  std::map<std::string, double> out;
+  if (!FindField(object, key)) return out;
+  Result<const Json*> items = ObjectField(object, at, key);
+  if (!items) return items.error();
+  const JsonPath items_at = at.Key(key);
+  for (const auto& item : (*items)->items()) {
+    Result<double> v = ReadNumber(item.value(), items_at.Key(item.key()), 0.0);
+    if (!v) return v.error();
+    if (positive && *v <= 0.0) return items_at.BadKey(item.key(), "must be positive");
+    out[item.key()] = *v * scale;
+  }
+  return out;
+}
+
 // "device": {"name", "gemm", "conv", "memory_bandwidth_gbps", "op_bandwidth_gbps", "optimizer_time_per_tensor",
 // "kernel_time", "overhead"}.
 Result<cost::DeviceProfile> ReadDevice(const Json& doc, const JsonPath& root, double scale) {
@@ -139,27 +157,12 @@ Result<cost::DeviceProfile> ReadDevice(const Json& doc, const JsonPath& root, do
     if (*gbps <= 0.0) return at.BadKey("memory_bandwidth_gbps", "must be positive");
     device.memory_bandwidth = *gbps * 1e9;
   }
-  if (FindField(d, "op_bandwidth_gbps")) {
-    Result<const Json*> ops = ObjectField(d, at, "op_bandwidth_gbps");
-    if (!ops) return ops.error();
-    const JsonPath ops_at = at.Key("op_bandwidth_gbps");
-    for (const auto& item : (*ops)->items()) {
-      Result<double> gbps = ReadNumber(item.value(), ops_at.Key(item.key()), 0.0);
-      if (!gbps) return gbps.error();
-      if (*gbps <= 0.0) return ops_at.BadKey(item.key(), "must be positive");
-      device.op_bandwidth[item.key()] = *gbps * 1e9;
-    }
-  }
-  if (FindField(d, "optimizer_time_per_tensor")) {
-    Result<const Json*> ops = ObjectField(d, at, "optimizer_time_per_tensor");
-    if (!ops) return ops.error();
-    const JsonPath ops_at = at.Key("optimizer_time_per_tensor");
-    for (const auto& item : (*ops)->items()) {
-      Result<double> t = ReadNumber(item.value(), ops_at.Key(item.key()), 0.0);
-      if (!t) return t.error();
-      device.optimizer_tensor_seconds[item.key()] = *t * scale;
-    }
-  }
+  Result<std::map<std::string, double>> op_bandwidth = ReadNumbersByName(d, at, "op_bandwidth_gbps", 1e9, true);
+  if (!op_bandwidth) return op_bandwidth.error();
+  device.op_bandwidth = std::move(*op_bandwidth);
+  Result<std::map<std::string, double>> per_tensor = ReadNumbersByName(d, at, "optimizer_time_per_tensor", scale, false);
+  if (!per_tensor) return per_tensor.error();
+  device.optimizer_tensor_seconds = std::move(*per_tensor);
   if (FindField(d, "kernel_time")) {
     Result<double> t = NumberField(d, at, "kernel_time", 0.0);
     if (!t) return t.error();
@@ -183,16 +186,9 @@ Result<cost::Profile> ReadProfile(const Json& doc, const std::string& source) {
   if (!FindField(doc, "ops") && !FindField(doc, "device") && !FindField(doc, "collectives"))
     return at.BadKey("ops", "missing (a profile has ops, device or collectives)");
   cost::Profile profile;
-  if (FindField(doc, "ops")) {
-    Result<const Json*> ops = ObjectField(doc, at, "ops");
-    if (!ops) return ops.error();
-    const JsonPath ops_at = at.Key("ops");
-    for (const auto& item : (*ops)->items()) {
-      Result<double> t = ReadNumber(item.value(), ops_at.Key(item.key()), 0.0);
-      if (!t) return t.error();
-      profile.op_seconds[item.key()] = *t * *scale;
-    }
-  }
+  Result<std::map<std::string, double>> ops = ReadNumbersByName(doc, at, "ops", *scale, false);
+  if (!ops) return ops.error();
+  profile.op_seconds = std::move(*ops);
   Result<cost::DeviceProfile> device = ReadDevice(doc, at, *scale);
   if (!device) return device.error();
   profile.device = std::move(*device);
