@@ -120,3 +120,19 @@ TEST(DumpReadable, ExpandsShallowContainersOnly) {
 
 }  // namespace
 }  // namespace kiwi::io
+
+namespace kiwi::io {
+namespace {
+
+// Issue 18: a document nested 100,000 levels deep crashed the readers that walk it recursively.
+TEST(ParseJson, RefusesDeepNestingInOneLine) {
+  const std::string deep = "{\"order\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  Result<Json> r = ParseJson(deep, "g.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kBadInput);
+  EXPECT_NE(r.error().message.find("g.json: JSON nested deeper than 512 levels"), std::string::npos)
+      << r.error().message;
+}
+
+}  // namespace
+}  // namespace kiwi::io

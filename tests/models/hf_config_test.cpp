@@ -89,5 +89,15 @@ TEST(HfConfig, ErrorsNameTheField) {
   EXPECT_FALSE(ReadHfConfig("/nonexistent/config.json").ok());
 }
 
+TEST(HfConfig, DeepNestingIsRefusedNotACrash) {  // issue 18: recursive dump() of 100,000 levels
+  const std::string deep =
+      R"({"model_type": "gpt2", "n_layer": )" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  Result<ModelSpec> r = ParseHfConfig(deep, "config.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().code, ErrorCode::kBadInput);
+  EXPECT_NE(r.error().message.find("config.json: JSON nested deeper than 512 levels"), std::string::npos)
+      << r.error().message;
+}
+
 }  // namespace
 }  // namespace kiwi::models

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "kiwi/util/json_depth.h"
+
 namespace kiwi::io {
 namespace {
 
@@ -90,6 +92,9 @@ std::string OneLine(std::string_view text) {
 Result<Json> ParseJson(std::string_view text, const std::string& source) {
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
     return BadInput(OneLine(source + ": empty file (expected a JSON document)"));
+  if (JsonDeeperThan(text))
+    return BadInput(OneLine(fmt::format("{}: JSON nested deeper than {} levels (no kiwi format needs that)", source,
+                                        kMaxJsonDepth)));
   try {
     return Json::parse(text.begin(), text.end());
   } catch (const Json::parse_error& e) {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "kiwi/models/builder.h"
+#include "kiwi/util/json_depth.h"
 
 namespace kiwi::models {
 namespace {
@@ -184,6 +185,8 @@ Status ApplyPrecision(const Config& c, const ModelOverrides& o, ModelSpec& spec)
 Result<ModelSpec> ParseHfConfig(std::string_view text, const std::string& source, const ModelOverrides& o) {
   if (o.layers || o.hidden || o.heads || o.ffn)
     return BadInput(fmt::format("{}: the sizes come from the config; only --batch, --seq, --dtype, --optimizer apply", source));
+  if (JsonDeeperThan(text))
+    return BadInput(fmt::format("{}: JSON nested deeper than {} levels (an HF config is flat)", source, kMaxJsonDepth));
   Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return BadInput(fmt::format("{}: not a JSON object", source));
   const Config c{j, source};
