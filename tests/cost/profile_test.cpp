@@ -151,10 +151,16 @@ TEST(ProfiledCostModel, OptimizerStepTraffic) {
   ExpectSeconds(CostModel(TestDevice()).ComputeTime(adam), 16e6 * 4.5 / 8e10);
   const ir::Node sgd = Op(OpKind::kOptimizer, "sgd", {}, 2e6, 8'000'000);
   ExpectSeconds(CostModel(TestDevice()).ComputeTime(sgd), 8e6 * 1.5 / 8e10);
-  // A measured step rate is the rate of the IR's bytes: no factor on top.
+  // A measured step rate is the rate of the IR's bytes: no factor on top; the per-tensor time adds per input.
   Profile p;
   p.device.op_bandwidth["adam"] = 4e9;
-  ExpectSeconds(CostModel(TestDevice(), {}, p).ComputeTime(adam), 16e6 / 4e9);
+  p.device.optimizer_tensor_seconds["adam"] = 1e-6;
+  ir::Node adam_of_8 = adam;
+  adam_of_8.inputs = {0, 1, 2, 3, 4, 5, 6, 7};
+  ExpectSeconds(CostModel(TestDevice(), {}, p).ComputeTime(adam_of_8), 16e6 / 4e9 + 8e-6);
+  // The layer-level simulator asks for the step of a device's model states directly.
+  ExpectSeconds(CostModel(TestDevice()).OptimizerStepTime("adam", 16e6, 0), 16e6 * 4.5 / 8e10);
+  EXPECT_EQ(CostModel(TestDevice()).OptimizerStepTime("", 16e6, 4), 0.0);  // no optimizer
 }
 
 TEST(ProfiledCostModel, KernelTimeIsAddedOnCpusAndBoundsLaunchesOnGpus) {

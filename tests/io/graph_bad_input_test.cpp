@@ -137,7 +137,7 @@ TEST(GraphBadInput, OneMegabyteOfRandomBytes) {
 
 TEST(GraphBadInput, DeeplyNestedJson) {
   const std::string text = std::string(200000, '[') + std::string(200000, ']');
-  ExpectBadInput(ParseGraphJson(text, "g.json"), {"g.json: the top level must be a JSON object"});
+  ExpectBadInput(ParseGraphJson(text, "g.json"), {"g.json: JSON nested deeper than 512 levels"});
 }
 
 TEST(GraphBadInput, NonexistentFile) {

@@ -90,6 +90,31 @@ TEST(SimulateLayerPlan, PureDataParallelOneStage) {
   EXPECT_NEAR(r.stages[0].gradient_sync_seconds, 1.8e-3, kEps);
 }
 
+// The optimizer step runs once per iteration over each device's model states, as PyTorch's Adam moves
+// memory (4.5x the bytes read once), on every stage at once after the flush: the slowest stage counts.
+TEST(SimulateLayerPlan, OptimizerStepOverEachDevicesModelStatesOnTheSlowestStage) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  LayerModel with = FourLayers();
+  with.optimizer = "adam";
+  const double bandwidth = 1e12 * cost::CostModelOptions{}.memory_efficiency;
+  // One stage, DP 4: every device steps all 4 layers' 4 MB of model states.
+  LayerPlan dp = UniformPlan({.tp = 1, .dp = 4}, 16, 1);
+  const double dp_step = 4 * 4e6 * 4.5 / bandwidth;
+  EXPECT_NEAR(Simulate(with, dp, cluster).summary.iteration_seconds,
+              Simulate(FourLayers(), dp, cluster).summary.iteration_seconds + dp_step, kEps);
+  EXPECT_NEAR(Simulate(with, dp, cluster).summary.time.compute, 0.048 + dp_step, kEps);
+  // ZeRO-3 shards the states over the 4 devices: a quarter of the step.
+  LayerPlan sdp = UniformPlan({.tp = 1, .dp = 4, .sdp = true}, 16, 1);
+  EXPECT_NEAR(Simulate(with, sdp, cluster).summary.iteration_seconds,
+              Simulate(FourLayers(), sdp, cluster).summary.iteration_seconds + dp_step / 4, kEps);
+  // Two stages of 3 and 1 layers (DP 2 each): the 3-layer stage's step, not the sum of both.
+  LayerPlan pp = UniformPlan({.tp = 1, .dp = 2}, 16, 2);
+  pp.pp_degree = 2;
+  pp.pp_partition = {3, 1};
+  EXPECT_NEAR(Simulate(with, pp, cluster).summary.iteration_seconds,
+              Simulate(FourLayers(), pp, cluster).summary.iteration_seconds + 3 * 4e6 * 4.5 / bandwidth, kEps);
+}
+
 TEST(SimulateLayerPlan, MicroBatchesOnOneStageShrinkActivationsNotTime) {
   const cost::Cluster cluster = TestCluster(1, 4);
   const LayerSimResult r = Simulate(FourLayers(), UniformPlan({.tp = 1, .dp = 4}, 16, 2), cluster);

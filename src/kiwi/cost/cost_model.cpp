@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 
@@ -35,10 +37,9 @@ constexpr int64_t kGemmTile = 128;
 // addcdiv_ (4): 18 passes over the 4 tensors it reads, 4.5x; SGD's add_ reads 2 tensors and writes 1,
 // 1.5x. On this project's CPU, 18 passes at the measured copy bandwidth came within 5% of
 // torch.optim.Adam's step on 4.2M parameters (docs/fidelity.md, closed loop).
-double OptimizerTrafficFactor(const ir::Node& node) {
-  if (node.kind != OpKind::kOptimizer) return 1.0;
-  if (node.op == "adam") return 18.0 / 4.0;
-  if (node.op == "sgd") return 3.0 / 2.0;
+double OptimizerTrafficFactor(std::string_view optimizer) {
+  if (optimizer == "adam") return 18.0 / 4.0;
+  if (optimizer == "sgd") return 3.0 / 2.0;
   return 1.0;
 }
 
@@ -106,32 +107,39 @@ double CostModel::ComputeTime(const ir::Node& node, double work_fraction) const 
   }
   if (node.flops <= 0.0 && node.bytes_accessed <= 0) return 0.0;  // nothing executes, no launch
   if (std::optional<double> measured = MeasuredGemmTime(node, work_fraction)) return *measured;
+  // Adam's 12 flops per element never bind next to its traffic: the step is a memory-bound pass.
+  if (node.kind == OpKind::kOptimizer)
+    return OptimizerStepTime(node.op, static_cast<double>(node.bytes_accessed) * work_fraction,
+                             static_cast<double>(node.inputs.size()) * work_fraction);
   // A dtype the device has no units for (bf16 on V100, integers) runs at the f32 rate.
   double peak = device_.PeakFlops(node.output.dtype);
   if (peak <= 0.0) peak = device_.PeakFlops(ir::DType::kF32);
   const double compute_rate =
       peak * options_.compute_efficiency[static_cast<size_t>(node.kind)] * WaveUtilization(node);
-  const double memory_rate = MemoryRate(node);
-  // A measured rate for the op already includes its traffic; the datasheet's bandwidth does not.
-  const double traffic = profile_.device.op_bandwidth.count(node.op) ? 1.0 : OptimizerTrafficFactor(node);
+  const double memory_rate = MemoryRate(node.op);
   // A roof with no figure (a device file without it) does not bound the time.
   const double compute = compute_rate > 0.0 ? node.flops * work_fraction / compute_rate : 0.0;
   const double memory =
-      memory_rate > 0.0
-          ? static_cast<double>(node.bytes_accessed) * traffic * work_fraction / memory_rate
-          : 0.0;
-  double per_tensor = 0.0;
-  if (node.kind == OpKind::kOptimizer) {
-    const auto& table = profile_.device.optimizer_tensor_seconds;
-    if (auto it = table.find(node.op); it != table.end())
-      per_tensor = it->second * static_cast<double>(node.inputs.size()) * work_fraction;
-  }
-  return std::max(compute, memory) + per_tensor + KernelOverhead();  // roofline (Williams et al. 2009)
+      memory_rate > 0.0 ? static_cast<double>(node.bytes_accessed) * work_fraction / memory_rate : 0.0;
+  return std::max(compute, memory) + KernelOverhead();  // roofline (Williams et al. 2009)
 }
 
-double CostModel::MemoryRate(const ir::Node& node) const {
+double CostModel::OptimizerStepTime(std::string_view optimizer, double input_bytes, double input_tensors) const {
+  if (optimizer.empty() || input_bytes <= 0.0) return 0.0;
   const DeviceProfile& measured = profile_.device;
-  if (auto it = measured.op_bandwidth.find(node.op); it != measured.op_bandwidth.end()) return it->second;
+  const std::string op(optimizer);
+  // A measured rate for the step already includes its traffic; the datasheet's bandwidth does not.
+  const double traffic = measured.op_bandwidth.count(op) ? 1.0 : OptimizerTrafficFactor(optimizer);
+  const double rate = MemoryRate(op);
+  double seconds = rate > 0.0 ? input_bytes * traffic / rate : 0.0;
+  if (auto it = measured.optimizer_tensor_seconds.find(op); it != measured.optimizer_tensor_seconds.end())
+    seconds += it->second * input_tensors;
+  return seconds + KernelOverhead();
+}
+
+double CostModel::MemoryRate(const std::string& op) const {
+  const DeviceProfile& measured = profile_.device;
+  if (auto it = measured.op_bandwidth.find(op); it != measured.op_bandwidth.end()) return it->second;
   if (measured.memory_bandwidth) return *measured.memory_bandwidth;
   return device_.memory_bandwidth * options_.memory_efficiency;
 }

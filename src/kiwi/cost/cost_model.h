@@ -8,6 +8,8 @@
 //   double r = cm.ReshardTime(type, from, to, mesh);
 #include <array>
 #include <optional>
+#include <string>
+#include <string_view>
 
 #include "kiwi/cost/cluster.h"
 #include "kiwi/cost/collectives.h"
@@ -45,8 +47,8 @@ class CostModel {
   // GEMM-like op with samples in the profile's device tables: flops / interpolated rate + overhead;
   // else roofline: max(flops / (peak(dtype) * eff(kind)), bytes / bandwidth) + overhead, where the
   // bandwidth is the profile's measured one, else mem_bw * mem_eff, and the overhead the profile's
-  // kernel time on a device that runs ops one after another (CPU), else options.kernel_overhead; an
-  // optimizer step adds the profile's time per tensor it reads.
+  // kernel time on a device that runs ops one after another (CPU), else options.kernel_overhead. An
+  // optimizer node: OptimizerStepTime of its bytes and inputs.
   // Persistent nodes (parameters, optimizer state) and inputs cost 0: they are not computed.
   double ComputeTime(const ir::Node& node, double work_fraction = 1.0) const;
 
@@ -79,6 +81,12 @@ class CostModel {
   // The op's GEMM shape with its rows scaled by work_fraction; nullopt for other kinds.
   static std::optional<GemmShape> GemmShapeOf(const ir::Node& node, double work_fraction = 1.0);
 
+  // One optimizer step ("adam", "sgd"; empty: none, 0 s) reading `input_bytes` of parameters,
+  // gradients and states in `input_tensors` tensors: a memory-bound pass moving the implementation's
+  // traffic (PyTorch's Adam: 4.5x the bytes read once; SGD 1.5x) at the op's measured rate, else the
+  // profile's or the device's bandwidth; plus the profile's time per tensor and the kernel overhead.
+  double OptimizerStepTime(std::string_view optimizer, double input_bytes, double input_tensors) const;
+
   // Seconds added to every executed op: the profile's kernel time when ops run one after another.
   double KernelOverhead() const;
 
@@ -93,7 +101,7 @@ class CostModel {
   std::optional<double> MeasuredGemmTime(const ir::Node& node, double work_fraction) const;
   // Bytes/s of a memory-bound op: the profile's for its op name, else its copy bandwidth, else the
   // device's bandwidth x memory_efficiency.
-  double MemoryRate(const ir::Node& node) const;
+  double MemoryRate(const std::string& op) const;
 
   DeviceSpec device_;
   CostModelOptions options_;

@@ -221,6 +221,8 @@ Result<LayerModel> BuildLayerModel(const ir::Graph& training, int64_t graph_batc
     model.layers.push_back(ProfileOf(training, layer, graph_batch, cost_model, saved));
   FillOther(training, *view, graph_batch, cost_model, model);
   model.state_bytes_per_parameter_byte = StateBytesPerParameterByte(training);
+  for (const ir::Node& node : training.nodes())
+    if (node.kind == ir::OpKind::kOptimizer) model.optimizer = node.op;
   return model;
 }
 

@@ -46,6 +46,9 @@ struct LayerModel {
   LayerProfile head;
   // Gradients + optimizer states (+ fp32 master weights) per byte of parameters: e.g. fp32 Adam = 3.
   double state_bytes_per_parameter_byte = 0.0;
+  // The optimizer step run once per iteration over every device's parameters ("adam", "sgd"; empty:
+  // none, as in models read from Galvatron's profiles, which time no optimizer step).
+  std::string optimizer;
 };
 
 // Groups the training graph by layer (ir::BuildLayerView) and divides activation bytes and times by

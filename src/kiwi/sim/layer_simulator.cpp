@@ -156,7 +156,10 @@ Result<StageCost> CostStage(const LayerModel& model, const LayerPlan& plan, cons
   StageCost cost;
   cost.peak_memory_bytes = StagePeakMemory(layers, MicrobatchesInFlight(plan, s), model.state_bytes_per_parameter_byte) +
                            std::max<int64_t>(cluster.device.reserved_bytes, 0);
-  for (const PlacedLayer* layer : layers) AddLayerCost(*layer, cost_model, cost);
+  for (const PlacedLayer* layer : layers) {
+    AddLayerCost(*layer, cost_model, cost);
+    cost.optimizer += OptimizerSeconds(*layer, model.optimizer, model.state_bytes_per_parameter_byte, cost_model);
+  }
   for (int i = std::max(span.first, 1); i < span.first + span.count; ++i) {
     Result<double> reshard =
         SliceGatherSeconds(placed[static_cast<size_t>(i) - 1], placed[static_cast<size_t>(i)], cluster, cost_model);
@@ -171,8 +174,9 @@ Result<StageCost> CostStage(const LayerModel& model, const LayerPlan& plan, cons
 }
 
 // Galvatron-BMW Eq. 8: C = (m - 1) max_s (C_s - G_s) + sum_s C_s, where C_s - G_s is a stage's
-// micro-batch without gradient sync and G_s the sync left unhidden in its last micro-batch. The time
-// buckets follow the same decomposition, so they add up to the iteration time.
+// micro-batch without gradient sync and G_s the sync left unhidden in its last micro-batch; then the
+// optimizer step, which every stage runs at once after the flush: + max_s O_s. The time buckets follow
+// the same decomposition, so they add up to the iteration time.
 void FillPipelineTime(const LayerPlan& plan, const std::vector<StageCost>& costs, LayerSimResult& result) {
   size_t slowest = 0;
   for (size_t s = 1; s < costs.size(); ++s)
@@ -183,12 +187,15 @@ void FillPipelineTime(const LayerPlan& plan, const std::vector<StageCost>& costs
   t.recompute = repeats * costs[slowest].recompute;
   t.communication = repeats * costs[slowest].communication;
   t.resharding = repeats * costs[slowest].resharding;
+  double optimizer = 0.0;
   for (const StageCost& c : costs) {
     t.compute += c.compute;
     t.recompute += c.recompute;
     t.communication += c.communication + c.gradient_sync;
     t.resharding += c.resharding;
+    optimizer = std::max(optimizer, c.optimizer);
   }
+  t.compute += optimizer;
   result.summary.iteration_seconds = t.total();
   result.throughput_samples_per_second = static_cast<double>(plan.global_batch) / result.summary.iteration_seconds;
 }

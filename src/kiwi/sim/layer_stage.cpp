@@ -42,6 +42,16 @@ int64_t ModelStateBytes(const PlacedLayer& l, double state_bytes_per_parameter_b
   return static_cast<int64_t>(std::ceil(tp_whole * (1.0 + state_bytes_per_parameter_byte) / shards));
 }
 
+}  // namespace
+
+double OptimizerSeconds(const PlacedLayer& layer, const std::string& optimizer, double state_bytes_per_parameter_byte,
+                        const cost::CostModel& cost_model) {
+  return cost_model.OptimizerStepTime(
+      optimizer, static_cast<double>(ModelStateBytes(layer, state_bytes_per_parameter_byte)), 0.0);
+}
+
+namespace {
+
 // The layer's TP all-reduces of one micro-batch, bytes of each (empty when TP is 1).
 void FillTpAllReduces(const PlacedLayer& l, LayerCommunication& c) {
   if (l.mesh.masks[kTpAxis] == 0) return;

@@ -41,9 +41,15 @@ struct StageCost {
   double communication = 0.0;  // one micro-batch: TP all-reduces, SDP all-gathers, p2p sends
   double resharding = 0.0;     // one micro-batch: Slice-Gather between layers of different layouts
   double gradient_sync = 0.0;  // once per iteration: DP/SDP gradient sync not hidden by the backward
+  double optimizer = 0.0;      // once per iteration: the optimizer step over the device's model states
   int64_t peak_memory_bytes = 0;
   double MicrobatchSeconds() const { return compute + recompute + communication + resharding; }
 };
+
+// The optimizer step of one layer on one device: a pass over its model states there (parameters,
+// gradients, optimizer states: TP-sharded, and DP-sharded under ZeRO-3), priced by the cost model.
+double OptimizerSeconds(const PlacedLayer& layer, const std::string& optimizer, double state_bytes_per_parameter_byte,
+                        const cost::CostModel& cost_model);
 
 // Bytes a checkpointed layer's recomputation brings back per device for its backward pass.
 int64_t RecomputedBytes(const PlacedLayer& layer);

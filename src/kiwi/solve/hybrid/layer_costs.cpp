@@ -28,7 +28,8 @@ bool SameProfile(const sim::LayerProfile& a, const sim::LayerProfile& b) {
 
 // The simulator's terms of one placed layer: memory from StagePeakMemory (the transients, which the
 // stage takes the maximum of, split out as in its Eq. 1 implementation), times from AddLayerCost.
-StrategyCost PriceLayer(const sim::PlacedLayer& layer, double state_ratio, const cost::CostModel& cost_model) {
+StrategyCost PriceLayer(const sim::PlacedLayer& layer, const sim::LayerModel& model, const cost::CostModel& cost_model) {
+  const double state_ratio = model.state_bytes_per_parameter_byte;
   StrategyCost c;
   const sim::LayerProfile& p = layer.profile;
   const plan::LayerStrategy& s = layer.strategy;
@@ -41,6 +42,7 @@ StrategyCost PriceLayer(const sim::PlacedLayer& layer, double state_ratio, const
   sim::AddLayerCost(layer, cost_model, t);
   c.microbatch_seconds = t.MicrobatchSeconds();
   c.sync_seconds = t.gradient_sync;
+  c.optimizer_seconds = sim::OptimizerSeconds(layer, model.optimizer, state_ratio, cost_model);
   return c;
 }
 
@@ -91,7 +93,6 @@ Result<CostTables> CostTables::Build(const CostInputs& in, int pp, int64_t micro
 
 Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
   const int types = in.types->num_types();
-  const double ratio = in.model->state_bytes_per_parameter_byte;
   costs_.resize(static_cast<size_t>(types * num_strategies()));
   embedding_.resize(strategies_.size());
   head_.resize(strategies_.size());
@@ -106,12 +107,13 @@ Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
     const int64_t per_device = microbatch_ / s.dp;
     for (int k = 0; k < types; ++k)
       costs_[static_cast<size_t>(k * num_strategies() + j)] =
-          PriceLayer({in.types->profiles[static_cast<size_t>(k)], s, **mesh, per_device}, ratio, *in.cost_model);
+          PriceLayer({in.types->profiles[static_cast<size_t>(k)], s, **mesh, per_device}, *in.model, *in.cost_model);
     plan::LayerStrategy other_strategy = s;  // as the simulator places them (layer_simulator.cpp PlaceOther)
     other_strategy.checkpoint = false;
     embedding_[static_cast<size_t>(j)] =
-        PriceLayer({in.model->embedding, other_strategy, **mesh, per_device}, ratio, *in.cost_model);
-    head_[static_cast<size_t>(j)] = PriceLayer({in.model->head, other_strategy, **mesh, per_device}, ratio, *in.cost_model);
+        PriceLayer({in.model->embedding, other_strategy, **mesh, per_device}, *in.model, *in.cost_model);
+    head_[static_cast<size_t>(j)] =
+        PriceLayer({in.model->head, other_strategy, **mesh, per_device}, *in.model, *in.cost_model);
     by_dp[static_cast<size_t>(DpIndex(j))] = {in.types->profiles.front(), s, **mesh, per_device};
     have_dp[static_cast<size_t>(DpIndex(j))] = true;
   }
@@ -145,6 +147,7 @@ StrategyCost CostTables::LayerCost(int layer, int strategy) const {
     c.gather_bytes = std::max(c.gather_bytes, o.gather_bytes);
     c.microbatch_seconds += o.microbatch_seconds;
     c.sync_seconds += o.sync_seconds;
+    c.optimizer_seconds += o.optimizer_seconds;
   };
   if (layer == 0) add(Embedding(strategy));
   if (layer + 1 == static_cast<int>(types_->type_of.size())) add(Head(strategy));
@@ -175,11 +178,12 @@ PipelineEstimate EstimatePipeline(const CostTables& tables, const PipelineConfig
   int first = 0;
   for (int s = 0; s < static_cast<int>(partition.size()); ++s) {
     const int last = first + partition[static_cast<size_t>(s)] - 1;
-    double seconds = 0.0, sync = 0.0;
+    double seconds = 0.0, sync = 0.0, optimizer = 0.0;
     int64_t states = 0, activations = 0, recompute = 0, gather = 0;
     auto add = [&](const StrategyCost& c) {
       seconds += c.microbatch_seconds;
       sync += c.sync_seconds;
+      optimizer += c.optimizer_seconds;
       states += c.state_bytes;
       activations += c.activation_bytes;
       recompute = std::max(recompute, c.recompute_bytes);
@@ -199,12 +203,15 @@ PipelineEstimate EstimatePipeline(const CostTables& tables, const PipelineConfig
                                      tables.DpIndex(strategies[static_cast<size_t>(first) - 1]));
     e.stage_seconds.push_back(seconds);
     e.sync_seconds.push_back(sync);
+    e.optimizer_seconds.push_back(optimizer);
     e.stage_memory.push_back(states + InFlight(config, s) * activations + recompute + gather);
     first = last + 1;
   }
   double total = 0.0;
   for (size_t s = 0; s < e.stage_seconds.size(); ++s) total += e.stage_seconds[s] + e.sync_seconds[s];
-  e.iteration_seconds = (config.micro_batches - 1) * e.stage_seconds[static_cast<size_t>(e.SlowestStage())] + total;
+  // + the slowest stage's optimizer step: every stage steps at once after the flush (as the simulator).
+  e.iteration_seconds = (config.micro_batches - 1) * e.stage_seconds[static_cast<size_t>(e.SlowestStage())] + total +
+                        *std::max_element(e.optimizer_seconds.begin(), e.optimizer_seconds.end());
   e.peak_memory_bytes = *std::max_element(e.stage_memory.begin(), e.stage_memory.end());
   return e;
 }

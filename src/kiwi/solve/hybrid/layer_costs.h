@@ -38,6 +38,10 @@ struct StrategyCost {
   int64_t gather_bytes = 0;       // transient: full (TP-shard) parameters an SDP layer gathers
   double microbatch_seconds = 0;  // compute + recompute + communication of one micro-batch
   double sync_seconds = 0;        // gradient sync left unhidden by the backward pass, once per iteration
+  // The optimizer step over the layer's model states on one device, once per iteration. Stages step at
+  // once after the flush: the pipeline adds the slowest stage's (EstimatePipeline); the per-stage
+  // searches leave it out of their objective (a term no larger than this keeps their bounds valid).
+  double optimizer_seconds = 0;
 };
 
 // What a cost table is built from; all pointers must outlive the tables.
@@ -117,6 +121,7 @@ int InFlight(const PipelineConfig& config, int stage);
 struct PipelineEstimate {
   std::vector<double> stage_seconds;  // C_s
   std::vector<double> sync_seconds;   // G_s
+  std::vector<double> optimizer_seconds;  // O_s: the stage's optimizer step, once per iteration
   std::vector<int64_t> stage_memory;
   double iteration_seconds = 0.0;
   int64_t peak_memory_bytes = 0;
