@@ -2,6 +2,7 @@
 formats (docs/graph-format.md, docs/plan-format.md), validated by the C++ readers on the way in."""
 import dataclasses
 import json
+import math
 import os
 import sys
 import tempfile
@@ -112,6 +113,9 @@ def solve_remat(graph: GraphLike, budget: Size, solver: str = "auto",
     fits raises InfeasibleError naming the smallest budget kiwi can satisfy."""
     if solver not in _kiwi.remat_solver_names():
         raise BadInputError(f"solver: '{solver}' is not one of {', '.join(_kiwi.remat_solver_names())}")
+    if not isinstance(time_limit, (int, float)) or math.isnan(time_limit) or time_limit <= 0:
+        raise BadInputError(f"time_limit: must be a positive number of seconds (got {time_limit!r}); "
+                            "inf means no limit")
     raw = json.loads(_kiwi.solve_remat(graph_json(graph), parse_bytes(budget, "budget"), solver,
                                        _cluster(cluster), float(time_limit), int(threads), bool(progress),
                                        _profile(profile)))

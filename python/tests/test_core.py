@@ -86,6 +86,16 @@ def test_infeasible_budget_names_the_smallest():
     assert issubclass(kiwi.InfeasibleError, kiwi.KiwiError)
 
 
+def test_time_limits_must_be_positive_seconds():
+    """Issue 18, item 12: -1, 0 and NaN were accepted; inf means no limit (clamped, no overflow)."""
+    t = kiwi.build_training_graph(mlp_forward(batch=64, hidden=64), optimizer="sgd")
+    peak = kiwi.graph_summary(t)["checkpoint_all_peak_bytes"]
+    for bad in (-1, 0, float("nan"), "60"):
+        with pytest.raises(kiwi.BadInputError, match="time_limit: must be a positive number of seconds"):
+            kiwi.solve_remat(t, peak, "heuristic", time_limit=bad)
+    assert kiwi.solve_remat(t, peak, "heuristic", time_limit=float("inf")).feasible
+
+
 def test_keep_set_schedule_drops_and_recomputes():
     t = kiwi.build_training_graph(mlp_forward(batch=64, hidden=64), optimizer="none")
     keep = [True] * len(t["nodes"])

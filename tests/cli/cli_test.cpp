@@ -40,6 +40,13 @@ TEST(Cli, EverySubcommandAcceptsThreadsAndSearchesAcceptATimeLimit) {
   EXPECT_EQ(RunKiwi("plan --threads 2 --time-limit 30 --json").exit_code, 0);
   EXPECT_EQ(RunKiwi("graph --model gpt --layers 1 --hidden 64 --heads 4 --seq 8 --threads 2").exit_code, 0);
   EXPECT_EQ(RunKiwi("plan --time-limit -1").exit_code, 2);
+  // Issue 18, item 6: NaN was accepted and acted as zero; 1e10 overflowed the deadline (exit 4 at once).
+  const auto nan = RunKiwi("plan --time-limit nan");
+  EXPECT_EQ(nan.exit_code, 2);
+  EXPECT_NE(nan.err.find("must be a positive number of seconds (got nan)"), std::string::npos) << nan.err;
+  EXPECT_EQ(RunKiwi("hybrid --model gpt --layers 2 --hidden 64 --heads 4 --seq 8 --batch 8 --time-limit 1e10").exit_code,
+            0);
+  EXPECT_EQ(RunKiwi("plan --time-limit inf --json").exit_code, 0);
   EXPECT_EQ(RunKiwi("plan --threads many").exit_code, 2);
 }
 

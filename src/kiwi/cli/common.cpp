@@ -1,5 +1,8 @@
 #include "kiwi/cli/common.h"
 
+#include <cmath>
+#include <cstdlib>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -63,8 +66,19 @@ Result<models::ModelSpec> ModelFlags::Load() const {
 }
 
 void SearchFlags::Add(CLI::App* app) {
+  // Positive seconds; NaN is refused (CLI11's PositiveNumber lets it through), inf means no limit
+  // (deadlines clamp at kMaxTimeLimitSeconds, util/elapsed.h).
+  const CLI::Validator positive_seconds(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        if (end == text.c_str() || *end != '\0' || std::isnan(v) || v <= 0.0)
+          return "must be a positive number of seconds (got " + text + ")";
+        return {};
+      },
+      "SECONDS>0");
   app->add_option("--time-limit", time_limit_seconds, "seconds to search; the best answer so far is returned")
-      ->check(CLI::PositiveNumber)
+      ->check(positive_seconds)
       ->capture_default_str();
   app->add_option("--threads", threads, "solver threads (default: all cores)")->check(CLI::NonNegativeNumber);
 }

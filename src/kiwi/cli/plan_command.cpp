@@ -19,6 +19,7 @@
 #include "kiwi/sim/layer_stage.h"
 #include "kiwi/solve/hybrid/uniform_plans.h"
 #include "kiwi/util/units.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::cli {
 namespace {
@@ -44,7 +45,7 @@ struct Candidate {
 Result<std::vector<Candidate>> EvaluateUniformPlans(const sim::LayerModel& model, int64_t batch,
                                                     const cost::Cluster& cluster, const cost::CostModel& cm,
                                                     int64_t budget, double time_limit_seconds) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(time_limit_seconds);
+  const auto deadline = DeadlineAfter(std::chrono::steady_clock::now(), time_limit_seconds);
   std::vector<Candidate> out;
   const auto plans = solve::UniformLayerPlans({.num_layers = static_cast<int>(model.layers.size()),
                                                .num_devices = cluster.NumDevices(),

@@ -14,6 +14,7 @@
 #include "kiwi/solve/hybrid/partition.h"
 #include "kiwi/solve/hybrid/pipeline_solver.h"
 #include "kiwi/solve/hybrid/uniform_plans.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::hybrid {
 namespace {
@@ -382,7 +383,7 @@ Status Search::SkipDegreesThatCannotBeLaidOut() {
 
 Result<HybridSearchResult> Search::Run() {
   const auto start = Clock::now();
-  deadline_ = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.time_limit_seconds));
+  deadline_ = DeadlineAfter(start, options_.time_limit_seconds);
   KIWI_RETURN_IF_ERROR(SkipDegreesThatCannotBeLaidOut());
   Result<std::vector<Candidate>> candidates = Enumerate();
   if (!candidates) return candidates.error();

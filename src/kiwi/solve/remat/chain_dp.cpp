@@ -1,4 +1,5 @@
 #include "kiwi/solve/remat/chain_dp.h"
+#include "kiwi/util/elapsed.h"
 
 #include <fmt/format.h>
 
@@ -602,8 +603,7 @@ int64_t TotalBytes(const Chain& ch) {
 ChainDpSolution SolveChain(const Chain& chain, int64_t budget, double time_limit_seconds) {
   ChainDpSolution out;
   const auto now = std::chrono::steady_clock::now();
-  const auto limit = std::chrono::duration<double>(std::min(time_limit_seconds, 1e9));
-  ChainDp dp(chain, now + std::chrono::duration_cast<std::chrono::steady_clock::duration>(limit));
+  ChainDp dp(chain, DeadlineAfter(now, time_limit_seconds));
   const int32_t end = dp.End(0);
   // Any budget above every byte of the chain behaves like that total (and keeps sums in range).
   const int64_t capped = std::min(budget, TotalBytes(chain));

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiwi/solve/remat/baselines.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::remat {
 namespace {
@@ -364,7 +365,7 @@ bool Cheaper(const KeepSetEvaluation& a, const KeepSetEvaluation& b) {
 }
 
 Clock::time_point Deadline(double seconds) {
-  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  return DeadlineAfter(Clock::now(), seconds);
 }
 
 using Found = std::vector<std::pair<State, std::string>>;

@@ -13,6 +13,7 @@
 
 #include "kiwi/solve/sharding/block_dp.h"
 #include "kiwi/solve/sharding/search_state.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::sharding {
 
@@ -20,7 +21,7 @@ class Deadline {
  public:
   using Clock = std::chrono::steady_clock;
   Deadline(Clock::time_point start, double seconds)
-      : start_(start), end_(start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds))) {}
+      : start_(start), end_(DeadlineAfter(start, seconds)) {}
   bool Passed() const { return Clock::now() >= end_; }
   double Elapsed() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
   double Left() const { return std::chrono::duration<double>(end_ - Clock::now()).count(); }

@@ -1,4 +1,5 @@
 #include "kiwi/solve/wcsp/toulbar2.h"
+#include "kiwi/util/elapsed.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -183,7 +184,7 @@ Result<WcspResult> SolveWcsp(const WcspProblem& problem, const WcspOptions& opti
   const int cpu_seconds = std::max(1, static_cast<int>(std::floor(left - 0.5)));  // it stops itself first
   args.insert(args.end(), {"-s=1", fmt::format("-timer={}", cpu_seconds)});
   const auto deadline =  // the backstop: toulbar2's own -timer (CPU seconds) should stop it before
-      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(left, 1.0) + 0.5));
+      DeadlineAfter(Clock::now(), std::max(left, 1.0) + 0.5);
   if (!RunUntil(args, log, deadline)) return Internal("wcsp: cannot start " + options.executable);
   Result<WcspResult> r = ParseLog(problem, log);
   if (!r) return r;
