@@ -208,10 +208,22 @@ def cli(*args: str, capture: bool = True) -> CliResult:
     kiwi.cli("remat", "graph.json", "--budget-fraction", "0.8", "--json").json()["schedule"]."""
     argv = [str(a) for a in args]
     if argv[:1] == ["profile"]:  # the C++ command runs the Python one: this interpreter, this package
-        os.environ.setdefault("KIWI_PYTHON", sys.executable)
+        saved = {k: os.environ.get(k) for k in ("KIWI_PYTHON", "PYTHONPATH")}
         package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        if package_root not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
-            os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+        os.environ.setdefault("KIWI_PYTHON", sys.executable)
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, saved["PYTHONPATH"]) if p)
+        try:
+            return _run_cli(argv, capture)
+        finally:  # the caller's environment as it was
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+    return _run_cli(argv, capture)
+
+
+def _run_cli(argv: List[str], capture: bool) -> CliResult:
     if not capture:
         return CliResult(_kiwi.main(argv), "", "")
     sys.stdout.flush()

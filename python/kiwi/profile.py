@@ -12,7 +12,6 @@ import argparse
 import datetime
 import json
 import os
-import socket
 import statistics
 import sys
 import tempfile
@@ -396,12 +395,6 @@ def measure_collectives(grid: Dict[str, Any], rank: int, world: int, device: str
     return out
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _rank_main(rank: int, world: int, port: int, backend: str, device: str, grid: Dict[str, Any],
                dtypes: Sequence[str], threads: int, quiet: bool, out_path: str) -> None:
     import torch
@@ -449,12 +442,14 @@ def profile(device: str = "cpu", grid: str = "default", dtypes: Optional[Sequenc
         doc["device"] = measure_compute(device, spec, dtypes, quiet)
         return doc
     import torch.multiprocessing as mp
+
+    from kiwi.torch.distributed.launcher import free_port
     if backend == "auto":
         backend = "nccl" if device.startswith("cuda") else "gloo"
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     with tempfile.TemporaryDirectory(prefix="kiwi-profile-") as tmp:
         out = os.path.join(tmp, "profile.json")
-        mp.spawn(_rank_main, args=(processes, _free_port(), backend, device, spec, dtypes, threads, quiet, out),
+        mp.spawn(_rank_main, args=(processes, free_port(), backend, device, spec, dtypes, threads, quiet, out),
                  nprocs=processes, join=True)
         with open(out, "r", encoding="utf-8") as f:
             doc.update(json.load(f))

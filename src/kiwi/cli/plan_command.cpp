@@ -18,8 +18,8 @@
 #include "kiwi/sim/layer_simulator.h"
 #include "kiwi/sim/layer_stage.h"
 #include "kiwi/solve/hybrid/uniform_plans.h"
-#include "kiwi/util/units.h"
 #include "kiwi/util/elapsed.h"
+#include "kiwi/util/units.h"
 
 namespace kiwi::cli {
 namespace {

@@ -38,16 +38,13 @@ json ScheduleJson(const std::vector<plan::Step>& steps) {
 
 json OptionalJson(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
-// The cost model on the cluster's device with the target's profile (a path, or JSON text).
+// The cost model on the cluster's device with the target's profile: JSON text here, a path (or none)
+// as the CLI's --profile reads it.
 Result<cost::CostModel> MakeCostModel(const cost::Cluster& cluster, const Target& target) {
-  cost::Profile profile;
-  if (!target.profile.empty()) {
-    Result<cost::Profile> read = target.profile.front() == '{' ? io::ParseProfileJson(target.profile, "profile")
-                                                               : io::ReadProfileFile(target.profile);
-    if (!read) return read.error();
-    profile = std::move(*read);
-  }
-  return cost::CostModel(cluster.device, {}, std::move(profile));
+  if (target.profile.empty() || target.profile.front() != '{') return cli::CostFlags{target.profile}.Make(cluster);
+  Result<cost::Profile> read = io::ParseProfileJson(target.profile, "profile");
+  if (!read) return read.error();
+  return cost::CostModel(cluster.device, {}, std::move(*read));
 }
 
 // A parsed graph, its cluster and a cost model on the cluster's device: what most calls need.
