@@ -122,6 +122,40 @@ TEST(WaveUtilization, TilesOfTheOutputInWavesOverTheMultiprocessors) {
   EXPECT_EQ(CostModel(TestDevice()).WaveUtilization(matmul(OpKind::kMatmul, {64, 64})), 1.0);
 }
 
+TEST(MisalignedForTensorCores, SixteenBitGemmsWithALeadingDimensionNotAMultipleOf8) {
+  DeviceSpec d = TestDevice();
+  d.SetPeakFlops(DType::kBF16, 8e12);  // tensor cores: 8x the f32 rate
+  d.multiprocessors = 132;
+  const CostModel cm(d);
+  // [tokens, out] = [tokens, in] x [in, out]: flops 2 x tokens x out x in.
+  auto matmul = [](DType dtype, ir::Shape out, int64_t in, OpKind kind = OpKind::kMatmul) {
+    ir::Node n = Op(kind, 0.0, 1000, dtype);
+    double numel = 1.0;
+    for (int64_t dim : out) numel *= static_cast<double>(dim);
+    n.flops = 2.0 * numel * static_cast<double>(in);
+    n.output.shape = std::move(out);
+    return n;
+  };
+  const ir::Node lm_head = matmul(DType::kBF16, {8, 1024, 50257}, 1024);  // GPT-2's vocabulary
+  EXPECT_TRUE(cm.MisalignedForTensorCores(lm_head));
+  ExpectSeconds(cm.ComputeTime(lm_head), lm_head.flops / (8e12 * 0.14));  // the measured fallback rate
+  const ir::Node padded = matmul(DType::kBF16, {8, 1024, 50304}, 1024);  // padded to a multiple of 128
+  EXPECT_FALSE(cm.MisalignedForTensorCores(padded));
+  ExpectSeconds(cm.ComputeTime(padded), padded.flops / (8e12 * 0.75 * cm.WaveUtilization(padded)));
+  EXPECT_TRUE(cm.MisalignedForTensorCores(matmul(DType::kBF16, {8192, 1024}, 1001)));      // the depth
+  EXPECT_TRUE(cm.MisalignedForTensorCores(matmul(DType::kBF16, {50257, 1024}, 8192)));     // a weight gradient
+  EXPECT_TRUE(cm.MisalignedForTensorCores(matmul(DType::kBF16, {8, 16, 1024, 1024}, 100, OpKind::kBatchMatmul)));
+  EXPECT_FALSE(cm.MisalignedForTensorCores(matmul(DType::kBF16, {8, 16, 1024, 1024}, 64, OpKind::kBatchMatmul)));
+  // Not 16-bit, not a GEMM, no kernel-level model, or no tensor cores for the dtype: never.
+  EXPECT_FALSE(cm.MisalignedForTensorCores(matmul(DType::kF32, {8, 1024, 50257}, 1024)));
+  EXPECT_FALSE(cm.MisalignedForTensorCores(matmul(DType::kBF16, {8, 1024, 50257}, 1024, OpKind::kElementwise)));
+  d.multiprocessors = 0;
+  EXPECT_FALSE(CostModel(d).MisalignedForTensorCores(lm_head));
+  d.multiprocessors = 132;
+  d.SetPeakFlops(DType::kBF16, 1e12);
+  EXPECT_FALSE(CostModel(d).MisalignedForTensorCores(lm_head));
+}
+
 TEST(LaunchesKernel, ComputedOpsWithWorkOrAMeasuredTime) {
   const CostModel cm(TestDevice());
   EXPECT_TRUE(cm.LaunchesKernel(Op(OpKind::kMatmul, 1e6, 100)));

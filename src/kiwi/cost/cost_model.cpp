@@ -31,6 +31,15 @@ constexpr KindEfficiency kGemmLikeEfficiency[] = {
 // Background" guide discusses wave quantization with it).
 constexpr int64_t kGemmTile = 128;
 
+// cuBLAS runs a 16-bit GEMM on its tensor-core kernels only when the matrices' leading dimensions are
+// multiples of 8 elements (16 bytes; NVIDIA's "Matrix Multiplication Background" guide, "Tensor Core
+// Requirements"); otherwise it falls back to slower kernels. Measured on an H200 with PyTorch 2.11
+// (docs/fidelity.md, "One GPU"): the LM-head GEMMs of a 50,257-word vocabulary, forward and both
+// gradients, ran at 95-147 TFLOP/s, median 139 = 0.14 of the 989 TFLOP/s bf16 peak, where the model's
+// aligned GEMMs ran at 0.6-0.75 of it.
+constexpr double kMisalignedTensorCoreEfficiency = 0.14;
+constexpr int64_t kTensorCoreAlignment = 8;
+
 // Memory traffic of an optimizer step over the bytes of reading its inputs once (the graph's
 // bytes_accessed: parameters, gradients, states). PyTorch's Adam (single-tensor and foreach,
 // torch/optim/adam.py) runs lerp_ (3 element passes), mul_ (2), addcmul_ (3), sqrt (2), div (2), add_ (2),
@@ -114,8 +123,10 @@ double CostModel::ComputeTime(const ir::Node& node, double work_fraction) const 
   // A dtype the device has no units for (bf16 on V100, integers) runs at the f32 rate.
   double peak = device_.PeakFlops(node.output.dtype);
   if (peak <= 0.0) peak = device_.PeakFlops(ir::DType::kF32);
-  const double compute_rate =
-      peak * options_.compute_efficiency[static_cast<size_t>(node.kind)] * WaveUtilization(node);
+  const double efficiency = MisalignedForTensorCores(node)
+                                ? kMisalignedTensorCoreEfficiency
+                                : options_.compute_efficiency[static_cast<size_t>(node.kind)] * WaveUtilization(node);
+  const double compute_rate = peak * efficiency;
   const double memory_rate = MemoryRate(node.op);
   // A roof with no figure (a device file without it) does not bound the time.
   const double compute = compute_rate > 0.0 ? node.flops * work_fraction / compute_rate : 0.0;
@@ -168,6 +179,20 @@ double CostModel::WaveUtilization(const ir::Node& node) const {
   if (tiles <= 0) return 1.0;
   const int64_t waves = (tiles + sms - 1) / sms;
   return static_cast<double>(tiles) / static_cast<double>(waves * sms);
+}
+
+// The output's last two dims and the contraction depth are the GEMM's leading dimensions, whichever
+// operand is transposed (the flattened leading rows of a matmul's output never are).
+bool CostModel::MisalignedForTensorCores(const ir::Node& node) const {
+  const ir::DType dtype = node.output.dtype;
+  if (device_.multiprocessors <= 0 || (dtype != ir::DType::kF16 && dtype != ir::DType::kBF16)) return false;
+  if (device_.PeakFlops(dtype) <= device_.PeakFlops(ir::DType::kF32)) return false;  // no tensor cores for it
+  const ir::Shape& shape = node.output.shape;
+  if ((node.kind != OpKind::kMatmul && node.kind != OpKind::kBatchMatmul) || shape.size() < 2) return false;
+  const std::optional<GemmShape> gemm = GemmShapeOf(node);
+  if (!gemm) return false;
+  const auto misaligned = [](int64_t extent) { return extent % kTensorCoreAlignment != 0; };
+  return misaligned(shape[shape.size() - 1]) || misaligned(shape[shape.size() - 2]) || misaligned(gemm->k);
 }
 
 bool CostModel::LaunchesKernel(const ir::Node& node) const {

@@ -70,6 +70,11 @@ class CostModel {
   // (1 without DeviceSpec::multiprocessors, and for other kinds).
   double WaveUtilization(const ir::Node& node) const;
 
+  // Whether a 16-bit matmul misses the tensor cores' alignment (a leading dimension not a multiple of 8
+  // elements) on a device priced kernel by kernel (DeviceSpec::multiprocessors) with tensor cores for
+  // its dtype; ComputeTime then prices it at the measured fallback rate, not the wave-quantized one.
+  bool MisalignedForTensorCores(const ir::Node& node) const;
+
   // Whether the op runs a kernel: ComputeTime's ops with flops or bytes (or a measured time).
   bool LaunchesKernel(const ir::Node& node) const;
 
