@@ -125,6 +125,13 @@ def gemm_shapes(grid: Dict[str, Any]) -> List[tuple]:
     return [(m, n, k) for m in edges for n in edges for k in edges if 2 * m * n * k <= grid["flop_cap"]]
 
 
+def misaligned_gemm_shapes(grid: Dict[str, Any]) -> List[tuple]:
+    """The grid's shapes of at least 256 on every side with one more column: cuBLAS runs a 16-bit GEMM
+    whose leading dimensions are not multiples of 8 off the tensor cores (a 50,257-word vocabulary:
+    docs/fidelity.md, "One GPU"), so a GPU's profile measures both kinds."""
+    return [(m, n + 1, k) for m, n, k in gemm_shapes(grid) if min(m, n, k) >= 256]
+
+
 def conv_shapes(grid: Dict[str, Any]) -> List[tuple]:
     """(batch, in channels, out channels, image size, kernel): 3x3 and 1x1 convolutions, stride 1."""
     out = []
@@ -307,6 +314,8 @@ def measure_compute(device: str, grid: Dict[str, Any], dtypes: Sequence[str], qu
     for name in dtypes:
         dtype = getattr(torch, DTYPES[name])
         shapes = gemm_shapes(grid)
+        if dev.type == "cuda" and name in ("bf16", "f16"):
+            shapes += misaligned_gemm_shapes(grid)
         for i, (m, n, k) in enumerate(shapes):
             for op, (rows, cols, depth), fn in _gemm_kernels(pool, m, n, k, dtype):
                 barrier()

@@ -51,6 +51,26 @@ TEST(InterpolatedGemmRate, BetweenSamplesTheNearerWeighsMore) {
   EXPECT_LE(huge, fast);
 }
 
+TEST(InterpolatedGemmRate, MisalignedShapesUseTheMisalignedSamplesWhenTheProfileHasThem) {
+  // A GPU's bf16 samples: aligned 1024^3 in 2 ms; with 1025 columns (off the tensor cores) in 10 ms.
+  std::vector<GemmSample> samples = {Gemm("matmul", 1024, 1024, 1024, 2e-3, DType::kBF16),
+                                     Gemm("matmul", 4096, 4096, 1024, 32e-3, DType::kBF16),
+                                     Gemm("matmul", 1024, 1025, 1024, 10e-3, DType::kBF16)};
+  const double aligned = 2.0 * 1024 * 1024 * 1024 / 2e-3;
+  const double misaligned = 2.0 * 1024 * 1025 * 1024 / 10e-3;
+  // A vocabulary of 50,257 columns: the misaligned sample alone, though the aligned ones are nearer.
+  EXPECT_NEAR(*InterpolatedGemmRate(samples, "matmul", 1024, 50257, 1024, DType::kBF16, 0.0), misaligned, 1.0);
+  EXPECT_NEAR(*InterpolatedGemmRate(samples, "matmul_grad_a", 1024, 1024, 50257, DType::kBF16, 0.0), misaligned, 1.0);
+  EXPECT_NEAR(*InterpolatedGemmRate(samples, "matmul", 1024, 1024, 1024, DType::kBF16, 0.0), aligned, 1.0);
+  // A weight gradient's depth is the tokens: 1000 tokens do not make it misaligned.
+  samples.push_back(Gemm("matmul_grad_b", 1024, 1024, 1024, 2e-3, DType::kBF16));
+  EXPECT_NEAR(*InterpolatedGemmRate(samples, "matmul_grad_b", 1024, 1024, 1000, DType::kBF16, 0.0),
+              2.0 * 1024 * 1024 * 1024 / 2e-3, 1.0);
+  // A profile with aligned shapes only (a CPU's): every shape uses them.
+  samples.erase(samples.begin() + 2);
+  EXPECT_GT(*InterpolatedGemmRate(samples, "matmul", 1024, 50257, 1024, DType::kBF16, 0.0), 2 * misaligned);
+}
+
 TEST(InterpolatedGemmRate, BackwardOpsUseTheirOwnSamplesThenTheirVariantThenTheForward) {
   const std::vector<GemmSample> samples = {Gemm("matmul", 64, 64, 64, 1e-5), Gemm("matmul_grad_a", 64, 64, 64, 2e-5),
                                            Gemm("matmul_grad_b", 64, 64, 64, 4e-5)};

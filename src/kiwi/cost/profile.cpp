@@ -22,6 +22,14 @@ std::string_view GradSuffix(std::string_view op) {
 // Which samples stand for `op`: its own, else those of the same backward variant, else forward ones.
 bool SameVariant(const GemmSample& s, std::string_view op) { return GradSuffix(s.op) == GradSuffix(op); }
 
+// Whether a GEMM meets the tensor cores' alignment (leading dimensions in multiples of 8 elements, as
+// CostModel::MisalignedForTensorCores reads an op): the output's columns and, but for a weight's
+// gradient (whose depth is the tokens), the depth.
+bool TensorCoreAligned(std::string_view op, int64_t n, int64_t k) {
+  constexpr int64_t kAlignment = 8;
+  return n % kAlignment == 0 && (GradSuffix(op) == "_grad_b" || k % kAlignment == 0);
+}
+
 }  // namespace
 
 std::optional<double> InterpolatedGemmRate(const std::vector<GemmSample>& samples, const std::string& op, int64_t m,
@@ -34,9 +42,18 @@ std::optional<double> InterpolatedGemmRate(const std::vector<GemmSample>& sample
                                  [&](const GemmSample& s) { return s.op == op && s.dtype == dtype; });
   const bool variant = std::any_of(samples.begin(), samples.end(),
                                    [&](const GemmSample& s) { return SameVariant(s, op) && s.dtype == dtype; });
+  // A profile with both aligned and misaligned shapes (a GPU's, 16-bit) interpolates within the class.
+  const bool aligned = TensorCoreAligned(op, n, k);
+  const auto of_class = [&](bool cls) {
+    return std::any_of(samples.begin(), samples.end(), [&](const GemmSample& s) {
+      return s.dtype == dtype && TensorCoreAligned(s.op, s.n, s.k) == cls;
+    });
+  };
+  const bool by_class = of_class(true) && of_class(false);
   std::vector<Near> near;
   for (const GemmSample& s : samples) {
     if (s.dtype != dtype || s.seconds <= 0.0) continue;
+    if (by_class && TensorCoreAligned(s.op, s.n, s.k) != aligned) continue;
     if (exact ? s.op != op : variant ? !SameVariant(s, op) : !GradSuffix(s.op).empty()) continue;
     // The kernel's own cost is charged apart (CostModel adds it per op); at least a tenth of the
     // sample stays compute so a sample at the overhead's size does not give an infinite rate.

@@ -69,7 +69,9 @@ struct DeviceProfile {
 // dtype: a sample's rate
 // excludes the per-kernel time (`kernel_seconds`), so rate + overhead reproduces it exactly; between
 // samples, inverse-distance weighting of the rates over the nearest ones in log2(m, n, k) space.
-// nullopt when no sample has the dtype.
+// When the dtype's samples hold shapes both meeting and missing the tensor cores' alignment (columns
+// and depth in multiples of 8; `kiwi profile` measures both on a GPU in 16-bit), only those of the
+// query's class count. nullopt when no sample has the dtype.
 std::optional<double> InterpolatedGemmRate(const std::vector<GemmSample>& samples, const std::string& op, int64_t m,
                                            int64_t n, int64_t k, ir::DType dtype, double kernel_seconds);
 
