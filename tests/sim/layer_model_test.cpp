@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "kiwi/ir/backward.h"
 #include "kiwi/ir/layers.h"
 #include "kiwi/models/presets.h"
@@ -76,6 +78,14 @@ TEST(BuildLayerModel, SmallGptAccountsForEveryParameterAndActivation) {
   }
   // fp32 Adam: a gradient and two moments per parameter.
   EXPECT_DOUBLE_EQ(m->state_bytes_per_parameter_byte, 3.0);
+  // The head's backward starts with the loss's gradient, as large as the logits, and PyTorch's
+  // cross entropy holds a second such tensor while computing it (cost::OpWorkspaceBytes).
+  int64_t logits = 0;
+  for (const ir::Node& n : g.nodes())
+    if (n.kind == ir::OpKind::kLoss && !n.is_backward()) logits = g.node(n.inputs[0]).output.Bytes();
+  ASSERT_GT(logits, 0);
+  EXPECT_EQ(m->head.backward_transient_bytes_per_sample * batch, 2 * logits);
+  for (const LayerProfile& p : m->layers) EXPECT_GT(p.backward_transient_bytes_per_sample, 0);
 }
 
 // A layer's kernels are its forward and backward nodes that do work (parameters, views with no bytes
@@ -232,7 +242,10 @@ TEST(BuildLayerModel, OneDeviceSimulationHoldsEveryParameterStateAndActivation) 
   plan.global_batch = batch;
   Result<LayerSimResult> r = SimulateLayerPlan(*m, plan, cluster, cm);
   ASSERT_TRUE(r.ok()) << r.error().message;
-  EXPECT_EQ(r->summary.peak_memory_bytes, 4 * TotalParameterBytes(g) + ir::SavedActivationBytes(g, -1));
+  int64_t transient = std::max(m->embedding.backward_transient_bytes_per_sample, m->head.backward_transient_bytes_per_sample);
+  for (const LayerProfile& p : m->layers) transient = std::max(transient, p.backward_transient_bytes_per_sample);
+  EXPECT_EQ(r->summary.peak_memory_bytes,
+            4 * TotalParameterBytes(g) + ir::SavedActivationBytes(g, -1) + transient * batch);
   EXPECT_GT(r->summary.time.compute, 0.0);
   EXPECT_DOUBLE_EQ(r->summary.time.communication, 0.0);
 }

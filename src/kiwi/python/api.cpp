@@ -199,6 +199,7 @@ json ProfileJson(const sim::LayerProfile& p) {
           {"replicated_parameter_bytes", p.replicated_parameter_bytes},
           {"activation_bytes_per_sample", p.activation_bytes_per_sample},
           {"boundary_bytes_per_sample", p.boundary_bytes_per_sample},
+          {"backward_transient_bytes_per_sample", p.backward_transient_bytes_per_sample},
           {"tp_comm_bytes_per_sample", p.tp_comm_bytes_per_sample},
           {"tp_forward_all_reduce_bytes_per_sample", p.tp_forward_all_reduce_bytes_per_sample},
           {"tp_backward_all_reduce_bytes_per_sample", p.tp_backward_all_reduce_bytes_per_sample}};

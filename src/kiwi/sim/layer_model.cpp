@@ -6,6 +6,7 @@
 #include <span>
 #include <unordered_map>
 
+#include "kiwi/cost/activation_memory.h"
 #include "kiwi/ir/backward.h"
 #include "kiwi/ir/layers.h"
 
@@ -139,6 +140,42 @@ LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t g
 
 bool InHead(const ir::Node& node) { return node.scope == "head" || node.scope.rfind("head.", 0) == 0; }
 
+// Each part's backward transient (LayerProfile::backward_transient_bytes_per_sample, for the whole graph
+// batch), indexed by layer, then the embeddings, then the head. The graph runs in node order, each
+// backward tensor live from its op until its last reader; final gradients (read by the optimizer) are
+// model states, not transients.
+std::vector<int64_t> BackwardTransients(const ir::Graph& graph, const ir::LayerView& view) {
+  const size_t layers = view.layers.size(), embedding = layers, head = layers + 1;
+  std::vector<size_t> part(static_cast<size_t>(graph.size()), head + 1);  // head + 1: not in any part
+  for (size_t i = 0; i < layers; ++i)
+    for (ir::NodeId id : view.layers[i].backward) part[static_cast<size_t>(id)] = i;
+  for (ir::NodeId id : view.other) part[static_cast<size_t>(id)] = InHead(graph.node(id)) ? head : embedding;
+  const std::vector<std::vector<ir::NodeId>> readers = graph.Consumers();
+  std::vector<size_t> unread(static_cast<size_t>(graph.size()), 0);
+  std::vector<bool> counted(static_cast<size_t>(graph.size()), false);
+  for (const ir::Node& n : graph.nodes()) {
+    const auto& r = readers[static_cast<size_t>(n.id)];
+    unread[static_cast<size_t>(n.id)] = r.size();
+    counted[static_cast<size_t>(n.id)] =
+        n.is_backward() && !n.is_persistent() && n.kind != ir::OpKind::kOptimizer &&
+        std::none_of(r.begin(), r.end(), [&](ir::NodeId x) { return graph.node(x).kind == ir::OpKind::kOptimizer; });
+  }
+  std::vector<int64_t> peak(head + 1, 0);
+  int64_t live = 0;
+  for (const ir::Node& n : graph.nodes()) {
+    const size_t id = static_cast<size_t>(n.id);
+    if (counted[id]) live += n.output.Bytes();
+    if (n.is_backward() && part[id] <= head)
+      peak[part[id]] = std::max(peak[part[id]], live + cost::OpWorkspaceBytes(n));
+    for (ir::NodeId in : n.inputs) {
+      const size_t i = static_cast<size_t>(in);
+      if (unread[i] > 0 && --unread[i] == 0 && counted[i]) live -= graph.node(in).output.Bytes();
+    }
+    if (counted[id] && unread[id] == 0) live -= n.output.Bytes();  // read by nobody
+  }
+  return peak;
+}
+
 // The logits' last dimension (the vocabulary, or the classes): what Megatron splits over TP in the
 // embedding table and the head (vocabulary-parallel embedding and cross-entropy); 0 without a loss.
 int64_t VocabularySize(const ir::Graph& graph, std::span<const ir::NodeId> ids) {
@@ -220,6 +257,11 @@ Result<LayerModel> BuildLayerModel(const ir::Graph& training, int64_t graph_batc
   for (const ir::Layer& layer : view->layers)
     model.layers.push_back(ProfileOf(training, layer, graph_batch, cost_model, saved));
   FillOther(training, *view, graph_batch, cost_model, model);
+  const std::vector<int64_t> transients = BackwardTransients(training, *view);
+  for (size_t i = 0; i < model.layers.size(); ++i)
+    model.layers[i].backward_transient_bytes_per_sample = CeilDiv(transients[i], graph_batch);
+  model.embedding.backward_transient_bytes_per_sample = CeilDiv(transients[model.layers.size()], graph_batch);
+  model.head.backward_transient_bytes_per_sample = CeilDiv(transients[model.layers.size() + 1], graph_batch);
   model.state_bytes_per_parameter_byte = StateBytesPerParameterByte(training);
   for (const ir::Node& node : training.nodes())
     if (node.kind == ir::OpKind::kOptimizer) model.optimizer = node.op;

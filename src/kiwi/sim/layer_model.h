@@ -16,6 +16,10 @@ struct LayerProfile {
   int64_t parameter_bytes = 0;               // the layer's weights (training dtype)
   int64_t activation_bytes_per_sample = 0;   // forward tensors kept for backward, no checkpointing
   int64_t boundary_bytes_per_sample = 0;     // the layer's output: kept when checkpointed, sent between stages
+  // The most the layer's backward pass holds at once beyond the saved activations and the parameters'
+  // final gradients (counted with the model states): the gradients in flight and the running op's
+  // workspace (cost::OpWorkspaceBytes), in the order the training graph runs them.
+  int64_t backward_transient_bytes_per_sample = 0;
   double forward_seconds_per_sample = 0.0;   // one device, no parallelism
   double backward_seconds_per_sample = 0.0;
   int forward_kernels = 0;                   // kernels one forward pass of one micro-batch launches

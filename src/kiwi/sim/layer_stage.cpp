@@ -105,10 +105,6 @@ Result<StageMesh> MakeStageMesh(const cost::Cluster& cluster, const std::vector<
   return m;
 }
 
-// Galvatron-BMW Eq. 1 for one stage: all model states, the forward activations of every micro-batch
-// in flight (boundary only for checkpointed layers, c(f) = c(bnd)), plus the largest transient of one
-// layer: the intermediates a checkpointed layer recomputes (c(b) = c(int)) and the full parameters
-// SDP gathers. Both transients are counted at once, an upper bound when different layers cause them.
 // A checkpointed layer's kept input (its boundary, replicated over TP: Megatron keeps it whole without
 // sequence parallelism) stays; the rest of its activations come back for its backward pass.
 int64_t RecomputedBytes(const PlacedLayer& l) {
@@ -118,21 +114,34 @@ int64_t RecomputedBytes(const PlacedLayer& l) {
   return MicrobatchBytes(l, intermediate, whole);
 }
 
+// The gradients in flight are split over TP like the tensors they belong to (the head's: over the
+// vocabulary-parallel logits), so the whole transient is divided by t.
+int64_t TransientBytes(const PlacedLayer& l) {
+  const int64_t backward = MicrobatchBytes(l, l.profile.backward_transient_bytes_per_sample, 0);
+  return (l.strategy.checkpoint ? RecomputedBytes(l) : 0) + backward;
+}
+
+// Galvatron-BMW Eq. 1 for one stage: all model states, the forward activations of every micro-batch
+// in flight (boundary only for checkpointed layers, c(f) = c(bnd)), plus the largest transient of one
+// layer's backward pass: the intermediates a checkpointed layer recomputes (c(b) = c(int)) with the
+// gradients in flight and workspaces of its backward (LayerProfile::backward_transient_bytes_per_sample),
+// and the full parameters SDP gathers. Both maxima are counted at once, an upper bound when different
+// layers cause them.
 int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_flight,
                         double state_bytes_per_parameter_byte) {
-  int64_t states = 0, activations = 0, recomputed = 0, gathered = 0;
+  int64_t states = 0, activations = 0, transient = 0, gathered = 0;
   for (const PlacedLayer* l : layers) {
     states += ModelStateBytes(*l, state_bytes_per_parameter_byte);
     const LayerProfile& p = l->profile;
     if (l->strategy.checkpoint) {
       activations += MicrobatchBytes(*l, p.boundary_bytes_per_sample, p.boundary_bytes_per_sample);
-      recomputed = std::max(recomputed, RecomputedBytes(*l));
     } else {
       activations += MicrobatchBytes(*l, p.activation_bytes_per_sample, p.replicated_activation_bytes_per_sample);
     }
+    transient = std::max(transient, TransientBytes(*l));
     if (l->strategy.sdp && l->strategy.dp > 1) gathered = std::max(gathered, TpShardParameterBytes(*l));
   }
-  return states + static_cast<int64_t>(in_flight) * activations + recomputed + gathered;
+  return states + static_cast<int64_t>(in_flight) * activations + transient + gathered;
 }
 
 int64_t TpShardParameterBytes(const LayerProfile& p, int tp) {

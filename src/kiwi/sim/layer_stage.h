@@ -54,6 +54,10 @@ double OptimizerSeconds(const PlacedLayer& layer, const std::string& optimizer, 
 // Bytes a checkpointed layer's recomputation brings back per device for its backward pass.
 int64_t RecomputedBytes(const PlacedLayer& layer);
 
+// The most a layer's backward pass holds per device beyond the activations kept for it: what its
+// recomputation brings back (when checkpointed) and its gradients in flight and workspaces.
+int64_t TransientBytes(const PlacedLayer& layer);
+
 // Peak bytes per device of a stage holding `in_flight` micro-batches' activations (Eq. 1).
 int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_flight, double state_bytes_per_parameter_byte);
 

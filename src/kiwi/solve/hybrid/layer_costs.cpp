@@ -16,6 +16,7 @@ int Log2(int n) {
 bool SameProfile(const sim::LayerProfile& a, const sim::LayerProfile& b) {
   return a.parameter_bytes == b.parameter_bytes && a.activation_bytes_per_sample == b.activation_bytes_per_sample &&
          a.boundary_bytes_per_sample == b.boundary_bytes_per_sample &&
+         a.backward_transient_bytes_per_sample == b.backward_transient_bytes_per_sample &&
          a.forward_seconds_per_sample == b.forward_seconds_per_sample &&
          a.backward_seconds_per_sample == b.backward_seconds_per_sample &&
          a.forward_kernels == b.forward_kernels && a.backward_kernels == b.backward_kernels &&
@@ -35,7 +36,7 @@ StrategyCost PriceLayer(const sim::PlacedLayer& layer, const sim::LayerModel& mo
   const plan::LayerStrategy& s = layer.strategy;
   const int64_t without_activations = sim::StagePeakMemory({&layer}, 0, state_ratio);
   c.activation_bytes = sim::StagePeakMemory({&layer}, 1, state_ratio) - without_activations;
-  if (s.checkpoint) c.recompute_bytes = sim::RecomputedBytes(layer);
+  c.recompute_bytes = sim::TransientBytes(layer);
   if (s.sdp && s.dp > 1) c.gather_bytes = sim::TpShardParameterBytes(p, s.tp);
   c.state_bytes = without_activations - c.recompute_bytes - c.gather_bytes;
   sim::StageCost t;

@@ -34,7 +34,7 @@ LayerTypes GroupLayerTypes(const sim::LayerModel& model);
 struct StrategyCost {
   int64_t state_bytes = 0;        // parameters, gradients, optimizer states per device (Eq. 1 ms)
   int64_t activation_bytes = 0;   // kept activations of one micro-batch in flight (f)
-  int64_t recompute_bytes = 0;    // transient: intermediates a checkpointed layer recomputes (b = int)
+  int64_t recompute_bytes = 0;    // transient of its backward (sim::TransientBytes): recomputed intermediates (b = int), gradients in flight
   int64_t gather_bytes = 0;       // transient: full (TP-shard) parameters an SDP layer gathers
   double microbatch_seconds = 0;  // compute + recompute + communication of one micro-batch
   double sync_seconds = 0;        // gradient sync left unhidden by the backward pass, once per iteration

@@ -8,7 +8,7 @@ namespace {
 
 struct Label {
   int64_t memory = 0;     // additive bytes of the stage so far (model states + in-flight activations)
-  int64_t recompute = 0;  // largest recomputed intermediate of a checkpointed layer so far
+  int64_t recompute = 0;  // largest backward transient of a layer so far (recomputed intermediates, gradients)
   int64_t gather = 0;     // largest SDP parameter gather so far
   double cost = 0.0;      // weighted objective so far (exact mode: sum of C_s + G_s so far)
   double stage_seconds = 0.0;  // exact mode: C of the current stage so far

@@ -131,6 +131,8 @@ StagePeakBounds::StagePeakBounds(const CostTables& t, const PipelineConfig& conf
     if (!ok(j)) continue;
     gathers.push_back(t.Embedding(j).gather_bytes);
     gathers.push_back(t.Head(j).gather_bytes);
+    recomputes.push_back(t.Embedding(j).recompute_bytes);  // the loss's gradients: the head's backward transient
+    recomputes.push_back(t.Head(j).recompute_bytes);
     for (int k = 0; k < t.types().num_types(); ++k) {
       recomputes.push_back(t.Cost(k, j).recompute_bytes);
       gathers.push_back(t.Cost(k, j).gather_bytes);
