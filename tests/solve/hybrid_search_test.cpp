@@ -28,9 +28,11 @@ HybridSearchResult Search(const sim::LayerModel& model, const cost::Cluster& clu
   return r.ok() ? *r : HybridSearchResult{};
 }
 
-// Every (pp, partition, m, assignment) of a batch, simulated.
+// Every (pp, partition, m, assignment) of a batch in the search's space (TP within a node), simulated.
 std::vector<Outcome> EverythingAtBatch(const sim::LayerModel& model, const cost::Cluster& cluster, int64_t batch) {
   std::vector<Outcome> all;
+  StrategySpaceOptions space;
+  if (cluster.num_nodes > 1) space.max_tp = cluster.devices_per_node;
   const int layers = static_cast<int>(model.layers.size());
   for (int pp : PowerOfTwoDivisors(cluster.NumDevices())) {
     if (pp > layers) continue;
@@ -42,7 +44,7 @@ std::vector<Outcome> EverythingAtBatch(const sim::LayerModel& model, const cost:
         shape.pp_partition = partition;
         shape.global_batch = batch;
         shape.micro_batches = m;
-        std::vector<Outcome> some = AllOutcomes(model, cluster, shape);
+        std::vector<Outcome> some = AllOutcomes(model, cluster, shape, space);
         all.insert(all.end(), some.begin(), some.end());
       }
     }
@@ -79,6 +81,7 @@ TEST(SearchHybridPlan, ExhaustivePartitionsEqualBruteForce) {
     EXPECT_TRUE(r.proven);
     EXPECT_NEAR(r.simulated.throughput_samples_per_second, BestThroughput(all, budget), 1e-9 * BestThroughput(all, budget))
         << "budget " << budget;
+    for (const plan::LayerStrategy& l : r.plan.layers) EXPECT_LE(l.tp, cluster.devices_per_node);  // TP within a node
   }
 }
 

@@ -77,6 +77,7 @@ inline std::vector<Outcome> AllOutcomes(const sim::LayerModel& model, const cost
   for (const plan::LayerStrategy& s : LayerStrategies(cluster.NumDevices() / shape.pp_degree, space))
     if ((shape.global_batch / shape.micro_batches) % s.dp == 0) options.push_back(s);
   std::vector<Outcome> out;
+  if (options.empty()) return out;  // no strategy of the space divides the micro-batch
   plan::LayerPlan p = shape;
   p.layers.assign(model.layers.size(), options.front());
   std::function<void(size_t)> visit = [&](size_t layer) {

@@ -47,7 +47,15 @@ class Search {
         options_(options),
         space_(SpaceOf(options.method, cluster.NumDevices(), static_cast<int>(model.layers.size()))),
         mode_(options.partitions.value_or(space_.partitions)),
-        num_layers_(static_cast<int>(model.layers.size())) {}
+        num_layers_(static_cast<int>(model.layers.size())) {
+    // The searching methods keep TP within a node: Megatron-LM's guideline (Narayanan et al. 2021,
+    // takeaway #1: TP up to the GPUs of a server, PP across servers) and Galvatron's default
+    // (max_tp_deg 8); TP's per-layer all-reduces across nodes run at a rail's speed, not NVLink's.
+    // The baselines keep their definitions (the TP baseline is TP over every device).
+    const bool searching = options.method == Method::kBmw || options.method == Method::kBase ||
+                           options.method == Method::kGalvatron;
+    if (searching && cluster.num_nodes > 1) space_.strategies.max_tp = cluster.devices_per_node;
+  }
 
   Result<HybridSearchResult> Run();
 

@@ -47,6 +47,7 @@ void GrowTrees(int remaining, std::vector<TreeLevel>& levels, const StrategySpac
     if (is_data && !o.mix_dp_sdp && Uses(levels, twin)) continue;
     for (int degree = 2; degree <= remaining; degree *= 2) {
       if (remaining % degree != 0) continue;
+      if (p == Paradigm::kTp && o.max_tp > 0 && degree > o.max_tp) continue;
       levels.push_back({p, degree});
       GrowTrees(remaining / degree, levels, o, out);
       levels.pop_back();
@@ -117,6 +118,7 @@ std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const Strate
   for (int tp : PowerOfTwoDivisors(stage_devices)) {
     const int dp = stage_devices / tp;
     if (tp > 1 && !o.allow_tp) continue;
+    if (o.max_tp > 0 && tp > o.max_tp) continue;
     for (bool sdp : {false, true}) {
       if (dp > 1 && !(sdp ? o.allow_sdp : o.allow_dp)) continue;
       if (dp == 1 && sdp) continue;  // SDP over one device is no sharding: the same strategy as DP1

@@ -45,6 +45,7 @@ struct StrategySpaceOptions {
   bool allow_tp = true;          // Megatron tensor parallelism with degree > 1
   bool allow_checkpoint = true;  // CKPT on or off per layer
   bool mix_dp_sdp = false;       // keep the DP+SDP trees that Takeaway #3 removes
+  int max_tp = 0;                // the largest TP degree, 0 = any (the search: a node's GPUs)
 };
 
 // The leaves of the trees for one PP degree: `num_devices` / pp devices per group. Deterministic
