@@ -24,8 +24,8 @@ struct Case {
   Partition partition;
 };
 
-void ExpectSolverMatchesBruteForce(const Case& c, const cost::Cluster& cluster) {
-  const sim::LayerModel model = TwoTypeModel(c.encoders, c.decoders);
+void ExpectSolverMatchesBruteForce(const Case& c, const cost::Cluster& cluster,
+                                   const sim::LayerModel& model) {
   const LayerTypes types = GroupLayerTypes(model);
   const cost::CostModel cm = TestCostModel(cluster);
   MeshCache meshes;
@@ -54,6 +54,29 @@ void ExpectSolverMatchesBruteForce(const Case& c, const cost::Cluster& cluster) 
     EXPECT_FALSE(cut.feasible);
     EXPECT_TRUE(cut.cut_off);
   }
+}
+
+void ExpectSolverMatchesBruteForce(const Case& c, const cost::Cluster& cluster) {
+  ExpectSolverMatchesBruteForce(c, cluster, TwoTypeModel(c.encoders, c.decoders));
+}
+
+// With Adam's step (once per iteration, the slowest stage's; ZeRO-3 shards it) and backward transients
+// (the largest of a stage's layers counts), the DP still finds what brute force finds and proves it.
+sim::LayerModel SteppedModel(int encoders, int decoders) {
+  sim::LayerModel m = TwoTypeModel(encoders, decoders);
+  m.optimizer = "adam";
+  for (sim::LayerProfile& p : m.layers) p.backward_transient_bytes_per_sample = p.name == "enc" ? 3'000'000 : 5'000'000;
+  m.head.backward_transient_bytes_per_sample = 9'000'000;
+  return m;
+}
+
+TEST(SolvePartition, WithTheOptimizerStepAndBackwardTransientsEqualsBruteForce) {
+  const cost::Cluster cluster = TestCluster(2, 2);
+  ExpectSolverMatchesBruteForce({2, 2, {1, 8, 2, plan::PipelineSchedule::k1F1B}, {4}}, cluster, SteppedModel(2, 2));
+  for (const Partition& p : {Partition{2, 3}, Partition{4, 1}})
+    ExpectSolverMatchesBruteForce({3, 2, {2, 8, 4, plan::PipelineSchedule::k1F1B}, p}, cluster, SteppedModel(3, 2));
+  ExpectSolverMatchesBruteForce({2, 4, {2, 4, 1, plan::PipelineSchedule::k1F1B}, {2, 4}}, cluster, SteppedModel(2, 4));
+  ExpectSolverMatchesBruteForce({3, 3, {4, 8, 4, plan::PipelineSchedule::k1F1B}, {2, 2, 1, 1}}, cluster, SteppedModel(3, 3));
 }
 
 TEST(SolvePartition, OneStageEqualsBruteForce) {

@@ -13,16 +13,21 @@ struct Label {
   double cost = 0.0;      // weighted objective so far (exact mode: sum of C_s + G_s so far)
   double stage_seconds = 0.0;  // exact mode: C of the current stage so far
   double slowest = 0.0;        // exact mode: largest C_s of the finished stages
+  double stage_optimizer = 0.0;    // exact mode: O of the current stage so far (its optimizer step)
+  double slowest_optimizer = 0.0;  // exact mode: largest O_s of the finished stages
   int32_t parent = -1;    // index in the previous layer's labels
   int16_t strategy = -1;
   int16_t dp = 0;         // DP index of `strategy`
   int64_t Peak() const { return memory + recompute + gather; }
   double Bottleneck() const { return std::max(slowest, stage_seconds); }
+  double OptimizerStep() const { return std::max(slowest_optimizer, stage_optimizer); }
 };
 
-// Exact mode: Eq. 8 of a finished (or a lower bound of an unfinished) chain of stages.
+// Exact mode: Eq. 8 plus the slowest stage's optimizer step (every stage steps at once after the
+// flush, as EstimatePipeline and the simulator have it) of a finished (or a lower bound of an
+// unfinished) chain of stages.
 double PipelineSeconds(const LayerDpProblem& p, const Label& l) {
-  return (p.micro_batches - 1) * l.Bottleneck() + l.cost;
+  return (p.micro_batches - 1) * l.Bottleneck() + l.cost + l.OptimizerStep();
 }
 
 // A strategy as one layer of one stage sees it: weighted time and the memory terms (Eq. 1, 4).
@@ -32,6 +37,7 @@ struct Option {
   double cost = 0.0;       // weight * c + g (+ the embeddings on the first layer, the head on the last)
   double seconds = 0.0;    // c
   double weight = 1.0;
+  double optimizer = 0.0;  // the optimizer step over the layer's states (exact mode's O_s)
   int64_t memory = 0;      // states + in_flight * activations
   int64_t recompute = 0;
   int64_t gather = 0;
@@ -40,6 +46,7 @@ struct Option {
 void Absorb(const StrategyCost& c, double weight, int in_flight, Option& o) {
   o.cost += weight * c.microbatch_seconds + c.sync_seconds;
   o.seconds += c.microbatch_seconds;
+  o.optimizer += c.optimizer_seconds;
   o.memory += c.state_bytes + in_flight * c.activation_bytes;
   o.recompute = std::max(o.recompute, c.recompute_bytes);
   o.gather = std::max(o.gather, c.gather_bytes);
@@ -52,8 +59,11 @@ std::vector<Option> LayerOptions(const LayerDpProblem& p, const DpStage& stage, 
   std::vector<Option> all;
   for (int j = 0; j < t.num_strategies(); ++j) {
     if (!p.allowed.empty() && !p.allowed[static_cast<size_t>(j)]) continue;
-    Option o{j, t.DpIndex(j), 0.0, 0.0, stage.weight, 0, 0, 0};
+    Option o{j, t.DpIndex(j), 0.0, 0.0, stage.weight, 0.0, 0, 0, 0};
     Absorb(t.LayerCost(layer, j), stage.weight, stage.in_flight, o);
+    // One stage steps its optimizer alone: O is a sum over its layers, and the weighted objective with
+    // it is the estimate itself. Over several stages only exact mode prices max_s O_s.
+    if (!p.exact && p.stages.size() == 1) o.cost += o.optimizer;
     if (o.memory + o.recompute + o.gather <= budget) all.push_back(o);
   }
   std::vector<Option> kept;
@@ -63,9 +73,9 @@ std::vector<Option> LayerOptions(const LayerDpProblem& p, const DpStage& stage, 
       const Option &x = all[a], &y = all[b];
       if (a == b || x.dp != y.dp) continue;
       const bool no_worse = y.cost <= x.cost && y.memory <= x.memory && y.recompute <= x.recompute &&
-                            y.gather <= x.gather && (!p.exact || y.seconds <= x.seconds);
+                            y.gather <= x.gather && (!p.exact || (y.seconds <= x.seconds && y.optimizer <= x.optimizer));
       const bool equal = y.cost == x.cost && y.memory == x.memory && y.recompute == x.recompute &&
-                         y.gather == x.gather && y.seconds == x.seconds;
+                         y.gather == x.gather && y.seconds == x.seconds && y.optimizer == x.optimizer;
       dominated = no_worse && (!equal || b < a);
     }
     if (!dominated) kept.push_back(all[a]);
@@ -102,7 +112,8 @@ std::vector<Label> ParetoLabels(std::vector<Label> labels) {
   return kept;
 }
 
-// Exact mode: y beats x when it is also no slower in the current stage and no worse a bottleneck.
+// Exact mode: y beats x when it is also no slower in the current stage, no worse a bottleneck, and no
+// slower an optimizer step (its stage's so far, and the slowest of the finished stages).
 // Pairwise (quadratic): this mode only runs when the weighted DP could not prove its plan optimal.
 std::vector<Label> ExactParetoLabels(std::vector<Label> labels) {
   std::sort(labels.begin(), labels.end(), [](const Label& a, const Label& b) {
@@ -115,6 +126,7 @@ std::vector<Label> ExactParetoLabels(std::vector<Label> labels) {
     for (auto it = kept.rbegin(); it != kept.rend(); ++it) {  // near in cost first: likelier to beat x
       const Label& y = *it;
       beaten = y.stage_seconds <= x.stage_seconds && y.Bottleneck() <= x.Bottleneck() &&
+               y.stage_optimizer <= x.stage_optimizer && y.OptimizerStep() <= x.OptimizerStep() &&
                y.memory + std::max<int64_t>(y.recompute - x.recompute, 0) + std::max<int64_t>(y.gather - x.gather, 0) <=
                    x.memory;
       if (beaten) break;
@@ -174,15 +186,21 @@ std::vector<int32_t> EntryLabels(const LayerDpProblem& p, const std::vector<Labe
   for (size_t k = 0; k < ends.size(); ++k) order[k] = static_cast<int32_t>(k);
   std::stable_sort(order.begin(), order.end(),
                    [&](int32_t a, int32_t b) { return ends[static_cast<size_t>(a)].cost < ends[static_cast<size_t>(b)].cost; });
-  std::vector<double> lowest(static_cast<size_t>(num_dp), std::numeric_limits<double>::infinity());
+  std::vector<bool> taken(static_cast<size_t>(num_dp), false);
   std::vector<int32_t> out;
   for (int32_t k : order) {
     const Label& l = ends[static_cast<size_t>(k)];
-    double& low = lowest[static_cast<size_t>(l.dp)];
-    if (p.exact ? l.slowest < low : low == std::numeric_limits<double>::infinity()) {
-      low = p.exact ? l.slowest : 0.0;
-      out.push_back(k);
+    if (!p.exact) {  // the cheapest of each DP degree
+      if (!taken[static_cast<size_t>(l.dp)]) out.push_back(k);
+      taken[static_cast<size_t>(l.dp)] = true;
+      continue;
     }
+    // Exact: unless a cheaper kept label of its DP degree has no worse a bottleneck and optimizer step.
+    const bool beaten = std::any_of(out.begin(), out.end(), [&](int32_t j) {
+      const Label& y = ends[static_cast<size_t>(j)];
+      return y.dp == l.dp && y.slowest <= l.slowest && y.slowest_optimizer <= l.slowest_optimizer;
+    });
+    if (!beaten) out.push_back(k);
   }
   return out;
 }
@@ -199,6 +217,7 @@ Sources StageEntry(const LayerDpProblem& p, const std::vector<Label>& previous, 
     l.cost += weight_before * send;
     l.stage_seconds += send;
     l.slowest = l.Bottleneck();
+    l.slowest_optimizer = l.OptimizerStep();
   }
   Sources s;
   s.stage_start = true;
@@ -207,6 +226,7 @@ Sources StageEntry(const LayerDpProblem& p, const std::vector<Label>& previous, 
     const double receive = t.PointToPoint(type, entry.dp);
     entry.cost += weight_after * receive;
     entry.stage_seconds = receive;
+    entry.stage_optimizer = 0.0;
     entry.memory = entry.recompute = entry.gather = 0;
     s.labels.push_back(entry);
     s.ids.push_back(k);
@@ -228,7 +248,7 @@ struct LayerBounds {
 double ExactBound(const LayerDpProblem& p, const LayerBounds& b, int layer, const Label& l) {
   const size_t i = static_cast<size_t>(layer);
   const double slowest = std::max({l.slowest, l.stage_seconds + b.later_stage_seconds[i], b.later_stages_slowest[i]});
-  return (p.micro_batches - 1) * slowest + l.cost;
+  return (p.micro_batches - 1) * slowest + l.cost + l.OptimizerStep();
 }
 
 std::vector<Label> Extend(const LayerDpProblem& p, const Sources& sources, const LayerBounds& bounds, int layer,
@@ -250,6 +270,8 @@ std::vector<Label> Extend(const LayerDpProblem& p, const Sources& sources, const
       l.cost = src.cost + o.cost + o.weight * reshard;
       l.stage_seconds = src.stage_seconds + o.seconds + reshard;
       l.slowest = src.slowest;
+      l.stage_optimizer = src.stage_optimizer + o.optimizer;
+      l.slowest_optimizer = src.slowest_optimizer;
       if ((p.exact ? ExactBound(p, bounds, layer, l) : l.cost) >= cutoff) {
         r.cut_off = true;
         continue;

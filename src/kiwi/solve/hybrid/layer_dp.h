@@ -17,11 +17,12 @@
 // objective is sum_s weight_s * C_s + G_s: with weight m on one stage and 1 on the others it is Eq. 8
 // when that stage is the slowest (pipeline_solver.h); with one stage and weight m it is Eq. 8 itself.
 //
-// Exact mode (`exact`): the objective is Eq. 8 itself, (m - 1) max_s C_s + sum_s (C_s + G_s). Labels
-// also carry the current stage's C and the largest C of the finished stages, a label is dropped only
-// when another is no worse on all three and on memory, and a stage starts from every such label of
-// the previous one. Slower (three criteria), so the pipeline solver uses it only when the weighted
-// runs could not prove their plan optimal.
+// Exact mode (`exact`): the objective is Eq. 8 plus the slowest stage's optimizer step, as the estimate
+// has it: (m - 1) max_s C_s + sum_s (C_s + G_s) + max_s O_s. Labels also carry the current stage's C and
+// O and the largest C and O of the finished stages, a label is dropped only when another is no worse
+// on all of them and on memory, and a stage starts from every such label of the previous one. Slower,
+// so the pipeline solver uses it only when the weighted runs could not prove their plan optimal. The
+// weighted objective leaves O out (a valid bound), but for one stage, where O adds up over the layers.
 #include <cstdint>
 #include <limits>
 #include <vector>

@@ -94,7 +94,8 @@ struct Progress {
 // plans found so far. Every run bounds Eq. 8 from below; it stops when a plan meets the bound.
 void WeightedRuns(const PartitionProblem& p, const std::vector<DpStage>& stages, Progress& g) {
   const size_t num_stages = stages.size();
-  // One stage: Eq. 8 is m C + G, a sum over layers. One micro-batch: sum_s (C_s + G_s). Both exact.
+  // One stage: Eq. 8 + O is m C + G + O, a sum over layers (exact). One micro-batch: sum_s (C_s + G_s),
+  // exact but for max_s O_s, which only the exact run prices.
   const bool separable = num_stages == 1 || p.config.micro_batches == 1;
   std::vector<double> hits(num_stages, 0.0);
   hits[static_cast<size_t>(separable ? 0 : LikelySlowest(p, stages))] = 1.0;
