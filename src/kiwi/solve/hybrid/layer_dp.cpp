@@ -61,9 +61,7 @@ std::vector<Option> LayerOptions(const LayerDpProblem& p, const DpStage& stage, 
     if (!p.allowed.empty() && !p.allowed[static_cast<size_t>(j)]) continue;
     Option o{j, t.DpIndex(j), 0.0, 0.0, stage.weight, 0.0, 0, 0, 0};
     Absorb(t.LayerCost(layer, j), stage.weight, stage.in_flight, o);
-    // One stage steps its optimizer alone: O is a sum over its layers, and the weighted objective with
-    // it is the estimate itself. Over several stages only exact mode prices max_s O_s.
-    if (!p.exact && p.stages.size() == 1) o.cost += o.optimizer;
+    if (!p.exact) o.cost += stage.optimizer_weight * o.optimizer;  // exact mode: max_s O_s in PipelineSeconds
     if (o.memory + o.recompute + o.gather <= budget) all.push_back(o);
   }
   std::vector<Option> kept;

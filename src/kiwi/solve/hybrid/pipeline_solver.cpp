@@ -42,12 +42,16 @@ int LikelySlowest(const PartitionProblem& p, const std::vector<DpStage>& stages)
   return slowest;
 }
 
-// The DP with weight 1 + (m - 1) lambda_s on stage s (lambda on the simplex: the objective is then
-// at most Eq. 8 for every assignment), or Eq. 8 itself in exact mode.
+// The DP with weight 1 + (m - 1) lambda_s on stage s's C_s and lambda_s on its optimizer step O_s
+// (lambda on the simplex: the objective is then at most Eq. 8 + max_s O_s for every assignment), or
+// that itself in exact mode.
 LayerDpResult RunWeighted(const PartitionProblem& p, std::vector<DpStage> stages, const std::vector<double>& lambda,
                           double cutoff, bool exact = false) {
   const double m = p.config.micro_batches;
-  for (size_t s = 0; s < stages.size(); ++s) stages[s].weight = exact ? 1.0 : 1.0 + (m - 1.0) * lambda[s];
+  for (size_t s = 0; s < stages.size(); ++s) {
+    stages[s].weight = exact ? 1.0 : 1.0 + (m - 1.0) * lambda[s];
+    stages[s].optimizer_weight = exact ? 0.0 : lambda[s];  // sum_s lambda_s O_s <= max_s O_s
+  }
   LayerDpProblem problem{p.tables, std::move(stages), p.budget, p.allowed, p.max_labels, cutoff};
   problem.exact = exact;
   problem.micro_batches = p.config.micro_batches;
@@ -94,8 +98,8 @@ struct Progress {
 // plans found so far. Every run bounds Eq. 8 from below; it stops when a plan meets the bound.
 void WeightedRuns(const PartitionProblem& p, const std::vector<DpStage>& stages, Progress& g) {
   const size_t num_stages = stages.size();
-  // One stage: Eq. 8 + O is m C + G + O, a sum over layers (exact). One micro-batch: sum_s (C_s + G_s),
-  // exact but for max_s O_s, which only the exact run prices.
+  // One stage: Eq. 8 + O is m C + G + O, a sum over layers (exact). One micro-batch: sum_s (C_s + G_s)
+  // + lambda_s O_s, exact when lambda sits on the stage with the largest O.
   const bool separable = num_stages == 1 || p.config.micro_batches == 1;
   std::vector<double> hits(num_stages, 0.0);
   hits[static_cast<size_t>(separable ? 0 : LikelySlowest(p, stages))] = 1.0;
