@@ -144,8 +144,10 @@ constexpr double kMegatronLaunchSeconds = 35.0 * kMicro;
 
 // What a Megatron-LM process holds on each GPU beyond its tensors: the CUDA context with PyTorch's
 // kernels (~0.5-1 GiB), cuBLAS workspaces, NCCL buffers of its TP, DP and PP communicators (~1 GiB)
-// and the caching allocator's fragmentation. Assumption, 3 GiB, until a GPU measures it (`kiwi
-// profile`); Galvatron keeps 1 GiB of context per stage plus 20% of memory for the same reasons.
+// and the caching allocator's fragmentation: 3 GiB. Measured on an H200 with PyTorch 2.11
+// (docs/fidelity.md, "One GPU"): 751 MiB of context and libraries outside the allocator, 574 MiB per
+// NCCL communicator, 0.2-3.1 GiB of fragmentation, so about 2.5 GiB before fragmentation with TP, DP
+// and PP communicators. Galvatron keeps 1 GiB of context per stage plus 20% of memory for the same reasons.
 constexpr int64_t kMegatronReservedBytes = 3 * kGiB;
 
 // A DGX system of `nodes` nodes of 8 GPUs on NVSwitch, one network adapter per GPU (rails).
