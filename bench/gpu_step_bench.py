@@ -35,6 +35,8 @@ from typing import Any, Dict, List, Optional
 # and a 12-layer hidden-2048 model whose GEMMs fill the device.
 CONFIGS = [(dt, 4, 1024, 16, 1024, b, ck) for dt in ("f32", "bf16") for b in (1, 4, 8, 16) for ck in (False, True)]
 CONFIGS += [("bf16", 12, 2048, 16, 1024, b, ck) for b in (1, 8) for ck in (False, True)]
+# --quick: kiwi's default job's model at batch 4 and 16 (a device check that fits in two minutes).
+QUICK_CONFIGS = [c for c in CONFIGS if c[1] == 4 and c[5] in (4, 16)]
 VOCAB = 50257  # GPT-2
 WARMUP, STEPS = 3, 10
 
@@ -219,7 +221,7 @@ def measure_communicator() -> Dict[str, Any]:
     return {"nccl_communicator_bytes": after - before}
 
 
-def measure(out: str) -> int:
+def measure(out: str, configs: Optional[List[tuple]] = None) -> int:
     import torch
     if not torch.cuda.is_available():
         print("gpu_step_bench: no CUDA device", file=sys.stderr)
@@ -227,7 +229,7 @@ def measure(out: str) -> int:
     props = torch.cuda.get_device_properties(0)
     doc: Dict[str, Any] = {"device": props.name, "multiprocessors": props.multi_processor_count,
                            "memory_bytes": props.total_memory, "torch": torch.__version__, "rows": []}
-    for config in CONFIGS:
+    for config in configs or CONFIGS:
         code = (f"import json, sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
                 f"import gpu_step_bench as b; print(json.dumps(b.measure_one(*{list(config)!r})))")
         run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -268,6 +270,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("measure", help="run the steps on this machine's GPU")
     m.add_argument("--out", required=True)
+    m.add_argument("--quick", action="store_true", help="only the 4-layer model at batch 4 and 16 (8 rows)")
     m.add_argument("--profile-out", default=None,
                    help="then profile the GPU (kiwi profile --device cuda --dtypes bf16,f32) into this file")
     b = sub.add_parser("breakdown", help="phases and top kernels of one configuration, on this machine's GPU")
@@ -282,7 +285,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     c.add_argument("--profile", default=None)
     args = parser.parse_args(argv)
     if args.command == "measure":
-        status = measure(args.out)
+        status = measure(args.out, QUICK_CONFIGS if args.quick else None)
         return status if status or not args.profile_out else profile_device(args.profile_out)
     if args.command == "breakdown":
         globals()["VOCAB"] = args.vocab  # build() and setup() read the module's vocabulary

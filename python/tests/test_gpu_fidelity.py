@@ -20,11 +20,14 @@ def _bench():
     return module
 
 
+def _rows(name):
+    with open(os.path.join(ROOT, "bench", "measurements", name)) as f:
+        return _bench().compare_rows(json.load(f), None)
+
+
 @pytest.fixture(scope="module")
 def rows():
-    with open(os.path.join(ROOT, "bench", "measurements", "h200-gpt-steps.json")) as f:
-        doc = json.load(f)
-    return _bench().compare_rows(doc, None)
+    return _rows("h200-gpt-steps.json")
 
 
 def test_every_measured_configuration_is_predicted(rows):
@@ -52,3 +55,12 @@ def test_peak_tensor_memory_within_7_percent_on_average_and_never_far_below(rows
     errors = [r["tensor_error"] for r in rows]
     assert statistics.mean(abs(e) for e in errors) <= 0.07, errors
     assert min(errors) >= -0.15, errors
+
+
+def test_an_h100_too():
+    # The same bench's --quick rows on an H100 (80 GB HBM3, 3.35 TB/s): the H100's datasheet, same model.
+    h100 = _rows("h100-gpt-steps.json")
+    assert len(h100) == 8
+    assert statistics.mean(abs(r["time_error"]) for r in h100) <= 0.15
+    assert statistics.mean(abs(r["tensor_error"]) for r in h100) <= 0.07
+    assert min(r["tensor_error"] for r in h100) >= 0.0  # upper bounds at batch 4 and 16
