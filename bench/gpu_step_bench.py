@@ -221,6 +221,17 @@ def measure_communicator() -> Dict[str, Any]:
     return {"nccl_communicator_bytes": after - before}
 
 
+def in_own_process(call: str) -> Dict[str, Any]:
+    """`call` (a function of this file and its arguments, in Python) run in a fresh interpreter, so that
+    no CUDA or allocator state carries over: its JSON result, or {"error": its last line on stderr}."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    code = f"import json, sys; sys.path.insert(0, {here!r}); import gpu_step_bench as b; print(json.dumps(b.{call}))"
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    if run.returncode != 0:
+        return {"error": run.stderr.strip().splitlines()[-1:]}
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
 def measure(out: str, configs: Optional[List[tuple]] = None) -> int:
     import torch
     if not torch.cuda.is_available():
@@ -230,21 +241,13 @@ def measure(out: str, configs: Optional[List[tuple]] = None) -> int:
     doc: Dict[str, Any] = {"device": props.name, "multiprocessors": props.multi_processor_count,
                            "memory_bytes": props.total_memory, "torch": torch.__version__, "rows": []}
     for config in configs or CONFIGS:
-        code = (f"import json, sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
-                f"import gpu_step_bench as b; print(json.dumps(b.measure_one(*{list(config)!r})))")
-        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-        if run.returncode != 0:
-            row = {"config": list(config), "error": run.stderr.strip().splitlines()[-1:]}
-        else:
-            row = json.loads(run.stdout.strip().splitlines()[-1])
+        row = in_own_process(f"measure_one(*{list(config)!r})")
+        if "error" in row:
+            row["config"] = list(config)
         doc["rows"].append(row)
         write_json(doc, out)  # after every row: a run cut off keeps what it measured
         print(f"gpu_step_bench: {config}: {row.get('step_seconds', row.get('error'))}", file=sys.stderr, flush=True)
-    code = (f"import json, sys; sys.path.insert(0, {os.path.dirname(os.path.abspath(__file__))!r}); "
-            f"import gpu_step_bench as b; print(json.dumps(b.measure_communicator()))")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    doc["communicator"] = json.loads(run.stdout.strip().splitlines()[-1]) if run.returncode == 0 else \
-        {"error": run.stderr.strip().splitlines()[-1:]}
+    doc["communicator"] = in_own_process("measure_communicator()")
     write_json(doc, out)
     return 0
 

@@ -31,14 +31,12 @@ constexpr KindEfficiency kGemmLikeEfficiency[] = {
 // Background" guide discusses wave quantization with it).
 constexpr int64_t kGemmTile = 128;
 
-// cuBLAS runs a 16-bit GEMM on its tensor-core kernels only when the matrices' leading dimensions are
-// multiples of 8 elements (16 bytes; NVIDIA's "Matrix Multiplication Background" guide, "Tensor Core
-// Requirements"); otherwise it falls back to slower kernels. Measured on an H200 with PyTorch 2.11
+// A 16-bit GEMM off the tensor cores' alignment (kTensorCoreAlignment, profile.h) runs in cuBLAS's
+// slower fallback kernels. Measured on an H200 with PyTorch 2.11
 // (docs/fidelity.md, "One GPU"): the LM-head GEMMs of a 50,257-word vocabulary, forward and both
 // gradients, ran at 95-147 TFLOP/s, median 139 = 0.14 of the 989 TFLOP/s bf16 peak, where the model's
 // aligned GEMMs ran at 0.6-0.75 of it.
 constexpr double kMisalignedTensorCoreEfficiency = 0.14;
-constexpr int64_t kTensorCoreAlignment = 8;
 
 // Memory traffic of an optimizer step over the bytes of reading its inputs once (the graph's
 // bytes_accessed: parameters, gradients, states). PyTorch's Adam (single-tensor and foreach,
@@ -187,10 +185,10 @@ bool CostModel::MisalignedForTensorCores(const ir::Node& node) const {
   const ir::DType dtype = node.output.dtype;
   if (device_.multiprocessors <= 0 || (dtype != ir::DType::kF16 && dtype != ir::DType::kBF16)) return false;
   if (device_.PeakFlops(dtype) <= device_.PeakFlops(ir::DType::kF32)) return false;  // no tensor cores for it
-  const ir::Shape& shape = node.output.shape;
-  if ((node.kind != OpKind::kMatmul && node.kind != OpKind::kBatchMatmul) || shape.size() < 2) return false;
-  const std::optional<GemmShape> gemm = GemmShapeOf(node);
+  if (node.kind != OpKind::kMatmul && node.kind != OpKind::kBatchMatmul) return false;
+  const std::optional<GemmShape> gemm = GemmShapeOf(node);  // nullopt below 2 output dims
   if (!gemm) return false;
+  const ir::Shape& shape = node.output.shape;
   const auto misaligned = [](int64_t extent) { return extent % kTensorCoreAlignment != 0; };
   return misaligned(shape[shape.size() - 1]) || misaligned(shape[shape.size() - 2]) || misaligned(gemm->k);
 }

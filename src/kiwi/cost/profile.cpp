@@ -26,8 +26,7 @@ bool SameVariant(const GemmSample& s, std::string_view op) { return GradSuffix(s
 // CostModel::MisalignedForTensorCores reads an op): the output's columns and, but for a weight's
 // gradient (whose depth is the tokens), the depth.
 bool TensorCoreAligned(std::string_view op, int64_t n, int64_t k) {
-  constexpr int64_t kAlignment = 8;
-  return n % kAlignment == 0 && (GradSuffix(op) == "_grad_b" || k % kAlignment == 0);
+  return n % kTensorCoreAlignment == 0 && (GradSuffix(op) == "_grad_b" || k % kTensorCoreAlignment == 0);
 }
 
 }  // namespace

@@ -64,6 +64,11 @@ struct DeviceProfile {
   }
 };
 
+// cuBLAS runs a 16-bit GEMM on its tensor-core kernels only when the matrices' leading dimensions are
+// multiples of this many elements (16 bytes; NVIDIA's "Matrix Multiplication Background" guide, "Tensor
+// Core Requirements"); CostModel::MisalignedForTensorCores and the profile's alignment classes use it.
+inline constexpr int64_t kTensorCoreAlignment = 8;
+
 // Achieved FLOP/s of an m x n x k GEMM of IR op `op` in `dtype` from the samples of that op (the
 // forward op's when none was measured: "batch_matmul_grad_a" uses "matmul_grad_a", then "matmul") and
 // dtype: a sample's rate

@@ -144,13 +144,13 @@ bool InHead(const ir::Node& node) { return node.scope == "head" || node.scope.rf
 // batch), indexed by layer, then the embeddings, then the head. The graph runs in node order, each
 // backward tensor live from its op until its last reader; final gradients (read by the optimizer) are
 // model states, not transients.
-std::vector<int64_t> BackwardTransients(const ir::Graph& graph, const ir::LayerView& view) {
+std::vector<int64_t> BackwardTransients(const ir::Graph& graph, const ir::LayerView& view,
+                                        const std::vector<std::vector<ir::NodeId>>& readers) {
   const size_t layers = view.layers.size(), embedding = layers, head = layers + 1;
   std::vector<size_t> part(static_cast<size_t>(graph.size()), head + 1);  // head + 1: not in any part
   for (size_t i = 0; i < layers; ++i)
     for (ir::NodeId id : view.layers[i].backward) part[static_cast<size_t>(id)] = i;
   for (ir::NodeId id : view.other) part[static_cast<size_t>(id)] = InHead(graph.node(id)) ? head : embedding;
-  const std::vector<std::vector<ir::NodeId>> readers = graph.Consumers();
   std::vector<size_t> unread(static_cast<size_t>(graph.size()), 0);
   std::vector<bool> counted(static_cast<size_t>(graph.size()), false);
   for (const ir::Node& n : graph.nodes()) {
@@ -232,11 +232,10 @@ LayerProfile OtherPart(const ir::Graph& graph, std::span<const ir::NodeId> ids, 
 }
 
 // Embeddings, head, loss: the nodes of no layer, split by scope ("head": the last stage's part).
-void FillOther(const ir::Graph& graph, const ir::LayerView& view, int64_t graph_batch,
-               const cost::CostModel& cost_model, LayerModel& model) {
+void FillOther(const ir::Graph& graph, const ir::LayerView& view, const std::vector<std::vector<ir::NodeId>>& readers,
+               int64_t graph_batch, const cost::CostModel& cost_model, LayerModel& model) {
   std::vector<ir::NodeId> embedding, head;
   for (ir::NodeId id : view.other) (InHead(graph.node(id)) ? head : embedding).push_back(id);
-  const std::vector<std::vector<ir::NodeId>> readers = graph.Consumers();
   const int64_t vocab = VocabularySize(graph, view.other);
   model.embedding = OtherPart(graph, embedding, readers, vocab, false, graph_batch, cost_model);
   model.head = OtherPart(graph, head, readers, vocab, true, graph_batch, cost_model);
@@ -256,8 +255,9 @@ Result<LayerModel> BuildLayerModel(const ir::Graph& training, int64_t graph_batc
   const std::vector<bool> saved = SavedForBackward(training);
   for (const ir::Layer& layer : view->layers)
     model.layers.push_back(ProfileOf(training, layer, graph_batch, cost_model, saved));
-  FillOther(training, *view, graph_batch, cost_model, model);
-  const std::vector<int64_t> transients = BackwardTransients(training, *view);
+  const std::vector<std::vector<ir::NodeId>> readers = training.Consumers();
+  FillOther(training, *view, readers, graph_batch, cost_model, model);
+  const std::vector<int64_t> transients = BackwardTransients(training, *view, readers);
   for (size_t i = 0; i < model.layers.size(); ++i)
     model.layers[i].backward_transient_bytes_per_sample = CeilDiv(transients[i], graph_batch);
   model.embedding.backward_transient_bytes_per_sample = CeilDiv(transients[model.layers.size()], graph_batch);

@@ -43,11 +43,11 @@ struct Option {
   int64_t gather = 0;
 };
 
-void Absorb(const StrategyCost& c, double weight, int in_flight, Option& o) {
-  o.cost += weight * c.microbatch_seconds + c.sync_seconds;
+void Absorb(const StrategyCost& c, const DpStage& stage, Option& o) {
+  o.cost += stage.weight * c.microbatch_seconds + stage.optimizer_weight * c.optimizer_seconds + c.sync_seconds;
   o.seconds += c.microbatch_seconds;
   o.optimizer += c.optimizer_seconds;
-  o.memory += c.state_bytes + in_flight * c.activation_bytes;
+  o.memory += c.state_bytes + stage.in_flight * c.activation_bytes;
   o.recompute = std::max(o.recompute, c.recompute_bytes);
   o.gather = std::max(o.gather, c.gather_bytes);
 }
@@ -60,8 +60,7 @@ std::vector<Option> LayerOptions(const LayerDpProblem& p, const DpStage& stage, 
   for (int j = 0; j < t.num_strategies(); ++j) {
     if (!p.allowed.empty() && !p.allowed[static_cast<size_t>(j)]) continue;
     Option o{j, t.DpIndex(j), 0.0, 0.0, stage.weight, 0.0, 0, 0, 0};
-    Absorb(t.LayerCost(layer, j), stage.weight, stage.in_flight, o);
-    if (!p.exact) o.cost += stage.optimizer_weight * o.optimizer;  // exact mode: max_s O_s in PipelineSeconds
+    Absorb(t.LayerCost(layer, j), stage, o);
     if (o.memory + o.recompute + o.gather <= budget) all.push_back(o);
   }
   std::vector<Option> kept;

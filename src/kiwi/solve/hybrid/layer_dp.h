@@ -37,7 +37,7 @@ struct DpStage {
   int count = 0;         // layers in the stage
   int in_flight = 1;     // micro-batches whose activations the stage holds at once
   double weight = 1.0;   // weight of the stage's micro-batch time C_s in the objective
-  double optimizer_weight = 0.0;  // weight of its optimizer step O_s (weighted mode; lambda_s <= 1)
+  double optimizer_weight = 0.0;  // weight of its optimizer step O_s: lambda_s <= 1 (exact mode: 0, its max_s O_s is priced apart)
 };
 
 struct LayerDpProblem {
