@@ -16,8 +16,8 @@
 #include <iostream>
 
 #include "kiwi/cost/cluster.h"
+#include "kiwi/cost/layer_profile.h"
 #include "kiwi/models/presets.h"
-#include "kiwi/sim/layer_model.h"
 #include "kiwi/solve/hybrid/search.h"
 
 namespace {
@@ -37,13 +37,13 @@ struct BenchOptions {
   bool accumulation = false;  // the table uses the paper's setting (memory bounds the batch)
 };
 
-Result<sim::LayerModel> LayerModelOf(const std::string& name, const cost::CostModel& cm) {
+Result<cost::LayerModel> LayerModelOf(const std::string& name, const cost::CostModel& cm) {
   Result<models::ModelSpec> spec = models::LoadModel(name);
   if (!spec) return spec.error();
   Result<ir::Graph> graph = models::BuildTrainingGraph(*spec);
   if (!graph) return graph.error();
   const auto& config = std::get<models::TransformerConfig>(spec->config);
-  return sim::BuildLayerModel(*graph, config.batch, cm);
+  return cost::BuildLayerModel(*graph, config.batch, cm);
 }
 
 std::string Cell(const Result<hybrid::HybridSearchResult>& r) {
@@ -65,7 +65,7 @@ int Table(const BenchOptions& o) {
                            o.cluster, cluster->NumDevices(), o.accumulation ? "on" : "off", fmt::join(o.methods, " | "),
                            rule);
   for (const std::string& name : o.models) {
-    Result<sim::LayerModel> model = LayerModelOf(name, cm);
+    Result<cost::LayerModel> model = LayerModelOf(name, cm);
     if (!model) {
       std::cerr << model.error().message << '\n';
       return 2;
@@ -103,7 +103,7 @@ int Timing(const BenchOptions& o) {
     Result<cost::Cluster> cluster = cost::ClusterPreset(c.cluster);
     if (!cluster) return 2;
     const cost::CostModel cm(cluster->device);
-    Result<sim::LayerModel> model = LayerModelOf(c.model, cm);
+    Result<cost::LayerModel> model = LayerModelOf(c.model, cm);
     if (!model) return 2;
     hybrid::HybridSearchOptions so;
     so.memory_budget_bytes = int64_t{c.gib} << 30;

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "kiwi/cost/cluster.h"
+#include "kiwi/cost/layer_profile.h"
 #include "kiwi/models/presets.h"
-#include "kiwi/sim/layer_model.h"
 #include "kiwi/sim/layer_simulator.h"
 
 namespace kiwi::fidelity {
@@ -57,7 +57,7 @@ inline int64_t PaddedVocab(int tp) {
   return (50257 + multiple - 1) / multiple * multiple;
 }
 
-inline Result<sim::LayerModel> ModelOf(const Row& r, const cost::CostModel& cm) {
+inline Result<cost::LayerModel> ModelOf(const Row& r, const cost::CostModel& cm) {
   models::ModelOverrides o;
   o.layers = r.layers;
   o.hidden = r.hidden;
@@ -72,7 +72,7 @@ inline Result<sim::LayerModel> ModelOf(const Row& r, const cost::CostModel& cm) 
   std::get<models::TransformerConfig>(spec->config).vocab = PaddedVocab(r.tp);
   Result<ir::Graph> graph = models::BuildTrainingGraph(*spec);
   if (!graph) return graph.error();
-  return sim::BuildLayerModel(*graph, r.micro_batch, cm);
+  return cost::BuildLayerModel(*graph, r.micro_batch, cm);
 }
 
 inline plan::LayerPlan PlanOf(const Row& r) {
@@ -89,12 +89,12 @@ inline plan::LayerPlan PlanOf(const Row& r) {
 // Predicts every row's iteration time (Row::predicted_ms) on `cluster`'s device, one node of the row's
 // GPUs; the 128 distinct models are built once.
 inline Status PredictRows(std::vector<Row>& rows, const cost::Cluster& cluster, const cost::CostModel& cm) {
-  std::map<std::tuple<int, int, int, int, int, int>, sim::LayerModel> models;
+  std::map<std::tuple<int, int, int, int, int, int>, cost::LayerModel> models;
   for (Row& r : rows) {
     const auto key = std::make_tuple(r.hidden, r.heads, r.layers, r.seq, r.micro_batch, r.tp);
     auto it = models.find(key);
     if (it == models.end()) {
-      Result<sim::LayerModel> model = ModelOf(r, cm);
+      Result<cost::LayerModel> model = ModelOf(r, cm);
       if (!model) return Error{model.error().code, r.Describe() + ": " + model.error().message};
       it = models.emplace(key, *std::move(model)).first;
     }

@@ -9,7 +9,7 @@ namespace {
 
 const std::string kData = std::string(KIWI_TEST_DATA_DIR) + "/galvatron/";
 
-Result<sim::LayerModel> Fixture(std::vector<int> layers, int64_t seq = 0) {
+Result<cost::LayerModel> Fixture(std::vector<int> layers, int64_t seq = 0) {
   GalvatronModelOptions o;
   o.layers_per_type = std::move(layers);
   o.seq = seq;
@@ -17,17 +17,17 @@ Result<sim::LayerModel> Fixture(std::vector<int> layers, int64_t seq = 0) {
 }
 
 TEST(GalvatronProfiles, ReadLayerTypesAndEmbeddings) {
-  Result<sim::LayerModel> m = Fixture({2, 3});
+  Result<cost::LayerModel> m = Fixture({2, 3});
   ASSERT_TRUE(m.ok()) << m.error().message;
   ASSERT_EQ(m->layers.size(), 5u);
-  const sim::LayerProfile& enc = m->layers[0];
+  const cost::LayerProfile& enc = m->layers[0];
   EXPECT_EQ(enc.parameter_bytes, 48 * 1048576);
   EXPECT_EQ(enc.activation_bytes_per_sample, 160 * 1048576);
   EXPECT_EQ(enc.boundary_bytes_per_sample, 5 * 1048576);
   EXPECT_EQ(enc.tp_comm_bytes_per_sample, 10 * 1048576);
   EXPECT_DOUBLE_EQ(enc.forward_seconds_per_sample, 0.0105);  // the bsz8 entry, not bsz1
   EXPECT_DOUBLE_EQ(enc.backward_seconds_per_sample, 0.021);
-  const sim::LayerProfile& dec = m->layers[4];
+  const cost::LayerProfile& dec = m->layers[4];
   EXPECT_EQ(dec.parameter_bytes, 64 * 1048576);
   EXPECT_EQ(dec.boundary_bytes_per_sample, 2621440);  // 2.5 MB
   EXPECT_DOUBLE_EQ(dec.forward_seconds_per_sample, 0.007);
@@ -39,20 +39,20 @@ TEST(GalvatronProfiles, ReadLayerTypesAndEmbeddings) {
 }
 
 TEST(GalvatronProfiles, ErrorsNameTheFileAndEntry) {
-  Result<sim::LayerModel> three = Fixture({1, 1, 1});
+  Result<cost::LayerModel> three = Fixture({1, 1, 1});
   ASSERT_FALSE(three.ok());
   EXPECT_NE(three.error().message.find("layertype_2"), std::string::npos) << three.error().message;
-  Result<sim::LayerModel> wrong_seq = Fixture({1, 1}, 1024);
+  Result<cost::LayerModel> wrong_seq = Fixture({1, 1}, 1024);
   ASSERT_FALSE(wrong_seq.ok());
   EXPECT_FALSE(Fixture({}).ok());
   GalvatronModelOptions o;
   o.layers_per_type = {1};
-  Result<sim::LayerModel> bad = ParseGalvatronModel(
+  Result<cost::LayerModel> bad = ParseGalvatronModel(
       {R"({"layertype_0_bsz1_seq8": 1.0})", R"({"layertype_0": {"parameter_size": -1,
        "tp_activation_per_bsz_dict": {"1": 1, "checkpoint": 1}}})", "c.json", "m.json"}, o);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("m.json: layertype_0.parameter_size"), std::string::npos) << bad.error().message;
-  Result<sim::LayerModel> two_seqs = ParseGalvatronModel(
+  Result<cost::LayerModel> two_seqs = ParseGalvatronModel(
       {R"({"layertype_0_bsz1_seq8": 1.0})", R"({"layertype_0": {"8": {}, "16": {}}})", "c.json", "m.json"}, o);
   ASSERT_FALSE(two_seqs.ok());
   EXPECT_NE(two_seqs.error().message.find("sequence length"), std::string::npos);

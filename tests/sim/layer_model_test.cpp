@@ -1,17 +1,19 @@
-#include "kiwi/sim/layer_model.h"
+#include "kiwi/cost/layer_profile.h"
 
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
+#include "kiwi/cost/layer_cost.h"
 #include "kiwi/ir/backward.h"
 #include "kiwi/ir/layers.h"
 #include "kiwi/models/presets.h"
 #include "kiwi/sim/layer_simulator.h"
-#include "kiwi/sim/layer_stage.h"
 
 namespace kiwi::sim {
 namespace {
+
+using namespace kiwi::cost;  // the layer model and its per-layer terms (cost/layer_profile.h, layer_cost.h)
 
 cost::DeviceSpec TestDevice() {
   cost::DeviceSpec d;

@@ -10,6 +10,8 @@
 namespace kiwi::sim {
 namespace {
 
+using namespace kiwi::cost;  // the layer model and its per-layer terms (cost/layer_profile.h, layer_cost.h)
+
 using plan::LayerPlan;
 using plan::LayerStrategy;
 

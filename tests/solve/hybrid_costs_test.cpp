@@ -23,7 +23,7 @@ TEST(GroupLayerTypes, IdenticalProfilesShareAType) {
 }
 
 TEST(CostTables, LeaveOutStrategiesWhoseDpDoesNotDivideTheMicroBatch) {
-  const sim::LayerModel model = TwoTypeModel(2, 2);
+  const cost::LayerModel model = TwoTypeModel(2, 2);
   const LayerTypes types = GroupLayerTypes(model);
   const cost::Cluster cluster = TestCluster(2, 4);
   const cost::CostModel cm = TestCostModel(cluster);
@@ -36,7 +36,7 @@ TEST(CostTables, LeaveOutStrategiesWhoseDpDoesNotDivideTheMicroBatch) {
 }
 
 // Random assignments, partitions and pipeline shapes: the tables' estimate equals the simulator's.
-void ExpectEstimatesMatchSimulator(const cost::Cluster& cluster, const sim::LayerModel& model, int pp, int64_t batch,
+void ExpectEstimatesMatchSimulator(const cost::Cluster& cluster, const cost::LayerModel& model, int pp, int64_t batch,
                                    int micro_batches, plan::PipelineSchedule schedule, std::mt19937& rng) {
   const LayerTypes types = GroupLayerTypes(model);
   const cost::CostModel cm = TestCostModel(cluster);
@@ -66,7 +66,7 @@ void ExpectEstimatesMatchSimulator(const cost::Cluster& cluster, const sim::Laye
 
 TEST(EstimatePipeline, MatchesTheSimulatorOnRandomAssignments) {
   std::mt19937 rng(7);
-  const sim::LayerModel model = TwoTypeModel(4, 3);
+  const cost::LayerModel model = TwoTypeModel(4, 3);
   ExpectEstimatesMatchSimulator(TestCluster(2, 2), model, 1, 16, 1, plan::PipelineSchedule::k1F1B, rng);
   ExpectEstimatesMatchSimulator(TestCluster(2, 2), model, 1, 16, 4, plan::PipelineSchedule::k1F1B, rng);
   ExpectEstimatesMatchSimulator(TestCluster(2, 2), model, 2, 16, 4, plan::PipelineSchedule::k1F1B, rng);

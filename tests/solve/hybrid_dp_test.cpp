@@ -25,7 +25,7 @@ struct Case {
 };
 
 void ExpectSolverMatchesBruteForce(const Case& c, const cost::Cluster& cluster,
-                                   const sim::LayerModel& model) {
+                                   const cost::LayerModel& model) {
   const LayerTypes types = GroupLayerTypes(model);
   const cost::CostModel cm = TestCostModel(cluster);
   MeshCache meshes;
@@ -62,10 +62,10 @@ void ExpectSolverMatchesBruteForce(const Case& c, const cost::Cluster& cluster) 
 
 // With Adam's step (once per iteration, the slowest stage's; ZeRO-3 shards it) and backward transients
 // (the largest of a stage's layers counts), the DP still finds what brute force finds and proves it.
-sim::LayerModel SteppedModel(int encoders, int decoders) {
-  sim::LayerModel m = TwoTypeModel(encoders, decoders);
+cost::LayerModel SteppedModel(int encoders, int decoders) {
+  cost::LayerModel m = TwoTypeModel(encoders, decoders);
   m.optimizer = "adam";
-  for (sim::LayerProfile& p : m.layers) p.backward_transient_bytes_per_sample = p.name == "enc" ? 3'000'000 : 5'000'000;
+  for (cost::LayerProfile& p : m.layers) p.backward_transient_bytes_per_sample = p.name == "enc" ? 3'000'000 : 5'000'000;
   m.head.backward_transient_bytes_per_sample = 9'000'000;
   return m;
 }
@@ -104,7 +104,7 @@ TEST(SolvePartition, FourStagesEqualBruteForce) {
 
 TEST(SolvePartition, ReportsInfeasibleBelowTheSmallestPeak) {
   const cost::Cluster cluster = TestCluster(2, 2);
-  const sim::LayerModel model = TwoTypeModel(2, 2);
+  const cost::LayerModel model = TwoTypeModel(2, 2);
   const LayerTypes types = GroupLayerTypes(model);
   const cost::CostModel cm = TestCostModel(cluster);
   MeshCache meshes;

@@ -15,7 +15,7 @@ const std::string kData = std::string(KIWI_TEST_DATA_DIR) + "/galvatron/";
 TEST(GalvatronInterop, ExportedPlanReadsBackWithTheSameThroughput) {
   io::GalvatronModelOptions mo;
   mo.layers_per_type = {8, 8};
-  Result<sim::LayerModel> model = io::ReadGalvatronModel(kData + "computation_profiling_fp32_test.json",
+  Result<cost::LayerModel> model = io::ReadGalvatronModel(kData + "computation_profiling_fp32_test.json",
                                                          kData + "memory_profiling_fp32_test.json", mo);
   ASSERT_TRUE(model.ok()) << model.error().message;
   Result<cost::Cluster> base = cost::ClusterPreset("rtx-titan-pcie-8");

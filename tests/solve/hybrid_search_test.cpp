@@ -22,14 +22,14 @@ using testing::TwoTypeModel;
 
 constexpr int64_t kMiB = int64_t{1} << 20;
 
-HybridSearchResult Search(const sim::LayerModel& model, const cost::Cluster& cluster, HybridSearchOptions o) {
+HybridSearchResult Search(const cost::LayerModel& model, const cost::Cluster& cluster, HybridSearchOptions o) {
   Result<HybridSearchResult> r = SearchHybridPlan(model, cluster, TestCostModel(cluster), o);
   EXPECT_TRUE(r.ok()) << r.error().message;
   return r.ok() ? *r : HybridSearchResult{};
 }
 
 // Every (pp, partition, m, assignment) of a batch in the search's space (TP within a node), simulated.
-std::vector<Outcome> EverythingAtBatch(const sim::LayerModel& model, const cost::Cluster& cluster, int64_t batch) {
+std::vector<Outcome> EverythingAtBatch(const cost::LayerModel& model, const cost::Cluster& cluster, int64_t batch) {
   std::vector<Outcome> all;
   StrategySpaceOptions space;
   if (cluster.num_nodes > 1) space.max_tp = cluster.devices_per_node;
@@ -67,7 +67,7 @@ void ExpectSimulatorAgrees(const HybridSearchResult& r) {
 
 TEST(SearchHybridPlan, ExhaustivePartitionsEqualBruteForce) {
   const cost::Cluster cluster = TestCluster(2, 2);
-  const sim::LayerModel model = TwoTypeModel(2, 1);
+  const cost::LayerModel model = TwoTypeModel(2, 1);
   std::vector<Outcome> all = EverythingAtBatch(model, cluster, 8);
   int64_t smallest = INT64_MAX, largest = 0;
   for (const Outcome& o : all) smallest = std::min(smallest, o.peak), largest = std::max(largest, o.peak);
@@ -87,7 +87,7 @@ TEST(SearchHybridPlan, ExhaustivePartitionsEqualBruteForce) {
 
 TEST(SearchHybridPlan, BatchSweepEqualsBruteForce) {
   const cost::Cluster cluster = TestCluster(2, 2);
-  const sim::LayerModel model = TwoTypeModel(1, 1);
+  const cost::LayerModel model = TwoTypeModel(1, 1);
   std::vector<Outcome> all;
   for (int64_t batch : {1, 2, 4, 8}) {
     std::vector<Outcome> some = EverythingAtBatch(model, cluster, batch);
@@ -107,7 +107,7 @@ TEST(SearchHybridPlan, BatchSweepEqualsBruteForce) {
 
 TEST(SearchHybridPlan, BmwIsNeverSlowerThanABaseline) {
   const cost::Cluster cluster = TestCluster(2, 4);
-  const sim::LayerModel model = TwoTypeModel(6, 6);
+  const cost::LayerModel model = TwoTypeModel(6, 6);
   for (int64_t budget : {600 * kMiB, 1200 * kMiB, 3000 * kMiB, 12000 * kMiB}) {
     HybridSearchOptions o;
     o.memory_budget_bytes = budget;
@@ -128,7 +128,7 @@ TEST(SearchHybridPlan, BmwIsNeverSlowerThanABaseline) {
 
 TEST(SearchHybridPlan, MoreMemoryIsNeverSlower) {
   const cost::Cluster cluster = TestCluster(2, 2);
-  const sim::LayerModel model = TwoTypeModel(3, 3);
+  const cost::LayerModel model = TwoTypeModel(3, 3);
   double previous = 0.0;
   for (int64_t budget = 200 * kMiB; budget <= 3000 * kMiB; budget += 200 * kMiB) {
     HybridSearchOptions o;
@@ -149,7 +149,7 @@ TEST(SearchHybridPlan, MoreMemoryIsNeverSlower) {
 
 TEST(SearchHybridPlan, InfeasibleReportsTheSmallestBudgetThatWorks) {
   const cost::Cluster cluster = TestCluster(2, 2);
-  const sim::LayerModel model = TwoTypeModel(3, 3);
+  const cost::LayerModel model = TwoTypeModel(3, 3);
   for (Method m : {Method::kBmw, Method::kBase, Method::kDp, Method::k3d}) {
     HybridSearchOptions o;
     o.method = m;
@@ -170,7 +170,7 @@ TEST(SearchHybridPlan, InfeasibleReportsTheSmallestBudgetThatWorks) {
 
 TEST(SearchHybridPlan, MethodsStayInTheirSpaces) {
   const cost::Cluster cluster = TestCluster(2, 4);
-  const sim::LayerModel model = TwoTypeModel(4, 4);
+  const cost::LayerModel model = TwoTypeModel(4, 4);
   HybridSearchOptions o;
   o.memory_budget_bytes = 8000 * kMiB;
   o.max_batch = 64;
@@ -198,7 +198,7 @@ TEST(SearchHybridPlan, MethodsStayInTheirSpaces) {
 
 TEST(SearchHybridPlan, FixedBatchAndTimeLimit) {
   const cost::Cluster cluster = TestCluster(2, 4);
-  const sim::LayerModel model = TwoTypeModel(4, 4);
+  const cost::LayerModel model = TwoTypeModel(4, 4);
   HybridSearchOptions o;
   o.memory_budget_bytes = 4000 * kMiB;
   o.global_batch = 24;
@@ -215,7 +215,7 @@ TEST(SearchHybridPlan, SkipsPipelineDegreesWhoseStagesDoNotTileNodes) {
   // 3 nodes of 4: 2 stages of 6 devices or 4 stages of 3 would split nodes unevenly; only pp 1 is laid
   // out (was: the search stopped with "--mesh ... would straddle a node boundary").
   const cost::Cluster cluster = TestCluster(3, 4);
-  const sim::LayerModel model = TwoTypeModel(4, 4);
+  const cost::LayerModel model = TwoTypeModel(4, 4);
   HybridSearchOptions o;
   o.memory_budget_bytes = 16000 * kMiB;
   o.global_batch = 24;
@@ -235,7 +235,7 @@ TEST(SearchHybridPlan, SkipsPipelineDegreesWhoseStagesDoNotTileNodes) {
 
 TEST(SearchHybridPlan, PlansTheTensorsWithinWhatTheReserveLeaves) {
   cost::Cluster cluster = TestCluster(2, 4);
-  const sim::LayerModel model = TwoTypeModel(4, 4);
+  const cost::LayerModel model = TwoTypeModel(4, 4);
   HybridSearchOptions o;
   o.memory_budget_bytes = 3000 * kMiB;
   o.global_batch = 16;
@@ -269,7 +269,7 @@ TEST(SearchHybridPlan, RejectsBadOptions) {
   o.global_batch = 0;
   EXPECT_FALSE(SearchHybridPlan(TwoTypeModel(1, 1), cluster, TestCostModel(cluster), o).ok());
   o.global_batch.reset();
-  EXPECT_FALSE(SearchHybridPlan(sim::LayerModel{}, cluster, TestCostModel(cluster), o).ok());
+  EXPECT_FALSE(SearchHybridPlan(cost::LayerModel{}, cluster, TestCostModel(cluster), o).ok());
 }
 
 TEST(SearchHybridPlan, ModelZooBertOnTitans) {
@@ -280,7 +280,7 @@ TEST(SearchHybridPlan, ModelZooBertOnTitans) {
   ASSERT_TRUE(spec.ok());
   Result<ir::Graph> graph = models::BuildTrainingGraph(*spec);
   ASSERT_TRUE(graph.ok());
-  Result<sim::LayerModel> model = sim::BuildLayerModel(*graph, std::get<models::TransformerConfig>(spec->config).batch, cm);
+  Result<cost::LayerModel> model = cost::BuildLayerModel(*graph, std::get<models::TransformerConfig>(spec->config).batch, cm);
   ASSERT_TRUE(model.ok());
   HybridSearchOptions o;
   o.memory_budget_bytes = int64_t{4} << 30;

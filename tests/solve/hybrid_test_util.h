@@ -29,8 +29,8 @@ inline cost::Cluster TestCluster(int nodes = 2, int per_node = 2) {
 
 inline cost::CostModel TestCostModel(const cost::Cluster& c) { return cost::CostModel(c.device); }
 
-inline sim::LayerProfile Profile(const char* name, int64_t params, int64_t act, int64_t bnd, double fwd) {
-  sim::LayerProfile p;
+inline cost::LayerProfile Profile(const char* name, int64_t params, int64_t act, int64_t bnd, double fwd) {
+  cost::LayerProfile p;
   p.name = name;
   p.parameter_bytes = params;
   p.activation_bytes_per_sample = act;
@@ -42,12 +42,12 @@ inline sim::LayerProfile Profile(const char* name, int64_t params, int64_t act, 
 }
 
 // `encoders` layers with large activations then `decoders` layers with large parameters.
-inline sim::LayerModel TwoTypeModel(int encoders, int decoders) {
-  sim::LayerModel m;
+inline cost::LayerModel TwoTypeModel(int encoders, int decoders) {
+  cost::LayerModel m;
   m.name = "two-type";
   for (int i = 0; i < encoders; ++i) m.layers.push_back(Profile("enc", 40'000'000, 30'000'000, 2'000'000, 2e-3));
   for (int i = 0; i < decoders; ++i) m.layers.push_back(Profile("dec", 90'000'000, 6'000'000, 1'000'000, 1.2e-3));
-  for (sim::LayerProfile& p : m.layers) p.replicated_parameter_bytes = p.parameter_bytes / 200;  // norms, biases
+  for (cost::LayerProfile& p : m.layers) p.replicated_parameter_bytes = p.parameter_bytes / 200;  // norms, biases
   // Megatron: embeddings with the first layer (vocabulary-parallel: an all-reduce of their output),
   // the head + loss with the last (3 small all-reduces of the cross-entropy, its input gradient).
   m.embedding = Profile("embedding", 60'000'000, 4'000'000, 2'000'000, 5e-4);
@@ -70,7 +70,7 @@ struct Outcome {
 
 // Every assignment of LayerStrategies(devices / pp) (micro-batch divisible by dp) to the layers of a
 // fixed pipeline `shape` (pp, partition, batch, micro-batches, schedule), judged by SimulateLayerPlan.
-inline std::vector<Outcome> AllOutcomes(const sim::LayerModel& model, const cost::Cluster& cluster,
+inline std::vector<Outcome> AllOutcomes(const cost::LayerModel& model, const cost::Cluster& cluster,
                                         const plan::LayerPlan& shape, const StrategySpaceOptions& space = {}) {
   const cost::CostModel cm = TestCostModel(cluster);
   std::vector<plan::LayerStrategy> options;

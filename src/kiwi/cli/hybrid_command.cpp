@@ -10,6 +10,7 @@
 
 #include "kiwi/cli/command.h"
 #include "kiwi/cli/common.h"
+#include "kiwi/cost/layer_profile.h"
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/galvatron_config.h"
 #include "kiwi/io/galvatron_profiles.h"
@@ -17,7 +18,6 @@
 #include "kiwi/io/plan_json.h"
 #include "kiwi/models/hf_config.h"
 #include "kiwi/report/table.h"
-#include "kiwi/sim/layer_model.h"
 #include "kiwi/solve/hybrid/search.h"
 #include "kiwi/util/units.h"
 
@@ -175,7 +175,7 @@ Error NoPlan(const hybrid::HybridSearchResult& r, const hybrid::HybridSearchOpti
 // What the search runs on: a model-zoo model priced by the cost model, or Galvatron's profiles with
 // its measured hardware.
 struct Problem {
-  sim::LayerModel model;
+  cost::LayerModel model;
   cost::Cluster cluster;
   cost::CostModelOptions cost_options;
   std::string description;
@@ -187,7 +187,7 @@ Result<Problem> LoadGalvatronProblem(const HybridOptions& o, cost::Cluster clust
   io::GalvatronModelOptions mo;
   mo.layers_per_type = o.galvatron_layers;
   mo.seq = o.galvatron_seq;
-  Result<sim::LayerModel> model = io::ReadGalvatronModel(o.galvatron_profiles[0], o.galvatron_profiles[1], mo);
+  Result<cost::LayerModel> model = io::ReadGalvatronModel(o.galvatron_profiles[0], o.galvatron_profiles[1], mo);
   if (!model) return model.error();
   Problem p{std::move(*model), std::move(cluster), {}, ""};
   if (!o.galvatron_hardware.empty()) {
@@ -228,7 +228,7 @@ Result<Problem> LoadProblem(const HybridOptions& o) {
   if (!graph) return graph.error();
   Result<cost::CostModel> cm = o.cost.Make(*cluster);
   if (!cm) return cm.error();
-  Result<sim::LayerModel> model = sim::BuildLayerModel(*graph, SpecBatch(*spec), *cm);
+  Result<cost::LayerModel> model = cost::BuildLayerModel(*graph, SpecBatch(*spec), *cm);
   if (!model) return model.error();
   return Problem{std::move(*model), std::move(*cluster), {}, DescribeModel(*spec)};
 }

@@ -11,12 +11,12 @@
 
 #include "kiwi/cli/command.h"
 #include "kiwi/cli/common.h"
+#include "kiwi/cost/layer_cost.h"
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/graph_json.h"
 #include "kiwi/io/plan_json.h"
 #include "kiwi/report/table.h"
 #include "kiwi/sim/layer_simulator.h"
-#include "kiwi/sim/layer_stage.h"
 #include "kiwi/solve/hybrid/uniform_plans.h"
 #include "kiwi/util/elapsed.h"
 #include "kiwi/util/units.h"
@@ -42,7 +42,7 @@ struct Candidate {
 };
 
 // Simulates candidates until the time limit; the ones evaluated by then compete.
-Result<std::vector<Candidate>> EvaluateUniformPlans(const sim::LayerModel& model, int64_t batch,
+Result<std::vector<Candidate>> EvaluateUniformPlans(const cost::LayerModel& model, int64_t batch,
                                                     const cost::Cluster& cluster, const cost::CostModel& cm,
                                                     int64_t budget, double time_limit_seconds) {
   const auto deadline = DeadlineAfter(std::chrono::steady_clock::now(), time_limit_seconds);
@@ -57,7 +57,7 @@ Result<std::vector<Candidate>> EvaluateUniformPlans(const sim::LayerModel& model
   for (const solve::NamedLayerPlan& p : plans) {
     if (std::chrono::steady_clock::now() > deadline) break;
     const plan::LayerStrategy& s = p.plan.layers.front();
-    if (!sim::MakeStageMesh(cluster, {p.plan.pp_degree, s.dp, s.tp}).ok()) continue;  // stages would split nodes
+    if (!cost::MakeStageMesh(cluster, {p.plan.pp_degree, s.dp, s.tp}).ok()) continue;  // stages would split nodes
     Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(model, p.plan, cluster, cm);
     if (!r) return r.error();
     out.push_back({p.name, p.plan, *r, r->summary.peak_memory_bytes <= budget});
@@ -128,7 +128,7 @@ int RunPlan(const PlanOptions& o) {
   if (!made) return ReportError(made.error());
   const cost::CostModel& cm = *made;
   const int64_t batch = SpecBatch(*spec);
-  Result<sim::LayerModel> layer_model = sim::BuildLayerModel(*graph, batch, cm);
+  Result<cost::LayerModel> layer_model = cost::BuildLayerModel(*graph, batch, cm);
   if (!layer_model) return ReportError(layer_model.error());
   Result<std::vector<Candidate>> cands =
       EvaluateUniformPlans(*layer_model, batch, *cluster, cm, budget, o.search.time_limit_seconds);

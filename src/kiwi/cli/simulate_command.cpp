@@ -106,7 +106,7 @@ int SimulateLayer(const SimulateOptions& o, const CLI::App& app, const Inputs& i
   Result<cost::CostModel> made = o.cost.Make(in.cluster);
   if (!made) return ReportError(made.error());
   const cost::CostModel& cm = *made;
-  Result<sim::LayerModel> model = sim::BuildLayerModel(*graph, SpecBatch(*spec), cm);
+  Result<cost::LayerModel> model = cost::BuildLayerModel(*graph, SpecBatch(*spec), cm);
   if (!model) return ReportError(model.error());
   Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(*model, *in.plan.layer, in.cluster, cm);
   if (!r) return ReportError(r.error());

@@ -56,6 +56,16 @@ class CostModel {
   // collectives.h on the mesh's links.
   double CollectiveTime(Collective c, int64_t bytes, const ir::DeviceMesh& mesh, ir::AxisMask axes) const;
 
+  // An op split over its output's sharded axes and its reduce axes: each device does 1 / |group| of
+  // the work (what ComputeTime's work_fraction takes).
+  static double WorkFraction(const ir::ShardingSpec& output, ir::AxisMask reduce_axes, const ir::DeviceMesh& mesh);
+
+  // Completing an op's partial sums (plan.h OpSharding): a reduce-scatter over the reduce axes the
+  // output is sharded on, applied to the partial per-device buffer (the output shard without those
+  // axes), then an all-reduce over the remaining reduce axes on the final output shard.
+  double PartialSumTime(const ir::TensorType& type, const ir::ShardingSpec& output, ir::AxisMask reduce_axes,
+                        const ir::DeviceMesh& mesh) const;
+
   // Converting a tensor from one layout to another: an all-to-all per mesh axis that moves between
   // dims, an all-gather per axis dropped, free local slicing per axis added.
   double ReshardTime(const ir::TensorType& type, const ir::ShardingSpec& from, const ir::ShardingSpec& to,

@@ -100,7 +100,7 @@ Result<double> TpOne(const Json& object, const JsonPath& at, std::string_view ke
   return ReadNumber(**v, at.Key(key), 0.0);
 }
 
-Result<sim::LayerProfile> LayerProfileOf(const Json& memory, const JsonPath& at, int type, int64_t seq, double forward) {
+Result<cost::LayerProfile> LayerProfileOf(const Json& memory, const JsonPath& at, int type, int64_t seq, double forward) {
   const std::string key = fmt::format("layertype_{}", type);
   Result<const Json*> entry = ObjectField(memory, at, key);
   if (!entry) return entry.error();
@@ -115,7 +115,7 @@ Result<sim::LayerProfile> LayerProfileOf(const Json& memory, const JsonPath& at,
   if (!full) return full.error();
   Result<double> boundary = NumberField(**acts, here.Key("tp_activation_per_bsz_dict"), "checkpoint", 0.0);
   if (!boundary) return boundary.error();
-  sim::LayerProfile p;
+  cost::LayerProfile p;
   p.name = key;
   p.parameter_bytes = MiBToBytes(*params);
   p.activation_bytes_per_sample = MiBToBytes(*full);
@@ -129,7 +129,7 @@ Result<sim::LayerProfile> LayerProfileOf(const Json& memory, const JsonPath& at,
 // Galvatron profiles embeddings and head together ("other"): kiwi places all of it with the embeddings
 // on the first stage (LayerModel::embedding), split over TP like a layer, without TP communication.
 Status FillOther(const Json& memory, const JsonPath& at, const GalvatronModelOptions& o, double forward,
-                 sim::LayerModel& model) {
+                 cost::LayerModel& model) {
   model.embedding.name = "other";
   model.embedding.forward_seconds_per_sample = forward;
   model.embedding.backward_seconds_per_sample = 2.0 * forward;
@@ -150,11 +150,11 @@ Status FillOther(const Json& memory, const JsonPath& at, const GalvatronModelOpt
 
 }  // namespace
 
-Result<sim::LayerModel> ParseGalvatronModel(const GalvatronProfileTexts& t, const GalvatronModelOptions& o) {
+Result<cost::LayerModel> ParseGalvatronModel(const GalvatronProfileTexts& t, const GalvatronModelOptions& o) {
   if (o.layers_per_type.empty()) return BadInput("galvatron profiles: give the number of layers of each layer type");
   for (int n : o.layers_per_type)
     if (n < 1 || n > 10000) return BadInput(fmt::format("galvatron profiles: layer count {} is out of range", n));
-  return GuardJson(t.memory_source, [&]() -> Result<sim::LayerModel> {
+  return GuardJson(t.memory_source, [&]() -> Result<cost::LayerModel> {
     Result<Json> computation = ParseJson(t.computation, t.computation_source);
     if (!computation) return computation.error();
     Result<Json> memory = ParseJson(t.memory, t.memory_source);
@@ -165,11 +165,11 @@ Result<sim::LayerModel> ParseGalvatronModel(const GalvatronProfileTexts& t, cons
     const int types = static_cast<int>(o.layers_per_type.size());
     Result<std::vector<double>> forward = ForwardSeconds(*computation, ct, types, o.seq);
     if (!forward) return forward.error();
-    sim::LayerModel model;
+    cost::LayerModel model;
     model.name = o.name;
     model.state_bytes_per_parameter_byte = o.state_bytes_per_parameter_byte;
     for (int i = 0; i < types; ++i) {
-      Result<sim::LayerProfile> p = LayerProfileOf(*memory, mt, i, o.seq, (*forward)[static_cast<size_t>(i)]);
+      Result<cost::LayerProfile> p = LayerProfileOf(*memory, mt, i, o.seq, (*forward)[static_cast<size_t>(i)]);
       if (!p) return p.error();
       model.layers.insert(model.layers.end(), static_cast<size_t>(o.layers_per_type[static_cast<size_t>(i)]), *p);
     }
@@ -178,7 +178,7 @@ Result<sim::LayerModel> ParseGalvatronModel(const GalvatronProfileTexts& t, cons
   });
 }
 
-Result<sim::LayerModel> ReadGalvatronModel(const std::string& computation_path, const std::string& memory_path,
+Result<cost::LayerModel> ReadGalvatronModel(const std::string& computation_path, const std::string& memory_path,
                                            const GalvatronModelOptions& options) {
   Result<std::string> computation = ReadFileText(computation_path);
   if (!computation) return computation.error();

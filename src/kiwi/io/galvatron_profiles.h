@@ -10,14 +10,14 @@
 //    p2p_bandwidth_*.json ("pp_size_{k}" -> GB/s), overlap_coefficient.json ("overlap_coe").
 // MB are 2^20 bytes, GB/s 10^9 bytes/s. The backward pass is taken as twice the forward (§V), a
 // layer's boundary activation as its checkpointed activation, and its Megatron TP traffic as twice
-// that boundary (as sim::BuildLayerModel does).
+// that boundary (as cost::BuildLayerModel does).
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "kiwi/cost/cluster.h"
-#include "kiwi/sim/layer_model.h"
+#include "kiwi/cost/layer_profile.h"
 #include "kiwi/util/result.h"
 
 namespace kiwi::io {
@@ -34,8 +34,8 @@ struct GalvatronProfileTexts {
   std::string computation_source, memory_source;
 };
 
-Result<sim::LayerModel> ParseGalvatronModel(const GalvatronProfileTexts& texts, const GalvatronModelOptions& options);
-Result<sim::LayerModel> ReadGalvatronModel(const std::string& computation_path, const std::string& memory_path,
+Result<cost::LayerModel> ParseGalvatronModel(const GalvatronProfileTexts& texts, const GalvatronModelOptions& options);
+Result<cost::LayerModel> ReadGalvatronModel(const std::string& computation_path, const std::string& memory_path,
                                            const GalvatronModelOptions& options);
 
 struct GalvatronHardware {

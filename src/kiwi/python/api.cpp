@@ -4,16 +4,16 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kiwi/cost/cluster.h"
 #include "kiwi/cli/common.h"
+#include "kiwi/cost/cluster.h"
 #include "kiwi/cost/cost_model.h"
+#include "kiwi/cost/layer_profile.h"
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/graph_json.h"
 #include "kiwi/io/plan_json.h"
 #include "kiwi/ir/annotate.h"
 #include "kiwi/ir/backward.h"
 #include "kiwi/models/presets.h"
-#include "kiwi/sim/layer_model.h"
 #include "kiwi/sim/layer_simulator.h"
 #include "kiwi/sim/simulator.h"
 #include "kiwi/solve/remat/keep_set_schedule.h"
@@ -193,7 +193,7 @@ json TrafficJson(const sim::LayerTraffic& t) {
           {"slice_gather_bytes", t.slice_gather_bytes},         {"slice_gather_backward_bytes", t.slice_gather_backward_bytes}};
 }
 
-json ProfileJson(const sim::LayerProfile& p) {
+json ProfileJson(const cost::LayerProfile& p) {
   return {{"name", p.name},
           {"parameter_bytes", p.parameter_bytes},
           {"replicated_parameter_bytes", p.replicated_parameter_bytes},
@@ -205,9 +205,9 @@ json ProfileJson(const sim::LayerProfile& p) {
           {"tp_backward_all_reduce_bytes_per_sample", p.tp_backward_all_reduce_bytes_per_sample}};
 }
 
-json LayerModelJson(const sim::LayerModel& m) {
+json LayerModelJson(const cost::LayerModel& m) {
   json layers = json::array();
-  for (const sim::LayerProfile& p : m.layers) layers.push_back(ProfileJson(p));
+  for (const cost::LayerProfile& p : m.layers) layers.push_back(ProfileJson(p));
   return {{"name", m.name},
           {"layers", std::move(layers)},
           {"embedding", ProfileJson(m.embedding)},
@@ -232,7 +232,7 @@ Result<std::string> LayerPlanReportJson(const std::string& plan_text, const Targ
   Result<cost::CostModel> made = MakeCostModel(*cluster, target);
   if (!made) return made.error();
   const cost::CostModel& cm = *made;
-  Result<sim::LayerModel> model = sim::BuildLayerModel(*graph, cli::SpecBatch(*spec), cm);
+  Result<cost::LayerModel> model = cost::BuildLayerModel(*graph, cli::SpecBatch(*spec), cm);
   if (!model) return model.error();
   Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(*model, *plan->layer, *cluster, cm);
   if (!r) return r.error();

@@ -1,4 +1,5 @@
-// Galvatron-BMW's cost estimator (§V) replayed on a layer-level plan. Per stage and per micro-batch:
+// Galvatron-BMW's cost estimator (§V) replayed on a layer-level plan, every term priced by cost/ (a
+// layer on its stage: cost/layer_cost.h; the stages combined: cost/pipeline.h). Per stage and micro-batch:
 //  - compute: forward + backward seconds per sample x per-device micro-batch / tp (§V: time = batch x
 //    per-sample time; Megatron TP splits each layer's work tp ways);
 //  - recompute: one more forward for checkpointed layers (§V), with its 2 TP all-reduces (§III-A.3);
@@ -10,14 +11,15 @@
 //    pass and slowed down by the overlap factor (§V), so only its unhidden part counts (the SDP
 //    reduce-scatter is overlapped the same way, in every micro-batch).
 // The iteration time is Eq. 8 and the memory of a stage follows Eq. 1 with 1F1B/GPipe micro-batches
-// in flight (layer_stage.cpp).
+// in flight (cost/pipeline.h).
 #include "kiwi/sim/layer_simulator.h"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
-#include "kiwi/sim/layer_stage.h"
+#include "kiwi/cost/layer_cost.h"
+#include "kiwi/cost/pipeline.h"
 
 namespace kiwi::sim {
 namespace {
@@ -31,7 +33,7 @@ struct StageSpan {
   int count = 0;
 };
 
-Status CheckDegrees(const LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster) {
+Status CheckDegrees(const cost::LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster) {
   if (model.layers.empty()) return BadInput(fmt::format("layer model {}: has no layers", model.name));
   if (plan.layers.size() != model.layers.size())
     return BadInput(fmt::format("layer plan: layers: has {} strategies, the model {} has {} layers", plan.layers.size(),
@@ -87,26 +89,26 @@ Status CheckBatch(const LayerPlan& plan) {
 // The embeddings run with the first layer's tp/dp/sdp on the first stage, the head + loss with the
 // last layer's on the last stage (Megatron's vocabulary-parallel embedding and cross-entropy on that
 // layer's TP group); never checkpointed. Empty parts are left out.
-bool IsEmpty(const LayerProfile& p) {
+bool IsEmpty(const cost::LayerProfile& p) {
   return p.parameter_bytes == 0 && p.activation_bytes_per_sample == 0 && p.forward_seconds_per_sample == 0.0 &&
          p.backward_seconds_per_sample == 0.0 && p.tp_forward_all_reduce_bytes_per_sample.empty() &&
          p.tp_backward_all_reduce_bytes_per_sample.empty();
 }
 
-PlacedLayer PlaceOther(const LayerProfile& profile, const PlacedLayer& beside) {
-  PlacedLayer other{profile, beside.strategy, beside.mesh, beside.microbatch};
+cost::PlacedLayer PlaceOther(const cost::LayerProfile& profile, const cost::PlacedLayer& beside) {
+  cost::PlacedLayer other{profile, beside.strategy, beside.mesh, beside.microbatch};
   other.strategy.checkpoint = false;
   return other;
 }
 
-Result<std::vector<PlacedLayer>> PlaceLayers(const LayerModel& model, const LayerPlan& plan,
+Result<std::vector<cost::PlacedLayer>> PlaceLayers(const cost::LayerModel& model, const LayerPlan& plan,
                                              const cost::Cluster& cluster) {
   const int64_t microbatch = plan.global_batch / plan.micro_batches;
-  std::vector<PlacedLayer> placed;
+  std::vector<cost::PlacedLayer> placed;
   placed.reserve(model.layers.size());
   for (size_t i = 0; i < model.layers.size(); ++i) {
     const LayerStrategy& s = plan.layers[i];
-    Result<StageMesh> mesh = MakeStageMesh(cluster, {plan.pp_degree, s.dp, s.tp});
+    Result<cost::StageMesh> mesh = cost::MakeStageMesh(cluster, {plan.pp_degree, s.dp, s.tp});
     if (!mesh) return mesh.error();
     placed.push_back({model.layers[i], s, std::move(*mesh), microbatch / s.dp});
   }
@@ -116,33 +118,26 @@ Result<std::vector<PlacedLayer>> PlaceLayers(const LayerModel& model, const Laye
 // A plan checked against the model and cluster: its stages and every layer on its stage mesh.
 struct CheckedPlan {
   std::vector<StageSpan> stages;
-  std::vector<PlacedLayer> placed;
+  std::vector<cost::PlacedLayer> placed;
 };
 
-Result<CheckedPlan> CheckAndPlace(const LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster) {
+Result<CheckedPlan> CheckAndPlace(const cost::LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster) {
   KIWI_RETURN_IF_ERROR(CheckDegrees(model, plan, cluster));
   Result<std::vector<StageSpan>> stages = CheckPartition(plan);
   if (!stages) return stages.error();
   KIWI_RETURN_IF_ERROR(CheckBatch(plan));
-  Result<std::vector<PlacedLayer>> placed = PlaceLayers(model, plan, cluster);
+  Result<std::vector<cost::PlacedLayer>> placed = PlaceLayers(model, plan, cluster);
   if (!placed) return placed.error();
   return CheckedPlan{*std::move(stages), *std::move(placed)};
 }
 
-int MicrobatchesInFlight(const LayerPlan& plan, int stage) {
-  // 1F1B-Flush: stage s starts its first backward after pp - s forwards (Narayanan et al. 2021);
-  // GPipe runs every forward before any backward.
-  if (plan.pipeline == plan::PipelineSchedule::kGPipe) return plan.micro_batches;
-  return std::min(plan.pp_degree - stage, plan.micro_batches);
-}
-
 // Per-micro-batch costs and peak memory of stage s.
-Result<StageCost> CostStage(const LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster,
-                            const cost::CostModel& cost_model, const std::vector<PlacedLayer>& placed,
+Result<cost::StageCost> CostStage(const cost::LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster,
+                            const cost::CostModel& cost_model, const std::vector<cost::PlacedLayer>& placed,
                             const std::vector<StageSpan>& stages, int s) {
   const StageSpan span = stages[static_cast<size_t>(s)];
-  std::vector<const PlacedLayer*> layers;
-  PlacedLayer embedding, head;
+  std::vector<const cost::PlacedLayer*> layers;
+  cost::PlacedLayer embedding, head;
   if (s == 0 && !IsEmpty(model.embedding)) {
     embedding = PlaceOther(model.embedding, placed.front());
     layers.push_back(&embedding);
@@ -153,75 +148,77 @@ Result<StageCost> CostStage(const LayerModel& model, const LayerPlan& plan, cons
     layers.push_back(&head);
   }
 
-  StageCost cost;
-  cost.peak_memory_bytes = StagePeakMemory(layers, MicrobatchesInFlight(plan, s), model.state_bytes_per_parameter_byte) +
-                           std::max<int64_t>(cluster.device.reserved_bytes, 0);
-  for (const PlacedLayer* layer : layers) {
-    AddLayerCost(*layer, cost_model, cost);
-    cost.optimizer += OptimizerSeconds(*layer, model.optimizer, model.state_bytes_per_parameter_byte, cost_model);
+  cost::StageCost c;
+  const int in_flight = cost::MicrobatchesInFlight(plan.pipeline, plan.pp_degree, plan.micro_batches, s);
+  c.peak_memory_bytes = cost::StagePeakMemory(layers, in_flight, model.state_bytes_per_parameter_byte) +
+                        cost::ReservedBytes(cluster.device);
+  for (const cost::PlacedLayer* layer : layers) {
+    cost::AddLayerCost(*layer, cost_model, c);
+    c.optimizer += cost::OptimizerSeconds(*layer, model.optimizer, model.state_bytes_per_parameter_byte, cost_model);
   }
   for (int i = std::max(span.first, 1); i < span.first + span.count; ++i) {
     Result<double> reshard =
-        SliceGatherSeconds(placed[static_cast<size_t>(i) - 1], placed[static_cast<size_t>(i)], cluster, cost_model);
+        cost::SliceGatherSeconds(placed[static_cast<size_t>(i) - 1], placed[static_cast<size_t>(i)], cluster, cost_model);
     if (!reshard) return reshard.error();
-    cost.resharding += *reshard;
+    c.resharding += *reshard;
   }
   // Boundary activations: stage s sends its output forward and its input gradient backward.
   if (s + 1 < plan.pp_degree)
-    cost.communication += PointToPointSeconds(placed[static_cast<size_t>(span.first + span.count) - 1], cost_model);
-  if (s > 0) cost.communication += PointToPointSeconds(placed[static_cast<size_t>(span.first) - 1], cost_model);
-  return cost;
+    c.communication += cost::PointToPointSeconds(placed[static_cast<size_t>(span.first + span.count) - 1], cost_model);
+  if (s > 0) c.communication += cost::PointToPointSeconds(placed[static_cast<size_t>(span.first) - 1], cost_model);
+  return c;
 }
 
-// Galvatron-BMW Eq. 8: C = (m - 1) max_s (C_s - G_s) + sum_s C_s, where C_s - G_s is a stage's
-// micro-batch without gradient sync and G_s the sync left unhidden in its last micro-batch; then the
-// optimizer step, which every stage runs at once after the flush: + max_s O_s. The time buckets follow
-// the same decomposition, so they add up to the iteration time.
-void FillPipelineTime(const LayerPlan& plan, const std::vector<StageCost>& costs, LayerSimResult& result) {
+// Galvatron-BMW Eq. 8 with the optimizer step (cost::PipelineIterationSeconds), applied to each time
+// bucket: the slowest stage's micro-batch (without its gradient sync) m - 1 more times, every stage's
+// micro-batch and unhidden sync once, the slowest optimizer step once. Eq. 8 is linear in its terms,
+// so the buckets add up to the iteration time.
+void FillPipelineTime(const LayerPlan& plan, const std::vector<cost::StageCost>& costs, LayerSimResult& result) {
   size_t slowest = 0;
   for (size_t s = 1; s < costs.size(); ++s)
     if (costs[s].MicrobatchSeconds() > costs[slowest].MicrobatchSeconds()) slowest = s;
-  const double repeats = static_cast<double>(plan.micro_batches - 1);
-  TimeBreakdown& t = result.summary.time;
-  t.compute = repeats * costs[slowest].compute;
-  t.recompute = repeats * costs[slowest].recompute;
-  t.communication = repeats * costs[slowest].communication;
-  t.resharding = repeats * costs[slowest].resharding;
+  cost::StageCost sum;
   double optimizer = 0.0;
-  for (const StageCost& c : costs) {
-    t.compute += c.compute;
-    t.recompute += c.recompute;
-    t.communication += c.communication + c.gradient_sync;
-    t.resharding += c.resharding;
+  for (const cost::StageCost& c : costs) {
+    sum.compute += c.compute;
+    sum.recompute += c.recompute;
+    sum.communication += c.communication + c.gradient_sync;
+    sum.resharding += c.resharding;
     optimizer = std::max(optimizer, c.optimizer);
   }
-  t.compute += optimizer;
+  const int m = plan.micro_batches;
+  const cost::StageCost& top = costs[slowest];
+  TimeBreakdown& t = result.summary.time;
+  t.compute = cost::PipelineIterationSeconds(m, top.compute, sum.compute, optimizer);
+  t.recompute = cost::PipelineIterationSeconds(m, top.recompute, sum.recompute, 0.0);
+  t.communication = cost::PipelineIterationSeconds(m, top.communication, sum.communication, 0.0);
+  t.resharding = cost::PipelineIterationSeconds(m, top.resharding, sum.resharding, 0.0);
   result.summary.iteration_seconds = t.total();
   result.throughput_samples_per_second = static_cast<double>(plan.global_batch) / result.summary.iteration_seconds;
 }
 
-void FillMemory(const cost::Cluster& cluster, const std::vector<StageCost>& costs, LayerSimResult& result) {
+void FillMemory(const cost::Cluster& cluster, const std::vector<cost::StageCost>& costs, LayerSimResult& result) {
   const size_t per_stage = static_cast<size_t>(cluster.NumDevices()) / costs.size();
   result.summary.peak_memory_per_device.assign(static_cast<size_t>(cluster.NumDevices()), 0);
   for (size_t d = 0; d < result.summary.peak_memory_per_device.size(); ++d)
     result.summary.peak_memory_per_device[d] = costs[d / per_stage].peak_memory_bytes;
-  for (const StageCost& c : costs)
+  for (const cost::StageCost& c : costs)
     result.summary.peak_memory_bytes = std::max(result.summary.peak_memory_bytes, c.peak_memory_bytes);
 }
 
 }  // namespace
 
-Result<LayerSimResult> SimulateLayerPlan(const LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster,
+Result<LayerSimResult> SimulateLayerPlan(const cost::LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster,
                                          const cost::CostModel& cost_model) {
   Result<CheckedPlan> checked = CheckAndPlace(model, plan, cluster);
   if (!checked) return checked.error();
   const std::vector<StageSpan>& stages = checked->stages;
-  const std::vector<PlacedLayer>& placed = checked->placed;
+  const std::vector<cost::PlacedLayer>& placed = checked->placed;
 
   LayerSimResult result;
-  std::vector<StageCost> costs;
+  std::vector<cost::StageCost> costs;
   for (int s = 0; s < plan.pp_degree; ++s) {
-    Result<StageCost> cost = CostStage(model, plan, cluster, cost_model, placed, stages, s);
+    Result<cost::StageCost> cost = CostStage(model, plan, cluster, cost_model, placed, stages, s);
     if (!cost) return cost.error();
     costs.push_back(*cost);
     StageResult stage;
@@ -242,8 +239,8 @@ Result<LayerSimResult> SimulateLayerPlan(const LayerModel& model, const LayerPla
 
 namespace {
 
-LayerTraffic TrafficOf(const PlacedLayer& layer, int micro_batches) {
-  const LayerCommunication c = LayerCommunicationOf(layer);
+LayerTraffic TrafficOf(const cost::PlacedLayer& layer, int micro_batches) {
+  const cost::LayerCommunication c = cost::LayerCommunicationOf(layer);
   LayerTraffic t;
   t.tp_all_reduces = c.TpAllReduces() * micro_batches;
   t.tp_all_reduce_bytes = c.TpAllReduceBytes() * micro_batches;
@@ -256,18 +253,18 @@ LayerTraffic TrafficOf(const PlacedLayer& layer, int micro_batches) {
 
 }  // namespace
 
-Result<PlanTraffic> LayerPlanTraffic(const LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster) {
+Result<PlanTraffic> LayerPlanTraffic(const cost::LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster) {
   Result<CheckedPlan> checked = CheckAndPlace(model, plan, cluster);
   if (!checked) return checked.error();
   const std::vector<StageSpan>& stages = checked->stages;
-  const std::vector<PlacedLayer>& placed = checked->placed;
+  const std::vector<cost::PlacedLayer>& placed = checked->placed;
   const int m = plan.micro_batches;
   PlanTraffic traffic;
   for (size_t i = 0; i < placed.size(); ++i) {
     traffic.layers.push_back(TrafficOf(placed[i], m));
     if (i == 0) continue;
-    traffic.layers.back().slice_gather_bytes = m * SliceGatherBytes(placed[i - 1], placed[i]);
-    traffic.layers.back().slice_gather_backward_bytes = m * SliceGatherBackwardBytes(placed[i - 1], placed[i]);
+    traffic.layers.back().slice_gather_bytes = m * cost::SliceGatherBytes(placed[i - 1], placed[i]);
+    traffic.layers.back().slice_gather_backward_bytes = m * cost::SliceGatherBackwardBytes(placed[i - 1], placed[i]);
   }
   // as CostStage places them: the first layer's strategy, the last layer's; never checkpointed
   if (!IsEmpty(model.embedding)) traffic.embedding = TrafficOf(PlaceOther(model.embedding, placed.front()), m);
@@ -275,9 +272,9 @@ Result<PlanTraffic> LayerPlanTraffic(const LayerModel& model, const LayerPlan& p
   for (const StageSpan& span : stages) {
     const bool last = span.first + span.count == static_cast<int>(placed.size());
     traffic.send_forward_bytes.push_back(
-        last ? 0 : m * PointToPointBytes(placed[static_cast<size_t>(span.first + span.count - 1)]));
+        last ? 0 : m * cost::PointToPointBytes(placed[static_cast<size_t>(span.first + span.count - 1)]));
     traffic.send_backward_bytes.push_back(
-        span.first == 0 ? 0 : m * PointToPointBytes(placed[static_cast<size_t>(span.first - 1)]));
+        span.first == 0 ? 0 : m * cost::PointToPointBytes(placed[static_cast<size_t>(span.first - 1)]));
   }
   return traffic;
 }

@@ -9,8 +9,8 @@
 
 #include "kiwi/cost/cluster.h"
 #include "kiwi/cost/cost_model.h"
+#include "kiwi/cost/layer_profile.h"
 #include "kiwi/plan/plan.h"
-#include "kiwi/sim/layer_model.h"
 #include "kiwi/sim/simulator.h"
 #include "kiwi/util/result.h"
 
@@ -29,7 +29,7 @@ struct LayerSimResult {
   double throughput_samples_per_second = 0.0;
 };
 
-// Semantics, in full (Galvatron-BMW §III-A, §V, Eq. 1 and 8; details in layer_stage.cpp):
+// Semantics, in full (Galvatron-BMW §III-A, §V, Eq. 1 and 8; details in cost/layer_cost.cpp):
 //  - Stage s runs the layers of pp_partition[s] on NumDevices / pp devices; a layer's mesh is
 //    MakeMesh({pp, dp, tp}): TP innermost (fastest links), DP outside it, stages outermost. The
 //    per-device micro-batch of a layer is global_batch / (micro_batches * dp).
@@ -49,18 +49,20 @@ struct LayerSimResult {
 //    Gradient sync G_s (DP all-reduce of the shard) happens in the last micro-batch, overlapped per
 //    layer with its backward (+ recomputation) through CostModel::OverlappedTime; only the excess
 //    over that compute counts.
-//  - iteration = (m - 1) max_s C_s + sum_s (C_s + G_s) (Eq. 8, for 1F1B and GPipe alike); the time
+//  - iteration = (m - 1) max_s C_s + sum_s (C_s + G_s) + max_s O_s (Eq. 8 with the optimizer step O_s,
+//    cost::PipelineIterationSeconds, for 1F1B and GPipe alike); the time
 //    buckets use the same decomposition (G_s goes to communication) and add up to it.
+//  - every stage's peak adds the device's reserve (cost::ReservedBytes).
 //  - summary.peak_memory_per_device[d] is the peak of d's stage (d / devices per stage); timeline is
 //    empty and recomputations counts checkpointed layer forwards run again (layers * micro-batches).
 // Errors (kBadInput): degrees that do not multiply to the devices of a stage, a partition that does
 // not cover the layers, a batch not divisible into micro-batches and DP shards, a strategy count
 // that differs from the model's layers.
-Result<LayerSimResult> SimulateLayerPlan(const LayerModel& model, const plan::LayerPlan& plan,
+Result<LayerSimResult> SimulateLayerPlan(const cost::LayerModel& model, const plan::LayerPlan& plan,
                                          const cost::Cluster& cluster, const cost::CostModel& cost_model);
 
 // The bytes each device of a stage passes to collectives in one iteration of `plan`, by purpose, as
-// the simulator prices them (layer_stage.h LayerCommunicationOf, SliceGatherBytes, PointToPointBytes):
+// the simulator prices them (cost/layer_cost.h LayerCommunicationOf, SliceGatherBytes, PointToPointBytes):
 // what a runtime of the plan should measure (python/kiwi/torch/distributed).
 struct LayerTraffic {
   int64_t tp_all_reduce_bytes = 0;       // Megatron TP all-reduces, forward + backward + recomputation
@@ -80,6 +82,6 @@ struct PlanTraffic {
   std::vector<int64_t> send_backward_bytes;  // per stage, per device: gradients sent to the previous stage
 };
 // Errors as SimulateLayerPlan's.
-Result<PlanTraffic> LayerPlanTraffic(const LayerModel& model, const plan::LayerPlan& plan, const cost::Cluster& cluster);
+Result<PlanTraffic> LayerPlanTraffic(const cost::LayerModel& model, const plan::LayerPlan& plan, const cost::Cluster& cluster);
 
 }  // namespace kiwi::sim

@@ -98,36 +98,14 @@ Result<NodeLayouts> ResolveLayouts(const ir::Graph& graph, const plan::OperatorP
   return layouts;
 }
 
-double WorkFraction(const ir::ShardingSpec& output, ir::AxisMask reduce_axes, const ir::DeviceMesh& mesh) {
-  return 1.0 / mesh.GroupSize(output.UsedAxes() | reduce_axes);
-}
-
-double PartialSumTime(const ir::TensorType& type, const ir::ShardingSpec& output, ir::AxisMask reduce_axes,
-                      const cost::CostModel& cost_model, const ir::DeviceMesh& mesh) {
-  const ir::AxisMask scattered = reduce_axes & output.UsedAxes();
-  const ir::AxisMask all_reduced = reduce_axes & ~scattered;
-  double seconds = 0.0;
-  if (scattered != 0) {
-    // The partial buffer is the output shard before the scattered axes split it.
-    ir::ShardingSpec partial = output;
-    for (ir::AxisMask& m : partial.dim_axes) m &= ~scattered;
-    seconds += cost_model.CollectiveTime(cost::Collective::kReduceScatter,
-                                         cost::CostModel::BytesPerDevice(type, partial, mesh), mesh, scattered);
-  }
-  if (all_reduced != 0)
-    seconds += cost_model.CollectiveTime(cost::Collective::kAllReduce,
-                                         cost::CostModel::BytesPerDevice(type, output, mesh), mesh, all_reduced);
-  return seconds;
-}
-
 OpTime ExecutionTime(const ir::Graph& graph, const NodeLayouts& layouts, const ir::Node& node,
                      const cost::CostModel& cost_model, const ir::DeviceMesh& mesh) {
   const auto id = static_cast<size_t>(node.id);
   const plan::OpSharding* sharding = layouts.sharding[id];
   const ir::AxisMask reduce_axes = sharding ? sharding->reduce_axes : 0;
   OpTime time;
-  time.compute = cost_model.ComputeTime(node, WorkFraction(layouts.output[id], reduce_axes, mesh));
-  if (reduce_axes != 0) time.communication = PartialSumTime(node.output, layouts.output[id], reduce_axes, cost_model, mesh);
+  time.compute = cost_model.ComputeTime(node, cost::CostModel::WorkFraction(layouts.output[id], reduce_axes, mesh));
+  if (reduce_axes != 0) time.communication = cost_model.PartialSumTime(node.output, layouts.output[id], reduce_axes, mesh);
   if (sharding == nullptr) return time;
   for (size_t i = 0; i < sharding->operands.size(); ++i) {
     const ir::Node& input = graph.node(node.inputs[i]);

@@ -40,15 +40,6 @@ struct OpTime {
   double total() const { return compute + communication + resharding; }
 };
 
-// The work fraction of an op split over its output axes and its reduce axes: 1 / |group|.
-double WorkFraction(const ir::ShardingSpec& output, ir::AxisMask reduce_axes, const ir::DeviceMesh& mesh);
-
-// Partial-sum reduction (plan.h OpSharding): a reduce-scatter over the reduce axes the output is
-// sharded on, applied to the partial per-device buffer (the output shard without those axes), then an
-// all-reduce over the remaining reduce axes on the final output shard.
-double PartialSumTime(const ir::TensorType& type, const ir::ShardingSpec& output, ir::AxisMask reduce_axes,
-                      const cost::CostModel& cost_model, const ir::DeviceMesh& mesh);
-
 OpTime ExecutionTime(const ir::Graph& graph, const NodeLayouts& layouts, const ir::Node& node,
                      const cost::CostModel& cost_model, const ir::DeviceMesh& mesh);
 

@@ -1,7 +1,7 @@
 """Per-layer activation checkpointing (Chen et al. 2016; Galvatron-BMW's CKPT): the forward runs
 without keeping intermediates, the backward re-runs it (TP all-reduces included, §III-A.3) and
 differentiates. For a ZeRO-3 layer the one all-gather before the backward serves both the
-recomputation and the backward (sim/layer_stage.cpp kSdpAllGathers = 2)."""
+recomputation and the backward (cost/layer_cost.cpp kSdpAllGathers = 2)."""
 from typing import Callable, Optional
 
 import torch

@@ -1,5 +1,5 @@
 """Every collective and point-to-point call of the runtime goes through a CommCounter, which counts the
-bytes per purpose the way kiwi's cost model states them (sim/layer_stage.h LayerCommunication, the
+bytes per purpose the way kiwi's cost model states them (cost/layer_cost.h LayerCommunication, the
 `bytes` of cost::CollectiveTime): all-reduce: the buffer; all-gather: the gathered result;
 reduce-scatter: the input; send: the message. Only torch.distributed moves the data."""
 import collections

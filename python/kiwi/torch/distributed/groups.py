@@ -33,7 +33,7 @@ class Layout:
 
     def gather_ranks(self, prev: LayerStrategy, nxt: LayerStrategy, stage: int, local: int) -> Tuple[int, ...]:
         """Slice-Gather's group between a layer of larger DP degree `prev` and one of smaller `nxt`
-        (layer_stage.cpp: mesh {pp, dp_next, dp_prev / dp_next, tp_prev}, axis 2): local indices
+        (cost/layer_cost.cpp: mesh {pp, dp_next, dp_prev / dp_next, tp_prev}, axis 2): local indices
         a * tp_next + k * tp_prev + t for k = 0 .. dp_prev / dp_next - 1, in sample order."""
         a, t = local // nxt.tp, local % prev.tp
         return tuple(self.base(stage) + a * nxt.tp + k * prev.tp + t for k in range(prev.dp // nxt.dp))

@@ -2,7 +2,7 @@
 micro-batches, and the 1F1B-flush schedule (Narayanan et al. 2021: P - s - 1 warm-up forwards, then
 one forward one backward, then the remaining backwards) or GPipe (all forwards, then all backwards).
 Rank l of stage s exchanges activations and gradients with rank l of stages s - 1 and s + 1, each
-sending the activation of its own samples (sim/layer_stage.cpp PointToPointSeconds)."""
+sending the activation of its own samples (cost/layer_cost.cpp PointToPointSeconds)."""
 import collections
 from typing import List, Optional
 

@@ -3,7 +3,7 @@ Megatron TP a layer's activation is replicated in its TP group and split over DP
 differ only in the DP degree: going to a larger DP degree each rank keeps its slice (forward) and
 all-gathers the gradient (backward); going to a smaller one it all-gathers its new, larger sample range
 (forward) and keeps its slice of the gradient (backward). The gather group is kiwi's
-(sim/layer_stage.cpp SliceGatherSeconds): groups.Layout.gather_ranks."""
+(cost/layer_cost.cpp SliceGatherSeconds): groups.Layout.gather_ranks."""
 import torch
 
 from kiwi.torch.distributed.comm_counter import SLICE_GATHER, SLICE_GATHER_BACKWARD, CommCounter

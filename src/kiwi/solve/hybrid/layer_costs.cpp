@@ -13,7 +13,7 @@ int Log2(int n) {
   return k;
 }
 
-bool SameProfile(const sim::LayerProfile& a, const sim::LayerProfile& b) {
+bool SameProfile(const cost::LayerProfile& a, const cost::LayerProfile& b) {
   return a.parameter_bytes == b.parameter_bytes && a.activation_bytes_per_sample == b.activation_bytes_per_sample &&
          a.boundary_bytes_per_sample == b.boundary_bytes_per_sample &&
          a.backward_transient_bytes_per_sample == b.backward_transient_bytes_per_sample &&
@@ -27,31 +27,25 @@ bool SameProfile(const sim::LayerProfile& a, const sim::LayerProfile& b) {
          a.tp_backward_all_reduce_bytes_per_sample == b.tp_backward_all_reduce_bytes_per_sample;
 }
 
-// The simulator's terms of one placed layer: memory from StagePeakMemory (the transients, which the
-// stage takes the maximum of, split out as in its Eq. 1 implementation), times from AddLayerCost.
-StrategyCost PriceLayer(const sim::PlacedLayer& layer, const sim::LayerModel& model, const cost::CostModel& cost_model) {
+// The simulator's terms of one placed layer: memory as its stage counts it (cost::LayerMemory), times
+// as cost::AddLayerCost and cost::OptimizerSeconds give them.
+StrategyCost PriceLayer(const cost::PlacedLayer& layer, const cost::LayerModel& model, const cost::CostModel& cost_model) {
   const double state_ratio = model.state_bytes_per_parameter_byte;
   StrategyCost c;
-  const sim::LayerProfile& p = layer.profile;
-  const plan::LayerStrategy& s = layer.strategy;
-  const int64_t without_activations = sim::StagePeakMemory({&layer}, 0, state_ratio);
-  c.activation_bytes = sim::StagePeakMemory({&layer}, 1, state_ratio) - without_activations;
-  c.recompute_bytes = sim::TransientBytes(layer);
-  if (s.sdp && s.dp > 1) c.gather_bytes = sim::TpShardParameterBytes(p, s.tp);
-  c.state_bytes = without_activations - c.recompute_bytes - c.gather_bytes;
-  sim::StageCost t;
-  sim::AddLayerCost(layer, cost_model, t);
+  c.memory = cost::LayerMemory(layer, state_ratio);
+  cost::StageCost t;
+  cost::AddLayerCost(layer, cost_model, t);
   c.microbatch_seconds = t.MicrobatchSeconds();
   c.sync_seconds = t.gradient_sync;
-  c.optimizer_seconds = sim::OptimizerSeconds(layer, model.optimizer, state_ratio, cost_model);
+  c.optimizer_seconds = cost::OptimizerSeconds(layer, model.optimizer, state_ratio, cost_model);
   return c;
 }
 
 }  // namespace
 
-LayerTypes GroupLayerTypes(const sim::LayerModel& model) {
+LayerTypes GroupLayerTypes(const cost::LayerModel& model) {
   LayerTypes t;
-  for (const sim::LayerProfile& p : model.layers) {
+  for (const cost::LayerProfile& p : model.layers) {
     int type = -1;
     for (int k = 0; k < t.num_types() && type < 0; ++k)
       if (SameProfile(t.profiles[static_cast<size_t>(k)], p)) type = k;
@@ -64,10 +58,10 @@ LayerTypes GroupLayerTypes(const sim::LayerModel& model) {
   return t;
 }
 
-Result<const sim::StageMesh*> MeshCache::Get(const cost::Cluster& cluster, int pp, int dp, int tp) {
+Result<const cost::StageMesh*> MeshCache::Get(const cost::Cluster& cluster, int pp, int dp, int tp) {
   auto it = meshes_.find({pp, dp});
   if (it != meshes_.end()) return &it->second;
-  Result<sim::StageMesh> mesh = sim::MakeStageMesh(cluster, {pp, dp, tp});
+  Result<cost::StageMesh> mesh = cost::MakeStageMesh(cluster, {pp, dp, tp});
   if (!mesh) return mesh.error();
   return &meshes_.emplace(std::make_pair(pp, dp), std::move(*mesh)).first->second;
 }
@@ -99,11 +93,11 @@ Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
   head_.resize(strategies_.size());
   point_to_point_.assign(static_cast<size_t>(types * num_dp_), 0.0);
   slice_gather_.assign(static_cast<size_t>(types * num_dp_ * num_dp_), 0.0);
-  std::vector<sim::PlacedLayer> by_dp(static_cast<size_t>(num_dp_));  // one placed layer per DP degree
+  std::vector<cost::PlacedLayer> by_dp(static_cast<size_t>(num_dp_));  // one placed layer per DP degree
   std::vector<bool> have_dp(static_cast<size_t>(num_dp_), false);
   for (int j = 0; j < num_strategies(); ++j) {
     const plan::LayerStrategy& s = strategies_[static_cast<size_t>(j)];
-    Result<const sim::StageMesh*> mesh = meshes.Get(*in.cluster, pp_, s.dp, s.tp);
+    Result<const cost::StageMesh*> mesh = meshes.Get(*in.cluster, pp_, s.dp, s.tp);
     if (!mesh) return mesh.error();
     const int64_t per_device = microbatch_ / s.dp;
     for (int k = 0; k < types; ++k)
@@ -121,12 +115,12 @@ Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
   for (int k = 0; k < types; ++k) {
     for (int a = 0; a < num_dp_; ++a) {
       if (!have_dp[static_cast<size_t>(a)]) continue;
-      sim::PlacedLayer prev = by_dp[static_cast<size_t>(a)];
+      cost::PlacedLayer prev = by_dp[static_cast<size_t>(a)];
       prev.profile = in.types->profiles[static_cast<size_t>(k)];
-      point_to_point_[static_cast<size_t>(k * num_dp_ + a)] = sim::PointToPointSeconds(prev, *in.cost_model);
+      point_to_point_[static_cast<size_t>(k * num_dp_ + a)] = cost::PointToPointSeconds(prev, *in.cost_model);
       for (int b = 0; b < num_dp_; ++b) {  // Slice-Gather gathers forward (DP shrinks) or backward (DP grows)
         if (b == a || !have_dp[static_cast<size_t>(b)]) continue;
-        Result<double> seconds = sim::SliceGatherSeconds(prev, by_dp[static_cast<size_t>(b)], *in.cluster, *in.cost_model);
+        Result<double> seconds = cost::SliceGatherSeconds(prev, by_dp[static_cast<size_t>(b)], *in.cluster, *in.cost_model);
         if (!seconds) return seconds.error();
         slice_gather_[static_cast<size_t>((k * num_dp_ + a) * num_dp_ + b)] = *seconds;
       }
@@ -142,10 +136,7 @@ const StrategyCost& CostTables::Cost(int type, int strategy) const {
 StrategyCost CostTables::LayerCost(int layer, int strategy) const {
   StrategyCost c = Cost(types_->type_of[static_cast<size_t>(layer)], strategy);
   auto add = [&c](const StrategyCost& o) {
-    c.state_bytes += o.state_bytes;
-    c.activation_bytes += o.activation_bytes;
-    c.recompute_bytes = std::max(c.recompute_bytes, o.recompute_bytes);
-    c.gather_bytes = std::max(c.gather_bytes, o.gather_bytes);
+    c.memory += o.memory;
     c.microbatch_seconds += o.microbatch_seconds;
     c.sync_seconds += o.sync_seconds;
     c.optimizer_seconds += o.optimizer_seconds;
@@ -164,8 +155,7 @@ double CostTables::PointToPoint(int type, int dp) const {
 }
 
 int InFlight(const PipelineConfig& config, int stage) {
-  if (config.schedule == plan::PipelineSchedule::kGPipe) return config.micro_batches;
-  return std::min(config.pp - stage, config.micro_batches);
+  return cost::MicrobatchesInFlight(config.schedule, config.pp, config.micro_batches, stage);
 }
 
 int PipelineEstimate::SlowestStage() const {
@@ -180,15 +170,12 @@ PipelineEstimate EstimatePipeline(const CostTables& tables, const PipelineConfig
   for (int s = 0; s < static_cast<int>(partition.size()); ++s) {
     const int last = first + partition[static_cast<size_t>(s)] - 1;
     double seconds = 0.0, sync = 0.0, optimizer = 0.0;
-    int64_t states = 0, activations = 0, recompute = 0, gather = 0;
+    cost::StageMemory memory;
     auto add = [&](const StrategyCost& c) {
       seconds += c.microbatch_seconds;
       sync += c.sync_seconds;
       optimizer += c.optimizer_seconds;
-      states += c.state_bytes;
-      activations += c.activation_bytes;
-      recompute = std::max(recompute, c.recompute_bytes);
-      gather = std::max(gather, c.gather_bytes);
+      memory += c.memory;
     };
     for (int i = first; i <= last; ++i) {
       const int j = strategies[static_cast<size_t>(i)];
@@ -205,14 +192,13 @@ PipelineEstimate EstimatePipeline(const CostTables& tables, const PipelineConfig
     e.stage_seconds.push_back(seconds);
     e.sync_seconds.push_back(sync);
     e.optimizer_seconds.push_back(optimizer);
-    e.stage_memory.push_back(states + InFlight(config, s) * activations + recompute + gather);
+    e.stage_memory.push_back(memory.PeakBytes(InFlight(config, s)));
     first = last + 1;
   }
   double total = 0.0;
   for (size_t s = 0; s < e.stage_seconds.size(); ++s) total += e.stage_seconds[s] + e.sync_seconds[s];
-  // + the slowest stage's optimizer step: every stage steps at once after the flush (as the simulator).
-  e.iteration_seconds = (config.micro_batches - 1) * e.stage_seconds[static_cast<size_t>(e.SlowestStage())] + total +
-                        *std::max_element(e.optimizer_seconds.begin(), e.optimizer_seconds.end());
+  e.iteration_seconds = cost::PipelineIterationSeconds(config.micro_batches, e.stage_seconds[static_cast<size_t>(e.SlowestStage())],
+                                                       total, *std::max_element(e.optimizer_seconds.begin(), e.optimizer_seconds.end()));
   e.peak_memory_bytes = *std::max_element(e.stage_memory.begin(), e.stage_memory.end());
   return e;
 }

@@ -1,5 +1,5 @@
 #pragma once
-// The layer simulator's terms (sim/layer_stage.h, Galvatron-BMW §V) tabulated per layer type and
+// The layer simulator's terms (cost/layer_cost.h, Galvatron-BMW §V) tabulated per layer type and
 // strategy for one pipeline degree and micro-batch size, so the search prices millions of candidate
 // assignments with table look-ups and still agrees with SimulateLayerPlan (the judge). Identical
 // layers share one type: a 48-layer BERT has one row per strategy, not 48.
@@ -14,9 +14,10 @@
 
 #include "kiwi/cost/cluster.h"
 #include "kiwi/cost/cost_model.h"
+#include "kiwi/cost/layer_cost.h"
+#include "kiwi/cost/layer_profile.h"
+#include "kiwi/cost/pipeline.h"
 #include "kiwi/plan/plan.h"
-#include "kiwi/sim/layer_model.h"
-#include "kiwi/sim/layer_stage.h"
 #include "kiwi/solve/hybrid/strategy_space.h"
 #include "kiwi/util/result.h"
 
@@ -25,17 +26,14 @@ namespace kiwi::solve::hybrid {
 // Layers with equal profiles share a type (the paper's "layer types": encoder/decoder, Swin stages).
 struct LayerTypes {
   std::vector<int> type_of;                 // per model layer
-  std::vector<sim::LayerProfile> profiles;  // per type, first occurrence order
+  std::vector<cost::LayerProfile> profiles;  // per type, first occurrence order
   int num_types() const { return static_cast<int>(profiles.size()); }
 };
-LayerTypes GroupLayerTypes(const sim::LayerModel& model);
+LayerTypes GroupLayerTypes(const cost::LayerModel& model);
 
-// One layer under one strategy, one micro-batch: the simulator's terms (layer_stage.cpp).
+// One layer under one strategy, one micro-batch: the simulator's terms (cost/layer_cost.cpp).
 struct StrategyCost {
-  int64_t state_bytes = 0;        // parameters, gradients, optimizer states per device (Eq. 1 ms)
-  int64_t activation_bytes = 0;   // kept activations of one micro-batch in flight (f)
-  int64_t recompute_bytes = 0;    // transient of its backward (sim::TransientBytes): recomputed intermediates (b = int), gradients in flight
-  int64_t gather_bytes = 0;       // transient: full (TP-shard) parameters an SDP layer gathers
+  cost::StageMemory memory;       // its terms of Eq. 1 per device (cost::LayerMemory)
   double microbatch_seconds = 0;  // compute + recompute + communication of one micro-batch
   double sync_seconds = 0;        // gradient sync left unhidden by the backward pass, once per iteration
   // The optimizer step over the layer's model states on one device, once per iteration. Stages step at
@@ -46,7 +44,7 @@ struct StrategyCost {
 
 // What a cost table is built from; all pointers must outlive the tables.
 struct CostInputs {
-  const sim::LayerModel* model = nullptr;
+  const cost::LayerModel* model = nullptr;
   const LayerTypes* types = nullptr;
   const cost::Cluster* cluster = nullptr;
   const cost::CostModel* cost_model = nullptr;
@@ -55,10 +53,10 @@ struct CostInputs {
 // Meshes {pp, dp, tp} reused across tables (building one lays the mesh over the cluster).
 class MeshCache {
  public:
-  Result<const sim::StageMesh*> Get(const cost::Cluster& cluster, int pp, int dp, int tp);
+  Result<const cost::StageMesh*> Get(const cost::Cluster& cluster, int pp, int dp, int tp);
 
  private:
-  std::map<std::pair<int, int>, sim::StageMesh> meshes_;  // by (pp, dp); tp = stage devices / dp
+  std::map<std::pair<int, int>, cost::StageMesh> meshes_;  // by (pp, dp); tp = stage devices / dp
 };
 
 class CostTables {
@@ -113,7 +111,7 @@ struct PipelineConfig {
   int64_t Microbatch() const { return global_batch / micro_batches; }
 };
 
-// Micro-batches whose activations stage s holds at once (1F1B-flush: min(pp - s, m); GPipe: m).
+// Micro-batches whose activations stage s holds at once (cost::MicrobatchesInFlight).
 int InFlight(const PipelineConfig& config, int stage);
 
 // The simulator's answer for an assignment, computed from the tables: per-stage micro-batch time C_s,

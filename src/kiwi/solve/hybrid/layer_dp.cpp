@@ -18,7 +18,7 @@ struct Label {
   int32_t parent = -1;    // index in the previous layer's labels
   int16_t strategy = -1;
   int16_t dp = 0;         // DP index of `strategy`
-  int64_t Peak() const { return memory + recompute + gather; }
+  int64_t Peak() const { return cost::StageMemory::StagePeakBytes(memory, recompute, gather); }
   double Bottleneck() const { return std::max(slowest, stage_seconds); }
   double OptimizerStep() const { return std::max(slowest_optimizer, stage_optimizer); }
 };
@@ -27,7 +27,7 @@ struct Label {
 // flush, as EstimatePipeline and the simulator have it) of a finished (or a lower bound of an
 // unfinished) chain of stages.
 double PipelineSeconds(const LayerDpProblem& p, const Label& l) {
-  return (p.micro_batches - 1) * l.Bottleneck() + l.cost + l.OptimizerStep();
+  return cost::PipelineIterationSeconds(p.micro_batches, l.Bottleneck(), l.cost, l.OptimizerStep());
 }
 
 // A strategy as one layer of one stage sees it: weighted time and the memory terms (Eq. 1, 4).
@@ -47,9 +47,9 @@ void Absorb(const StrategyCost& c, const DpStage& stage, Option& o) {
   o.cost += stage.weight * c.microbatch_seconds + stage.optimizer_weight * c.optimizer_seconds + c.sync_seconds;
   o.seconds += c.microbatch_seconds;
   o.optimizer += c.optimizer_seconds;
-  o.memory += c.state_bytes + stage.in_flight * c.activation_bytes;
-  o.recompute = std::max(o.recompute, c.recompute_bytes);
-  o.gather = std::max(o.gather, c.gather_bytes);
+  o.memory += c.memory.AdditiveBytes(stage.in_flight);
+  o.recompute = std::max(o.recompute, c.memory.transient);
+  o.gather = std::max(o.gather, c.memory.gathered);
 }
 
 // Options of layer `layer`, without those another option of the same DP degree beats on every count
@@ -61,7 +61,7 @@ std::vector<Option> LayerOptions(const LayerDpProblem& p, const DpStage& stage, 
     if (!p.allowed.empty() && !p.allowed[static_cast<size_t>(j)]) continue;
     Option o{j, t.DpIndex(j), 0.0, 0.0, stage.weight, 0.0, 0, 0, 0};
     Absorb(t.LayerCost(layer, j), stage, o);
-    if (o.memory + o.recompute + o.gather <= budget) all.push_back(o);
+    if (cost::StageMemory::StagePeakBytes(o.memory, o.recompute, o.gather) <= budget) all.push_back(o);
   }
   std::vector<Option> kept;
   for (size_t a = 0; a < all.size(); ++a) {
@@ -245,7 +245,7 @@ struct LayerBounds {
 double ExactBound(const LayerDpProblem& p, const LayerBounds& b, int layer, const Label& l) {
   const size_t i = static_cast<size_t>(layer);
   const double slowest = std::max({l.slowest, l.stage_seconds + b.later_stage_seconds[i], b.later_stages_slowest[i]});
-  return (p.micro_batches - 1) * slowest + l.cost + l.OptimizerStep();
+  return cost::PipelineIterationSeconds(p.micro_batches, slowest, l.cost, l.OptimizerStep());
 }
 
 std::vector<Label> Extend(const LayerDpProblem& p, const Sources& sources, const LayerBounds& bounds, int layer,

@@ -20,8 +20,8 @@ class FixedAssignment {
       double reshard = 0.0;
       if (i > 0) reshard = t.SliceGather(type_of[static_cast<size_t>(i) - 1], Dp(i - 1), Dp(i));
       seconds_[static_cast<size_t>(i) + 1] = seconds_[static_cast<size_t>(i)] + c.microbatch_seconds + reshard;
-      states_[static_cast<size_t>(i) + 1] = states_[static_cast<size_t>(i)] + c.state_bytes;
-      activations_[static_cast<size_t>(i) + 1] = activations_[static_cast<size_t>(i)] + c.activation_bytes;
+      states_[static_cast<size_t>(i) + 1] = states_[static_cast<size_t>(i)] + c.memory.model_states;
+      activations_[static_cast<size_t>(i) + 1] = activations_[static_cast<size_t>(i)] + c.memory.activations;
     }
   }
 
@@ -37,15 +37,15 @@ class FixedAssignment {
   // Eq. 1 for layers [first, first + count) as stage s; O(count) for the maxima.
   int64_t Memory(int s, int first, int count) const {
     const int last = first + count - 1;
-    int64_t states = states_[static_cast<size_t>(last) + 1] - states_[static_cast<size_t>(first)];
-    int64_t activations = activations_[static_cast<size_t>(last) + 1] - activations_[static_cast<size_t>(first)];
-    int64_t recompute = 0, gather = 0;
+    cost::StageMemory memory;
+    memory.model_states = states_[static_cast<size_t>(last) + 1] - states_[static_cast<size_t>(first)];
+    memory.activations = activations_[static_cast<size_t>(last) + 1] - activations_[static_cast<size_t>(first)];
     for (int i = first; i <= last; ++i) {
-      const StrategyCost c = t_.LayerCost(i, s_[static_cast<size_t>(i)]);
-      recompute = std::max(recompute, c.recompute_bytes);
-      gather = std::max(gather, c.gather_bytes);
+      const cost::StageMemory& layer = t_.LayerCost(i, s_[static_cast<size_t>(i)]).memory;
+      memory.transient = std::max(memory.transient, layer.transient);
+      memory.gathered = std::max(memory.gathered, layer.gathered);
     }
-    return states + InFlight(config_, s) * activations + recompute + gather;
+    return memory.PeakBytes(InFlight(config_, s));
   }
 
  private:
@@ -129,13 +129,13 @@ StagePeakBounds::StagePeakBounds(const CostTables& t, const PipelineConfig& conf
   std::vector<int64_t> recomputes{0}, gathers{0};
   for (int j = 0; j < t.num_strategies(); ++j) {
     if (!ok(j)) continue;
-    gathers.push_back(t.Embedding(j).gather_bytes);
-    gathers.push_back(t.Head(j).gather_bytes);
-    recomputes.push_back(t.Embedding(j).recompute_bytes);  // the loss's gradients: the head's backward transient
-    recomputes.push_back(t.Head(j).recompute_bytes);
+    gathers.push_back(t.Embedding(j).memory.gathered);
+    gathers.push_back(t.Head(j).memory.gathered);
+    recomputes.push_back(t.Embedding(j).memory.transient);  // the loss's gradients: the head's backward transient
+    recomputes.push_back(t.Head(j).memory.transient);
     for (int k = 0; k < t.types().num_types(); ++k) {
-      recomputes.push_back(t.Cost(k, j).recompute_bytes);
-      gathers.push_back(t.Cost(k, j).gather_bytes);
+      recomputes.push_back(t.Cost(k, j).memory.transient);
+      gathers.push_back(t.Cost(k, j).memory.gathered);
     }
   }
   for (int64_t r : SortedUnique(recomputes))
@@ -151,8 +151,8 @@ StagePeakBounds::StagePeakBounds(const CostTables& t, const PipelineConfig& conf
         for (int j = 0; j < t.num_strategies(); ++j) {
           if (!ok(j)) continue;
           const StrategyCost x = t.LayerCost(i, j);  // with the embeddings / the head on the first / last layer
-          const int64_t memory = x.state_bytes + in_flight * x.activation_bytes;
-          if (x.recompute_bytes <= caps_[c].recompute && x.gather_bytes <= caps_[c].gather)
+          const int64_t memory = x.memory.AdditiveBytes(in_flight);
+          if (x.memory.transient <= caps_[c].recompute && x.memory.gathered <= caps_[c].gather)
             smallest = std::min(smallest, memory);
         }
         row[i + 1] = std::min(row[i] + smallest, kUnreachable);
@@ -167,7 +167,7 @@ int64_t StagePeakBounds::StagePeak(int stage, int first, int count) const {
     const int64_t* row = &prefix_[(c * static_cast<size_t>(num_stages_) + static_cast<size_t>(stage)) * stride];
     const int64_t sum = row[first + count] - row[first];
     if (row[first + count] >= kUnreachable || sum >= kUnreachable) continue;
-    best = std::min(best, sum + caps_[c].recompute + caps_[c].gather);
+    best = std::min(best, cost::StageMemory::StagePeakBytes(sum, caps_[c].recompute, caps_[c].gather));
   }
   return best;
 }

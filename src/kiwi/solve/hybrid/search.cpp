@@ -39,7 +39,7 @@ struct Incumbent {
 
 class Search {
  public:
-  Search(const sim::LayerModel& model, const cost::Cluster& cluster, const cost::CostModel& cost_model,
+  Search(const cost::LayerModel& model, const cost::Cluster& cluster, const cost::CostModel& cost_model,
          const HybridSearchOptions& options)
       : model_(model),
         types_(GroupLayerTypes(model)),
@@ -76,7 +76,7 @@ class Search {
   Status SkipDegreesThatCannotBeLaidOut();
   bool Expired() const { return Clock::now() > deadline_; }
 
-  const sim::LayerModel& model_;
+  const cost::LayerModel& model_;
   LayerTypes types_;
   CostInputs inputs_;
   HybridSearchOptions options_;
@@ -165,7 +165,7 @@ double Search::UpperBound(const CostTables& t, const PipelineConfig& c) const {
         if (!allowed.empty() && !allowed[static_cast<size_t>(j)]) continue;
         const StrategyCost x = single ? t.LayerCost(own[static_cast<size_t>(k)], j) : t.Cost(type, j);
         const double sec = w * x.microbatch_seconds + x.sync_seconds;
-        const double mem = static_cast<double>(x.state_bytes + in_flight * x.activation_bytes);
+        const double mem = static_cast<double>(x.memory.AdditiveBytes(in_flight));
         if (sec + lambda * mem < best) {
           best = sec + lambda * mem;
           best_seconds = sec;
@@ -242,7 +242,7 @@ std::vector<int> Search::SmallestMemoryStrategies(const CostTables& t, const Pip
     for (int j = 0; j < t.num_strategies(); ++j) {
       if (!allowed.empty() && !allowed[static_cast<size_t>(j)]) continue;
       const StrategyCost& x = t.Cost(type, j);
-      const int64_t bytes = x.state_bytes + InFlight(c, 0) * x.activation_bytes + x.recompute_bytes + x.gather_bytes;
+      const int64_t bytes = x.memory.PeakBytes(InFlight(c, 0));
       if (bytes < smallest) {
         smallest = bytes;
         best = j;
@@ -368,7 +368,7 @@ Status Search::SkipDegreesThatCannotBeLaidOut() {
     const int stage = cluster.NumDevices() / pp;
     Status laid_out = Status::Ok();
     for (const plan::LayerStrategy& s : LayerStrategies(stage, space_.strategies)) {
-      Result<sim::StageMesh> mesh = sim::MakeStageMesh(cluster, {pp, s.dp, s.tp});
+      Result<cost::StageMesh> mesh = cost::MakeStageMesh(cluster, {pp, s.dp, s.tp});
       if (!mesh) {
         laid_out = mesh.error();
         break;
@@ -425,7 +425,7 @@ Result<HybridSearchResult> Search::Run() {
 
 }  // namespace
 
-Result<HybridSearchResult> SearchHybridPlan(const sim::LayerModel& model, const cost::Cluster& cluster,
+Result<HybridSearchResult> SearchHybridPlan(const cost::LayerModel& model, const cost::Cluster& cluster,
                                             const cost::CostModel& cost_model, const HybridSearchOptions& options) {
   if (model.layers.empty()) return BadInput(fmt::format("hybrid search: model {} has no layers", model.name));
   if (options.memory_budget_bytes <= 0)
@@ -437,7 +437,7 @@ Result<HybridSearchResult> SearchHybridPlan(const sim::LayerModel& model, const 
   if (cluster.NumDevices() < 1) return BadInput(fmt::format("cluster {}: has no devices", cluster.name));
   // The device's reserve (context, communication buffers, fragmentation) is part of every peak the
   // simulator reports: the search plans the tensors within what is left, then adds it back.
-  const int64_t reserve = std::max<int64_t>(cluster.device.reserved_bytes, 0);
+  const int64_t reserve = cost::ReservedBytes(cluster.device);
   HybridSearchOptions tensors = options;
   tensors.memory_budget_bytes = std::max<int64_t>(options.memory_budget_bytes - reserve, 1);
   Search search(model, cluster, cost_model, tensors);

@@ -25,8 +25,8 @@
 
 #include "kiwi/cost/cluster.h"
 #include "kiwi/cost/cost_model.h"
+#include "kiwi/cost/layer_profile.h"
 #include "kiwi/plan/plan.h"
-#include "kiwi/sim/layer_model.h"
 #include "kiwi/sim/layer_simulator.h"
 #include "kiwi/solve/hybrid/strategy_space.h"
 #include "kiwi/util/result.h"
@@ -97,7 +97,7 @@ struct HybridSearchResult {
 };
 
 // kBadInput for a budget or batch that is not positive or a model without layers.
-Result<HybridSearchResult> SearchHybridPlan(const sim::LayerModel& model, const cost::Cluster& cluster,
+Result<HybridSearchResult> SearchHybridPlan(const cost::LayerModel& model, const cost::Cluster& cluster,
                                             const cost::CostModel& cost_model, const HybridSearchOptions& options);
 
 }  // namespace kiwi::solve::hybrid

@@ -9,7 +9,6 @@
 #include <set>
 #include <utility>
 
-#include "kiwi/sim/op_execution.h"
 #include "kiwi/solve/sharding/op_indexing.h"
 
 namespace kiwi::solve::sharding {
@@ -184,9 +183,9 @@ Strategy Costed(plan::OpSharding sharding, const ir::Node& node, const cost::Cos
                 const ir::DeviceMesh& mesh) {
   Strategy s;
   // The simulator's formulas (sim/op_execution.h ExecutionTime), so that replays agree exactly.
-  s.compute_seconds = cost_model.ComputeTime(node, sim::WorkFraction(sharding.output, sharding.reduce_axes, mesh));
+  s.compute_seconds = cost_model.ComputeTime(node, cost::CostModel::WorkFraction(sharding.output, sharding.reduce_axes, mesh));
   if (sharding.reduce_axes != 0)
-    s.communication_seconds = sim::PartialSumTime(node.output, sharding.output, sharding.reduce_axes, cost_model, mesh);
+    s.communication_seconds = cost_model.PartialSumTime(node.output, sharding.output, sharding.reduce_axes, mesh);
   s.output_bytes = ir::BytesPerDevice(node.output, sharding.output, mesh);
   if (sharding.strategy.empty()) sharding.strategy = StrategyName(sharding);
   s.sharding = std::move(sharding);

@@ -1,14 +1,12 @@
-#include "kiwi/sim/layer_stage.h"
+#include "kiwi/cost/layer_cost.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "kiwi/cost/activation_memory.h"
 
-namespace kiwi::sim {
+namespace kiwi::cost {
 namespace {
-
-using cost::Collective;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -21,7 +19,7 @@ constexpr int kTpAllReducesBackward = 2;
 // the backward gather also serves the recomputation of a checkpointed layer.
 constexpr int kSdpAllGathers = 2;
 
-double CollectiveSeconds(const cost::CostModel& cost_model, Collective c, int64_t bytes, const StageMesh& mesh,
+double CollectiveSeconds(const CostModel& cost_model, Collective c, int64_t bytes, const StageMesh& mesh,
                          int axis) {
   const ir::AxisMask mask = mesh.masks[static_cast<size_t>(axis)];
   if (mask == 0 || bytes <= 0) return 0.0;
@@ -45,7 +43,7 @@ int64_t ModelStateBytes(const PlacedLayer& l, double state_bytes_per_parameter_b
 }  // namespace
 
 double OptimizerSeconds(const PlacedLayer& layer, const std::string& optimizer, double state_bytes_per_parameter_byte,
-                        const cost::CostModel& cost_model) {
+                        const CostModel& cost_model) {
   return cost_model.OptimizerStepTime(
       optimizer, static_cast<double>(ModelStateBytes(layer, state_bytes_per_parameter_byte)), 0.0);
 }
@@ -69,7 +67,7 @@ void FillTpAllReduces(const PlacedLayer& l, LayerCommunication& c) {
 }
 
 // Seconds of TP all-reduces of these sizes; runs of one size are priced once and multiplied.
-double TpSeconds(const cost::CostModel& cost_model, const std::vector<int64_t>& bytes, const StageMesh& mesh) {
+double TpSeconds(const CostModel& cost_model, const std::vector<int64_t>& bytes, const StageMesh& mesh) {
   double seconds = 0.0;
   for (size_t i = 0; i < bytes.size();) {
     size_t j = i;
@@ -81,15 +79,15 @@ double TpSeconds(const cost::CostModel& cost_model, const std::vector<int64_t>& 
 }
 
 // Activations of one micro-batch per device of `bytes_per_sample`, of which `whole_per_sample` Megatron
-// TP keeps on every rank (cost::TpRankActivationBytes, Korthikanti et al. 2023 eq. 2).
+// TP keeps on every rank (TpRankActivationBytes, Korthikanti et al. 2023 eq. 2).
 int64_t MicrobatchBytes(const PlacedLayer& l, int64_t bytes_per_sample, int64_t whole_per_sample) {
   const int64_t whole = std::min(whole_per_sample, bytes_per_sample);
-  return cost::TpRankActivationBytes((bytes_per_sample - whole) * l.microbatch, whole * l.microbatch, l.strategy.tp);
+  return TpRankActivationBytes((bytes_per_sample - whole) * l.microbatch, whole * l.microbatch, l.strategy.tp);
 }
 
 }  // namespace
 
-Result<StageMesh> MakeStageMesh(const cost::Cluster& cluster, const std::vector<int>& sizes) {
+Result<StageMesh> MakeStageMesh(const Cluster& cluster, const std::vector<int>& sizes) {
   StageMesh m;
   m.sizes = sizes;
   std::vector<int> shape;
@@ -121,27 +119,27 @@ int64_t TransientBytes(const PlacedLayer& l) {
   return (l.strategy.checkpoint ? RecomputedBytes(l) : 0) + backward;
 }
 
-// Galvatron-BMW Eq. 1 for one stage: all model states, the forward activations of every micro-batch
-// in flight (boundary only for checkpointed layers, c(f) = c(bnd)), plus the largest transient of one
-// layer's backward pass: the intermediates a checkpointed layer recomputes (c(b) = c(int)) with the
-// gradients in flight and workspaces of its backward (LayerProfile::backward_transient_bytes_per_sample),
-// and the full parameters SDP gathers. Both maxima are counted at once, an upper bound when different
-// layers cause them.
+// A layer's terms of Galvatron-BMW Eq. 1 (StageMemory): its model states, the forward activations of
+// one micro-batch (boundary only when checkpointed, c(f) = c(bnd)), the transient of its backward pass
+// (the intermediates a checkpointed layer recomputes, c(b) = c(int), with its gradients in flight and
+// workspaces: LayerProfile::backward_transient_bytes_per_sample), and the full parameters SDP gathers.
+StageMemory LayerMemory(const PlacedLayer& l, double state_bytes_per_parameter_byte) {
+  const LayerProfile& p = l.profile;
+  StageMemory m;
+  m.model_states = ModelStateBytes(l, state_bytes_per_parameter_byte);
+  m.activations = l.strategy.checkpoint
+                      ? MicrobatchBytes(l, p.boundary_bytes_per_sample, p.boundary_bytes_per_sample)
+                      : MicrobatchBytes(l, p.activation_bytes_per_sample, p.replicated_activation_bytes_per_sample);
+  m.transient = TransientBytes(l);
+  if (l.strategy.sdp && l.strategy.dp > 1) m.gathered = TpShardParameterBytes(l);
+  return m;
+}
+
 int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_flight,
                         double state_bytes_per_parameter_byte) {
-  int64_t states = 0, activations = 0, transient = 0, gathered = 0;
-  for (const PlacedLayer* l : layers) {
-    states += ModelStateBytes(*l, state_bytes_per_parameter_byte);
-    const LayerProfile& p = l->profile;
-    if (l->strategy.checkpoint) {
-      activations += MicrobatchBytes(*l, p.boundary_bytes_per_sample, p.boundary_bytes_per_sample);
-    } else {
-      activations += MicrobatchBytes(*l, p.activation_bytes_per_sample, p.replicated_activation_bytes_per_sample);
-    }
-    transient = std::max(transient, TransientBytes(*l));
-    if (l->strategy.sdp && l->strategy.dp > 1) gathered = std::max(gathered, TpShardParameterBytes(*l));
-  }
-  return states + static_cast<int64_t>(in_flight) * activations + transient + gathered;
+  StageMemory stage;
+  for (const PlacedLayer* l : layers) stage += LayerMemory(*l, state_bytes_per_parameter_byte);
+  return stage.PeakBytes(in_flight);
 }
 
 int64_t TpShardParameterBytes(const LayerProfile& p, int tp) {
@@ -174,7 +172,7 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
   return c;
 }
 
-void AddLayerCost(const PlacedLayer& l, const cost::CostModel& cost_model, StageCost& cost) {
+void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& cost) {
   const LayerProfile& p = l.profile;
   const LayerCommunication comm = LayerCommunicationOf(l);
   // §V: compute time = batch x per-sample time; TP splits the layer's work tp ways. Megatron's TP
@@ -235,8 +233,8 @@ int64_t PointToPointBytes(const PlacedLayer& sender) {
 // dp_next / dp_prev devices that computed its pieces (the TP ranks of `prev` all need the whole
 // gradient), mesh {pp, dp_prev, dp_next / dp_prev, tp_next}, axis 2 (Megatron's split/gather pair). If
 // the degrees do not divide, the gather is charged over the whole TP group of the smaller DP degree.
-Result<double> SliceGatherSeconds(const PlacedLayer& prev, const PlacedLayer& next, const cost::Cluster& cluster,
-                                  const cost::CostModel& cost_model) {
+Result<double> SliceGatherSeconds(const PlacedLayer& prev, const PlacedLayer& next, const Cluster& cluster,
+                                  const CostModel& cost_model) {
   const bool shrinks = next.strategy.dp < prev.strategy.dp;
   if (next.strategy.dp == prev.strategy.dp) return 0.0;
   const PlacedLayer& small = shrinks ? next : prev;  // the layout of the smaller DP degree (the gather's result)
@@ -252,8 +250,8 @@ Result<double> SliceGatherSeconds(const PlacedLayer& prev, const PlacedLayer& ne
 }
 
 // Each device sends the boundary activation of its own samples (replicated over its TP group).
-double PointToPointSeconds(const PlacedLayer& sender, const cost::CostModel& cost_model) {
+double PointToPointSeconds(const PlacedLayer& sender, const CostModel& cost_model) {
   return CollectiveSeconds(cost_model, Collective::kPointToPoint, PointToPointBytes(sender), sender.mesh, kPpAxis);
 }
 
-}  // namespace kiwi::sim
+}  // namespace kiwi::cost

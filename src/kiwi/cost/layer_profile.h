@@ -9,7 +9,7 @@
 #include "kiwi/ir/graph.h"
 #include "kiwi/util/result.h"
 
-namespace kiwi::sim {
+namespace kiwi::cost {
 
 struct LayerProfile {
   std::string name;
@@ -18,7 +18,7 @@ struct LayerProfile {
   int64_t boundary_bytes_per_sample = 0;     // the layer's output: kept when checkpointed, sent between stages
   // The most the layer's backward pass holds at once beyond the saved activations and the parameters'
   // final gradients (counted with the model states): the gradients in flight and the running op's
-  // workspace (cost::OpWorkspaceBytes), in the order the training graph runs them.
+  // workspace (OpWorkspaceBytes), in the order the training graph runs them.
   int64_t backward_transient_bytes_per_sample = 0;
   double forward_seconds_per_sample = 0.0;   // one device, no parallelism
   double backward_seconds_per_sample = 0.0;
@@ -57,6 +57,6 @@ struct LayerModel {
 
 // Groups the training graph by layer (ir::BuildLayerView) and divides activation bytes and times by
 // the graph's batch size `graph_batch` (the batch it was built for) to get per-sample figures.
-Result<LayerModel> BuildLayerModel(const ir::Graph& training, int64_t graph_batch, const cost::CostModel& cost_model);
+Result<LayerModel> BuildLayerModel(const ir::Graph& training, int64_t graph_batch, const CostModel& cost_model);
 
-}  // namespace kiwi::sim
+}  // namespace kiwi::cost

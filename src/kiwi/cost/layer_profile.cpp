@@ -1,4 +1,4 @@
-#include "kiwi/sim/layer_model.h"
+#include "kiwi/cost/layer_profile.h"
 
 #include <fmt/format.h>
 
@@ -10,7 +10,7 @@
 #include "kiwi/ir/backward.h"
 #include "kiwi/ir/layers.h"
 
-namespace kiwi::sim {
+namespace kiwi::cost {
 namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -23,7 +23,7 @@ struct PassWork {
   int kernels = 0;
 };
 
-PassWork SumPass(const ir::Graph& graph, std::span<const ir::NodeId> ops, const cost::CostModel& cost_model) {
+PassWork SumPass(const ir::Graph& graph, std::span<const ir::NodeId> ops, const CostModel& cost_model) {
   PassWork work;
   for (ir::NodeId id : ops) {
     const ir::Node& node = graph.node(id);
@@ -36,7 +36,7 @@ PassWork SumPass(const ir::Graph& graph, std::span<const ir::NodeId> ops, const 
 
 // Per-sample times and per-micro-batch kernels of a layer's (or other part's) two passes.
 void FillPasses(const ir::Graph& graph, std::span<const ir::NodeId> forward, std::span<const ir::NodeId> backward,
-                int64_t graph_batch, const cost::CostModel& cost_model, LayerProfile& p) {
+                int64_t graph_batch, const CostModel& cost_model, LayerProfile& p) {
   const double batch = static_cast<double>(graph_batch);
   const PassWork f = SumPass(graph, forward, cost_model);
   const PassWork b = SumPass(graph, backward, cost_model);
@@ -122,7 +122,7 @@ TpReplicated TpReplicatedBytes(const ir::Graph& graph, std::span<const ir::NodeI
 }
 
 LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t graph_batch,
-                       const cost::CostModel& cost_model, const std::vector<bool>& saved) {
+                       const CostModel& cost_model, const std::vector<bool>& saved) {
   LayerProfile p;
   p.name = layer.name;
   p.parameter_bytes = layer.parameter_bytes;
@@ -166,7 +166,7 @@ std::vector<int64_t> BackwardTransients(const ir::Graph& graph, const ir::LayerV
     const size_t id = static_cast<size_t>(n.id);
     if (counted[id]) live += n.output.Bytes();
     if (n.is_backward() && part[id] <= head)
-      peak[part[id]] = std::max(peak[part[id]], live + cost::OpWorkspaceBytes(n));
+      peak[part[id]] = std::max(peak[part[id]], live + OpWorkspaceBytes(n));
     for (ir::NodeId in : n.inputs) {
       const size_t i = static_cast<size_t>(in);
       if (unread[i] > 0 && --unread[i] == 0 && counted[i]) live -= graph.node(in).output.Bytes();
@@ -191,7 +191,7 @@ int64_t VocabularySize(const ir::Graph& graph, std::span<const ir::NodeId> ids) 
 // vocabulary-parallel embedding (its output, forward) and cross-entropy (max, target logit, sum of
 // exps of each token in fp32, forward; the head's input gradient, backward; Shoeybi et al. 2019 §3).
 LayerProfile OtherPart(const ir::Graph& graph, std::span<const ir::NodeId> ids, const std::vector<std::vector<ir::NodeId>>& readers,
-                       int64_t vocab, bool head, int64_t graph_batch, const cost::CostModel& cost_model) {
+                       int64_t vocab, bool head, int64_t graph_batch, const CostModel& cost_model) {
   LayerProfile p;
   p.name = head ? "head" : "embedding";
   std::vector<ir::NodeId> forward, backward;
@@ -233,7 +233,7 @@ LayerProfile OtherPart(const ir::Graph& graph, std::span<const ir::NodeId> ids, 
 
 // Embeddings, head, loss: the nodes of no layer, split by scope ("head": the last stage's part).
 void FillOther(const ir::Graph& graph, const ir::LayerView& view, const std::vector<std::vector<ir::NodeId>>& readers,
-               int64_t graph_batch, const cost::CostModel& cost_model, LayerModel& model) {
+               int64_t graph_batch, const CostModel& cost_model, LayerModel& model) {
   std::vector<ir::NodeId> embedding, head;
   for (ir::NodeId id : view.other) (InHead(graph.node(id)) ? head : embedding).push_back(id);
   const int64_t vocab = VocabularySize(graph, view.other);
@@ -243,7 +243,7 @@ void FillOther(const ir::Graph& graph, const ir::LayerView& view, const std::vec
 
 }  // namespace
 
-Result<LayerModel> BuildLayerModel(const ir::Graph& training, int64_t graph_batch, const cost::CostModel& cost_model) {
+Result<LayerModel> BuildLayerModel(const ir::Graph& training, int64_t graph_batch, const CostModel& cost_model) {
   if (graph_batch <= 0)
     return BadInput(fmt::format("{}: graph batch: must be positive, got {}", training.name(), graph_batch));
   Result<ir::LayerView> view = ir::BuildLayerView(training);
@@ -268,4 +268,4 @@ Result<LayerModel> BuildLayerModel(const ir::Graph& training, int64_t graph_batc
   return model;
 }
 
-}  // namespace kiwi::sim
+}  // namespace kiwi::cost

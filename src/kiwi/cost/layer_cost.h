@@ -1,17 +1,19 @@
 #pragma once
-// Internal to the layer simulator (layer_simulator.cpp): per-layer memory and time on a pipeline
-// stage, following Galvatron-BMW's cost estimator (§III-A, §V).
+// Per-layer memory and time on a pipeline stage, following Galvatron-BMW's cost estimator (§III-A,
+// §V): what the layer simulator (sim/layer_simulator.cpp) replays and the hybrid search tabulates
+// (solve/hybrid/layer_costs.cpp), so both price a layer with the same terms.
 #include <cstdint>
 #include <vector>
 
 #include "kiwi/cost/cluster.h"
 #include "kiwi/cost/cost_model.h"
+#include "kiwi/cost/layer_profile.h"
+#include "kiwi/cost/pipeline.h"
 #include "kiwi/ir/mesh.h"
 #include "kiwi/plan/plan.h"
-#include "kiwi/sim/layer_model.h"
 #include "kiwi/util/result.h"
 
-namespace kiwi::sim {
+namespace kiwi::cost {
 
 // A mesh laid over the cluster (Cluster::MakeMesh, innermost axis fastest) with the mask of each
 // requested axis; axes of size 1 are left out of the mesh and get mask 0 (no communication).
@@ -26,7 +28,7 @@ inline constexpr int kPpAxis = 0;
 inline constexpr int kDpAxis = 1;
 inline constexpr int kTpAxis = 2;
 
-Result<StageMesh> MakeStageMesh(const cost::Cluster& cluster, const std::vector<int>& sizes);
+Result<StageMesh> MakeStageMesh(const Cluster& cluster, const std::vector<int>& sizes);
 
 struct PlacedLayer {
   LayerProfile profile;
@@ -49,7 +51,7 @@ struct StageCost {
 // The optimizer step of one layer on one device: a pass over its model states there (parameters,
 // gradients, optimizer states: TP-sharded, and DP-sharded under ZeRO-3), priced by the cost model.
 double OptimizerSeconds(const PlacedLayer& layer, const std::string& optimizer, double state_bytes_per_parameter_byte,
-                        const cost::CostModel& cost_model);
+                        const CostModel& cost_model);
 
 // Bytes a checkpointed layer's recomputation brings back per device for its backward pass.
 int64_t RecomputedBytes(const PlacedLayer& layer);
@@ -58,10 +60,14 @@ int64_t RecomputedBytes(const PlacedLayer& layer);
 // recomputation brings back (when checkpointed) and its gradients in flight and workspaces.
 int64_t TransientBytes(const PlacedLayer& layer);
 
-// Peak bytes per device of a stage holding `in_flight` micro-batches' activations (Eq. 1).
+// One layer's terms of a stage's memory (Galvatron-BMW Eq. 1) per device.
+StageMemory LayerMemory(const PlacedLayer& layer, double state_bytes_per_parameter_byte);
+
+// Peak bytes per device of a stage holding `in_flight` micro-batches' activations (Eq. 1), without
+// the device's reserve (ReservedBytes).
 int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_flight, double state_bytes_per_parameter_byte);
 
-// The collectives AddLayerCost prices for one layer, as the per-device `bytes` of cost::CollectiveTime
+// The collectives AddLayerCost prices for one layer, as the per-device `bytes` of CollectiveTime
 // (all-reduce: the buffer; all-gather: the gathered result; reduce-scatter: the input). A collective
 // over an axis of size 1 is not run: it is left out. What a runtime passes to its collectives per
 // device (python/kiwi/torch/distributed checks its measured traffic against these).
@@ -74,7 +80,7 @@ struct LayerCommunication {
   int64_t sdp_all_gather_bytes = 0; // one ZeRO-3 all-gather of the TP shard's parameters
   int sdp_all_gathers = 0;          // per micro-batch: before the forward and before the backward
   int64_t gradient_sync_bytes = 0;  // one DP all-reduce / SDP reduce-scatter of the TP shard's gradients
-  cost::Collective gradient_sync = cost::Collective::kAllReduce;
+  Collective gradient_sync = Collective::kAllReduce;
   // DP all-reduces once per iteration (DDP: the last micro-batch); ZeRO-3 reduce-scatters every
   // micro-batch's gradients (DeepSpeed ZeRO-3: full-size gradients are never kept).
   bool gradient_sync_every_microbatch = false;
@@ -95,14 +101,14 @@ int64_t SliceGatherBackwardBytes(const PlacedLayer& prev, const PlacedLayer& nex
 int64_t PointToPointBytes(const PlacedLayer& sender);
 
 // Adds one layer's per-micro-batch times and its unhidden gradient sync to `cost`.
-void AddLayerCost(const PlacedLayer& layer, const cost::CostModel& cost_model, StageCost& cost);
+void AddLayerCost(const PlacedLayer& layer, const CostModel& cost_model, StageCost& cost);
 
 // Slice-Gather (Galvatron-BMW §VI) of `prev`'s output into the layout `next` needs: a forward all-gather
 // when the DP degree shrinks, a backward all-gather of the gradient when it grows.
-Result<double> SliceGatherSeconds(const PlacedLayer& prev, const PlacedLayer& next, const cost::Cluster& cluster,
-                                  const cost::CostModel& cost_model);
+Result<double> SliceGatherSeconds(const PlacedLayer& prev, const PlacedLayer& next, const Cluster& cluster,
+                                  const CostModel& cost_model);
 
 // Sending `sender`'s boundary activation (or, backwards, its gradient) to the neighbouring stage.
-double PointToPointSeconds(const PlacedLayer& sender, const cost::CostModel& cost_model);
+double PointToPointSeconds(const PlacedLayer& sender, const CostModel& cost_model);
 
-}  // namespace kiwi::sim
+}  // namespace kiwi::cost

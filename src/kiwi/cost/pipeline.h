@@ -1,0 +1,49 @@
+#pragma once
+// A pipeline's memory and time from its stages' terms (Galvatron-BMW Eq. 1 and Eq. 8), for the layer
+// simulator (sim/layer_simulator.cpp) and the hybrid search's estimates (solve/hybrid/), so both
+// combine a stage's terms the same way.
+//
+//   StageMemory m;  m += layer_terms...;  int64_t peak = m.PeakBytes(MicrobatchesInFlight(k1F1B, 4, 8, s));
+//   double t = PipelineIterationSeconds(8, slowest_microbatch, sum_of_stages, slowest_optimizer_step);
+#include <cstdint>
+
+#include "kiwi/cost/cluster.h"
+#include "kiwi/plan/plan.h"
+
+namespace kiwi::cost {
+
+// Micro-batches whose activations stage `stage` of `pp` holds at once: 1F1B-flush starts a stage's
+// first backward after pp - stage forwards (Narayanan et al. 2021); GPipe runs every forward first.
+int MicrobatchesInFlight(plan::PipelineSchedule schedule, int pp, int micro_batches, int stage);
+
+// Galvatron-BMW Eq. 1 for one stage on one device, kept as its terms so layers add one at a time:
+// model states and the activations of each micro-batch in flight add up; a backward pass's transient
+// and an SDP layer's gathered parameters are held by one layer at a time, so the stage takes the
+// largest of each (both at once: an upper bound when different layers cause them).
+struct StageMemory {
+  int64_t model_states = 0;  // parameters, gradients, optimizer states
+  int64_t activations = 0;   // kept activations of one micro-batch
+  int64_t transient = 0;     // the largest backward transient: recomputed intermediates, gradients in flight
+  int64_t gathered = 0;      // the largest full (TP-shard) parameters an SDP layer gathers
+
+  StageMemory& operator+=(const StageMemory& layer);
+  // What grows with every layer: model states + `in_flight` micro-batches' activations.
+  int64_t AdditiveBytes(int in_flight) const { return model_states + static_cast<int64_t>(in_flight) * activations; }
+  int64_t PeakBytes(int in_flight) const { return StagePeakBytes(AdditiveBytes(in_flight), transient, gathered); }
+  // Eq. 1 from the additive bytes and the two largest transients.
+  static int64_t StagePeakBytes(int64_t additive, int64_t transient, int64_t gathered) {
+    return additive + transient + gathered;
+  }
+};
+
+// Memory a process holds per device beyond its tensors (DeviceSpec::reserved_bytes; negative: none),
+// counted in every peak the layer simulator reports.
+int64_t ReservedBytes(const DeviceSpec& device);
+
+// Galvatron-BMW Eq. 8: C = (m - 1) max_s C_s + sum_s (C_s + G_s), with C_s a stage's micro-batch and
+// G_s the gradient sync left unhidden in its last one; then the optimizer step every stage runs at once
+// after the flush (+ max_s O_s). Linear in its terms, so time buckets can each be passed through it.
+double PipelineIterationSeconds(int micro_batches, double slowest_microbatch_seconds, double sum_of_stages_seconds,
+                                double slowest_optimizer_seconds);
+
+}  // namespace kiwi::cost

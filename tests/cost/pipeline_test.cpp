@@ -1,0 +1,92 @@
+#include "kiwi/cost/pipeline.h"
+
+#include <gtest/gtest.h>
+
+#include "cost_test_util.h"
+#include "kiwi/cost/cost_model.h"
+
+namespace kiwi::cost {
+namespace {
+
+using plan::PipelineSchedule;
+
+TEST(MicrobatchesInFlight, OneFOneBHoldsPpMinusStageGPipeHoldsAll) {
+  // 4 stages, 8 micro-batches: 1F1B stage s holds 4 - s; GPipe holds all 8 on every stage.
+  for (int s = 0; s < 4; ++s) {
+    EXPECT_EQ(MicrobatchesInFlight(PipelineSchedule::k1F1B, 4, 8, s), 4 - s);
+    EXPECT_EQ(MicrobatchesInFlight(PipelineSchedule::kGPipe, 4, 8, s), 8);
+  }
+  // Fewer micro-batches than stages: 1F1B never holds more than exist.
+  EXPECT_EQ(MicrobatchesInFlight(PipelineSchedule::k1F1B, 4, 2, 0), 2);
+  EXPECT_EQ(MicrobatchesInFlight(PipelineSchedule::k1F1B, 4, 2, 3), 1);
+}
+
+TEST(StageMemory, AddsStatesAndActivationsTakesTheLargestTransients) {
+  StageMemory stage;
+  stage += StageMemory{100, 10, 7, 0};
+  stage += StageMemory{200, 20, 3, 50};
+  stage += StageMemory{300, 30, 5, 40};
+  EXPECT_EQ(stage.model_states, 600);
+  EXPECT_EQ(stage.activations, 60);
+  EXPECT_EQ(stage.transient, 7);
+  EXPECT_EQ(stage.gathered, 50);
+  // Eq. 1: states + in_flight x activations + the largest transient + the largest gather.
+  EXPECT_EQ(stage.AdditiveBytes(3), 600 + 3 * 60);
+  EXPECT_EQ(stage.PeakBytes(3), 600 + 3 * 60 + 7 + 50);
+  EXPECT_EQ(stage.PeakBytes(0), 600 + 7 + 50);
+  EXPECT_EQ(StageMemory::StagePeakBytes(1000, 7, 50), 1057);
+}
+
+TEST(StageMemory, SixteenBitCountsDoNotOverflow) {
+  // A 175B model's stage: tens of GiB of states, micro-batches of GiB in flight.
+  StageMemory stage{int64_t{60} << 30, int64_t{3} << 30, int64_t{2} << 30, int64_t{1} << 30};
+  EXPECT_EQ(stage.PeakBytes(8), (int64_t{60} << 30) + 8 * (int64_t{3} << 30) + (int64_t{3} << 30));
+}
+
+TEST(PipelineIterationSeconds, IsEquationEightWithTheOptimizerStep) {
+  // Stages C_s = 1, 3, 2 with unhidden syncs G_s = 0.5, 0, 0.25, optimizer steps O_s = 0.1, 0.4, 0.2:
+  // (m - 1) x 3 + (1 + 3 + 2 + 0.5 + 0.25) + 0.4.
+  const double sum = 1.0 + 3.0 + 2.0 + 0.5 + 0.25;
+  testing::ExpectSeconds(PipelineIterationSeconds(8, 3.0, sum, 0.4), 7 * 3.0 + sum + 0.4);
+  // One micro-batch: the stages run one after another.
+  testing::ExpectSeconds(PipelineIterationSeconds(1, 3.0, sum, 0.4), sum + 0.4);
+}
+
+TEST(ReservedBytes, NegativeMeansNone) {
+  DeviceSpec d = testing::TestDevice();
+  d.reserved_bytes = int64_t{3} << 30;
+  EXPECT_EQ(ReservedBytes(d), int64_t{3} << 30);
+  d.reserved_bytes = -5;
+  EXPECT_EQ(ReservedBytes(d), 0);
+}
+
+// CostModel::WorkFraction and PartialSumTime (sharded_op.cpp): the share of an op's work a device does
+// and the collectives that complete its partial sums, against the collectives' own closed forms.
+TEST(ShardedOp, WorkFractionIsOneOverTheGroup) {
+  const ir::DeviceMesh mesh{{{2, 1e9, 1e-5, "a"}, {4, 1e10, 1e-6, "b"}}};
+  ir::ShardingSpec out = ir::ShardingSpec::Replicated(2);
+  EXPECT_DOUBLE_EQ(CostModel::WorkFraction(out, 0, mesh), 1.0);
+  out.dim_axes[0] = ir::AxisBit(1);
+  EXPECT_DOUBLE_EQ(CostModel::WorkFraction(out, 0, mesh), 0.25);
+  EXPECT_DOUBLE_EQ(CostModel::WorkFraction(out, ir::AxisBit(0), mesh), 0.125);
+}
+
+TEST(ShardedOp, PartialSumsAllReduceOrReduceScatter) {
+  const ir::DeviceMesh mesh{{{4, 1e9, 1e-5, "ring"}}};
+  const CostModel cm(testing::TestDevice());
+  const ir::TensorType type{ir::DType::kF32, {64, 1024}};  // 256 KiB
+  const int64_t bytes = type.Bytes();
+  // Output replicated, reduced over axis 0: one all-reduce of the whole output.
+  const ir::ShardingSpec replicated = ir::ShardingSpec::Replicated(2);
+  testing::ExpectSeconds(cm.PartialSumTime(type, replicated, ir::AxisBit(0), mesh),
+                         cm.CollectiveTime(Collective::kAllReduce, bytes, mesh, ir::AxisBit(0)));
+  // Output sharded over the reduce axis: a reduce-scatter of the whole (partial) buffer instead.
+  ir::ShardingSpec rows = replicated;
+  rows.dim_axes[0] = ir::AxisBit(0);
+  testing::ExpectSeconds(cm.PartialSumTime(type, rows, ir::AxisBit(0), mesh),
+                         cm.CollectiveTime(Collective::kReduceScatter, bytes, mesh, ir::AxisBit(0)));
+  EXPECT_EQ(cm.PartialSumTime(type, rows, 0, mesh), 0.0);
+}
+
+}  // namespace
+}  // namespace kiwi::cost
