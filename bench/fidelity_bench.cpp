@@ -80,6 +80,9 @@ int main(int argc, char** argv) {
   app.add_option("--launch-us", launch_us, "override the device's host time per kernel launch (microseconds)");
   app.add_option("--gemm-efficiency", gemm_eff, "override the matmul efficiency");
   app.add_option("--intra-node-gbps", link_gbps, "override the intra-node link bandwidth (10^9 bytes/s)");
+  std::string attention = "materialized";
+  app.add_option("--attention", attention, "materialized (the rows' Megatron-LM runs) | fused: price FlashAttention instead")
+      ->check(CLI::IsMember({"materialized", "fused"}));
   CLI11_PARSE(app, argc, argv);
 
   Result<cost::Cluster> cluster = cost::ClusterPreset(cluster_name);
@@ -101,7 +104,8 @@ int main(int argc, char** argv) {
     options.compute_efficiency[static_cast<size_t>(ir::OpKind::kBatchMatmul)] = gemm_eff * 0.65 / 0.75;
   }
   const cost::CostModel cm(cluster->device, options);
-  if (Status predicted = fidelity::PredictRows(*rows, *cluster, cm); !predicted) {
+  if (Status predicted = fidelity::PredictRows(*rows, *cluster, cm, *models::ParseAttentionKernel(attention));
+      !predicted) {
     std::cerr << predicted.error().message << "\n";
     return 1;
   }

@@ -318,7 +318,8 @@ def predict(row: Dict[str, Any], cluster: str, profile: Optional[str]) -> Dict[s
     """kiwi plan's simulated single-GPU plan (checkpointed or not, one micro-batch) for a measured row."""
     import kiwi
     args = ["plan", "--model", "gpt", "--layers", row["layers"], "--hidden", row["hidden"], "--heads", row["heads"],
-            "--seq", row["seq"], "--batch", row["batch"], "--dtype", row["dtype"], "--cluster", cluster, "--json"]
+            "--seq", row["seq"], "--batch", row["batch"], "--dtype", row["dtype"], "--cluster", cluster, "--json",
+            "--attention", "materialized"]  # the measured model's scores, masking and softmax are tensors
     if profile:
         args += ["--profile", profile]
     result = kiwi.cli(*[str(a) for a in args])

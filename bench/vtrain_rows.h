@@ -57,8 +57,12 @@ inline int64_t PaddedVocab(int tp) {
   return (50257 + multiple - 1) / multiple * multiple;
 }
 
-inline Result<cost::LayerModel> ModelOf(const Row& r, const cost::CostModel& cm) {
+// The rows' Megatron-LM runs materialize the attention scores (its fused scale-mask-softmax kernel)
+// unless `attention` says otherwise.
+inline Result<cost::LayerModel> ModelOf(const Row& r, const cost::CostModel& cm,
+                                        models::AttentionKernel attention = models::AttentionKernel::kMaterialized) {
   models::ModelOverrides o;
+  o.attention = attention;
   o.layers = r.layers;
   o.hidden = r.hidden;
   o.heads = r.heads;
@@ -88,13 +92,14 @@ inline plan::LayerPlan PlanOf(const Row& r) {
 
 // Predicts every row's iteration time (Row::predicted_ms) on `cluster`'s device, one node of the row's
 // GPUs; the 128 distinct models are built once.
-inline Status PredictRows(std::vector<Row>& rows, const cost::Cluster& cluster, const cost::CostModel& cm) {
+inline Status PredictRows(std::vector<Row>& rows, const cost::Cluster& cluster, const cost::CostModel& cm,
+                          models::AttentionKernel attention = models::AttentionKernel::kMaterialized) {
   std::map<std::tuple<int, int, int, int, int, int>, cost::LayerModel> models;
   for (Row& r : rows) {
     const auto key = std::make_tuple(r.hidden, r.heads, r.layers, r.seq, r.micro_batch, r.tp);
     auto it = models.find(key);
     if (it == models.end()) {
-      Result<cost::LayerModel> model = ModelOf(r, cm);
+      Result<cost::LayerModel> model = ModelOf(r, cm, attention);
       if (!model) return Error{model.error().code, r.Describe() + ": " + model.error().message};
       it = models.emplace(key, *std::move(model)).first;
     }

@@ -22,6 +22,7 @@ TransformerConfig Layered(Family family, const Dims& d, ir::DType dtype) {
   c.heads = d.heads;
   c.vocab = 97;
   c.dtype = dtype;
+  c.attention = AttentionKernel::kMaterialized;  // Korthikanti's count: the [s, s] scores kept
   return c;
 }
 
@@ -70,6 +71,24 @@ TEST(SavedActivations, WithoutDropoutTheMasksAndDropoutOutputsDisappear) {
   c.dropout = false;
   const int64_t sbh = d.seq * d.batch * d.hidden, as2b = d.heads * d.seq * d.seq * d.batch;
   EXPECT_EQ(MiddleLayerSavedBytes(c), 32 * sbh + 2 * as2b);
+}
+
+// FlashAttention keeps no [s, s] tensor: the softmax output, its dropout mask and the dropped
+// probabilities (5as^2b) go; the attention's own output (2sbh, read by its backward beside q, k, v)
+// comes: 36sbh, whatever the heads (Korthikanti et al. 2023 count the same for fused attention).
+TEST(SavedActivations, FusedAttentionKeepsNoScores) {
+  for (const Dims& d : {Dims{16, 2, 32, 4}, Dims{8, 3, 48, 6}, Dims{32, 1, 16, 1}}) {
+    for (Family family : {Family::kGpt, Family::kBert}) {
+      TransformerConfig c = Layered(family, d, ir::DType::kBF16);
+      const int64_t materialized = MiddleLayerSavedBytes(c);
+      c.attention = AttentionKernel::kFused;
+      const int64_t sbh = d.seq * d.batch * d.hidden, as2b = d.heads * d.seq * d.seq * d.batch;
+      EXPECT_EQ(MiddleLayerSavedBytes(c), 36 * sbh) << d.seq << " " << d.hidden;
+      EXPECT_EQ(materialized - MiddleLayerSavedBytes(c), 5 * as2b - 2 * sbh);
+      c.attention = AttentionKernel::kAuto;  // 16-bit GPT/BERT: fused by default
+      EXPECT_EQ(MiddleLayerSavedBytes(c), 36 * sbh);
+    }
+  }
 }
 
 }  // namespace

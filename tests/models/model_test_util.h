@@ -15,6 +15,7 @@ struct Overrides {
   Overrides& Ffn(int64_t v) { o.ffn = v; return *this; }
   Overrides& DType(ir::DType v) { o.dtype = v; return *this; }
   Overrides& Optimizer(ir::Optimizer v) { o.optimizer = v; return *this; }
+  Overrides& Attention(AttentionKernel v) { o.attention = v; return *this; }
   operator const ModelOverrides&() const { return o; }  // NOLINT(google-explicit-constructor)
 };
 

@@ -121,10 +121,15 @@ TEST(BuildLayerModel, KernelsPerPassCountTheLayersWorkingNodes) {
 // Korthikanti et al. 2023, eq. 2: a GPT middle layer in 16-bit saves 34sbh + 5as^2b, of which Megatron TP
 // keeps 10sbh whole on every rank (norm inputs, column-parallel inputs, the masks after the row-parallel
 // linears); one TP rank's activations of one micro-batch are sbh(10 + 24/t + 5as/(ht)) for t = 1, 2, 4, 8,
-// and a checkpointed layer keeps its whole 2sbh input.
+// and a checkpointed layer keeps its whole 2sbh input. With fused attention the 5as^2b of scores go and
+// the attention's output (2sbh, split over TP like q, k and v) comes: sbh(10 + 26/t).
 TEST(BuildLayerModel, TpRankActivationsAreKorthikantis) {
+  for (models::AttentionKernel kernel : {models::AttentionKernel::kMaterialized, models::AttentionKernel::kFused}) {
+  SCOPED_TRACE(models::AttentionKernelName(kernel));
+  const bool fused = kernel == models::AttentionKernel::kFused;
   const int64_t s = 32, b = 2, h = 64, a = 8;
   models::ModelOverrides o;
+  o.attention = kernel;
   o.layers = 3;
   o.hidden = h;
   o.heads = a;
@@ -139,8 +144,8 @@ TEST(BuildLayerModel, TpRankActivationsAreKorthikantis) {
   Result<LayerModel> m = BuildLayerModel(*g, b, cm);
   ASSERT_TRUE(m.ok()) << m.error().message;
   const LayerProfile& mid = m->layers[1];
-  const int64_t sbh = s * b * h, attention = 5 * a * s * s * b;
-  EXPECT_EQ(mid.activation_bytes_per_sample * b, 34 * sbh + attention);
+  const int64_t sbh = s * b * h, attention = fused ? 0 : 5 * a * s * s * b, output = fused ? 2 * sbh : 0;
+  EXPECT_EQ(mid.activation_bytes_per_sample * b, 34 * sbh + output + attention);
   EXPECT_EQ(mid.replicated_activation_bytes_per_sample * b, 10 * sbh);
   EXPECT_EQ(mid.boundary_bytes_per_sample * b, 2 * sbh);
   for (int t : {1, 2, 4, 8}) {
@@ -158,12 +163,13 @@ TEST(BuildLayerModel, TpRankActivationsAreKorthikantis) {
       placed.mesh = *mesh;
       const int64_t kept = StagePeakMemory({&placed}, 1, 0.0) - StagePeakMemory({&placed}, 0, 0.0);
       if (!checkpoint) {
-        EXPECT_EQ(kept, 10 * sbh + 24 * sbh / t + attention / t) << "t " << t;
+        EXPECT_EQ(kept, 10 * sbh + (24 * sbh + output) / t + attention / t) << "t " << t;
       } else {
         EXPECT_EQ(kept, 2 * sbh) << "t " << t;  // the layer's input, whole on every rank
-        EXPECT_EQ(RecomputedBytes(placed), 8 * sbh + 24 * sbh / t + attention / t) << "t " << t;
+        EXPECT_EQ(RecomputedBytes(placed), 8 * sbh + (24 * sbh + output) / t + attention / t) << "t " << t;
       }
     }
+  }
   }
 }
 

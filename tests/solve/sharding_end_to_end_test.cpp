@@ -6,6 +6,7 @@
 #include "kiwi/sim/simulator.h"
 #include "kiwi/solve/sharding/lowering.h"
 #include "kiwi/solve/sharding/solver.h"
+#include "kiwi/solve/sharding/strategies.h"
 #include "sharding_lowering_test_util.h"
 
 namespace kiwi::solve::sharding {
@@ -61,6 +62,39 @@ TEST(ShardingEndToEnd, GptLayerOn2x4IsSolvedAndReplayedWithTheSameCost) {
   // Sharding beats running every op replicated on every device.
   const ir::Evaluation replicated = ir::Evaluate(unlimited->problem, ir::Solution(g.size(), 0));
   EXPECT_LT(free.result.evaluation.cost, replicated.cost / 2);
+}
+
+// Fused attention (one kAttention op and its three gradients): batch, heads and query rows split; the
+// keys and head dims never; dk and dv sum over the query rows (partial sums). The solver's plan of a
+// fused GPT replays at the solver's cost and peak.
+TEST(ShardingEndToEnd, FusedAttentionSplitsAndReplaysWithTheSameCost) {
+  const ir::Graph g = test_util::SmallZooTransformer("gpt", 1, true, models::AttentionKernel::kFused);
+  int attention_ops = 0;
+  for (const ir::Node& n : g.nodes()) {
+    if (n.kind != ir::OpKind::kAttention) continue;
+    ++attention_ops;
+    const std::vector<Strategy> all = EnumerateStrategies(g, n, Costs(), Mesh2x4(), {});
+    bool heads = false, keys = false, partial = false;
+    for (const Strategy& s : all) {
+      const std::vector<ir::AxisMask>& q = s.sharding.operands[n.op == "attention" ? 0 : 1].dim_axes;
+      const std::vector<ir::AxisMask>& k = s.sharding.operands[n.op == "attention" ? 1 : 2].dim_axes;
+      heads = heads || (!q.empty() && q[1] != 0);
+      keys = keys || (!k.empty() && (k[2] != 0 || k[3] != 0));
+      partial = partial || s.sharding.reduce_axes != 0;
+    }
+    EXPECT_GT(all.size(), 1u) << n.name;
+    EXPECT_TRUE(heads) << n.name;
+    EXPECT_FALSE(keys) << n.name;
+    EXPECT_EQ(partial, n.op == "attention_grad_k" || n.op == "attention_grad_v") << n.name;
+  }
+  EXPECT_EQ(attention_ops, 4);  // the forward and its three gradients
+  Result<LoweredSharding> l = LowerToShardingProblem(g, Costs(), Mesh2x4(), {});
+  ASSERT_TRUE(l.ok()) << l.error().message;
+  const Replayed r = SolveAndReplay(g, *l, ShardingSolverKind::kIlp);
+  const double rounding = static_cast<double>(l->problem.nodes.size() + l->problem.edges.size()) * 1e-12;
+  EXPECT_TRUE(r.result.optimal);
+  EXPECT_NEAR(l->Seconds(r.result.evaluation.cost), r.sim.iteration_seconds, rounding);
+  EXPECT_EQ(r.result.evaluation.peak_usage, r.sim.peak_memory_bytes);
 }
 
 }  // namespace

@@ -55,8 +55,10 @@ inline ir::Graph MatmulGraph(int64_t m, int64_t k, int64_t n) {
 
 // A transformer training graph from the model zoo (hidden 64, 4 heads, sequence 16, batch 8), small
 // enough for exhaustive checks; without embeddings and head when asked (the KIWI paper's setting).
-inline ir::Graph SmallZooTransformer(const std::string& family, int layers, bool embeddings = true) {
+inline ir::Graph SmallZooTransformer(const std::string& family, int layers, bool embeddings = true,
+                                     models::AttentionKernel attention = models::AttentionKernel::kAuto) {
   models::ModelOverrides o;
+  o.attention = attention;
   o.layers = layers;
   o.hidden = 64;
   o.heads = 4;

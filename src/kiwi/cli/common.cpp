@@ -38,9 +38,18 @@ void ModelFlags::Add(CLI::App* app, const std::string& default_model) {
   app->add_option("--ffn", flags.ffn, "feed-forward size (default 4 x hidden)");
   app->add_option("--dtype", flags.dtype, "fp32 | bf16 | fp16 (default: the preset's)");
   app->add_option("--optimizer", flags.optimizer, "adam | sgd (default: the preset's)");
+  app->add_option("--attention", flags.attention,
+                  "auto | fused | materialized: FlashAttention-style fused attention or [s, s] scores "
+                  "(default auto: fused for bf16/fp16 models but t5 and swin)");
 }
 
 Result<models::ModelSpec> ModelFlags::Load() const {
+  Result<models::ModelOverrides> o = Overrides();
+  if (!o) return o.error();
+  return models::LoadModel(model, *o);
+}
+
+Result<models::ModelOverrides> ModelFlags::Overrides() const {
   models::ModelOverrides o;
   if (flags.layers) {
     if (*flags.layers > 10000) return BadInput(fmt::format("--layers: {} is too many", *flags.layers));
@@ -57,12 +66,17 @@ Result<models::ModelSpec> ModelFlags::Load() const {
       return BadInput(fmt::format("--dtype: '{}' is not one of fp32, bf16, fp16", flags.dtype));
     o.dtype = d;
   }
+  if (!flags.attention.empty()) {
+    std::optional<models::AttentionKernel> a = models::ParseAttentionKernel(flags.attention);
+    if (!a) return BadInput(fmt::format("--attention: '{}' is not one of auto, fused, materialized", flags.attention));
+    o.attention = a;
+  }
   if (!flags.optimizer.empty()) {
     Result<ir::Optimizer> opt = ParseOptimizer(flags.optimizer);
     if (!opt) return opt.error();
     o.optimizer = *opt;
   }
-  return models::LoadModel(model, o);
+  return o;
 }
 
 void SearchFlags::Add(CLI::App* app) {

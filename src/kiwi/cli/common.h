@@ -21,6 +21,7 @@ struct ModelFlags {
 
   void Add(CLI::App* app, const std::string& default_model);
   Result<models::ModelSpec> Load() const;
+  Result<models::ModelOverrides> Overrides() const;  // the flags parsed, for a preset or an HF config
 };
 
 // --time-limit SECONDS and --threads N (CONTRACT.md: every subcommand that searches).

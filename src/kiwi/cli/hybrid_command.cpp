@@ -201,21 +201,13 @@ Result<Problem> LoadGalvatronProblem(const HybridOptions& o, cost::Cluster clust
   return p;
 }
 
-// --hf-config: the sizes are the config's; --seq, --dtype and --optimizer still apply.
+// --hf-config: the sizes are the config's (ReadHfConfig refuses --layers, --hidden, --heads, --ffn);
+// --seq, --dtype, --optimizer and --attention still apply. --batch is the plan's global batch here.
 Result<models::ModelSpec> LoadHfModel(const HybridOptions& o) {
-  models::ModelOverrides overrides;
-  overrides.seq = o.model.flags.seq;
-  if (!o.model.flags.dtype.empty()) {
-    std::optional<ir::DType> d = ir::ParseDType(o.model.flags.dtype);
-    if (!d || !ir::IsFloating(*d) || *d == ir::DType::kF64)
-      return BadInput(fmt::format("--dtype: '{}' is not one of fp32, bf16, fp16", o.model.flags.dtype));
-    overrides.dtype = d;
-  }
-  const std::string& opt = o.model.flags.optimizer;
-  if (!opt.empty() && opt != "adam" && opt != "sgd")
-    return BadInput(fmt::format("--optimizer: '{}' is not one of adam, sgd", opt));
-  if (!opt.empty()) overrides.optimizer = opt == "adam" ? ir::Optimizer::kAdam : ir::Optimizer::kSgd;
-  return models::ReadHfConfig(o.hf_config, overrides);
+  Result<models::ModelOverrides> overrides = o.model.Overrides();
+  if (!overrides) return overrides.error();
+  overrides->batch.reset();
+  return models::ReadHfConfig(o.hf_config, *overrides);
 }
 
 Result<Problem> LoadProblem(const HybridOptions& o) {

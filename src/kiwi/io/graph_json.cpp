@@ -133,8 +133,9 @@ Status ReadAttrs(const Json& j, const JsonPath& node_at, ir::OpAttrs& attrs) {
   const JsonPath at = node_at.Key("attrs");
   KIWI_RETURN_IF_ERROR(CheckObject(*a, at));
   KIWI_RETURN_IF_ERROR(
-      CheckKnownKeys(*a, at, {"transpose_a", "transpose_b", "axes", "stride", "padding", "window", "dropout_p"}));
-  for (auto [key, field] : {std::pair{"transpose_a", &attrs.transpose_a}, std::pair{"transpose_b", &attrs.transpose_b}}) {
+      CheckKnownKeys(*a, at, {"transpose_a", "transpose_b", "axes", "stride", "padding", "window", "dropout_p", "causal"}));
+  for (auto [key, field] : {std::pair{"transpose_a", &attrs.transpose_a}, std::pair{"transpose_b", &attrs.transpose_b},
+                            std::pair{"causal", &attrs.causal}}) {
     Result<bool> v = BoolFieldOr(*a, at, key, false);
     if (!v) return v.error();
     *field = *v;
@@ -244,6 +245,7 @@ OrderedJson AttrsJson(const ir::OpAttrs& a) {
   if (a.padding != d.padding) j["padding"] = a.padding;
   if (a.window != d.window) j["window"] = a.window;
   if (a.dropout_p != d.dropout_p) j["dropout_p"] = a.dropout_p;
+  if (a.causal != d.causal) j["causal"] = a.causal;
   return j;
 }
 

@@ -223,7 +223,7 @@ std::optional<int64_t>* SizeFlag(plan::ModelFlags& f, std::string_view key) {
 Result<plan::ModelFlags> ReadModelFlags(const Json& value, const JsonPath& at) {
   KIWI_RETURN_IF_ERROR(CheckObject(value, at));
   KIWI_RETURN_IF_ERROR(
-      CheckKnownKeys(value, at, {"layers", "hidden", "heads", "seq", "batch", "ffn", "dtype", "optimizer"}));
+      CheckKnownKeys(value, at, {"layers", "hidden", "heads", "seq", "batch", "ffn", "dtype", "optimizer", "attention"}));
   plan::ModelFlags f;
   for (std::string_view key : kModelSizeFlags) {
     if (FindField(value, key) == nullptr) continue;
@@ -235,8 +235,11 @@ Result<plan::ModelFlags> ReadModelFlags(const Json& value, const JsonPath& at) {
   if (!dtype) return dtype.error();
   Result<std::string> optimizer = StringFieldOr(value, at, "optimizer", "");
   if (!optimizer) return optimizer.error();
+  Result<std::string> attention = StringFieldOr(value, at, "attention", "");
+  if (!attention) return attention.error();
   f.dtype = std::move(*dtype);
   f.optimizer = std::move(*optimizer);
+  f.attention = std::move(*attention);
   return f;
 }
 
@@ -247,6 +250,7 @@ OrderedJson ModelFlagsJson(const plan::ModelFlags& flags) {
     if (const std::optional<int64_t>& v = *SizeFlag(f, key)) j[std::string(key)] = *v;
   if (!f.dtype.empty()) j["dtype"] = f.dtype;
   if (!f.optimizer.empty()) j["optimizer"] = f.optimizer;
+  if (!f.attention.empty()) j["attention"] = f.attention;
   return j;
 }
 

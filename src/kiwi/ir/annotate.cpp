@@ -42,6 +42,40 @@ double ConvFwd(const Graph& g, const Node& n) { return ConvFlops(n.output.shape,
 double ConvGradX(const Graph& g, const Node& n) { return ConvFlops(InShape(g, n, 0), InShape(g, n, 1)); }
 double ConvGradW(const Graph& g, const Node& n) { return ConvFlops(InShape(g, n, 1), n.output.shape); }
 
+// Fused attention (FlashAttention-2, Dao 2023): forward S = q k^T (2 sq sk d) and o = P v (2 sq sk dv)
+// per batch element; the backward recomputes S, then dV = P^T dO (2 sq sk dv), dP = dO v^T (2 sq sk dv),
+// dq = dS k (2 sq sk d), dk = dS^T q (2 sq sk d): 2.5x the forward, split here as the kernel's three
+// outputs need them (dq: S, dP and dS k; dk: dS^T q; dv: P^T dO). A causal mask skips half the blocks.
+struct AttentionDims {
+  double batch_rows_keys = 0.0;  // batch elements x sq x sk
+  double d = 0.0, dv = 0.0;
+};
+AttentionDims AttentionDimsOf(const Graph& g, const Node& n, size_t q_slot) {
+  const Shape& q = InShape(g, n, q_slot);
+  const Shape& k = InShape(g, n, q_slot + 1);
+  const Shape& v = InShape(g, n, q_slot + 2);
+  if (q.size() < 2 || k.size() < 2 || v.empty()) return {};
+  const double keys = static_cast<double>(k[k.size() - 2]);
+  return {Numel(q) / Last(q) * keys, Last(q), Last(v)};
+}
+double CausalShare(const Node& n) { return n.attrs.causal ? 0.5 : 1.0; }
+double AttentionFwd(const Graph& g, const Node& n) {
+  const AttentionDims a = AttentionDimsOf(g, n, 0);
+  return CausalShare(n) * 2.0 * a.batch_rows_keys * (a.d + a.dv);
+}
+double AttentionGradQ(const Graph& g, const Node& n) {
+  const AttentionDims a = AttentionDimsOf(g, n, 1);
+  return CausalShare(n) * 2.0 * a.batch_rows_keys * (2.0 * a.d + a.dv);
+}
+double AttentionGradK(const Graph& g, const Node& n) {
+  const AttentionDims a = AttentionDimsOf(g, n, 1);
+  return CausalShare(n) * 2.0 * a.batch_rows_keys * a.d;
+}
+double AttentionGradV(const Graph& g, const Node& n) {
+  const AttentionDims a = AttentionDimsOf(g, n, 1);
+  return CausalShare(n) * 2.0 * a.batch_rows_keys * a.dv;
+}
+
 // Pool: window^2 reads (compares or adds) per pooled element; the gradients route the same.
 double PoolFwd(const Graph&, const Node& n) {
   return Out(n) * static_cast<double>(n.attrs.window * n.attrs.window);
@@ -142,6 +176,10 @@ constexpr auto kFlopRules = std::to_array<FlopRule>({
     {OpKind::kReduce, "sum_grad", ReduceGrad},
     {OpKind::kReduce, "mean_grad", ReduceGrad},
     {OpKind::kReduce, "max_grad", ReduceGrad},
+    {OpKind::kAttention, "", AttentionFwd},
+    {OpKind::kAttention, "attention_grad_q", AttentionGradQ},
+    {OpKind::kAttention, "attention_grad_k", AttentionGradK},
+    {OpKind::kAttention, "attention_grad_v", AttentionGradV},
     {OpKind::kSoftmax, "", Softmax},
     {OpKind::kSoftmax, "softmax_grad", SoftmaxGrad},
     {OpKind::kSoftmax, "cross_entropy_grad", CrossEntropyGrad},

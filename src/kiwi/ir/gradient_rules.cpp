@@ -88,6 +88,18 @@ void Rotary(GradContext& c) {  // linear: the inverse rotation of dY
   if (c.needs(0)) c.Give(0, GradOp(OpKind::kElementwise, "rotary_grad", {c.dy()}, c.type(0)));
 }
 
+// Fused attention (FlashAttention's backward, one kernel in practice): each gradient reads dO, q, k, v
+// and the output (the per-row log-sum-exp it also saves is [..., sq], left out); the scores are
+// recomputed inside, never read.
+void Attention(GradContext& c) {
+  OpAttrs attrs;
+  attrs.causal = c.op().attrs.causal;
+  const std::vector<NodeId> reads = {c.dy(), c.in(0), c.in(1), c.in(2), c.op().id};
+  static constexpr std::array<std::string_view, 3> kOps = {"attention_grad_q", "attention_grad_k", "attention_grad_v"};
+  for (size_t s = 0; s < 3; ++s)
+    if (c.needs(s)) c.Give(s, GradOp(OpKind::kAttention, std::string(kOps[s]), reads, c.type(s), attrs));
+}
+
 // ---- normalisation, softmax, loss
 void Softmax(GradContext& c) {  // y * (dY - sum(dY * y)): reads the output
   if (c.needs(0)) c.Give(0, GradOp(OpKind::kSoftmax, "softmax_grad", {c.dy(), c.op().id}, c.type(0)));
@@ -157,6 +169,8 @@ constexpr auto kGradRules = std::to_array<GradRule>({
     {OpKind::kElementwise, "sigmoid", UnaryReadingInput},
     {OpKind::kElementwise, "scale", Scale},
     {OpKind::kElementwise, "rotary", Rotary},
+    {OpKind::kAttention, "attention", Attention},
+    {OpKind::kAttention, "", Attention},
     {OpKind::kSoftmax, "softmax", Softmax},
     {OpKind::kSoftmax, "", Softmax},
     {OpKind::kLayerNorm, "layernorm", Norm},

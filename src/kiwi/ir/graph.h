@@ -37,6 +37,7 @@ struct OpAttrs {
   int64_t padding = 0;        // conv/pool
   int64_t window = 1;         // pool window (and conv kernel is read from the weight)
   double dropout_p = 0.0;     // random: drop probability
+  bool causal = false;        // attention: each query attends to the keys up to its own position
   bool operator==(const OpAttrs&) const = default;
 };
 

@@ -9,7 +9,7 @@ constexpr std::array<std::string_view, kNumOpKinds> kNames = {
     "input",     "parameter", "optimizer_state", "matmul",  "batch_matmul", "conv",
     "pool",      "elementwise", "reduce",        "softmax", "layernorm",    "embedding",
     "reshape",   "transpose", "random",          "loss",    "collective",   "optimizer",
-    "opaque"};
+    "attention", "opaque"};
 
 }  // namespace
 

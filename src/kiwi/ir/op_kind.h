@@ -26,6 +26,7 @@ enum class OpKind : uint8_t {
   kLoss,            // scalar loss
   kCollective,      // explicit communication op
   kOptimizer,       // the optimizer update that consumes all parameter gradients
+  kAttention,       // fused scaled-dot-product attention (FlashAttention): q, k, v -> output; no scores in memory
   kOpaque,          // unknown computation from a profiled graph file
 };
 

@@ -117,6 +117,49 @@ Check MatmulGradB(const Graph& g, const Node& n) { return MatmulGradImpl(g, n, f
 Check BatchMatmulGradA(const Graph& g, const Node& n) { return MatmulGradImpl(g, n, true, true); }
 Check BatchMatmulGradB(const Graph& g, const Node& n) { return MatmulGradImpl(g, n, true, false); }
 
+// ---- attention (q[..., sq, d], k[..., sk, d], v[..., sk, dv]) -> o[..., sq, dv], fused (FlashAttention);
+// its gradients attention_grad_{q,k,v} (dO, q, k, v, o) -> dq, dk, dv, shaped like the operand.
+Check AttentionOperands(const Shape& q, const Shape& k, const Shape& v, const std::string& fq, const std::string& fk,
+                        const std::string& fv) {
+  KIWI_CHECK(MinRank(q, 2, fq));
+  for (const auto& [shape, field] : {std::pair{&k, &fk}, std::pair{&v, &fv}}) {
+    if (shape->size() != q.size())
+      return Bad(*field, fmt::format("rank of {} differs from {}'s {}", ShapeString(*shape), fq, ShapeString(q)));
+    if (!std::equal(q.begin(), q.end() - 2, shape->begin()))
+      return Bad(*field, fmt::format("batch dims of {} differ from {}'s {}", ShapeString(*shape), fq, ShapeString(q)));
+  }
+  const size_t r = q.size();
+  if (k[r - 1] != q[r - 1]) return Bad(fk, fmt::format("head dim {} does not match {}'s {}", k[r - 1], fq, q[r - 1]));
+  if (v[r - 2] != k[r - 2]) return Bad(fv, fmt::format("has {} keys' values, {} has {} keys", v[r - 2], fk, k[r - 2]));
+  return std::nullopt;
+}
+Shape AttentionOutput(const Shape& q, const Shape& v) {
+  Shape o = q;
+  o.back() = v.back();
+  return o;
+}
+Check Attention(const Graph& g, const Node& n) {
+  KIWI_CHECK(Arity(n, 3, 3));
+  KIWI_CHECK(AllDTypesMatch(g, n));
+  const Shape& q = In(g, n, 0).shape;
+  const Shape& v = In(g, n, 2).shape;
+  KIWI_CHECK(AttentionOperands(q, In(g, n, 1).shape, v, "inputs[0]", "inputs[1]", "inputs[2]"));
+  return ShapeIs(n.output.shape, AttentionOutput(q, v), "output.shape");
+}
+Check AttentionGrad(const Graph& g, const Node& n, size_t operand) {
+  KIWI_CHECK(Arity(n, 5, 5));
+  KIWI_CHECK(AllDTypesMatch(g, n));
+  const Shape& q = In(g, n, 1).shape;
+  const Shape& v = In(g, n, 3).shape;
+  KIWI_CHECK(AttentionOperands(q, In(g, n, 2).shape, v, "inputs[1]", "inputs[2]", "inputs[3]"));
+  KIWI_CHECK(ShapeIs(In(g, n, 4).shape, AttentionOutput(q, v), "inputs[4]"));
+  KIWI_CHECK(ShapeIs(In(g, n, 0).shape, AttentionOutput(q, v), "inputs[0]"));
+  return ShapeIs(n.output.shape, In(g, n, 1 + operand).shape, "output.shape");
+}
+Check AttentionGradQ(const Graph& g, const Node& n) { return AttentionGrad(g, n, 0); }
+Check AttentionGradK(const Graph& g, const Node& n) { return AttentionGrad(g, n, 1); }
+Check AttentionGradV(const Graph& g, const Node& n) { return AttentionGrad(g, n, 2); }
+
 // ---- conv2d / pools: output size (H + 2p - k) / stride + 1 per spatial dim.
 Check WindowAttrs(const OpAttrs& a) {
   if (a.stride < 1) return Bad("attrs.stride", fmt::format("must be >= 1, got {}", a.stride));
@@ -434,6 +477,10 @@ constexpr auto kRules = std::to_array<Rule>({
     {OpKind::kReduce, "sum_grad", ReduceLinearGrad},
     {OpKind::kReduce, "mean_grad", ReduceLinearGrad},
     {OpKind::kReduce, "max_grad", ReduceMaxGrad},
+    {OpKind::kAttention, "", Attention},
+    {OpKind::kAttention, "attention_grad_q", AttentionGradQ},
+    {OpKind::kAttention, "attention_grad_k", AttentionGradK},
+    {OpKind::kAttention, "attention_grad_v", AttentionGradV},
     {OpKind::kSoftmax, "", Softmax},
     {OpKind::kSoftmax, "softmax_grad", SoftmaxGrad},
     {OpKind::kSoftmax, "cross_entropy_grad", CrossEntropyGrad},

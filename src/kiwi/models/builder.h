@@ -81,12 +81,15 @@ struct AttentionOptions {
   bool rotary = false;           // elementwise "rotary" on q and k (Llama)
   double dropout_p = 0.0;        // attention-probability and output-projection dropout
   NodeId score_bias = ir::kNoNode;  // [heads, sq, sk], added to the scores (T5/Swin relative positions)
+  bool fused = false;            // one kAttention op (FlashAttention; no score_bias) instead of the scores
+  bool causal = false;           // queries attend to keys up to their own position (GPT, Llama)
 };
 
 // Multi-head attention of x_q [B, sq, h] over x_kv [B, sk, h] (the same node for self-attention):
 // separate q/k/v projections, heads split as [B, a, s, d], scores = batch_matmul(q, k^T), fused
 // scale+mask softmax, dropout, context = batch_matmul(p, v), heads merged, output projection,
-// dropout (Megatron placement). Returns the [B, sq, h] output before the residual add.
+// dropout (Megatron placement); fused: one kAttention op (its dropout inside, no mask kept) in place of
+// scores, softmax, dropout and context. Returns the [B, sq, h] output before the residual add.
 NodeId Attention(GraphBuilder& gb, NodeId x_q, NodeId x_kv, const AttentionOptions& options);
 
 enum class Activation : uint8_t { kGelu, kRelu, kSwiGlu };

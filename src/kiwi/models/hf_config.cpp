@@ -177,6 +177,16 @@ Status ApplyPrecision(const Config& c, const ModelOverrides& o, ModelSpec& spec)
   if (o.dtype) t.dtype = *o.dtype;
   spec.training = {ir::Optimizer::kAdam, t.dtype != ir::DType::kF32};  // 16-bit: fp32 master weights
   if (o.optimizer) spec.training.optimizer = *o.optimizer;
+  // transformers' attention implementation: "eager" materializes the scores, "sdpa" (PyTorch's
+  // scaled_dot_product_attention, flash kernels on GPUs) and "flash_attention_2" fuse them.
+  const std::string impl = c.String("_attn_implementation", c.String("attn_implementation", ""));
+  if (impl == "eager") t.attention = AttentionKernel::kMaterialized;
+  else if (impl == "sdpa" || impl == "flash_attention_2")  // a relative position bias (T5, Swin) keeps the scores
+    t.attention = t.family == Family::kT5 || t.family == Family::kSwin ? AttentionKernel::kMaterialized
+                                                                       : AttentionKernel::kFused;
+  else if (!impl.empty())
+    return c.Bad("attn_implementation", fmt::format("'{}' is not eager, sdpa or flash_attention_2", impl));
+  if (o.attention) t.attention = *o.attention;
   return Status::Ok();
 }
 
@@ -184,7 +194,7 @@ Status ApplyPrecision(const Config& c, const ModelOverrides& o, ModelSpec& spec)
 
 Result<ModelSpec> ParseHfConfig(std::string_view text, const std::string& source, const ModelOverrides& o) {
   if (o.layers || o.hidden || o.heads || o.ffn)
-    return BadInput(fmt::format("{}: the sizes come from the config; only --batch, --seq, --dtype, --optimizer apply", source));
+    return BadInput(fmt::format("{}: the sizes come from the config; only --batch, --seq, --dtype, --optimizer, --attention apply", source));
   if (JsonDeeperThan(text))
     return BadInput(fmt::format("{}: JSON nested deeper than {} levels (an HF config is flat)", source, kMaxJsonDepth));
   Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);

@@ -188,6 +188,7 @@ Status ApplyTransformer(const Preset& preset, const ModelOverrides& o, Transform
   if (!o.ffn && preset.ffn_follows_hidden && c.family == Family::kLlama) c.ffn = LlamaFfn(c.hidden);
   if (!o.ffn && preset.ffn_follows_hidden && c.family != Family::kLlama) c.ffn = 0;  // 4 * hidden
   if (o.dtype) c.dtype = *o.dtype;
+  if (o.attention) c.attention = *o.attention;
   KIWI_RETURN_IF_ERROR(ApplyDivisibility(name, o, c));
   return detail::ValidateTransformerConfig(c);
 }
@@ -195,6 +196,7 @@ Status ApplyTransformer(const Preset& preset, const ModelOverrides& o, Transform
 // --layers = number of linears, --hidden = input/output width, --ffn = inner width.
 Status ApplyMlp(const std::string& name, const ModelOverrides& o, MlpConfig& c) {
   if (o.heads) return NotApplicable(name, "--heads", "an MLP has no attention");
+  if (o.attention) return NotApplicable(name, "--attention", "an MLP has no attention");
   if (o.seq) return NotApplicable(name, "--seq", "an MLP has no sequence");
   if (o.layers || o.hidden || o.ffn) {
     const int layers = o.layers.value_or(static_cast<int>(c.widths.size()) - 1);

@@ -25,6 +25,7 @@ struct ModelOverrides {
   std::optional<int64_t> hidden = {}, heads = {}, seq = {}, batch = {}, ffn = {};
   std::optional<ir::DType> dtype = {};
   std::optional<ir::Optimizer> optimizer = {};
+  std::optional<AttentionKernel> attention = {};  // transformers only
 };
 
 // A family name (gpt, bert, t5, vit, swin, llama, mlp) or a preset, with overrides applied.

@@ -40,7 +40,8 @@ LayerOptions StandardLayer(const TransformerConfig& c, NormKind norm, bool pre_n
   o.norm = norm;
   o.pre_norm = pre_norm;
   o.self_attn = {.heads = c.heads, .kv_heads = KvHeads(c), .bias = bias, .rotary = false,
-                 .dropout_p = DropoutP(c), .score_bias = ir::kNoNode};
+                 .dropout_p = DropoutP(c), .score_bias = ir::kNoNode, .fused = UsesFusedAttention(c),
+                 .causal = c.family == Family::kGpt || c.family == Family::kLlama};
   o.mlp = {.ffn = FfnSize(c), .activation = act, .bias = bias, .dropout_p = DropoutP(c)};
   return o;
 }
@@ -203,6 +204,9 @@ Status Positive(int64_t value, const char* field) {
 }
 
 Status ValidateFamily(const TransformerConfig& c) {
+  if (c.attention == AttentionKernel::kFused && (c.family == Family::kT5 || c.family == Family::kSwin))
+    return BadInput(fmt::format("model config: attention: fused attention has no relative position bias, which {} "
+                                "adds to its scores (use materialized)", FamilyName(c.family)));
   if (c.family == Family::kT5) {
     KIWI_RETURN_IF_ERROR(Positive(c.decoder_layers, "decoder_layers"));
     if (c.decoder_seq < 0) return BadInput(fmt::format("model config: decoder_seq: must be >= 0, got {}", c.decoder_seq));
@@ -245,6 +249,23 @@ constexpr std::array<FamilyBuilder, 6> kBuilders = {BuildGpt, BuildBert, BuildT5
 
 }  // namespace
 }  // namespace detail
+
+std::optional<AttentionKernel> ParseAttentionKernel(std::string_view name) {
+  for (AttentionKernel k : {AttentionKernel::kAuto, AttentionKernel::kMaterialized, AttentionKernel::kFused})
+    if (AttentionKernelName(k) == name) return k;
+  return std::nullopt;
+}
+
+std::string_view AttentionKernelName(AttentionKernel kernel) {
+  constexpr std::array<std::string_view, 3> kNames = {"auto", "materialized", "fused"};
+  return kNames[static_cast<size_t>(kernel)];
+}
+
+bool UsesFusedAttention(const TransformerConfig& c) {
+  if (c.attention != AttentionKernel::kAuto) return c.attention == AttentionKernel::kFused;
+  const bool has_score_bias = c.family == Family::kT5 || c.family == Family::kSwin;
+  return !has_score_bias && (c.dtype == ir::DType::kBF16 || c.dtype == ir::DType::kF16);
+}
 
 Result<ir::Graph> BuildTransformerForward(const TransformerConfig& config) {
   KIWI_RETURN_IF_ERROR(detail::ValidateTransformerConfig(config));

@@ -1,10 +1,13 @@
 #pragma once
 // Operator-level builders for transformer models: individual matmuls (with fused bias), head
-// transposes, batched matmuls for scores and context, fused scale+mask softmax, dropout (a kRandom
+// transposes, batched matmuls for scores and context, fused scale+mask softmax (or one fused attention
+// op, AttentionKernel), dropout (a kRandom
 // mask + multiply), layernorm/rmsnorm, GELU/SwiGLU, residual adds; embeddings, final norm, LM/class
 // head and loss. Node::layer is set per transformer layer and Node::scope to "layer{i}.attn" etc.
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "kiwi/ir/graph.h"
 #include "kiwi/util/result.h"
@@ -19,6 +22,14 @@ enum class Family : uint8_t {
   kSwin,  // hierarchical stages of windowed attention with patch merging
   kLlama, // decoder-only, RMSNorm, SwiGLU, rotary positions, no biases, no dropout
 };
+
+// How attention runs: materialized (scores and probabilities as [s, s] tensors per head, kept for the
+// backward pass: Megatron-LM's fused softmax) or fused (FlashAttention: one kernel that never writes
+// the scores; PyTorch's scaled_dot_product_attention on GPUs). Auto: fused for 16-bit models, whose
+// kernels exist, except T5 and Swin, whose relative position bias needs the scores' gradient.
+enum class AttentionKernel : uint8_t { kAuto, kMaterialized, kFused };
+std::optional<AttentionKernel> ParseAttentionKernel(std::string_view name);  // auto | materialized | fused
+std::string_view AttentionKernelName(AttentionKernel kernel);
 
 struct TransformerConfig {
   Family family = Family::kGpt;
@@ -39,7 +50,11 @@ struct TransformerConfig {
   ir::DType dtype = ir::DType::kF32;
   bool dropout = true;       // GPT/BERT/T5/ViT train with dropout; Llama without
   bool embeddings = true;    // include embeddings, final norm, head and loss (false: layers + loss only)
+  AttentionKernel attention = AttentionKernel::kAuto;
 };
+
+// Whether the config's attention layers are built fused (AttentionKernel, auto resolved).
+bool UsesFusedAttention(const TransformerConfig& config);
 
 // The forward graph (verified), ending in one kLoss node.
 Result<ir::Graph> BuildTransformerForward(const TransformerConfig& config);

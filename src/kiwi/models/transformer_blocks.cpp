@@ -69,11 +69,18 @@ NodeId Attention(GraphBuilder& gb, NodeId x_q, NodeId x_kv, const AttentionOptio
   NodeId qh = SplitHeads(gb, "q", q, options.kv_heads, groups, d);
   NodeId kh = SplitHeads(gb, "k", k, options.kv_heads, 1, d);
   NodeId vh = SplitHeads(gb, "v", v, options.kv_heads, 1, d);
-  NodeId scores = BatchMatmul(gb, "scores", qh, kh, /*transpose_b=*/true);
-  if (options.score_bias != ir::kNoNode) scores = Binary(gb, "add", "scores_bias", scores, options.score_bias);
-  NodeId probs = Softmax(gb, "softmax", scores);  // fused scale + mask + softmax
-  probs = Dropout(gb, "attn_dropout", probs, options.dropout_p);
-  NodeId context = BatchMatmul(gb, "context", probs, vh, /*transpose_b=*/false);
+  NodeId context;
+  if (options.fused) {  // FlashAttention regenerates its dropout mask in the backward pass: none is kept
+    ir::OpAttrs attrs;
+    attrs.causal = options.causal;
+    context = gb.Add(ir::OpKind::kAttention, "attention", "attention", {qh, kh, vh}, {gb.dtype(), gb.shape(qh)}, attrs);
+  } else {
+    NodeId scores = BatchMatmul(gb, "scores", qh, kh, /*transpose_b=*/true);
+    if (options.score_bias != ir::kNoNode) scores = Binary(gb, "add", "scores_bias", scores, options.score_bias);
+    NodeId probs = Softmax(gb, "softmax", scores);  // fused scale + mask + softmax
+    probs = Dropout(gb, "attn_dropout", probs, options.dropout_p);
+    context = BatchMatmul(gb, "context", probs, vh, /*transpose_b=*/false);
+  }
   NodeId merged = MergeHeads(gb, "context", context, groups);
   NodeId out = Linear(gb, "out", merged, h, options.bias);
   return Dropout(gb, "out_dropout", out, options.dropout_p);

@@ -73,6 +73,7 @@ struct ModelFlags {
   std::optional<int64_t> layers, hidden, heads, seq, batch, ffn;
   std::string dtype;      // "" = the preset's
   std::string optimizer;  // "" = the preset's
+  std::string attention;  // "" = auto (models::AttentionKernel)
   bool operator==(const ModelFlags&) const = default;
 };
 

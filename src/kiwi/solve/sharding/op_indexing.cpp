@@ -218,6 +218,30 @@ Nest Normalized(const ir::Graph& g, const ir::Node& n, const Shape& full_shape, 
   return ix;
 }
 
+// attention (q[..., sq, d], k[..., sk, d], v[..., sk, dv]) -> o[..., sq, dv]: the batch dims (batch,
+// heads) and the query rows split; the keys never (each row's softmax needs all its scores: ring
+// attention, not a split of this op), nor the head dims. Its gradients read (dO, q, k, v, o): dq splits
+// like the query rows; dk and dv sum over the query rows, so a split of them leaves partial sums.
+Nest Attention(const ir::Graph& g, const ir::Node& n) {
+  const bool grad = n.op.starts_with("attention_grad_");
+  if (n.inputs.size() != (grad ? 5u : 3u)) return std::nullopt;
+  const Shape& q = InShape(g, n, grad ? 1 : 0);
+  if (q.size() < 2) return std::nullopt;
+  OpIndexing ix;
+  const Dims batch = AddIndices(ix, Shape(q.begin(), q.end() - 2));
+  const int rows = AddIndex(ix, q[q.size() - 2]);
+  const Dims query = Concat(batch, {rows, kNoIndex});
+  const Dims keys = Concat(batch, {kNoIndex, kNoIndex});
+  if (!grad) {
+    ix.operands = {query, keys, keys};
+    ix.output = query;
+    return ix;
+  }
+  ix.operands = {query, query, keys, keys, query};
+  ix.output = n.op == "attention_grad_q" ? query : keys;
+  return ix;
+}
+
 // softmax (x), softmax_grad (dY, y), cross_entropy_grad (logits, labels): shaped like the output.
 Nest Softmax(const ir::Graph& g, const ir::Node& n) {
   return Normalized(g, n, n.output.shape, LowerRank::kLeadingDims);
@@ -355,6 +379,7 @@ constexpr auto kDescribers = std::to_array<DescriberRule>({
     {ir::OpKind::kReduce, "sum_grad", ReduceGrad},
     {ir::OpKind::kReduce, "mean_grad", ReduceGrad},
     {ir::OpKind::kReduce, "max_grad", ReduceGrad},
+    {ir::OpKind::kAttention, "", Attention},
     {ir::OpKind::kSoftmax, "", Softmax},
     {ir::OpKind::kLayerNorm, "", Norm},
     {ir::OpKind::kEmbedding, "", Embedding},

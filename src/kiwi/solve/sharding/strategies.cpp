@@ -182,7 +182,7 @@ std::string LayoutKey(const plan::OpSharding& s) {
 Strategy Costed(plan::OpSharding sharding, const ir::Node& node, const cost::CostModel& cost_model,
                 const ir::DeviceMesh& mesh) {
   Strategy s;
-  // The simulator's formulas (sim/op_execution.h ExecutionTime), so that replays agree exactly.
+  // The cost model's terms, as the simulator's ExecutionTime (sim/op_execution.h) takes them: replays agree exactly.
   s.compute_seconds = cost_model.ComputeTime(node, cost::CostModel::WorkFraction(sharding.output, sharding.reduce_axes, mesh));
   if (sharding.reduce_axes != 0)
     s.communication_seconds = cost_model.PartialSumTime(node.output, sharding.output, sharding.reduce_axes, mesh);
