@@ -232,6 +232,30 @@ TEST(Cli, PlanReplaysOnTheModelItWasMadeFor) {
   EXPECT_EQ(j["throughput_samples_per_second"], planned.Json()["best"]["throughput_samples_per_second"]);
 }
 
+// --attention is part of the model: a plan made with materialized attention records it and replays on
+// the same model (the bf16 default would be fused, a different peak); bad values exit 2 in one line.
+TEST(Cli, AttentionKernelIsRecordedInThePlanAndChecked) {
+  const std::string path = (TempDir() / "materialized_plan.json").string();
+  const std::string model = "--model gpt --layers 2 --hidden 256 --heads 4 --seq 512 --batch 8 --dtype bf16 ";
+  auto materialized = RunKiwi("plan " + model + "--attention materialized --json --out " + path);
+  ASSERT_EQ(materialized.exit_code, 0) << materialized.err;
+  EXPECT_NE(testing::Slurp(path).find("\"attention\": \"materialized\""), std::string::npos) << testing::Slurp(path);
+  auto sim = RunKiwi("simulate " + path + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_EQ(sim.Json()["peak_memory_bytes"], materialized.Json()["best"]["peak_memory_bytes"]);
+  auto fused = RunKiwi("plan " + model + "--json");
+  ASSERT_EQ(fused.exit_code, 0) << fused.err;
+  // One layer's 5as^2b of scores per micro-batch: fused plans of the same shape need less.
+  EXPECT_LT(fused.Json()["plans"][0]["peak_memory_bytes"].get<int64_t>(),
+            materialized.Json()["plans"][0]["peak_memory_bytes"].get<int64_t>());
+  for (const std::string bad : {"plan --attention flash", "plan --model t5 --attention fused", "plan --model mlp --attention fused"}) {
+    auto r = RunKiwi(bad);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_EQ(CountLines(r.err), 1) << bad << ": " << r.err;
+    EXPECT_NE(r.err.find("attention"), std::string::npos) << bad << ": " << r.err;
+  }
+}
+
 TEST(Cli, SimulateOperatorPlanOnAGraphFile) {
   if (!std::filesystem::exists(kRemat + "vgg16_b256_train.json")) GTEST_SKIP() << "no ../shared/benchmarks";
   const std::string plan = WriteTemp("empty_op_plan.json", R"({"kiwi_plan_version": 1, "operator": {}})");
