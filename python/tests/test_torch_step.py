@@ -13,6 +13,7 @@ from kiwi.torch import measure  # noqa: E402
 from kiwi.torch.chunked_optimizer import chunked_step  # noqa: E402
 from kiwi.torch import StepConfig  # noqa: E402
 from kiwi.torch.stepping import pass_graph  # noqa: E402
+from step_helpers import run_step  # noqa: E402
 
 
 class ConvHead(nn.Module):
@@ -39,17 +40,6 @@ def convhead():
     torch.manual_seed(0)
     model = ConvHead().train()
     return model, torch.randn(8, 3, 32, 32), torch.randint(0, 10, (8,))
-
-
-def run_step(model, step, x, y, seed=3):
-    """One measured step (Adam, primed) from the model's current parameters: peak, gradients, parameters."""
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    measure.prime_optimizer(opt)
-    for p in model.parameters():
-        p.grad = None
-    torch.manual_seed(seed)
-    m = measure.measure_step(lambda: step(opt), measure.step_tensors(model, opt, [x, y]))
-    return m, [p.grad.clone() for p in model.parameters()], [p.detach().clone() for p in model.parameters()]
 
 
 def compare_with_unsplit(model, applied, x, y):

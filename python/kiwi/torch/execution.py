@@ -100,9 +100,13 @@ def last_uses(gm: torch.fx.GraphModule) -> Dict[str, str]:
 
 
 def is_random(runner: NodeRunner, node: torch.fx.Node) -> bool:
-    """Ops that draw random numbers (dropout): recomputing them must replay the RNG state."""
+    """Ops that draw random numbers (dropout, attention with dropout_p > 0): recomputing them must replay
+    the RNG state."""
     if node.op == "call_module":
         return isinstance(runner.modules[node.target], torch.nn.modules.dropout._DropoutNd)
+    if node.op == "call_function" and node.target is torch.nn.functional.scaled_dot_product_attention:
+        p = node.kwargs.get("dropout_p", node.args[4] if len(node.args) > 4 else 0.0)
+        return isinstance(p, torch.fx.Node) or float(p) > 0  # a computed dropout_p: assume it may draw
     target = getattr(node.target, "__name__", str(node.target))
     return "dropout" in target or "bernoulli" in target or "rand" in target
 

@@ -315,6 +315,37 @@ def reduce(op: str) -> Callable[[Call], int]:
     return handler
 
 
+def scaled_dot_product_attention(c: Call) -> int:
+    """F.scaled_dot_product_attention -> kiwi's fused attention: q [..., sq, d], k [..., sk, d],
+    v [..., sk, dv] -> [..., sq, dv], with is_causal as attrs {"causal": true}. Dropout happens inside the
+    kernel (no op of its own); `scale` changes no cost and is left out. A mask tensor, batch dims that
+    broadcast and grouped-query attention with fewer key/value heads are not in kiwi's IR."""
+    for key in ("query", "key", "value"):
+        if not c.is_tensor(key):
+            raise c.fail(f"argument '{key}' is not a tensor")
+    q, k, v = (c.in_meta(key) for key in ("query", "key", "value"))
+    if c.is_tensor("attn_mask") or c.value("attn_mask") is not None:
+        raise c.fail("attn_mask: kiwi's fused attention takes no mask tensor (use is_causal=True for a causal "
+                     "mask; other masks are not in kiwi's IR)")
+    if len(q.shape) < 3 or not len(q.shape) == len(k.shape) == len(v.shape):
+        raise c.fail(f"query/key/value of shapes {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}: kiwi's "
+                     f"attention needs tensors of equal rank >= 3 ([batch..., seq, head_dim])")
+    if not q.shape[:-2] == k.shape[:-2] == v.shape[:-2]:
+        if c.value("enable_gqa", False):
+            raise c.fail(f"grouped-query attention (enable_gqa=True) with query {tuple(q.shape)} and key/value "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}: kiwi's attention needs as many key/value heads as "
+                         f"query heads (repeat the key/value heads before the call)")
+        raise c.fail(f"query/key/value batch dims {tuple(q.shape[:-2])}, {tuple(k.shape[:-2])}, "
+                     f"{tuple(v.shape[:-2])} differ: kiwi's attention does not broadcast them")
+    if q.dtype != k.dtype or q.dtype != v.dtype:
+        raise c.fail(f"query/key/value dtypes {q.dtype}, {k.dtype}, {v.dtype} differ")
+    p = c.value("dropout_p", 0.0)
+    if not 0.0 <= float(p) < 1.0:
+        raise c.fail(f"dropout_p={p}: kiwi's IR takes a dropout probability in [0, 1)")
+    attrs = {"causal": True} if c.value("is_causal", False) else None
+    return c.out("attention", "attention", [c.tensor("query"), c.tensor("key"), c.tensor("value")], attrs)
+
+
 def cross_entropy(c: Call) -> int:
     if c.value("reduction", "mean") not in ("mean", "sum"):
         raise c.fail("cross entropy without reduction is not a scalar loss")
@@ -328,12 +359,12 @@ def cross_entropy(c: Call) -> int:
 Handler = Callable[[Call], int]
 
 
-def _sig(*names: str) -> Callable[..., Any]:
-    """A stand-in signature naming a call's arguments: `input` first, then `names` ("*dims": varargs).
+def _sig(*names: str, first: str = "input") -> Callable[..., Any]:
+    """A stand-in signature naming a call's arguments: `first` (`input`), then `names` ("*dims": varargs).
     Many torch functions are builtins without an inspectable signature; these names are PyTorch's own."""
     def f(*args, **kwargs):  # pragma: no cover - only its signature is used
         return None
-    params = [inspect.Parameter("input", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    params = [inspect.Parameter(first, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
     for n in names:
         if n.startswith("*"):
             params.append(inspect.Parameter(n[1:], inspect.Parameter.VAR_POSITIONAL))
@@ -362,6 +393,7 @@ TRANSPOSE = _sig("dim0", "dim1")
 PERMUTE = _sig("*dims")
 REDUCE = _sig("dim", "keepdim", "dtype")
 CROSS_ENTROPY = _sig("target", "weight", "size_average", "ignore_index", "reduce", "reduction", "label_smoothing")
+SDPA = _sig("key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa", first="query")
 NO_ARGS = _sig()
 
 # Module types in lookup order (subclasses before their bases), with the signature of the functional
@@ -411,6 +443,7 @@ FUNCTIONS: Dict[Any, Tuple[Handler, Callable[..., Any]]] = {
     torch.transpose: (transpose, TRANSPOSE), torch.permute: (transpose, PERMUTE),
     torch.mean: (reduce("mean"), REDUCE), torch.sum: (reduce("sum"), REDUCE),
     F.cross_entropy: (cross_entropy, CROSS_ENTROPY),
+    F.scaled_dot_product_attention: (scaled_dot_product_attention, SDPA),
 }
 
 METHODS: Dict[str, Tuple[Handler, Callable[..., Any]]] = {
@@ -473,7 +506,7 @@ def lookup(node: torch.fx.Node, builder: ForwardBuilder) -> Tuple[Handler, Dict[
 def supported_summary() -> str:
     return ("conv2d, linear, batch_norm, layer_norm, relu/gelu/silu/tanh/sigmoid, max/avg/adaptive-avg pool2d, "
             "flatten/view/reshape, dropout, add/sub/mul/div, softmax/log_softmax, embedding, matmul/bmm, "
-            "transpose/permute, mean/sum, cross_entropy")
+            "transpose/permute, mean/sum, cross_entropy, scaled_dot_product_attention")
 
 
 def map_node(node: torch.fx.Node, builder: ForwardBuilder) -> Optional[int]:
