@@ -260,14 +260,29 @@ Result<Graph> BuildTrainingGraph(const Graph& forward, const TrainingOptions& op
   for (auto it = order.rbegin(); it != order.rend(); ++it) KIWI_RETURN_IF_ERROR(Differentiate(s, *it, *loss, source));
   AddOptimizer(s, options);
   AnnotateFlopsAndBytes(s.out);
-  if (forward.has_explicit_order()) {
-    std::vector<NodeId> full = order;
-    for (NodeId id = forward.size(); id < s.out.size(); ++id) full.push_back(id);
+  // Optimizer states live across iterations: resident before the forward pass starts (the explicit
+  // order runs them first), so every peak of the step counts them, as PyTorch's Adam holds them from
+  // its first step on. The rest runs forward, then backward, then the update.
+  std::vector<NodeId> full;
+  for (NodeId id = forward.size(); id < s.out.size(); ++id)
+    if (s.out.node(id).kind == OpKind::kOptimizerState) full.push_back(id);
+  if (!full.empty() || forward.has_explicit_order()) {
+    full.insert(full.end(), order.begin(), order.end());
+    for (NodeId id = forward.size(); id < s.out.size(); ++id)
+      if (s.out.node(id).kind != OpKind::kOptimizerState) full.push_back(id);
     s.out.set_order(std::move(full));
   }
   if (Status st = VerifyGraph(s.out, source + " (training)"); !st)
     return Internal("BuildTrainingGraph produced an invalid graph: " + st.error().message);
   return std::move(s.out);
+}
+
+int32_t FirstBackwardPosition(const Graph& training, const std::vector<NodeId>& order) {
+  for (size_t t = 0; t < order.size(); ++t) {
+    const Node& n = training.node(order[t]);
+    if (n.is_backward() && !n.is_persistent()) return static_cast<int32_t>(t);
+  }
+  return static_cast<int32_t>(order.size());
 }
 
 int64_t SavedActivationBytes(const Graph& training, int32_t layer) {

@@ -23,9 +23,14 @@ struct TrainingOptions {
 // Requires exactly one kLoss node and a verified forward-only graph. The result keeps the forward
 // nodes with their ids, then the backward nodes in reverse topological order of the forward pass
 // (pass = kBackward, grad_of set, layer/scope inherited), then the optimizer state nodes (kind
-// kOptimizerState, before first use) and a final kOptimizer node reading every parameter gradient.
+// kOptimizerState) and a final kOptimizer node reading every parameter gradient. With optimizer states
+// the graph gets an explicit order that runs them first: they are resident for the whole step.
 // Gradients are only built for tensors that depend on a parameter (inputs and random masks get none).
 Result<Graph> BuildTrainingGraph(const Graph& forward, const TrainingOptions& options);
+
+// The position in `order` of the first backward op that computes something (optimizer states, resident
+// from the start, are not one): where the backward pass begins; order.size() when there is none.
+int32_t FirstBackwardPosition(const Graph& training, const std::vector<NodeId>& order);
 
 // Bytes of forward tensors (not parameters/optimizer state) read by at least one backward op: the
 // activations a no-rematerialization schedule keeps for the backward pass. `layer` = -1 sums all.

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 
+#include "kiwi/ir/backward.h"
 #include "kiwi/solve/joint/pruning.h"
 
 namespace kiwi::solve::joint {
@@ -17,12 +18,7 @@ void SetOrder(const ir::Graph& graph, JointProblem& p) {
   p.order = graph.order();
   p.position.assign(Z(graph.size()), 0);
   for (size_t t = 0; t < p.order.size(); ++t) p.position[Z(p.order[t])] = static_cast<int32_t>(t);
-  p.boundary = p.size();
-  for (int32_t t = 0; t < p.size(); ++t)
-    if (graph.node(p.order[Z(t)]).is_backward()) {
-      p.boundary = t;
-      break;
-    }
+  p.boundary = ir::FirstBackwardPosition(graph, p.order);
   p.consumers = graph.Consumers();
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "kiwi/ir/backward.h"
+
 namespace kiwi::solve::remat {
 
 // One execution of a keep-set schedule (see the header): at each step, recompute the missing inputs
@@ -158,12 +160,7 @@ void KeepSetRun::Free(ir::NodeId v) {
 
 KeepSetScheduler::KeepSetScheduler(const RematProblem& problem) : problem_(problem) {
   const ir::Graph& g = *problem.graph;
-  boundary_ = problem.size();
-  for (int32_t t = 0; t < problem.size(); ++t)
-    if (g.node(problem.order[static_cast<size_t>(t)]).is_backward()) {
-      boundary_ = t;
-      break;
-    }
+  boundary_ = ir::FirstBackwardPosition(g, problem.order);
   input_begin_.assign(1, 0);
   for (const ir::Node& n : g.nodes()) {
     input_ids_.insert(input_ids_.end(), n.inputs.begin(), n.inputs.end());
