@@ -182,8 +182,7 @@ Status ApplyPrecision(const Config& c, const ModelOverrides& o, ModelSpec& spec)
   const std::string impl = c.String("_attn_implementation", c.String("attn_implementation", ""));
   if (impl == "eager") t.attention = AttentionKernel::kMaterialized;
   else if (impl == "sdpa" || impl == "flash_attention_2")  // a relative position bias (T5, Swin) keeps the scores
-    t.attention = t.family == Family::kT5 || t.family == Family::kSwin ? AttentionKernel::kMaterialized
-                                                                       : AttentionKernel::kFused;
+    t.attention = HasRelativePositionBias(t.family) ? AttentionKernel::kMaterialized : AttentionKernel::kFused;
   else if (!impl.empty())
     return c.Bad("attn_implementation", fmt::format("'{}' is not eager, sdpa or flash_attention_2", impl));
   if (o.attention) t.attention = *o.attention;

@@ -204,7 +204,7 @@ Status Positive(int64_t value, const char* field) {
 }
 
 Status ValidateFamily(const TransformerConfig& c) {
-  if (c.attention == AttentionKernel::kFused && (c.family == Family::kT5 || c.family == Family::kSwin))
+  if (c.attention == AttentionKernel::kFused && HasRelativePositionBias(c.family))
     return BadInput(fmt::format("model config: attention: fused attention has no relative position bias, which {} "
                                 "adds to its scores (use materialized)", FamilyName(c.family)));
   if (c.family == Family::kT5) {
@@ -261,10 +261,11 @@ std::string_view AttentionKernelName(AttentionKernel kernel) {
   return kNames[static_cast<size_t>(kernel)];
 }
 
+bool HasRelativePositionBias(Family family) { return family == Family::kT5 || family == Family::kSwin; }
+
 bool UsesFusedAttention(const TransformerConfig& c) {
   if (c.attention != AttentionKernel::kAuto) return c.attention == AttentionKernel::kFused;
-  const bool has_score_bias = c.family == Family::kT5 || c.family == Family::kSwin;
-  return !has_score_bias && (c.dtype == ir::DType::kBF16 || c.dtype == ir::DType::kF16);
+  return !HasRelativePositionBias(c.family) && (c.dtype == ir::DType::kBF16 || c.dtype == ir::DType::kF16);
 }
 
 Result<ir::Graph> BuildTransformerForward(const TransformerConfig& config) {

@@ -53,6 +53,9 @@ struct TransformerConfig {
   AttentionKernel attention = AttentionKernel::kAuto;
 };
 
+// T5's and Swin's relative position bias is added to the scores, so their attention cannot be fused.
+bool HasRelativePositionBias(Family family);
+
 // Whether the config's attention layers are built fused (AttentionKernel, auto resolved).
 bool UsesFusedAttention(const TransformerConfig& config);
 
