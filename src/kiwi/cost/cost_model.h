@@ -66,6 +66,16 @@ class CostModel {
   double PartialSumTime(const ir::TensorType& type, const ir::ShardingSpec& output, ir::AxisMask reduce_axes,
                         const ir::DeviceMesh& mesh) const;
 
+  // One execution of `node` split as `output` with partial sums over `reduce_axes`, per device: its
+  // share of the work (ComputeTime at WorkFraction) and the collectives completing its partial sums.
+  // What the operator-level simulator charges and the sharding solvers price, so replays agree exactly.
+  struct ShardedOpTime {
+    double compute = 0.0;
+    double communication = 0.0;
+  };
+  ShardedOpTime ShardedTime(const ir::Node& node, const ir::ShardingSpec& output, ir::AxisMask reduce_axes,
+                            const ir::DeviceMesh& mesh) const;
+
   // Converting a tensor from one layout to another: an all-to-all per mesh axis that moves between
   // dims, an all-gather per axis dropped, free local slicing per axis added.
   double ReshardTime(const ir::TensorType& type, const ir::ShardingSpec& from, const ir::ShardingSpec& to,

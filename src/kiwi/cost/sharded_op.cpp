@@ -1,5 +1,5 @@
-// What an op costs per device when a plan shards it (cost_model.h WorkFraction, PartialSumTime): its
-// share of the work and the collectives that complete its partial sums.
+// What an op costs per device when a plan shards it (cost_model.h ShardedTime, WorkFraction,
+// PartialSumTime): its share of the work and the collectives that complete its partial sums.
 #include "kiwi/cost/cost_model.h"
 
 namespace kiwi::cost {
@@ -22,6 +22,11 @@ double CostModel::PartialSumTime(const ir::TensorType& type, const ir::ShardingS
   if (all_reduced != 0)
     seconds += CollectiveTime(Collective::kAllReduce, BytesPerDevice(type, output, mesh), mesh, all_reduced);
   return seconds;
+}
+
+CostModel::ShardedOpTime CostModel::ShardedTime(const ir::Node& node, const ir::ShardingSpec& output,
+                                                ir::AxisMask reduce_axes, const ir::DeviceMesh& mesh) const {
+  return {ComputeTime(node, WorkFraction(output, reduce_axes, mesh)), PartialSumTime(node.output, output, reduce_axes, mesh)};
 }
 
 }  // namespace kiwi::cost

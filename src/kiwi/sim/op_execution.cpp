@@ -103,9 +103,10 @@ OpTime ExecutionTime(const ir::Graph& graph, const NodeLayouts& layouts, const i
   const auto id = static_cast<size_t>(node.id);
   const plan::OpSharding* sharding = layouts.sharding[id];
   const ir::AxisMask reduce_axes = sharding ? sharding->reduce_axes : 0;
+  const cost::CostModel::ShardedOpTime sharded = cost_model.ShardedTime(node, layouts.output[id], reduce_axes, mesh);
   OpTime time;
-  time.compute = cost_model.ComputeTime(node, cost::CostModel::WorkFraction(layouts.output[id], reduce_axes, mesh));
-  if (reduce_axes != 0) time.communication = cost_model.PartialSumTime(node.output, layouts.output[id], reduce_axes, mesh);
+  time.compute = sharded.compute;
+  time.communication = sharded.communication;
   if (sharding == nullptr) return time;
   for (size_t i = 0; i < sharding->operands.size(); ++i) {
     const ir::Node& input = graph.node(node.inputs[i]);

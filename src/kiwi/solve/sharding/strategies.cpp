@@ -182,10 +182,10 @@ std::string LayoutKey(const plan::OpSharding& s) {
 Strategy Costed(plan::OpSharding sharding, const ir::Node& node, const cost::CostModel& cost_model,
                 const ir::DeviceMesh& mesh) {
   Strategy s;
-  // The cost model's terms, as the simulator's ExecutionTime (sim/op_execution.h) takes them: replays agree exactly.
-  s.compute_seconds = cost_model.ComputeTime(node, cost::CostModel::WorkFraction(sharding.output, sharding.reduce_axes, mesh));
-  if (sharding.reduce_axes != 0)
-    s.communication_seconds = cost_model.PartialSumTime(node.output, sharding.output, sharding.reduce_axes, mesh);
+  // As the simulator's ExecutionTime (sim/op_execution.h) charges it: replays agree exactly.
+  const cost::CostModel::ShardedOpTime time = cost_model.ShardedTime(node, sharding.output, sharding.reduce_axes, mesh);
+  s.compute_seconds = time.compute;
+  s.communication_seconds = time.communication;
   s.output_bytes = ir::BytesPerDevice(node.output, sharding.output, mesh);
   if (sharding.strategy.empty()) sharding.strategy = StrategyName(sharding);
   s.sharding = std::move(sharding);

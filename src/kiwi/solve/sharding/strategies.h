@@ -36,8 +36,8 @@ struct StrategyOptions {
 // One way to run a node, with its cost-model costs (per device; SPMD: all devices alike).
 struct Strategy {
   plan::OpSharding sharding;          // output layout, required operand layouts, partial-sum axes, name
-  double compute_seconds = 0.0;       // CostModel::ComputeTime(node, CostModel::WorkFraction(...))
-  double communication_seconds = 0.0; // CostModel::PartialSumTime(...): completing partial sums
+  double compute_seconds = 0.0;       // CostModel::ShardedTime(...).compute: its share of the work
+  double communication_seconds = 0.0; // CostModel::ShardedTime(...).communication: completing partial sums
   int64_t output_bytes = 0;           // ir::BytesPerDevice(output tensor, output layout)
 };
 
