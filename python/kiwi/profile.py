@@ -21,12 +21,22 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 GRIDS = {
     # GEMM edge lengths (every m, n, k combination whose FLOPs stay under the cap), conv channels and
     # image sizes, collective message sizes in bytes, the least time each measurement takes.
+    # Fused attention: sequence lengths, head dims, and query rows in all (batch x heads x sequence) on a
+    # CPU and on a GPU (which needs many more rows to fill its multiprocessors). A GPU also times GEMMs
+    # with edges of "gemm_gpu" and GPU_FLOP_SCALE times the FLOP cap.
     "small": {"gemm": [32, 256, 1024], "conv_channels": [16, 64], "conv_sizes": [8, 28],
+              "attention_seq": [64], "attention_head_dims": [32],
+              "attention_rows": {"cpu": [1 << 9], "cuda": [1 << 14]},
               "collective_bytes": [1 << 12, 1 << 16, 1 << 20], "min_seconds": 0.002, "flop_cap": 2 ** 31},
-    "default": {"gemm": [16, 64, 256, 1024, 4096], "conv_channels": [8, 32, 128, 512], "conv_sizes": [7, 14, 28, 56],
+    "default": {"gemm": [16, 64, 256, 1024, 4096], "gemm_gpu": [16384], "conv_channels": [8, 32, 128, 512], "conv_sizes": [7, 14, 28, 56],
+                "attention_seq": [128, 512, 2048], "attention_head_dims": [64, 128],
+                "attention_rows": {"cpu": [1 << 10, 1 << 13], "cuda": [1 << 14, 1 << 17]},
                 "collective_bytes": [1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 24], "min_seconds": 0.02,
                 "flop_cap": 2 ** 33},
 }
+# A GPU runs GEMMs about a thousand times a CPU core's FLOP/s: 32x the work keeps its kernels past the
+# size where launching dominates (a training step's GEMMs of 8-16k tokens) while the profile stays minutes.
+GPU_FLOP_SCALE = 32
 DTYPES = {"f32": "float32", "bf16": "bfloat16", "f16": "float16", "f64": "float64"}
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send_recv")
 
@@ -108,6 +118,51 @@ def _timer(device: str) -> Callable[[Any, float], float]:
     return seconds_per_call
 
 
+# A GPU's kernels are timed on the device (CUDA events), not by the host's clock: on an H200 PyTorch takes
+# 10-15 us to issue a matmul, longer than the kernel of a 1024^3 GEMM runs, and kiwi prices issuing apart
+# (the profile's kernel_time bounds a pass from below, CostModel::LaunchBoundTime). A spinning kernel
+# first keeps the device busy while the host queues a batch, so that no gap between kernels is timed.
+MAX_CALLS_PER_BATCH = 256       # the host's queue holds about a thousand kernels
+DEVICE_BATCH_SHARE = 0.25       # events resolve microseconds: a batch needs a quarter of the host clock's time
+SPIN_CYCLES_PER_SECOND = 2e9    # an H100/H200's SM clock under load, about 1.98 GHz
+SPIN_MARGIN = 1.5               # the spin outlasts the host's queueing of a batch by this factor
+
+
+def _cuda_kernel_timer() -> Callable[[Any, float], float]:
+    import torch
+
+    def seconds_per_call(fns: Any, min_seconds: float) -> float:
+        """Median over BATCHES batches of one call's device time; `fns` as for _timer."""
+        calls_in_turn = fns if isinstance(fns, list) else [fns]
+        for f in calls_in_turn[:2]:  # first calls: cuBLAS/cuDNN plans, the allocator's blocks
+            f()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+        def batch(calls: int, host_per_call: float) -> tuple:
+            """(device seconds per call, host seconds to queue one)"""
+            torch.cuda._sleep(int(calls * host_per_call * SPIN_MARGIN * SPIN_CYCLES_PER_SECOND))
+            t0 = time.perf_counter()
+            start.record()
+            for i in range(calls):
+                calls_in_turn[i % len(calls_in_turn)]()
+            end.record()
+            host = (time.perf_counter() - t0) / calls
+            end.synchronize()
+            return start.elapsed_time(end) * 1e-3 / calls, host
+
+        once, host = batch(1, 1e-3)
+        calls = max(1, min(MAX_CALLS_PER_BATCH, int(DEVICE_BATCH_SHARE * min_seconds / max(once, 1e-7))))
+        return statistics.median(batch(calls, host)[0] for _ in range(BATCHES))
+
+    return seconds_per_call
+
+
+def _kernel_timer(device: str) -> Callable[[Any, float], float]:
+    """How a kernel's time is measured: on the device for a GPU, by the host's clock on a CPU."""
+    return _cuda_kernel_timer() if device.startswith("cuda") else _timer(device)
+
+
 def _median_call_seconds(fn: Callable[[], Any], calls: int, sync: Callable[[], Any]) -> float:
     """The median over BATCHES batches of `calls` calls of one call's time."""
     batches = []
@@ -120,16 +175,32 @@ def _median_call_seconds(fn: Callable[[], Any], calls: int, sync: Callable[[], A
     return statistics.median(batches)
 
 
-def gemm_shapes(grid: Dict[str, Any]) -> List[tuple]:
-    edges = grid["gemm"]
-    return [(m, n, k) for m in edges for n in edges for k in edges if 2 * m * n * k <= grid["flop_cap"]]
+def gemm_shapes(grid: Dict[str, Any], device_type: str = "cpu") -> List[tuple]:
+    gpu = device_type == "cuda"
+    edges = grid["gemm"] + (grid.get("gemm_gpu", []) if gpu else [])
+    cap = grid["flop_cap"] * (GPU_FLOP_SCALE if gpu else 1)
+    return [(m, n, k) for m in edges for n in edges for k in edges if 2 * m * n * k <= cap]
 
 
-def misaligned_gemm_shapes(grid: Dict[str, Any]) -> List[tuple]:
+def misaligned_gemm_shapes(grid: Dict[str, Any], device_type: str = "cuda") -> List[tuple]:
     """The grid's shapes of at least 256 on every side with one more column: cuBLAS runs a 16-bit GEMM
     whose leading dimensions are not multiples of 8 off the tensor cores (a 50,257-word vocabulary:
     docs/fidelity.md, "One GPU"), so a GPU's profile measures both kinds."""
-    return [(m, n + 1, k) for m, n, k in gemm_shapes(grid) if min(m, n, k) >= 256]
+    return [(m, n + 1, k) for m, n, k in gemm_shapes(grid, device_type) if min(m, n, k) >= 256]
+
+
+def attention_shapes(grid: Dict[str, Any], device_type: str) -> List[tuple]:
+    """(batch x heads, sequence, head dim) of the fused attentions to time: every grid combination whose
+    forward (4 rows x sequence x head dim FLOPs) stays under the GEMMs' cap (times GPU_FLOP_SCALE on a
+    GPU, over 4 on a CPU, where the forward and backward of one such call take about a second)."""
+    cap = grid["flop_cap"] * GPU_FLOP_SCALE if device_type == "cuda" else grid["flop_cap"] // 4
+    out = []
+    for rows in grid["attention_rows"]["cuda" if device_type == "cuda" else "cpu"]:
+        for seq in grid["attention_seq"]:
+            for d in grid["attention_head_dims"]:
+                if rows >= seq and 4 * rows * seq * d <= cap:
+                    out.append((rows // seq, seq, d))
+    return out
 
 
 def conv_shapes(grid: Dict[str, Any]) -> List[tuple]:
@@ -205,6 +276,50 @@ def _conv_kernels(pool: OperandPool, batch: int, cin: int, cout: int, hw: int, k
              [lambda x=x, w=w: F.conv2d(x, w, padding=pad) for x, w, _ in sets]),
             ("conv2d_grad_x", (batch * hw * hw, cin, cout * area), grad([True, False, False])),
             ("conv2d_grad_w", (cout * area, cin, batch * hw * hw), grad([False, True, False]))]
+
+
+ATTENTION_DROPOUT = 0.1  # the transformer presets' dropout (Megatron-LM's and GPT-2's)
+
+
+def _attention_kernels(pool: OperandPool, batch_heads: int, seq: int, d: int, causal: bool, dropout: float,
+                       dtype) -> List[tuple]:
+    """F.scaled_dot_product_attention as PyTorch picks its kernel (FlashAttention on a GPU in 16-bit) on
+    q, k, v of [1, batch x heads, seq, d]: the forward alone, and the forward with the backward (the
+    three gradients from one dO), from which the backward's time is their difference."""
+    import torch
+    import torch.nn.functional as F
+    shape = (1, batch_heads, seq, d)
+    sets = pool.sets([shape] * 4, dtype)
+    leaves = [[t.detach().requires_grad_(i < 3) for i, t in enumerate(s)] for s in sets]
+
+    def forward(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=causal)
+    return [("attention", [lambda q=q, k=k, v=v: forward(q, k, v) for q, k, v, _ in leaves]),
+            ("attention+grad", [lambda q=q, k=k, v=v, do=do: torch.autograd.grad(forward(q, k, v), (q, k, v), do)
+                                for q, k, v, do in leaves])]
+
+
+def measure_attention(pool: OperandPool, dev, grid: Dict[str, Any], dtype_name: str,
+                      timed: Callable[[Any, float], float], barrier: Callable[[], None]) -> List[Dict[str, Any]]:
+    """Fused attention's forward and backward times over the grid, causal or not, with and without
+    dropout; rows as the profile file holds them (docs/cluster-format.md)."""
+    import torch
+    dtype = getattr(torch, DTYPES[dtype_name])
+    out = []
+    for batch_heads, seq, d in attention_shapes(grid, dev.type):
+        for causal in (False, True):
+            for dropout in (0.0, ATTENTION_DROPOUT):
+                seconds = {}
+                for op, fn in _attention_kernels(pool, batch_heads, seq, d, causal, dropout, dtype):
+                    barrier()
+                    seconds[op] = timed(fn, grid["min_seconds"])
+                forward = seconds["attention"]
+                # A difference of two medians: at least a tenth of the pair, as noise can invert it.
+                backward = max(seconds["attention+grad"] - forward, 0.1 * seconds["attention+grad"])
+                for op, t in (("attention", forward), ("attention_grad", backward)):
+                    out.append({"op": op, "batch_heads": batch_heads, "seq": seq, "head_dim": d, "causal": causal,
+                                "dropout": dropout, "dtype": dtype_name, "time": t})
+    return out
 
 
 def _memory_bound_ops(pool: OperandPool, dev) -> List[tuple]:
@@ -301,6 +416,7 @@ def measure_compute(device: str, grid: Dict[str, Any], dtypes: Sequence[str], qu
     per_tensor = {name: timed(step, min_s) / (TINY_PARAMETERS * reads)
                   for name, reads, step in _tiny_optimizer_steps(dev)}
 
+    timed = _kernel_timer(device)  # the kernels below: on the device for a GPU
     barrier()
     src = torch.empty(16 << 20, device=dev)  # 64 MiB: past the caches
     dst = torch.empty_like(src)
@@ -309,13 +425,13 @@ def measure_compute(device: str, grid: Dict[str, Any], dtypes: Sequence[str], qu
     del src, dst
     _log(quiet, f"memory bandwidth {bandwidth_gbps:.1f} GB/s")
 
-    gemm, conv = [], []
+    gemm, conv, attention = [], [], []
     pool = OperandPool(dev)
     for name in dtypes:
         dtype = getattr(torch, DTYPES[name])
-        shapes = gemm_shapes(grid)
+        shapes = gemm_shapes(grid, dev.type)
         if dev.type == "cuda" and name in ("bf16", "f16"):
-            shapes += misaligned_gemm_shapes(grid)
+            shapes += misaligned_gemm_shapes(grid, dev.type)
         for i, (m, n, k) in enumerate(shapes):
             for op, (rows, cols, depth), fn in _gemm_kernels(pool, m, n, k, dtype):
                 barrier()
@@ -327,6 +443,9 @@ def measure_compute(device: str, grid: Dict[str, Any], dtypes: Sequence[str], qu
                 barrier()
                 conv.append({"op": op, "m": rows, "n": cols, "k": depth, "dtype": name, "time": timed(fn, min_s)})
         _log(quiet, f"conv {name}: {len(conv_shapes(grid))} shapes (forward and both gradients)")
+        attention += measure_attention(pool, dev, grid, name, timed, barrier)
+        _log(quiet, f"attention {name}: {len(attention_shapes(grid, dev.type))} shapes (causal or not, "
+                    f"dropout {ATTENTION_DROPOUT} or none; forward and backward)")
     barrier()
     # Five times the GEMMs' least time: one call of these takes milliseconds, and they are few.
     op_bandwidth = {op: nbytes / timed(fn, 5 * min_s) / 1e9 for op, nbytes, fn in _memory_bound_ops(pool, dev)}
@@ -338,7 +457,8 @@ def measure_compute(device: str, grid: Dict[str, Any], dtypes: Sequence[str], qu
     return {"name": name, "kernel_time": kernel_time, "memory_bandwidth_gbps": bandwidth_gbps,
             "op_bandwidth_gbps": op_bandwidth, "optimizer_time_per_tensor": per_tensor,
             # A GPU's host issues kernels ahead of the device; a CPU runs each op after the last.
-            "overhead": "launch_bound" if dev.type == "cuda" else "additive", "gemm": gemm, "conv": conv}
+            "overhead": "launch_bound" if dev.type == "cuda" else "additive", "gemm": gemm, "conv": conv,
+            "attention": attention}
 
 
 def _collective(op: str, numel: int, group, group_size: int, rank: int, device: str) -> Callable[[], Any]:

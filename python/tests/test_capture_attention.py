@@ -6,6 +6,7 @@ torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+import kiwi  # noqa: E402
 import kiwi.torch as kt  # noqa: E402
 from kiwi.torch import measure  # noqa: E402
 from step_helpers import run_step  # noqa: E402
@@ -107,6 +108,33 @@ def test_keyword_call_without_causal_and_gqa_with_equal_heads():
     assert len(fwd) == 1 and "attrs" not in fwd[0] and len(grads) == 3
     assert all("attrs" not in g for g in grads)
     assert fwd[0]["flops"] == pytest.approx(4 * SEQ * SEQ * HEAD_DIM * BATCH * HEADS)
+
+
+def test_dropout_is_an_attribute_of_the_attention_and_its_gradients():
+    torch.manual_seed(0)
+    x, y = data()
+    cap = kt.capture(CausalAttention(dropout_p=0.25).train(), (x,), labels=y)
+    _, fwd, grads = attention_nodes(cap)
+    for n in fwd + grads:
+        assert n["attrs"] == {"causal": True, "dropout_p": 0.25}
+
+
+def test_a_profiles_attention_samples_price_the_captured_attention(attn):
+    """`kiwi profile` times fused attention (forward, backward; causal or not, dropout or not): a sample
+    of the captured op's exact shape gives its time, the backward's shared by dq, dk and dv by FLOPs."""
+    model, x, y = attn
+    cap = kt.capture(model, (x,), labels=y)
+    _, fwd, grads = attention_nodes(cap)
+    sample = {"batch_heads": BATCH * HEADS, "seq": SEQ, "head_dim": HEAD_DIM, "causal": True, "dtype": "f32"}
+    attention = [dict(sample, op="attention", time=3e-3), dict(sample, op="attention_grad", time=5e-3),
+                 dict(sample, op="attention", causal=False, time=1.0)]  # not causal: not this op's
+    profile = {"kiwi_profile_version": 1, "unit": "s", "device": {"kernel_time": 0.0, "attention": attention}}
+    costs = kiwi.graph_summary(cap.graph, cap.cluster, profile)["node_costs"]
+    assert costs[fwd[0]["id"]] == pytest.approx(3e-3, rel=1e-9)
+    assert sum(costs[g["id"]] for g in grads) == pytest.approx(5e-3, rel=1e-9)
+    dk = next(g for g in grads if g["op"] == "attention_grad_k")
+    assert costs[dk["id"]] == pytest.approx(5e-3 / 5, rel=1e-9)  # dk: a fifth of the backward's FLOPs
+    assert kiwi.graph_summary(cap.graph, cap.cluster)["node_costs"][fwd[0]["id"]] != pytest.approx(3e-3)
 
 
 def test_what_kiwis_attention_cannot_express_is_refused():

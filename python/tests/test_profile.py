@@ -42,6 +42,12 @@ def test_the_file_has_every_measurement(measured):
     assert {c["op"] for c in device["conv"]} == {"conv2d", "conv2d_grad_x", "conv2d_grad_w"}
     assert all(g["time"] > 0 for g in device["gemm"] + device["conv"])
     assert {"relu", "gelu_grad", "max_pool", "layernorm", "adam"} <= set(device["op_bandwidth_gbps"])
+    # Fused attention: each shape forward and backward, causal or not, with and without dropout.
+    shapes = kp.attention_shapes(kp.GRIDS["small"], "cpu")
+    assert len(device["attention"]) == 8 * len(shapes) > 0
+    assert {(a["op"], a["causal"], a["dropout"]) for a in device["attention"]} == {
+        (op, c, p) for op in ("attention", "attention_grad") for c in (False, True) for p in (0.0, kp.ATTENTION_DROPOUT)}
+    assert all(a["time"] > 0 for a in device["attention"])
     ops = {(c["op"], c["devices"]) for c in doc["collectives"]}
     assert ops == {("all_reduce", 2), ("all_gather", 2), ("reduce_scatter", 2), ("send_recv", 2)}
     sizes = sorted(c["bytes"] for c in doc["collectives"] if c["op"] == "all_reduce")

@@ -93,6 +93,52 @@ CollectiveSample Coll(Collective op, int devices, int64_t bytes, double seconds)
   return CollectiveSample{op, devices, bytes, seconds};
 }
 
+AttentionSample Attn(std::string op, int64_t batch_heads, int64_t seq, int64_t head_dim, bool causal, double dropout,
+                     double seconds) {
+  AttentionSample s;
+  s.op = std::move(op);
+  s.batch_heads = batch_heads;
+  s.seq = seq;
+  s.head_dim = head_dim;
+  s.causal = causal;
+  s.dropout = dropout;
+  s.seconds = seconds;
+  return s;
+}
+
+TEST(AttentionSample, FlopsAreTheIrsCount) {
+  // tests/ir/attention_test.cpp pins the IR's: 4 b s^2 d forward, 2.5x backward, half under a causal mask.
+  EXPECT_DOUBLE_EQ(Attn("attention", 8, 1024, 64, false, 0.0, 1.0).Flops(), 4.0 * 8 * 1024 * 1024 * 64);
+  EXPECT_DOUBLE_EQ(Attn("attention_grad", 8, 1024, 64, false, 0.0, 1.0).Flops(), 10.0 * 8 * 1024 * 1024 * 64);
+  EXPECT_DOUBLE_EQ(Attn("attention_grad", 8, 1024, 64, true, 0.1, 1.0).Flops(), 5.0 * 8 * 1024 * 1024 * 64);
+}
+
+TEST(InterpolatedAttentionRate, SamplesOfTheSameDirectionMaskAndDropout) {
+  const std::vector<AttentionSample> samples = {
+      Attn("attention", 64, 1024, 64, true, 0.0, 1e-4), Attn("attention", 64, 1024, 64, true, 0.1, 2e-4),
+      Attn("attention", 64, 1024, 64, false, 0.0, 1.5e-4), Attn("attention_grad", 64, 1024, 64, true, 0.0, 4e-4)};
+  const double fwd_causal = 0.5 * 4.0 * 64 * 1024 * 1024 * 64;
+  const auto rate = [&](bool backward, bool causal, bool dropout) {
+    return *InterpolatedAttentionRate(samples, backward, 64, 1024, 64, causal, dropout, DType::kBF16, 0.0);
+  };
+  EXPECT_NEAR(rate(false, true, false), fwd_causal / 1e-4, 1.0);
+  EXPECT_NEAR(rate(false, true, true), fwd_causal / 2e-4, 1.0);      // dropout's own sample
+  EXPECT_NEAR(rate(false, false, false), 2 * fwd_causal / 1.5e-4, 1.0);
+  EXPECT_NEAR(rate(false, false, true), 2 * fwd_causal / 1.5e-4, 1.0);  // no such sample: the mask decides
+  EXPECT_NEAR(rate(true, true, true), 2.5 * fwd_causal / 4e-4, 1.0);  // the backward's only sample
+  // The kernel's own time comes off a sample's, as for GEMMs; other dtypes have no rate.
+  EXPECT_NEAR(*InterpolatedAttentionRate(samples, false, 64, 1024, 64, true, false, DType::kBF16, 2e-5),
+              fwd_causal / 8e-5, 1.0);
+  EXPECT_FALSE(InterpolatedAttentionRate(samples, false, 64, 1024, 64, true, false, DType::kF32, 0.0).has_value());
+  // Between shapes: the nearer in log2(batch x heads, seq, head dim) weighs more.
+  const std::vector<AttentionSample> two = {Attn("attention", 8, 512, 64, false, 0.0, 1e-5),
+                                            Attn("attention", 8, 4096, 64, false, 0.0, 1e-3)};
+  const double short_rate = 4.0 * 8 * 512 * 512 * 64 / 1e-5, long_rate = 4.0 * 8 * 4096 * 4096 * 64 / 1e-3;
+  // seq 1024 is 1 octave from 512 and 2 from 4096: weights 1 and 1/4.
+  EXPECT_NEAR(*InterpolatedAttentionRate(two, false, 8, 1024, 64, false, false, DType::kBF16, 0.0),
+              (short_rate + long_rate / 4) / 1.25, 1e-9 * long_rate);
+}
+
 TEST(InterpolatedCollectiveSeconds, PiecewiseLinearInBytes) {
   const std::vector<CollectiveSample> s = {
       Coll(Collective::kAllReduce, 2, 1000, 1e-4), Coll(Collective::kAllReduce, 2, 3000, 3e-4),
@@ -152,6 +198,30 @@ TEST(ProfiledCostModel, GemmsTakeTheMeasuredRatePlusTheKernelTime) {
   ir::Node half = mm;
   half.output.dtype = DType::kBF16;
   ExpectSeconds(cm.ComputeTime(half), flops / 0.75e12 + 1e-6);
+}
+
+TEST(ProfiledCostModel, FusedAttentionAtTheMeasuredRateOfItsDirection) {
+  // q, k, v of [2, 4, 256, 32]: batch x heads = 8; causal, dropout 0.1, as a GPT preset's layer.
+  const double forward_flops = 0.5 * 4.0 * 8 * 256 * 256 * 32;
+  ir::Node fwd = Op(OpKind::kAttention, "attention", {2, 4, 256, 32}, forward_flops, 1 << 20);
+  fwd.output.dtype = DType::kBF16;
+  fwd.attrs.causal = true;
+  fwd.attrs.dropout_p = 0.1;
+  ir::Node grad_k = fwd;
+  grad_k.op = "attention_grad_k";
+  grad_k.flops = forward_flops / 2;  // one of the backward's three outputs
+  Profile p;
+  p.device.attention = {Attn("attention", 8, 256, 32, true, 0.1, 1e-4),
+                        Attn("attention_grad", 8, 256, 32, true, 0.1, 5e-4)};
+  for (AttentionSample& s : p.device.attention) s.dtype = DType::kBF16;
+  const CostModel cm(TestDevice(), {}, p);
+  ExpectSeconds(cm.ComputeTime(fwd), 1e-4);
+  // The backward's rate: 2.5x the forward's FLOPs in 5e-4 s; grad_k does a fifth of them.
+  ExpectSeconds(cm.ComputeTime(grad_k), (forward_flops / 2) / (2.5 * forward_flops / 5e-4));
+  // Half the heads on each of two devices: half the batch x heads, at the measured shape's neighbours.
+  EXPECT_GT(cm.ComputeTime(fwd, 0.5), 0.0);
+  // Without attention samples: the datasheet roofline at FlashAttention-2's efficiency.
+  EXPECT_NE(CostModel(TestDevice()).ComputeTime(fwd), cm.ComputeTime(fwd));
 }
 
 TEST(ProfiledCostModel, MemoryBoundOpsAtTheirMeasuredBandwidth) {

@@ -54,7 +54,9 @@ constexpr const char* kDeviceProfile = R"({"kiwi_profile_version": 1, "unit": "u
              "op_bandwidth_gbps": {"relu": 12.5, "adam": 4},
              "gemm": [{"op": "matmul_grad_a", "m": 64, "n": 32, "k": 16, "dtype": "f32", "time": 10},
                       {"m": 8, "n": 8, "k": 8, "dtype": "bf16", "time": 1}],
-             "conv": [{"op": "conv2d", "m": 512, "n": 16, "k": 27, "dtype": "f32", "time": 40}]},
+             "conv": [{"op": "conv2d", "m": 512, "n": 16, "k": 27, "dtype": "f32", "time": 40}],
+             "attention": [{"op": "attention_grad", "batch_heads": 32, "seq": 512, "head_dim": 64, "causal": true,
+                            "dropout": 0.1, "dtype": "bf16", "time": 100}]},
   "collectives": [{"op": "all_reduce", "devices": 4, "bytes": 4096, "time": 300},
                   {"op": "send_recv", "devices": 2, "bytes": 64, "time": 50}]})";
 
@@ -79,6 +81,15 @@ TEST(ProfileJson, ReadsADeviceProfile) {
   EXPECT_EQ(d.gemm[1].dtype, ir::DType::kBF16);
   ASSERT_EQ(d.conv.size(), 1u);
   EXPECT_DOUBLE_EQ(d.conv[0].seconds, 4e-5);
+  ASSERT_EQ(d.attention.size(), 1u);
+  EXPECT_TRUE(d.attention[0].backward());
+  EXPECT_EQ(d.attention[0].batch_heads, 32);
+  EXPECT_EQ(d.attention[0].seq, 512);
+  EXPECT_EQ(d.attention[0].head_dim, 64);
+  EXPECT_TRUE(d.attention[0].causal);
+  EXPECT_DOUBLE_EQ(d.attention[0].dropout, 0.1);
+  EXPECT_EQ(d.attention[0].dtype, ir::DType::kBF16);
+  EXPECT_DOUBLE_EQ(d.attention[0].seconds, 1e-4);
   ASSERT_EQ(d.collectives.size(), 2u);
   EXPECT_EQ(d.collectives[0].op, cost::Collective::kAllReduce);
   EXPECT_EQ(d.collectives[0].devices, 4);
@@ -100,6 +111,18 @@ TEST(ProfileJson, DeviceProfileErrorsNameTheField) {
   ExpectBadInput(ParseProfileJson(doc(R"({"gemm": [{"m": 1, "n": 1, "k": 1, "dtype": "f32", "time": 1, "x": 1}]})"),
                                   "p.json"),
                  {"p.json: device.gemm[0].x: unknown field"});
+  const std::string attention = R"({"attention": [{"op": "attention", "batch_heads": 1, "seq": 8, "head_dim": 8, )";
+  ExpectBadInput(ParseProfileJson(doc(attention + R"("dtype": "bf16", "time": 1, "causal": 1}]})"), "p.json"),
+                 {"p.json: device.attention[0].causal:"});
+  ExpectBadInput(ParseProfileJson(doc(attention + R"("dtype": "bf16", "time": 1, "dropout": 1}]})"), "p.json"),
+                 {"p.json: device.attention[0].dropout: must be in [0, 1)"});
+  ExpectBadInput(ParseProfileJson(doc(attention + R"("dtype": "bf16"}]})"), "p.json"),
+                 {"p.json: device.attention[0].time"});
+  ExpectBadInput(
+      ParseProfileJson(doc(R"({"attention": [{"op": "softmax", "batch_heads": 1, "seq": 8, "head_dim": 8}]})"), "p.json"),
+      {"p.json: device.attention[0].op: must be \"attention\" or \"attention_grad\""});
+  ExpectBadInput(ParseProfileJson(doc(R"({"attention": [{"op": "attention", "seq": 8, "head_dim": 8}]})"), "p.json"),
+                 {"p.json: device.attention[0].batch_heads"});
   ExpectBadInput(ParseProfileJson(doc(R"({"memory_bandwidth_gbps": 0})"), "p.json"),
                  {"p.json: device.memory_bandwidth_gbps: must be positive"});
   ExpectBadInput(ParseProfileJson(doc(R"({"op_bandwidth_gbps": {"relu": -1}})"), "p.json"),

@@ -27,6 +27,7 @@ Graph AttentionGraph(bool causal, Shape k_shape = {kB, kA, kS, kD}) {
   const NodeId v = AddOp(g, "v", OpKind::kElementwise, "mul", {kB, kA, kS, kD}, {x, AddParam(g, "wv", {kD})});
   const NodeId o = AddOp(g, "o", OpKind::kAttention, "attention", {kB, kA, kS, kD}, {q, k, v});
   g.mutable_node(o).attrs.causal = causal;
+  g.mutable_node(o).attrs.dropout_p = 0.1;
   const NodeId flat = AddOp(g, "flat", OpKind::kReshape, "reshape", {kB * kA * kS, kD}, {o});
   const NodeId labels = AddInput(g, "labels", {kB * kA * kS}, DType::kI64);
   AddOp(g, "loss", OpKind::kLoss, "cross_entropy", {}, {flat, labels});
@@ -61,6 +62,7 @@ TEST(Attention, GradientsReadTheOperandsAndTheOutputNotTheScores) {
     EXPECT_EQ(grad->inputs[3], forward->inputs[2]) << op;
     EXPECT_EQ(grad->inputs[4], forward->id) << op;
     EXPECT_TRUE(grad->attrs.causal) << op;
+    EXPECT_DOUBLE_EQ(grad->attrs.dropout_p, 0.1) << op;  // the kernel's rate depends on it (cost/profile.h)
   }
   // Nothing of [s, s] per head exists anywhere in the graph.
   for (const Node& n : t->nodes()) {

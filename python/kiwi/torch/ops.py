@@ -318,7 +318,7 @@ def reduce(op: str) -> Callable[[Call], int]:
 def scaled_dot_product_attention(c: Call) -> int:
     """F.scaled_dot_product_attention -> kiwi's fused attention: q [..., sq, d], k [..., sk, d],
     v [..., sk, dv] -> [..., sq, dv], with is_causal as attrs {"causal": true}. Dropout happens inside the
-    kernel (no op of its own); `scale` changes no cost and is left out. A mask tensor, batch dims that
+    kernel (no op of its own; attrs {"dropout_p": p}); `scale` changes no cost and is left out. A mask tensor, batch dims that
     broadcast and grouped-query attention with fewer key/value heads are not in kiwi's IR."""
     for key in ("query", "key", "value"):
         if not c.is_tensor(key):
@@ -342,7 +342,9 @@ def scaled_dot_product_attention(c: Call) -> int:
     p = c.value("dropout_p", 0.0)
     if not 0.0 <= float(p) < 1.0:
         raise c.fail(f"dropout_p={p}: kiwi's IR takes a dropout probability in [0, 1)")
-    attrs = {"causal": True} if c.value("is_causal", False) else None
+    attrs = {"causal": True} if c.value("is_causal", False) else {}
+    if float(p) > 0.0:
+        attrs["dropout_p"] = float(p)  # drawn inside the kernel, which it slows (a profile's samples)
     return c.out("attention", "attention", [c.tensor("query"), c.tensor("key"), c.tensor("value")], attrs)
 
 

@@ -117,6 +117,7 @@ double CostModel::ComputeTime(const ir::Node& node, double work_fraction) const 
   }
   if (node.flops <= 0.0 && node.bytes_accessed <= 0) return 0.0;  // nothing executes, no launch
   if (std::optional<double> measured = MeasuredGemmTime(node, work_fraction)) return *measured;
+  if (std::optional<double> measured = MeasuredAttentionTime(node, work_fraction)) return *measured;
   // Adam's 12 flops per element never bind next to its traffic: the step is a memory-bound pass.
   if (node.kind == OpKind::kOptimizer)
     return OptimizerStepTime(node.op, static_cast<double>(node.bytes_accessed) * work_fraction,
@@ -164,6 +165,23 @@ std::optional<double> CostModel::MeasuredGemmTime(const ir::Node& node, double w
   const double overhead = KernelOverhead();
   const std::optional<double> rate =
       InterpolatedGemmRate(table, node.op, shape->m, shape->n, shape->k, node.output.dtype, overhead);
+  if (!rate || *rate <= 0.0) return std::nullopt;
+  return node.flops * work_fraction / *rate + overhead;
+}
+
+std::optional<double> CostModel::MeasuredAttentionTime(const ir::Node& node, double work_fraction) const {
+  const std::vector<AttentionSample>& table = profile_.device.attention;
+  const ir::Shape& shape = node.output.shape;
+  if (node.kind != OpKind::kAttention || table.empty() || shape.size() < 2 || node.flops <= 0.0) return std::nullopt;
+  const int64_t seq = shape[shape.size() - 2], head_dim = shape.back();
+  if (seq <= 0 || head_dim <= 0) return std::nullopt;
+  const double rows = static_cast<double>(node.output.NumElements()) / static_cast<double>(seq * head_dim) * work_fraction;
+  const int64_t batch_heads = std::max<int64_t>(1, std::llround(rows));
+  const bool backward = node.op != "attention" && !node.op.empty();  // attention_grad_{q,k,v}
+  const double overhead = KernelOverhead();
+  const std::optional<double> rate =
+      InterpolatedAttentionRate(table, backward, batch_heads, seq, head_dim, node.attrs.causal,
+                                node.attrs.dropout_p > 0.0, node.output.dtype, overhead);
   if (!rate || *rate <= 0.0) return std::nullopt;
   return node.flops * work_fraction / *rate + overhead;
 }

@@ -124,6 +124,10 @@ class CostModel {
 
  private:
   std::optional<double> MeasuredGemmTime(const ir::Node& node, double work_fraction) const;
+  // A fused attention op at the profile's rate for its direction and shape: the op's output is
+  // [batch and heads..., seq, head_dim] (for every attention op and gradient of a self-attention),
+  // its batch and heads scaled by work_fraction; nullopt without attention samples.
+  std::optional<double> MeasuredAttentionTime(const ir::Node& node, double work_fraction) const;
   // Bytes/s of a memory-bound op: the profile's for its op name, else its copy bandwidth, else the
   // device's bandwidth x memory_efficiency.
   double MemoryRate(const std::string& op) const;

@@ -29,14 +29,68 @@ bool TensorCoreAligned(std::string_view op, int64_t n, int64_t k) {
   return n % kTensorCoreAlignment == 0 && (GradSuffix(op) == "_grad_b" || k % kTensorCoreAlignment == 0);
 }
 
+// A sample's distance (squared, in log2 space) from the query and its rate.
+struct Near {
+  double distance2;
+  double rate;
+};
+
+// The rate of a measured point, else Shepard's inverse-distance weighting (power 2) of the nearest
+// kNeighbours; nullopt without points.
+std::optional<double> InverseDistanceRate(std::vector<Near> near) {
+  if (near.empty()) return std::nullopt;
+  std::sort(near.begin(), near.end(), [](const Near& a, const Near& b) { return a.distance2 < b.distance2; });
+  if (near.front().distance2 < 1e-12) return near.front().rate;  // a measured shape
+  double weights = 0.0, weighted = 0.0;
+  for (size_t i = 0; i < std::min(kNeighbours, near.size()); ++i) {
+    const double w = 1.0 / near[i].distance2;
+    weights += w;
+    weighted += w * near[i].rate;
+  }
+  return weighted / weights;
+}
+
+// The kernel's own cost is charged apart (CostModel adds it per op); at least a tenth of the sample
+// stays compute so a sample at the overhead's size does not give an infinite rate.
+double ComputeSeconds(double seconds, double kernel_seconds) {
+  return std::max(seconds - kernel_seconds, 0.1 * seconds);
+}
+
 }  // namespace
+
+double AttentionSample::Flops() const {
+  const double work = static_cast<double>(batch_heads) * static_cast<double>(seq) * static_cast<double>(seq) *
+                      static_cast<double>(head_dim);
+  return (causal ? 0.5 : 1.0) * (backward() ? 10.0 : 4.0) * work;
+}
+
+std::optional<double> InterpolatedAttentionRate(const std::vector<AttentionSample>& samples, bool backward,
+                                                int64_t batch_heads, int64_t seq, int64_t head_dim, bool causal,
+                                                bool dropout, ir::DType dtype, double kernel_seconds) {
+  const auto usable = [&](const AttentionSample& s) {
+    return s.backward() == backward && s.dtype == dtype && s.seconds > 0.0;
+  };
+  // Causal masking and dropout change the kernel's rate (blocks skipped, a random mask drawn): samples
+  // like the query where the profile has them.
+  const auto has = [&](auto&& pred) { return std::any_of(samples.begin(), samples.end(), [&](const AttentionSample& s) {
+    return usable(s) && pred(s);
+  }); };
+  const bool by_causal = has([&](const AttentionSample& s) { return s.causal == causal; });
+  const bool by_dropout = has([&](const AttentionSample& s) {
+    return (s.dropout > 0.0) == dropout && (!by_causal || s.causal == causal);
+  });
+  std::vector<Near> near;
+  for (const AttentionSample& s : samples) {
+    if (!usable(s) || (by_causal && s.causal != causal) || (by_dropout && (s.dropout > 0.0) != dropout)) continue;
+    const double db = Log2(batch_heads) - Log2(s.batch_heads), ds = Log2(seq) - Log2(s.seq),
+                 dd = Log2(head_dim) - Log2(s.head_dim);
+    near.push_back({db * db + ds * ds + dd * dd, s.Flops() / ComputeSeconds(s.seconds, kernel_seconds)});
+  }
+  return InverseDistanceRate(std::move(near));
+}
 
 std::optional<double> InterpolatedGemmRate(const std::vector<GemmSample>& samples, const std::string& op, int64_t m,
                                            int64_t n, int64_t k, ir::DType dtype, double kernel_seconds) {
-  struct Near {
-    double distance2;
-    double rate;
-  };
   const bool exact = std::any_of(samples.begin(), samples.end(),
                                  [&](const GemmSample& s) { return s.op == op && s.dtype == dtype; });
   const bool variant = std::any_of(samples.begin(), samples.end(),
@@ -54,22 +108,10 @@ std::optional<double> InterpolatedGemmRate(const std::vector<GemmSample>& sample
     if (s.dtype != dtype || s.seconds <= 0.0) continue;
     if (by_class && TensorCoreAligned(s.op, s.n, s.k) != aligned) continue;
     if (exact ? s.op != op : variant ? !SameVariant(s, op) : !GradSuffix(s.op).empty()) continue;
-    // The kernel's own cost is charged apart (CostModel adds it per op); at least a tenth of the
-    // sample stays compute so a sample at the overhead's size does not give an infinite rate.
-    const double compute = std::max(s.seconds - kernel_seconds, 0.1 * s.seconds);
     const double dm = Log2(m) - Log2(s.m), dn = Log2(n) - Log2(s.n), dk = Log2(k) - Log2(s.k);
-    near.push_back({dm * dm + dn * dn + dk * dk, s.Flops() / compute});
+    near.push_back({dm * dm + dn * dn + dk * dk, s.Flops() / ComputeSeconds(s.seconds, kernel_seconds)});
   }
-  if (near.empty()) return std::nullopt;
-  std::sort(near.begin(), near.end(), [](const Near& a, const Near& b) { return a.distance2 < b.distance2; });
-  if (near.front().distance2 < 1e-12) return near.front().rate;  // a measured shape
-  double weights = 0.0, weighted = 0.0;
-  for (size_t i = 0; i < std::min(kNeighbours, near.size()); ++i) {
-    const double w = 1.0 / near[i].distance2;  // Shepard's inverse-distance weighting, power 2
-    weights += w;
-    weighted += w * near[i].rate;
-  }
-  return weighted / weights;
+  return InverseDistanceRate(std::move(near));
 }
 
 std::optional<double> InterpolatedCollectiveSeconds(const std::vector<CollectiveSample>& samples, Collective op,

@@ -30,6 +30,23 @@ struct GemmSample {
   double Flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
 };
 
+// One timed fused attention (F.scaled_dot_product_attention: FlashAttention or cuDNN's on a GPU in 16-bit):
+// q, k and v of [batch_heads, seq, head_dim]; `op` "attention" (the forward) or "attention_grad" (the
+// backward: one kernel writes dq, dk and dv, the IR's three attention_grad_* ops).
+struct AttentionSample {
+  std::string op = "attention";
+  int64_t batch_heads = 1, seq = 1, head_dim = 1;
+  bool causal = false;
+  double dropout = 0.0;
+  ir::DType dtype = ir::DType::kBF16;
+  double seconds = 0.0;
+
+  bool backward() const { return op == "attention_grad"; }
+  // The FLOPs the IR gives the op (ir/annotate.cpp, FlashAttention-2's count with dv = d): forward
+  // 4 b s^2 d, the three gradients together 10 b s^2 d; half of each under a causal mask.
+  double Flops() const;
+};
+
 // One timed collective: `bytes` as CollectiveTime takes them (the per-device buffer) among `devices`.
 struct CollectiveSample {
   Collective op = Collective::kAllReduce;
@@ -47,6 +64,7 @@ struct DeviceProfile {
   std::string name;                             // what measured it: "cpu (1 thread)", "NVIDIA H100 80GB HBM3"
   std::vector<GemmSample> gemm;                 // matmul / batched matmul
   std::vector<GemmSample> conv;                 // convolutions (implicit-GEMM shapes)
+  std::vector<AttentionSample> attention;       // fused attention, forward and backward
   std::optional<double> memory_bandwidth;       // bytes/s a large copy reaches (read + write)
   // Bytes/s an op reaches as the IR counts its bytes (inputs + output), by IR op name ("relu",
   // "max_pool_grad", ...): ops that compute more per byte than a copy run slower than its bandwidth.
@@ -59,7 +77,7 @@ struct DeviceProfile {
   std::vector<CollectiveSample> collectives;
 
   bool empty() const {
-    return gemm.empty() && conv.empty() && !memory_bandwidth && op_bandwidth.empty() &&
+    return gemm.empty() && conv.empty() && attention.empty() && !memory_bandwidth && op_bandwidth.empty() &&
            optimizer_tensor_seconds.empty() && !kernel_seconds && collectives.empty();
   }
 };
@@ -79,6 +97,15 @@ inline constexpr int64_t kTensorCoreAlignment = 8;
 // query's class count. nullopt when no sample has the dtype.
 std::optional<double> InterpolatedGemmRate(const std::vector<GemmSample>& samples, const std::string& op, int64_t m,
                                            int64_t n, int64_t k, ir::DType dtype, double kernel_seconds);
+
+// Achieved FLOP/s (as AttentionSample::Flops counts them) of a fused attention's forward or backward on
+// q of [batch_heads, seq, head_dim] in `dtype`, from the samples of that direction and dtype, causal
+// or not and with dropout or not as asked where such samples exist; `kernel_seconds` and the
+// inverse-distance weighting in log2(batch_heads, seq, head_dim) as InterpolatedGemmRate's. nullopt
+// when no sample has the direction and dtype.
+std::optional<double> InterpolatedAttentionRate(const std::vector<AttentionSample>& samples, bool backward,
+                                                int64_t batch_heads, int64_t seq, int64_t head_dim, bool causal,
+                                                bool dropout, ir::DType dtype, double kernel_seconds);
 
 // Seconds of `op` on `bytes` among `devices` from the samples of that op and group size: piecewise
 // linear in bytes between measured sizes, the fitted slope of the last two beyond the largest, the

@@ -34,6 +34,20 @@ Result<double> ReadUnit(const Json& doc, const JsonPath& at) {
   return at.BadKey("unit", fmt::format("must be \"s\", \"ms\" or \"us\" (got \"{}\")", *unit));
 }
 
+// A timed row's "dtype" and "time" (positive, in the file's unit).
+Status ReadTiming(const Json& row, const JsonPath& row_at, double scale, ir::DType& dtype, double& seconds) {
+  Result<std::string> name = StringField(row, row_at, "dtype");
+  if (!name) return name.error();
+  std::optional<ir::DType> parsed = ir::ParseDType(*name);
+  if (!parsed) return row_at.BadKey("dtype", fmt::format("unknown dtype \"{}\" (e.g. f32, bf16, f16)", *name));
+  dtype = *parsed;
+  Result<double> t = NumberField(row, row_at, "time", 0.0);
+  if (!t) return t.error();
+  if (*t <= 0.0) return row_at.BadKey("time", "must be positive");
+  seconds = *t * scale;
+  return Status::Ok();
+}
+
 // A GEMM-like table: [{"op", "m", "n", "k", "dtype", "time"}, ...], times in the file's unit ("op" optional).
 Result<std::vector<cost::GemmSample>> ReadGemmTable(const Json& device, const JsonPath& at, std::string_view key,
                                                     double scale) {
@@ -56,15 +70,45 @@ Result<std::vector<cost::GemmSample>> ReadGemmTable(const Json& device, const Js
       if (!v) return v.error();
       *field = *v;
     }
-    Result<std::string> dtype = StringField(row, row_at, "dtype");
-    if (!dtype) return dtype.error();
-    std::optional<ir::DType> parsed = ir::ParseDType(*dtype);
-    if (!parsed) return row_at.BadKey("dtype", fmt::format("unknown dtype \"{}\" (e.g. f32, bf16, f16)", *dtype));
-    sample.dtype = *parsed;
-    Result<double> t = NumberField(row, row_at, "time", 0.0);
-    if (!t) return t.error();
-    if (*t <= 0.0) return row_at.BadKey("time", "must be positive");
-    sample.seconds = *t * scale;
+    KIWI_RETURN_IF_ERROR(ReadTiming(row, row_at, scale, sample.dtype, sample.seconds));
+    out.push_back(sample);
+  }
+  return out;
+}
+
+// "attention": [{"op", "batch_heads", "seq", "head_dim", "causal", "dropout", "dtype", "time"}, ...].
+Result<std::vector<cost::AttentionSample>> ReadAttentionTable(const Json& device, const JsonPath& at, double scale) {
+  std::vector<cost::AttentionSample> out;
+  if (!FindField(device, "attention")) return out;
+  Result<const Json*> rows = ArrayField(device, at, "attention");
+  if (!rows) return rows.error();
+  const JsonPath table_at = at.Key("attention");
+  for (size_t i = 0; i < (*rows)->size(); ++i) {
+    const Json& row = (**rows)[i];
+    const JsonPath row_at = table_at.Index(i);
+    KIWI_RETURN_IF_ERROR(CheckObject(row, row_at));
+    KIWI_RETURN_IF_ERROR(
+        CheckKnownKeys(row, row_at, {"op", "batch_heads", "seq", "head_dim", "causal", "dropout", "dtype", "time"}));
+    cost::AttentionSample sample;
+    Result<std::string> op = StringField(row, row_at, "op");
+    if (!op) return op.error();
+    if (*op != "attention" && *op != "attention_grad")
+      return row_at.BadKey("op", fmt::format("must be \"attention\" or \"attention_grad\" (got \"{}\")", *op));
+    sample.op = *op;
+    for (auto [name, field] : {std::pair{"batch_heads", &sample.batch_heads}, std::pair{"seq", &sample.seq},
+                               std::pair{"head_dim", &sample.head_dim}}) {
+      Result<int64_t> v = IntField(row, row_at, name, {1, int64_t{1} << 40});
+      if (!v) return v.error();
+      *field = *v;
+    }
+    Result<bool> causal = BoolFieldOr(row, row_at, "causal", false);
+    if (!causal) return causal.error();
+    sample.causal = *causal;
+    Result<double> dropout = NumberFieldOr(row, row_at, "dropout", 0.0, 0.0);
+    if (!dropout) return dropout.error();
+    if (*dropout >= 1.0) return row_at.BadKey("dropout", fmt::format("must be in [0, 1) (got {})", *dropout));
+    sample.dropout = *dropout;
+    KIWI_RETURN_IF_ERROR(ReadTiming(row, row_at, scale, sample.dtype, sample.seconds));
     out.push_back(sample);
   }
   return out;
@@ -130,7 +174,7 @@ Result<std::map<std::string, double>> ReadNumbersByName(const Json& object, cons
   return out;
 }
 
-// "device": {"name", "gemm", "conv", "memory_bandwidth_gbps", "op_bandwidth_gbps", "optimizer_time_per_tensor",
+// "device": {"name", "gemm", "conv", "attention", "memory_bandwidth_gbps", "op_bandwidth_gbps", "optimizer_time_per_tensor",
 // "kernel_time", "overhead"}.
 Result<cost::DeviceProfile> ReadDevice(const Json& doc, const JsonPath& root, double scale) {
   cost::DeviceProfile device;
@@ -140,7 +184,7 @@ Result<cost::DeviceProfile> ReadDevice(const Json& doc, const JsonPath& root, do
   const Json& d = **object;
   const JsonPath at = root.Key("device");
   KIWI_RETURN_IF_ERROR(
-      CheckKnownKeys(d, at, {"name", "gemm", "conv", "memory_bandwidth_gbps", "op_bandwidth_gbps",
+      CheckKnownKeys(d, at, {"name", "gemm", "conv", "attention", "memory_bandwidth_gbps", "op_bandwidth_gbps",
                              "optimizer_time_per_tensor", "kernel_time", "overhead"}));
   Result<std::string> name = StringFieldOr(d, at, "name", "");
   if (!name) return name.error();
@@ -151,6 +195,9 @@ Result<cost::DeviceProfile> ReadDevice(const Json& doc, const JsonPath& root, do
   Result<std::vector<cost::GemmSample>> conv = ReadGemmTable(d, at, "conv", scale);
   if (!conv) return conv.error();
   device.conv = std::move(*conv);
+  Result<std::vector<cost::AttentionSample>> attention = ReadAttentionTable(d, at, scale);
+  if (!attention) return attention.error();
+  device.attention = std::move(*attention);
   if (FindField(d, "memory_bandwidth_gbps")) {
     Result<double> gbps = NumberField(d, at, "memory_bandwidth_gbps", 0.0);
     if (!gbps) return gbps.error();

@@ -94,6 +94,7 @@ void Rotary(GradContext& c) {  // linear: the inverse rotation of dY
 void Attention(GradContext& c) {
   OpAttrs attrs;
   attrs.causal = c.op().attrs.causal;
+  attrs.dropout_p = c.op().attrs.dropout_p;  // the backward regenerates the forward's mask
   const std::vector<NodeId> reads = {c.dy(), c.in(0), c.in(1), c.in(2), c.op().id};
   static constexpr std::array<std::string_view, 3> kOps = {"attention_grad_q", "attention_grad_k", "attention_grad_v"};
   for (size_t s = 0; s < 3; ++s)

@@ -73,6 +73,7 @@ NodeId Attention(GraphBuilder& gb, NodeId x_q, NodeId x_kv, const AttentionOptio
   if (options.fused) {  // FlashAttention regenerates its dropout mask in the backward pass: none is kept
     ir::OpAttrs attrs;
     attrs.causal = options.causal;
+    attrs.dropout_p = options.dropout_p;  // drawn inside the kernel; its rate depends on it (cost/profile.h)
     context = gb.Add(ir::OpKind::kAttention, "attention", "attention", {qh, kh, vh}, {gb.dtype(), gb.shape(qh)}, attrs);
   } else {
     NodeId scores = BatchMatmul(gb, "scores", qh, kh, /*transpose_b=*/true);
