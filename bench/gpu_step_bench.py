@@ -2,9 +2,10 @@
 predictions for the same model on that device (docs/fidelity.md, "One GPU").
 
 The model is kiwi's `gpt` graph op for op (src/kiwi/models/transformer*.cpp): token + position
-embeddings, dropout 0.1, pre-LayerNorm layers with separate q/k/v projections, materialized attention
-(scores, scale, causal mask and softmax as three kernels where kiwi's graph has Megatron's fused
-one, dropout, context), output projection, GELU MLP of 4h,
+embeddings, dropout 0.1, pre-LayerNorm layers with separate q/k/v projections, attention either
+materialized (scores, scale, causal mask and softmax as three kernels where kiwi's graph has Megatron's
+fused one, dropout, context) or fused (F.scaled_dot_product_attention, causal, dropout 0.1 inside: on a
+GPU in bf16, FlashAttention; kiwi's `--attention fused`), output projection, GELU MLP of 4h,
 dropout after each sublayer, final LayerNorm, untied LM head, cross entropy; Adam. `f32` trains in fp32
 (TF32 off); `bf16` in bf16 with fp32 master weights and moments (kiwi's `--dtype bf16`). Checkpointing
 keeps each layer's input and recomputes the layer in the backward pass.
@@ -14,6 +15,7 @@ process so that no allocator state carries over; --profile-out then profiles the
 --device cuda`):
 
     python3 bench/gpu_step_bench.py measure --out steps.json --profile-out h200.json
+    python3 bench/gpu_step_bench.py measure --fused --out fused-steps.json   # fused attention's rows
 
 Compare, here (kiwi's layer-level simulator on a one-GPU cluster with the device's datasheet figures,
 and again with the device profile made there):
@@ -31,17 +33,23 @@ import tempfile
 import time
 from typing import Any, Dict, List, Optional
 
-# (dtype, layers, hidden, heads, seq, batch, checkpointed): kiwi's default job's model at several batches,
-# and a 12-layer hidden-2048 model whose GEMMs fill the device.
+# (dtype, layers, hidden, heads, seq, batch, checkpointed[, attention]): kiwi's default job's model at
+# several batches, and a 12-layer hidden-2048 model whose GEMMs fill the device; materialized attention
+# unless the eighth field says "fused".
 CONFIGS = [(dt, 4, 1024, 16, 1024, b, ck) for dt in ("f32", "bf16") for b in (1, 4, 8, 16) for ck in (False, True)]
 CONFIGS += [("bf16", 12, 2048, 16, 1024, b, ck) for b in (1, 8) for ck in (False, True)]
 # --quick: kiwi's default job's model at batch 4 and 16 (a device check that fits in two minutes).
 QUICK_CONFIGS = [c for c in CONFIGS if c[1] == 4 and c[5] in (4, 16)]
+# --fused: the bf16 rows with fused attention, the materialized batch-8 row beside them as this machine's
+# baseline, and sequences of 4096 (attention a larger share of the step) with either kernel.
+FUSED_CONFIGS = [c + ("fused",) for c in CONFIGS if c[0] == "bf16" and (c[1] == 12 or c[5] != 1)]
+FUSED_CONFIGS += [c for c in CONFIGS if c[0] == "bf16" and c[1] == 4 and c[5] == 8]
+FUSED_CONFIGS += [("bf16", 4, 1024, 16, 4096, 2, ck, a) for a in ("fused", "materialized") for ck in (False, True)]
 VOCAB = 50257  # GPT-2
 WARMUP, STEPS = 3, 10
 
 
-def build(layers: int, hidden: int, heads: int, seq: int, dtype, device):
+def build(layers: int, hidden: int, heads: int, seq: int, dtype, device, attention: str = "materialized"):
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -58,10 +66,15 @@ def build(layers: int, hidden: int, heads: int, seq: int, dtype, device):
             d = h // heads
             y = self.norm1(x)
             q, k, v = (p(y).view(b, s, heads, d).transpose(1, 2) for p in (self.q, self.k, self.v))
-            scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(d))
-            mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu_(1)
-            probs = F.dropout(torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1), 0.1, self.training)
-            context = torch.matmul(probs, v).transpose(1, 2).reshape(b, s, h)
+            if attention == "fused":
+                context = F.scaled_dot_product_attention(q, k, v, dropout_p=0.1 if self.training else 0.0,
+                                                         is_causal=True)
+            else:
+                scores = torch.matmul(q, k.transpose(-1, -2)) * (1.0 / math.sqrt(d))
+                mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu_(1)
+                probs = F.dropout(torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1), 0.1, self.training)
+                context = torch.matmul(probs, v)
+            context = context.transpose(1, 2).reshape(b, s, h)
             x = x + F.dropout(self.out(context), 0.1, self.training)
             return x + F.dropout(self.fc2(F.gelu(self.fc1(self.norm2(x)))), 0.1, self.training)
 
@@ -91,7 +104,8 @@ def device_used_bytes(torch) -> int:
     return total - free
 
 
-def setup(dtype_name: str, layers: int, hidden: int, heads: int, seq: int, batch: int, checkpointed: bool):
+def setup(dtype_name: str, layers: int, hidden: int, heads: int, seq: int, batch: int, checkpointed: bool,
+          attention: str = "materialized"):
     """The model, its inputs and a step (forward, backward, optimizer) split into its three phases."""
     import torch
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -99,7 +113,7 @@ def setup(dtype_name: str, layers: int, hidden: int, heads: int, seq: int, batch
     dev = torch.device("cuda")
     torch.manual_seed(0)
     dtype = torch.float32 if dtype_name == "f32" else torch.bfloat16
-    model = build(layers, hidden, heads, seq, dtype, dev)
+    model = build(layers, hidden, heads, seq, dtype, dev, attention)
     model.checkpointed = checkpointed
     params = list(model.parameters())
     if dtype_name == "f32":
@@ -129,13 +143,13 @@ def setup(dtype_name: str, layers: int, hidden: int, heads: int, seq: int, batch
 
 
 def measure_one(dtype_name: str, layers: int, hidden: int, heads: int, seq: int, batch: int,
-                checkpointed: bool) -> Dict[str, Any]:
+                checkpointed: bool, attention: str = "materialized") -> Dict[str, Any]:
     """One configuration: median step time, peak allocated bytes of a steady-state step, the process's
     device memory beyond the caching allocator's (the CUDA context and libraries), kernels per step."""
     import torch
     torch.zeros(1, device="cuda")
     context_bytes = device_used_bytes(torch)  # before any tensor of the model: context + PyTorch's kernels
-    params, forward, update = setup(dtype_name, layers, hidden, heads, seq, batch, checkpointed)
+    params, forward, update = setup(dtype_name, layers, hidden, heads, seq, batch, checkpointed, attention)
 
     def step():
         forward().backward()
@@ -162,7 +176,7 @@ def measure_one(dtype_name: str, layers: int, hidden: int, heads: int, seq: int,
     gpu = [e for e in prof.events() if e.device_type.name == "CUDA"]
     kernels = [e for e in gpu if "memcpy" not in e.name.lower() and "memset" not in e.name.lower()]
     return {"dtype": dtype_name, "layers": layers, "hidden": hidden, "heads": heads, "seq": seq, "batch": batch,
-            "checkpointed": checkpointed, "step_seconds": statistics.median(times),
+            "checkpointed": checkpointed, "attention": attention, "step_seconds": statistics.median(times),
             "step_seconds_min": min(times), "step_seconds_max": max(times),
             "peak_allocated_bytes": peak_allocated, "peak_reserved_bytes": peak_reserved,
             "context_bytes": context_bytes, "beyond_allocator_bytes": used - reserved_now,
@@ -170,11 +184,12 @@ def measure_one(dtype_name: str, layers: int, hidden: int, heads: int, seq: int,
             "parameters": sum(p.numel() for p in params)}
 
 
-def breakdown(dtype_name: str, layers: int, hidden: int, heads: int, seq: int, batch: int, checkpointed: bool) -> None:
+def breakdown(dtype_name: str, layers: int, hidden: int, heads: int, seq: int, batch: int, checkpointed: bool,
+              attention: str = "materialized") -> None:
     """Prints each phase's time and peak allocated bytes, and the kernels that take the most device time."""
     import torch
     from torch.profiler import ProfilerActivity, profile
-    params, forward, update = setup(dtype_name, layers, hidden, heads, seq, batch, checkpointed)
+    params, forward, update = setup(dtype_name, layers, hidden, heads, seq, batch, checkpointed, attention)
     for _ in range(WARMUP):
         forward().backward()
         update()
@@ -192,7 +207,8 @@ def breakdown(dtype_name: str, layers: int, hidden: int, heads: int, seq: int, b
             update()
         torch.cuda.synchronize()
         phases[name] = (time.perf_counter() - t0, torch.cuda.max_memory_allocated(), torch.cuda.memory_allocated())
-    print(f"{dtype_name} {layers}x{hidden} batch {batch} checkpointed {checkpointed}: allocated before the step "
+    print(f"{dtype_name} {layers}x{hidden} seq {seq} batch {batch} checkpointed {checkpointed}, {attention} attention: "
+          f"allocated before the step "
           f"{base / 2**30:.3f} GiB")
     for name, (sec, peak, after) in phases.items():
         print(f"  {name}: {sec * 1e3:.2f} ms, peak {peak / 2**30:.3f} GiB, after {after / 2**30:.3f} GiB")
@@ -273,7 +289,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     m = sub.add_parser("measure", help="run the steps on this machine's GPU")
     m.add_argument("--out", required=True)
-    m.add_argument("--quick", action="store_true", help="only the 4-layer model at batch 4 and 16 (8 rows)")
+    which = m.add_mutually_exclusive_group()
+    which.add_argument("--quick", action="store_true", help="only the 4-layer model at batch 4 and 16 (8 rows)")
+    which.add_argument("--fused", action="store_true",
+                       help="the bf16 rows with fused attention, a materialized baseline and sequences of 4096 (16 rows)")
     m.add_argument("--profile-out", default=None,
                    help="then profile the GPU (kiwi profile --device cuda --dtypes bf16,f32) into this file")
     b = sub.add_parser("breakdown", help="phases and top kernels of one configuration, on this machine's GPU")
@@ -283,16 +302,18 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument("batch", type=int)
     b.add_argument("--checkpointed", action="store_true")
     b.add_argument("--vocab", type=int, default=VOCAB, help="vocabulary size (default GPT-2's 50,257)")
+    b.add_argument("--seq", type=int, default=1024)
+    b.add_argument("--attention", choices=["materialized", "fused"], default="materialized")
     c = sub.add_parser("compare", help="kiwi's predictions beside a measurement file")
     c.add_argument("steps")
     c.add_argument("--profile", default=None)
     args = parser.parse_args(argv)
     if args.command == "measure":
-        status = measure(args.out, QUICK_CONFIGS if args.quick else None)
+        status = measure(args.out, QUICK_CONFIGS if args.quick else FUSED_CONFIGS if args.fused else None)
         return status if status or not args.profile_out else profile_device(args.profile_out)
     if args.command == "breakdown":
         globals()["VOCAB"] = args.vocab  # build() and setup() read the module's vocabulary
-        breakdown(args.dtype, args.layers, args.hidden, 16, 1024, args.batch, args.checkpointed)
+        breakdown(args.dtype, args.layers, args.hidden, 16, args.seq, args.batch, args.checkpointed, args.attention)
         return 0
     return compare(args.steps, args.profile)
 
@@ -319,7 +340,7 @@ def predict(row: Dict[str, Any], cluster: str, profile: Optional[str]) -> Dict[s
     import kiwi
     args = ["plan", "--model", "gpt", "--layers", row["layers"], "--hidden", row["hidden"], "--heads", row["heads"],
             "--seq", row["seq"], "--batch", row["batch"], "--dtype", row["dtype"], "--cluster", cluster, "--json",
-            "--attention", "materialized"]  # the measured model's scores, masking and softmax are tensors
+            "--attention", row.get("attention", "materialized")]  # rows before --fused: materialized
     if profile:
         args += ["--profile", profile]
     result = kiwi.cli(*[str(a) for a in args])
@@ -365,12 +386,12 @@ def compare(steps: str, profile: Optional[str]) -> int:
     gib = 1 << 30
     print(f"{doc['device']} ({doc['multiprocessors']} SMs), torch {doc['torch']}; kiwi: datasheet"
           + (f" + profile {profile}" if profile else "") + ", launch 35 us, reserve 3 GiB")
-    print("| model | dtype | batch | ckpt | kernels | predicted | measured | error | tensors predicted | "
+    print("| model | seq | attention | dtype | batch | ckpt | kernels | predicted | measured | error | tensors predicted | "
           "measured (peak allocated) | error | process predicted | measured (reserved + outside) | error |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['layers']}x{r['hidden']} | {r['dtype']} | {r['batch']} | {'yes' if r['checkpointed'] else 'no'} "
-              f"| {r['kernels']} | {r['predicted_seconds'] * 1e3:.1f} ms | {r['step_seconds'] * 1e3:.1f} ms "
+        print(f"| {r['layers']}x{r['hidden']} | {r['seq']} | {r.get('attention', 'materialized')} | {r['dtype']} "
+              f"| {r['batch']} | {'yes' if r['checkpointed'] else 'no'} | {r['kernels']} | {r['predicted_seconds'] * 1e3:.1f} ms | {r['step_seconds'] * 1e3:.1f} ms "
               f"| {r['time_error']:+.1%} | {r['predicted_tensor_bytes'] / gib:.2f} GiB "
               f"| {r['peak_allocated_bytes'] / gib:.2f} GiB | {r['tensor_error']:+.1%} "
               f"| {r['predicted_process_bytes'] / gib:.2f} GiB | {r['process_bytes'] / gib:.2f} GiB "
