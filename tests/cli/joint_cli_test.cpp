@@ -48,7 +48,7 @@ TEST(JointCli, ContractFieldsAndThePlanReplays) {
                             "recompute_seconds", "peak_memory_bytes", "solve_seconds", "optimal", "ops"})
     EXPECT_TRUE(j.contains(field)) << field;
   EXPECT_TRUE(j["feasible"].get<bool>());
-  EXPECT_EQ(j["ops"].get<int>(), 154);
+  EXPECT_EQ(j["ops"].get<int>(), 155);
   EXPECT_EQ(j["recompute_seconds"].get<double>(), 0.0);
   EXPECT_NEAR(j["latency_seconds"].get<double>(),
               j["compute_seconds"].get<double>() + j["communication_seconds"].get<double>(), 1e-12);

@@ -67,9 +67,10 @@ TEST(RematCli, UsageErrorsExitTwo) {
 }
 
 TEST(RematCli, ModelZooGraphsWork) {
-  // Activation-dominated (long sequence, SGD); the floor is the LM head's logits and their gradient.
+  // Activation-dominated (long sequence, SGD); the floor is the LM head's logits with the loss's dense
+  // nll gradient and the logits' gradient (0.957 of the checkpoint-all peak).
   const std::string model = "remat --model gpt --layers 2 --hidden 64 --heads 4 --seq 256 --batch 8 --optimizer sgd "
-                            "--budget-fraction 0.95 --quiet --json --solver ";
+                            "--budget-fraction 0.97 --quiet --json --solver ";
   auto megatron = RunKiwi(model + "megatron-selective");
   ASSERT_TRUE(megatron.exit_code == 0 || megatron.exit_code == 3) << megatron.err;  // fits, or names its floor
   auto h = RunKiwi(model + "heuristic");

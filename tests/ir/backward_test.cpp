@@ -66,19 +66,21 @@ struct Expected {
 
 TEST(BuildTrainingGraph, MlpBackwardOpByOp) {
   const Graph t = Train(Mlp(), {.optimizer = Optimizer::kNone});
-  ASSERT_EQ(t.size(), 15);
+  ASSERT_EQ(t.size(), 16);
   // Forward nodes keep their ids; backward nodes follow in reverse topological order.
   for (NodeId id = 0; id <= kLoss; ++id) {
     EXPECT_EQ(t.node(id).name, Mlp().node(id).name);
     EXPECT_FALSE(t.node(id).is_backward());
   }
   const std::vector<Expected> expected = {
-      {"logits.grad", OpKind::kSoftmax, "cross_entropy_grad", {kLogits, kLabels}, kLoss},  // 9
-      {"r.grad", OpKind::kMatmul, "matmul_grad_a", {9, kW2}, kLogits},                    // 10: dY W2^T
-      {"W2.grad", OpKind::kMatmul, "matmul_grad_b", {kR, 9}, kLogits},                    // 11: r^T dY
-      {"h.grad", OpKind::kElementwise, "relu_grad", {10, kR}, kR},                        // 12: reads relu's output
-      {"W1.grad", OpKind::kMatmul, "matmul_grad_b", {kX, 12}, kH},                        // 13: x^T dH
-      {"b1.grad", OpKind::kReduce, "sum", {12}, kH},                                      // 14: broadcast bias
+      // 9: PyTorch's nll_loss_backward, a dense [8, 10] gradient of the labels
+      {"logits.grad.nll", OpKind::kSoftmax, "nll_loss_grad", {kLabels}, kLoss},
+      {"logits.grad", OpKind::kSoftmax, "cross_entropy_grad", {kLogits, 9}, kLoss},        // 10: log_softmax's
+      {"r.grad", OpKind::kMatmul, "matmul_grad_a", {10, kW2}, kLogits},                   // 11: dY W2^T
+      {"W2.grad", OpKind::kMatmul, "matmul_grad_b", {kR, 10}, kLogits},                   // 12: r^T dY
+      {"h.grad", OpKind::kElementwise, "relu_grad", {11, kR}, kR},                        // 13: reads relu's output
+      {"W1.grad", OpKind::kMatmul, "matmul_grad_b", {kX, 13}, kH},                        // 14: x^T dH
+      {"b1.grad", OpKind::kReduce, "sum", {13}, kH},                                      // 15: broadcast bias
   };
   for (size_t i = 0; i < expected.size(); ++i) {
     const Node& n = t.node(static_cast<NodeId>(9 + i));
@@ -91,7 +93,7 @@ TEST(BuildTrainingGraph, MlpBackwardOpByOp) {
     EXPECT_TRUE(n.is_backward());
     EXPECT_EQ(n.output, t.node(Find(Mlp(), std::string(n.name).substr(0, n.name.find(".grad")))).output);
   }
-  EXPECT_EQ(t.node(14).attrs.axes, std::vector<int>{0});
+  EXPECT_EQ(t.node(15).attrs.axes, std::vector<int>{0});
   // No gradient for the input x; h and logits are read by no backward op except what needs them.
   EXPECT_EQ(std::count_if(t.nodes().begin(), t.nodes().end(), [](const Node& n) { return n.name == "x.grad"; }), 0);
   EXPECT_FALSE(AnyBackwardReads(t, kH));
@@ -101,9 +103,9 @@ TEST(BuildTrainingGraph, MlpBackwardOpByOp) {
                           }),
             1);  // only the loss gradient reads the logits
   // Layer and scope are inherited from the forward op.
-  EXPECT_EQ(t.node(13).layer, 0);
-  EXPECT_EQ(t.node(13).scope, "layer0.mlp");
-  EXPECT_EQ(t.node(11).layer, -1);
+  EXPECT_EQ(t.node(14).layer, 0);
+  EXPECT_EQ(t.node(14).scope, "layer0.mlp");
+  EXPECT_EQ(t.node(12).layer, -1);
   EXPECT_TRUE(VerifyGraph(t).ok());
 }
 
@@ -153,14 +155,14 @@ TEST(BuildTrainingGraph, AdamAddsTwoFp32StatesPerParameter) {
 
 TEST(BuildTrainingGraph, SgdAndNoneOptimizers) {
   const Graph sgd = Train(Mlp(), {.optimizer = Optimizer::kSgd});
-  EXPECT_EQ(sgd.size(), 16);  // 9 forward + 6 backward + optimizer, no state
-  EXPECT_EQ(sgd.node(15).op, "sgd");
-  EXPECT_EQ(sgd.node(15).inputs, (std::vector<NodeId>{kW1, 13, kB1, 14, kW2, 11}));
+  EXPECT_EQ(sgd.size(), 17);  // 9 forward + 7 backward + optimizer, no state
+  EXPECT_EQ(sgd.node(16).op, "sgd");
+  EXPECT_EQ(sgd.node(16).inputs, (std::vector<NodeId>{kW1, 14, kB1, 15, kW2, 12}));
   const Graph master = Train(Mlp(), {.optimizer = Optimizer::kSgd, .master_weights = true});
-  EXPECT_EQ(master.size(), 19);
+  EXPECT_EQ(master.size(), 20);
   EXPECT_EQ(master.node(Find(master, "b1.master")).kind, OpKind::kOptimizerState);
   const Graph none = Train(Mlp(), {.optimizer = Optimizer::kNone, .master_weights = true});
-  EXPECT_EQ(none.size(), 15);
+  EXPECT_EQ(none.size(), 16);
   EXPECT_TRUE(std::none_of(none.nodes().begin(), none.nodes().end(), [](const Node& n) {
     return n.kind == OpKind::kOptimizer || n.kind == OpKind::kOptimizerState;
   }));
@@ -194,7 +196,7 @@ TEST(BuildTrainingGraph, AccumulatesSeveralContributionsWithOneAdd) {
   const auto adds = std::count_if(t.nodes().begin(), t.nodes().end(),
                                   [](const Node& n) { return n.is_backward() && n.op == "add"; });
   EXPECT_EQ(adds, 1);
-  EXPECT_EQ(t.NumNodes(Pass::kBackward), 5);  // s.grad, h.grad.0, h.grad.1, h.grad, W.grad
+  EXPECT_EQ(t.NumNodes(Pass::kBackward), 6);  // s.grad.nll, s.grad, h.grad.0, h.grad.1, h.grad, W.grad
 }
 
 TEST(BuildTrainingGraph, SquareOfATensorAccumulatesBothOperands) {
@@ -373,9 +375,9 @@ TEST(BuildTrainingGraph, KeepsAnExplicitForwardOrder) {
   f.set_order({kX, kLabels, kW1, kB1, kH, kR, kW2, kLogits, kLoss});
   const Graph t = Train(f, {.optimizer = Optimizer::kSgd});
   const std::vector<NodeId> order = t.order();
-  ASSERT_EQ(order.size(), 16u);
+  ASSERT_EQ(order.size(), 17u);
   EXPECT_EQ(std::vector<NodeId>(order.begin(), order.begin() + 9), f.order());
-  EXPECT_EQ(order.back(), 15);
+  EXPECT_EQ(order.back(), 16);
 }
 
 // ---- errors

@@ -43,8 +43,8 @@ Graph TwoLayers() {
 TEST(BuildLayerView, TwoLayerGraph) {
   Result<Graph> t = BuildTrainingGraph(TwoLayers(), {.optimizer = Optimizer::kSgd});
   ASSERT_TRUE(t.ok()) << testing::ErrorOf(t);
-  ASSERT_EQ(t->size(), 20);
-  ASSERT_EQ(t->node(17).name, "h0.grad");  // layout assumed below (see backward_test.cpp)
+  ASSERT_EQ(t->size(), 21);
+  ASSERT_EQ(t->node(18).name, "h0.grad");  // layout assumed below (see backward_test.cpp)
   Result<LayerView> view = BuildLayerView(*t);
   ASSERT_TRUE(view.ok()) << testing::ErrorOf(view);
   ASSERT_EQ(view->layers.size(), 2u);
@@ -55,9 +55,10 @@ TEST(BuildLayerView, TwoLayerGraph) {
   EXPECT_EQ(l1.name, "layer1");
   EXPECT_EQ(l0.forward, (std::vector<NodeId>{1, 2, 3}));
   EXPECT_EQ(l1.forward, (std::vector<NodeId>{4, 5, 6}));
-  EXPECT_EQ(l0.backward, (std::vector<NodeId>{17, 18}));      // h0.grad (relu), W0.grad
-  EXPECT_EQ(l1.backward, (std::vector<NodeId>{14, 15, 16}));  // h1.grad, a0.grad, W1.grad
-  EXPECT_EQ(view->other, (std::vector<NodeId>{0, 7, 8, 9, 10, 11, 12, 13, 19}));
+  EXPECT_EQ(l0.backward, (std::vector<NodeId>{18, 19}));      // h0.grad (relu), W0.grad
+  EXPECT_EQ(l1.backward, (std::vector<NodeId>{15, 16, 17}));  // h1.grad, a0.grad, W1.grad
+  // The head's backward: the loss's nll and logits gradients, a1's and W2's.
+  EXPECT_EQ(view->other, (std::vector<NodeId>{0, 7, 8, 9, 10, 11, 12, 13, 14, 20}));
   EXPECT_EQ(l0.parameter_bytes, 8 * 8 * 4);
   EXPECT_EQ(l1.parameter_bytes, 8 * 8 * 4);
   // Saved: a0 (read by relu's gradient and dW1) but not h0; a1 likewise.

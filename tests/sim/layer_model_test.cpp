@@ -81,7 +81,7 @@ TEST(BuildLayerModel, SmallGptAccountsForEveryParameterAndActivation) {
   // fp32 Adam: a gradient and two moments per parameter.
   EXPECT_DOUBLE_EQ(m->state_bytes_per_parameter_byte, 3.0);
   // The head's backward starts with the loss's gradient, as large as the logits, and PyTorch's
-  // cross entropy holds a second such tensor while computing it (cost::OpWorkspaceBytes).
+  // cross entropy holds a second such tensor while computing it (its dense nll_loss_grad).
   int64_t logits = 0;
   for (const ir::Node& n : g.nodes())
     if (n.kind == ir::OpKind::kLoss && !n.is_backward()) logits = g.node(n.inputs[0]).output.Bytes();

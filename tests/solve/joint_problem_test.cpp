@@ -27,34 +27,36 @@ using test_util::Tolerance;
 constexpr int64_t kNoLimit = int64_t{1} << 60;
 
 TEST(JointProblem, MlpTimingAndCandidatesByHand) {
-  // 0 x, 1-2 fc0 w/b, 3 fc0, 4 act0, 5-6 fc1 w/b, 7 fc1, 8 act1, 9 labels, 10 loss | 11 loss grad,
-  // 12 act1 grad (reads 8), 13 act0 grad, 14 fc1.weight grad (reads 4), 15 bias grad, 16 fc0 grad
-  // (reads 4), 17 fc0.weight grad (reads x), 18 bias grad, 19 sgd.
+  // 0 x, 1-2 fc0 w/b, 3 fc0, 4 act0, 5-6 fc1 w/b, 7 fc1, 8 act1, 9 labels, 10 loss | 11 the loss's
+  // nll grad, 12 loss grad (reads 8), 13 act1 grad (reads 8), 14 act0 grad, 15 fc1.weight grad (reads
+  // 4), 16 bias grad, 17 fc0 grad (reads 4), 18 fc0.weight grad (reads x), 19 bias grad, 20 sgd.
   const ir::Graph g = SmallMlp({8, 16, 8}, 4);
-  ASSERT_EQ(g.size(), 20);
+  ASSERT_EQ(g.size(), 21);
   const JointProblem p = Problem(g, Mesh1d(2), kNoLimit);
   EXPECT_EQ(p.boundary, 11);
   const NodeTiming& act0 = p.timing[4];
   EXPECT_EQ(act0.last_forward_use, 7);
-  EXPECT_EQ(act0.first_backward_use, 14);
-  EXPECT_EQ(act0.last_use, 16);
-  // act1 is read by the loss grad right after the forward pass: nothing to gain from dropping it.
+  EXPECT_EQ(act0.first_backward_use, 15);
+  EXPECT_EQ(act0.last_use, 17);
+  // act1 (the logits) is read by the loss grad one step after the forward pass: dropping it frees it
+  // while the nll gradient is written (11), so it is a candidate too.
   EXPECT_EQ(p.timing[8].last_forward_use, 10);
-  EXPECT_EQ(p.timing[8].first_backward_use, 11);
-  EXPECT_EQ(p.timing[0].last_use, 17);
+  EXPECT_EQ(p.timing[8].first_backward_use, 12);
+  EXPECT_EQ(p.timing[0].last_use, 18);
   EXPECT_TRUE(p.timing[1].persistent);
-  for (ir::NodeId v = 0; v < g.size(); ++v) EXPECT_EQ(p.timing[static_cast<size_t>(v)].candidate, v == 4) << v;
-  // Recomputing act0: freed after fc1 (7), recomputed for its weight grad (14), kept to 16; its input
-  // fc0 (3, last used at 4) is then held until 14 (eq. 10).
-  std::vector<uint8_t> r(20, 0);
+  for (ir::NodeId v = 0; v < g.size(); ++v)
+    EXPECT_EQ(p.timing[static_cast<size_t>(v)].candidate, v == 4 || v == 8) << v;
+  // Recomputing act0: freed after fc1 (7), recomputed for its weight grad (15), kept to 17; its input
+  // fc0 (3, last used at 4) is then held until 15 (eq. 10).
+  std::vector<uint8_t> r(21, 0);
   r[4] = 1;
   const auto res = ResidencyIntervals(p, r);
   ASSERT_EQ(res[4].size(), 2u);
   EXPECT_EQ(res[4][0].end, 7);
-  EXPECT_EQ(res[4][1].begin, 14);
-  EXPECT_EQ(res[4][1].end, 16);
-  EXPECT_EQ(res[3][0].end, 14);
-  EXPECT_EQ(res[1][0].end, 19);
+  EXPECT_EQ(res[4][1].begin, 15);
+  EXPECT_EQ(res[4][1].end, 17);
+  EXPECT_EQ(res[3][0].end, 15);
+  EXPECT_EQ(res[1][0].end, 20);
   JointProblemOptions none;
   none.allow_recompute = false;
   EXPECT_FALSE(Problem(g, Mesh1d(2), kNoLimit, none).timing[4].candidate);

@@ -6,19 +6,10 @@
 // it they are split over the sequence as well (sbh(34/t + 5as/(ht))).
 #include <cstdint>
 
-#include "kiwi/ir/graph.h"
-
 namespace kiwi::cost {
 
 // `split_bytes`: what TP divides over the ranks; `whole_bytes`: what it keeps on every rank without
 // sequence parallelism. Rounded up to whole bytes per rank.
 int64_t TpRankActivationBytes(int64_t split_bytes, int64_t whole_bytes, int tp, bool sequence_parallel = false);
-
-// Bytes an op holds while it runs beyond its inputs and its output. PyTorch's cross entropy
-// (F.cross_entropy = log_softmax + nll_loss) has a backward in two kernels: nll_loss_backward writes a
-// dense [tokens, vocabulary] gradient that log_softmax_backward reads while writing the logits'
-// gradient, so kiwi's one cross_entropy_grad holds a second tensor of its output's size (measured on an
-// H200: docs/fidelity.md, "One GPU"). Every other op: 0.
-int64_t OpWorkspaceBytes(const ir::Node& node);
 
 }  // namespace kiwi::cost

@@ -121,8 +121,8 @@ int64_t TransientBytes(const PlacedLayer& l) {
 
 // A layer's terms of Galvatron-BMW Eq. 1 (StageMemory): its model states, the forward activations of
 // one micro-batch (boundary only when checkpointed, c(f) = c(bnd)), the transient of its backward pass
-// (the intermediates a checkpointed layer recomputes, c(b) = c(int), with its gradients in flight and
-// workspaces: LayerProfile::backward_transient_bytes_per_sample), and the full parameters SDP gathers.
+// (the intermediates a checkpointed layer recomputes, c(b) = c(int), with its gradients in flight:
+// LayerProfile::backward_transient_bytes_per_sample), and the full parameters SDP gathers.
 StageMemory LayerMemory(const PlacedLayer& l, double state_bytes_per_parameter_byte) {
   const LayerProfile& p = l.profile;
   StageMemory m;

@@ -57,7 +57,7 @@ double OptimizerSeconds(const PlacedLayer& layer, const std::string& optimizer, 
 int64_t RecomputedBytes(const PlacedLayer& layer);
 
 // The most a layer's backward pass holds per device beyond the activations kept for it: what its
-// recomputation brings back (when checkpointed) and its gradients in flight and workspaces.
+// recomputation brings back (when checkpointed) and its gradients in flight.
 int64_t TransientBytes(const PlacedLayer& layer);
 
 // One layer's terms of a stage's memory (Galvatron-BMW Eq. 1) per device.

@@ -166,7 +166,7 @@ std::vector<int64_t> BackwardTransients(const ir::Graph& graph, const ir::LayerV
     const size_t id = static_cast<size_t>(n.id);
     if (counted[id]) live += n.output.Bytes();
     if (n.is_backward() && part[id] <= head)
-      peak[part[id]] = std::max(peak[part[id]], live + OpWorkspaceBytes(n));
+      peak[part[id]] = std::max(peak[part[id]], live);
     for (ir::NodeId in : n.inputs) {
       const size_t i = static_cast<size_t>(in);
       if (unread[i] > 0 && --unread[i] == 0 && counted[i]) live -= graph.node(in).output.Bytes();

@@ -17,8 +17,8 @@ struct LayerProfile {
   int64_t activation_bytes_per_sample = 0;   // forward tensors kept for backward, no checkpointing
   int64_t boundary_bytes_per_sample = 0;     // the layer's output: kept when checkpointed, sent between stages
   // The most the layer's backward pass holds at once beyond the saved activations and the parameters'
-  // final gradients (counted with the model states): the gradients in flight and the running op's
-  // workspace (OpWorkspaceBytes), in the order the training graph runs them.
+  // final gradients (counted with the model states): the gradients in flight (the loss's dense
+  // nll_loss_grad among them), in the order the training graph runs them.
   int64_t backward_transient_bytes_per_sample = 0;
   double forward_seconds_per_sample = 0.0;   // one device, no parallelism
   double backward_seconds_per_sample = 0.0;

@@ -6,6 +6,7 @@
 //   "<g>.full"       a gradient with the op's broadcast shape, before the reduce "sum" named <g>;
 //   "<g>.sum"        the reduce before a reshape named <g> (that restores size-1 dims); sub's second
 //                    operand: the reduced dY ("<g>.sum", possibly via "<g>.sum.sum") before the "scale" <g>;
+//   "<g>.<part>"     a tensor a rule computes on the way to gradient <g> (cross entropy's "<g>.nll");
 //   "<p>.adam_m", "<p>.adam_v", "<p>.master", "optimizer".
 // Pass-through gradients (add, sub's first operand) add no node: the operand's contribution is dY.
 #include "kiwi/ir/backward.h"
@@ -102,6 +103,11 @@ void GradContext::Give(size_t slot, Node grad) {
   grad.name = name + ".full";
   const NodeId full = Emit(std::move(grad));
   Contribute(slot, ReduceTo(full, slot, name));
+}
+
+NodeId GradContext::Helper(size_t slot, std::string_view part, Node node) {
+  node.name = fmt::format("{}.{}", ContributionName(slot), part);
+  return Emit(std::move(node));
 }
 
 void GradContext::PassThrough(size_t slot) {

@@ -118,9 +118,14 @@ void Norm(GradContext& c) {
   if (c.arity() > 2 && c.needs(2))
     c.Give(2, GradOp(OpKind::kLayerNorm, op + "_grad_beta", {c.dy(), c.in(0)}, c.type(2)));
 }
-void CrossEntropy(GradContext& c) {  // softmax(logits) - onehot(labels); the loss's own gradient is 1
-  if (c.needs(0))
-    c.Give(0, GradOp(OpKind::kSoftmax, "cross_entropy_grad", {c.in(0), c.in(1)}, c.type(0)));
+// softmax(logits) - onehot(labels), as PyTorch's F.cross_entropy (log_softmax + nll_loss) runs it:
+// nll_loss_backward writes a dense [..., V] gradient of the labels, which log_softmax_backward reads with
+// the logits while writing theirs, so two logits-sized tensors live at once (measured on an H200:
+// docs/fidelity.md, "One GPU"). The loss's own gradient is 1.
+void CrossEntropy(GradContext& c) {
+  if (!c.needs(0)) return;
+  const NodeId nll = c.Helper(0, "nll", GradOp(OpKind::kSoftmax, "nll_loss_grad", {c.in(1)}, c.type(0)));
+  c.Give(0, GradOp(OpKind::kSoftmax, "cross_entropy_grad", {c.in(0), nll}, c.type(0)));
 }
 void Embedding(GradContext& c) {  // scatter-add of dY rows at ids: reads ids
   if (c.needs(0)) c.Give(0, GradOp(OpKind::kEmbedding, "embedding_grad", {c.dy(), c.in(1)}, c.type(0)));

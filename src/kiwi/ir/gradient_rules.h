@@ -28,6 +28,8 @@ class GradContext {
   // The operand's gradient is `grad` (kind, op, inputs, attrs and output set by the rule). If grad's
   // shape is the op's broadcast output shape rather than the operand's, a reduce "sum" follows.
   void Give(size_t slot, Node grad);
+  // A tensor the rule computes on the way to the operand's gradient, named "<gradient>.<part>".
+  NodeId Helper(size_t slot, std::string_view part, Node node);
   // The operand's gradient is dY itself (add, sub's first operand, matmul bias), reduced if broadcast.
   void PassThrough(size_t slot);
   // The operand's gradient is -dY (sub's second operand): reduce if broadcast, then "scale".

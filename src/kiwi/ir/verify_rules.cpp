@@ -320,11 +320,16 @@ Check SameShapeInputs(const Graph& g, const Node& n, size_t count) {
 }
 Check Softmax(const Graph& g, const Node& n) { return SameShapeInputs(g, n, 1); }
 Check SoftmaxGrad(const Graph& g, const Node& n) { return SameShapeInputs(g, n, 2); }  // (dY, Y)
-Check CrossEntropyGrad(const Graph& g, const Node& n) {                               // (logits, labels)
+Check NllLossGrad(const Graph& g, const Node& n) {  // (labels) -> [..., V], dense
+  KIWI_CHECK(Arity(n, 1, 1));
+  KIWI_CHECK(MinRank(n.output.shape, 1, "output.shape"));
+  return Labels(In(g, n, 0), n.output.shape, "inputs[0]");
+}
+Check CrossEntropyGrad(const Graph& g, const Node& n) {  // (logits, nll_loss_grad)
   KIWI_CHECK(Arity(n, 2, 2));
   KIWI_CHECK(MinRank(n.output.shape, 1, "output.shape"));
   KIWI_CHECK(ShapeIs(In(g, n, 0).shape, n.output.shape, "inputs[0]"));
-  return Labels(In(g, n, 1), n.output.shape, "inputs[1]");
+  return ShapeIs(In(g, n, 1).shape, n.output.shape, "inputs[1]");
 }
 Check ScalarOutput(const Graph&, const Node& n) {
   if (n.output.shape.empty()) return std::nullopt;
@@ -484,6 +489,7 @@ constexpr auto kRules = std::to_array<Rule>({
     {OpKind::kSoftmax, "", Softmax},
     {OpKind::kSoftmax, "softmax_grad", SoftmaxGrad},
     {OpKind::kSoftmax, "cross_entropy_grad", CrossEntropyGrad},
+    {OpKind::kSoftmax, "nll_loss_grad", NllLossGrad},
     {OpKind::kLayerNorm, "", LayerNorm},
     {OpKind::kLayerNorm, "layernorm_grad_x", NormGradX},
     {OpKind::kLayerNorm, "rmsnorm_grad_x", NormGradX},

@@ -242,7 +242,8 @@ Nest Attention(const ir::Graph& g, const ir::Node& n) {
   return ix;
 }
 
-// softmax (x), softmax_grad (dY, y), cross_entropy_grad (logits, labels): shaped like the output.
+// softmax (x), softmax_grad (dY, y), nll_loss_grad (labels), cross_entropy_grad (logits, nll_loss_grad):
+// shaped like the output.
 Nest Softmax(const ir::Graph& g, const ir::Node& n) {
   return Normalized(g, n, n.output.shape, LowerRank::kLeadingDims);
 }
