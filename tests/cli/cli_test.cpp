@@ -265,6 +265,53 @@ TEST(Cli, SimulateOperatorPlanOnAGraphFile) {
   EXPECT_EQ(sim.Json()["peak_memory_bytes"], graph.Json()["checkpoint_all_peak_bytes"]);
 }
 
+// A plan made from a graph file replays on that file without naming it again; a plan whose graph is
+// not a file here (and that names no model) is refused, not replayed on the default GPT.
+TEST(Cli, SimulateFindsThePlansGraphFile) {
+  const std::string graph = WriteTemp("tiny_graph.json", "");
+  ASSERT_EQ(RunKiwi("graph --model mlp --export " + graph).exit_code, 0);
+  const std::string plan = (TempDir() / "tiny_remat_plan.json").string();
+  auto remat = RunKiwi("remat " + graph + " --budget 1GiB --quiet --json --out " + plan);
+  ASSERT_EQ(remat.exit_code, 0) << remat.err;
+  auto sim = RunKiwi("simulate " + plan + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_EQ(sim.Json()["peak_memory_bytes"], remat.Json()["peak_memory_bytes"]);
+  EXPECT_TRUE(sim.Json()["claims"]["peak_memory_bytes_matches"].get<bool>());
+  const std::string elsewhere = WriteTemp("moved_plan.json",
+      R"({"kiwi_plan_version": 1, "graph": "/nonexistent/g.json", "operator": {}})");
+  auto r = RunKiwi("simulate " + elsewhere);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(CountLines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("moved_plan.json: graph: "), std::string::npos) << r.err;
+}
+
+// An empty graph is trivially scheduled by every solver (nothing to compute), as `kiwi graph` and
+// `kiwi joint` already describe it.
+TEST(Cli, RematOfAnEmptyGraphIsTheEmptySchedule) {
+  const std::string graph = WriteTemp("empty_graph.json", R"({"kiwi_graph_version": 1, "nodes": []})");
+  for (const char* solver : {"auto", "ilp", "heuristic", "lp-round", "checkpoint-all"}) {
+    auto r = RunKiwi("remat " + graph + " --budget 1GiB --quiet --json --solver " + solver);
+    ASSERT_EQ(r.exit_code, 0) << solver << ": " << r.err;
+    EXPECT_TRUE(r.Json()["schedule"].empty()) << solver;
+    EXPECT_EQ(r.Json()["peak_memory_bytes"], 0) << solver;
+  }
+}
+
+// A result that cannot be written is not a success: one line on stderr, exit 2 (issue 18, item 9).
+TEST(Cli, AnUnwritableStdoutFails) {
+  if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";
+  const auto err = TempDir() / "full_stderr.txt";
+  for (const std::string& redirect : {std::string(">/dev/full"), std::string(">&-")}) {
+    const std::string cmd = std::string(KIWI_BINARY) + " graph --model mlp --json " + redirect + " 2>" + err.string();
+    const int status = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << redirect;
+    EXPECT_EQ(WEXITSTATUS(status), 2) << redirect;
+    const std::string message = testing::Slurp(err);
+    EXPECT_EQ(CountLines(message), 1) << message;
+    EXPECT_NE(message.find("standard output"), std::string::npos) << message;
+  }
+}
+
 TEST(Cli, SimulateRejectsABrokenSchedule) {
   if (!std::filesystem::exists(kRemat + "vgg16_b256_train.json")) GTEST_SKIP() << "no ../shared/benchmarks";
   // Node 1 reads node 0, which was never computed.

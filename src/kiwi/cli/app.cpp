@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <iostream>
 #include <vector>
 
@@ -12,11 +15,23 @@
 namespace kiwi::cli {
 namespace {
 
+// A command's result only counts once its output is written: a full (/dev/full) or closed stdout is a
+// failed run with one line on stderr (exit 2, as for an --out that cannot be written).
+int CheckedOutput(int status) {
+  errno = 0;
+  std::cout.flush();
+  const bool written = std::cout.good() && std::fflush(stdout) == 0 && !std::ferror(stdout);
+  if (written || status != 0) return status;
+  const int error = errno;
+  return ReportError(BadInput(fmt::format("standard output: the result could not be written ({})",
+                                          error != 0 ? std::strerror(error) : "closed or full")));
+}
+
 // CLI11 prints its own messages (help, version, errors); map its outcome onto the contract.
 int HandleParseError(const CLI::App& app, const CLI::ParseError& e) {
   if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) {
     app.exit(e);  // --help / --version
-    return 0;
+    return CheckedOutput(0);
   }
   std::string what = e.what();
   for (char& c : what)
@@ -42,8 +57,8 @@ int Main(int argc, char** argv) {
   }
   try {
     for (Command& c : commands)
-      if (c.app->parsed()) return c.run();
-    return commands.front().run();  // no subcommand: the main job (`kiwi plan` on its defaults)
+      if (c.app->parsed()) return CheckedOutput(c.run());
+    return CheckedOutput(commands.front().run());  // no subcommand: the main job (`kiwi plan` on its defaults)
   } catch (const std::exception& e) {
     return ReportError(Internal(fmt::format("internal error: {} (please report this)", e.what())));
   }

@@ -58,9 +58,12 @@ std::string ResultText(const RematResult& r, const solve::remat::RematProblem& p
   const double overhead = p.baseline_cost > 0 ? 100.0 * (r.cost / p.baseline_cost - 1.0) : 0.0;
   report::Table t({"", ""});
   t.AddRow({"solver", r.solver});
-  t.AddRow({"budget", fmt::format("{} ({:.1f}% of the checkpoint-all peak {})", FormatBytes(p.budget),
-                                  100.0 * static_cast<double>(p.budget) / static_cast<double>(p.checkpoint_all_peak),
-                                  FormatBytes(p.checkpoint_all_peak))});
+  t.AddRow({"budget", p.checkpoint_all_peak > 0
+                          ? fmt::format("{} ({:.1f}% of the checkpoint-all peak {})", FormatBytes(p.budget),
+                                        100.0 * static_cast<double>(p.budget) /
+                                            static_cast<double>(p.checkpoint_all_peak),
+                                        FormatBytes(p.checkpoint_all_peak))
+                          : fmt::format("{} (the checkpoint-all peak is 0 B)", FormatBytes(p.budget))});
   t.AddRow({"peak memory", FormatBytes(r.peak_memory)});
   t.AddRow({"compute cost", fmt::format("{:g} ({:+.2f}% over no rematerialization, {:g})", r.cost, overhead,
                                         p.baseline_cost)});

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 
@@ -58,9 +59,18 @@ Result<models::ModelSpec> LoadPlanModel(const SimulateOptions& o, const CLI::App
   return ModelFlags{p.model, p.model_flags}.Load();
 }
 
-// The graph an operator plan refers to: GRAPH, else --model, else the plan's own model preset.
+// The graph an operator plan refers to: GRAPH, else --model, else the plan's own model preset, else the
+// graph file the plan names (`kiwi remat FILE --out` writes its path). A plan of a graph that is neither
+// is refused rather than replayed on the default model.
 Result<ir::Graph> LoadPlanGraph(const SimulateOptions& o, const CLI::App& app, const plan::Plan& p) {
   if (!o.graph_path.empty()) return io::ReadGraphFile(o.graph_path);
+  if (app.count("--model") == 0 && p.model.empty() && !p.graph.empty()) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(p.graph, ec)) return io::ReadGraphFile(p.graph);
+    return BadInput(fmt::format("{}: graph: the plan was made for graph \"{}\", which is not a file here: give its "
+                                "graph file (kiwi simulate {} GRAPH) or --model",
+                                o.plan_path, p.graph, o.plan_path));
+  }
   Result<models::ModelSpec> spec = LoadPlanModel(o, app, p);
   if (!spec) return spec.error();
   return models::BuildTrainingGraph(*spec);

@@ -64,7 +64,9 @@ Result<RematResult> FinishResult(const RematProblem& problem, const cost::CostMo
                                  std::vector<plan::Step> schedule, RematResult partial) {
   plan::OperatorPlan op;
   op.schedule = std::move(schedule);
-  if (op.schedule.empty()) return Internal(fmt::format("{}: returned an empty schedule", partial.solver));
+  // An empty graph's schedule is empty (nothing to compute); any other graph's cannot be.
+  if (op.schedule.empty() && problem.graph->size() > 0)
+    return Internal(fmt::format("{}: returned an empty schedule", partial.solver));
   Result<sim::SimResult> sim = sim::SimulateOperatorPlan(*problem.graph, op, cost_model, OneDevice());
   if (!sim) return Internal(fmt::format("{}: schedule does not replay: {}", partial.solver, sim.error().message));
   partial.cost = sim->time.total();
