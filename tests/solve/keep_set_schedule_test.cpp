@@ -161,6 +161,37 @@ TEST(KeepSetSchedule, CandidateCutsOfATrainingGraphUseTheForwardBoundary) {
   EXPECT_FALSE(ks.Cuttable(5));
 }
 
+// a -> b; c (reads a) runs between b and the loss d (reads b); the first backward op gd reads b right
+// after d. b has no boundary cut (nothing runs between its last forward and first backward use), but a
+// forward cut at d (c runs between b and d). Dropping b must not take that cut: Chen's family never
+// recomputes inside the forward pass, and recomputing b (and a) for d would recompute them again for
+// the backward (the ckpt-dots baseline recomputed the GPT-3 13B layers' tensors twice so).
+TEST(KeepSetSchedule, ATensorWithoutABoundaryCutIsNotCutInTheForwardPass) {
+  ir::Graph g("loss-input");
+  const ir::NodeId a = AddOpaque(g, "a", 10, 1, {});
+  const ir::NodeId b = AddOpaque(g, "b", 10, 1, {a});
+  const ir::NodeId c = AddOpaque(g, "c", 10, 1, {a});
+  const ir::NodeId d = AddOpaque(g, "d", 1, 1, {b, c});
+  const ir::NodeId gd = AddOpaque(g, "gd", 10, 1, {d, b}, ir::Pass::kBackward);
+  AddOpaque(g, "ga", 10, 1, {gd, a}, ir::Pass::kBackward);
+  const RematProblem p = Problem(g);
+  KeepSetScheduler ks(p);
+  ASSERT_EQ(ks.forward_boundary(), 4);
+  ASSERT_EQ(ks.CutsOf(b).size(), 1u);  // the forward cut at d (position 3)
+  EXPECT_EQ(ks.cut(ks.CutsOf(b)[0]).at, 3);
+  EXPECT_LT(ks.BoundaryCut(b), 0);
+  const KeepPolicy drop_b = ks.FromKeep({true, false, true, true, true, true});
+  EXPECT_EQ(drop_b, ks.KeepAll());  // b stays: nothing to free around the boundary
+  EXPECT_TRUE(ks.Recomputations(drop_b).empty());
+  // Dropping a as well: a is recomputed once, for the backward (ga), not for d.
+  const KeepPolicy drop_ab = ks.FromKeep({false, false, true, true, true, true});
+  const std::vector<Recomputation> r = ks.Recomputations(drop_ab);
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].node, a);
+  EXPECT_GE(r[0].position, ks.forward_boundary());
+  ExpectAgreesWithSimulator(ks, drop_ab, "drop a and b");
+}
+
 TEST(KeepSetSchedule, ForwardOnlyGraphCutsAtDistantConsumers) {
   ir::Graph g("skip");
   const ir::NodeId a = AddOpaque(g, "a", 100, 1, {});

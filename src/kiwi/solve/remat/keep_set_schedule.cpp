@@ -237,9 +237,13 @@ KeepPolicy KeepSetScheduler::FromKeep(const std::vector<bool>& keep) const {
     if (keep[i] || !cuttable_[i]) continue;
     if (boundary_cut_[i] >= 0) {
       active[static_cast<size_t>(boundary_cut_[i])] = 1;
-    } else {
+    } else if (boundary_ >= problem_.size()) {  // a forward-only graph: freed between any two distant uses
       for (int32_t id : CutsOf(static_cast<ir::NodeId>(i))) active[static_cast<size_t>(id)] = 1;
     }
+    // A training graph's forward tensor read right before and right after the boundary (the loss's
+    // input, when the first backward op reads it) has nothing to free between: it stays, as Chen et
+    // al.'s family never recomputes inside the forward pass (its forward cuts would recompute the tensor
+    // and its dropped ancestors for the last forward op, then again for the backward).
   }
   return policy;
 }
