@@ -132,6 +132,16 @@ TEST(HybridCli, GalvatronProfileFlagsAreChecked) {
   EXPECT_EQ(testing::RunKiwi("hybrid --json " + profiles).exit_code, 2);  // no --galvatron-layers
   EXPECT_EQ(testing::RunKiwi("hybrid --json --galvatron-layers 2,2 --out x.json " + profiles).exit_code, 2);
   EXPECT_EQ(testing::RunKiwi("hybrid --json --galvatron-layers 2,2 --galvatron-profiles only_one.json").exit_code, 2);
+  // Contradictory or out-of-range flags are refused in one line, not silently ignored (issue 18, item 13).
+  for (const std::string& bad : {std::string("hybrid --json --galvatron-layers 2,2"),  // without the profiles
+                                 std::string("hybrid --json --galvatron-seq 512"),
+                                 "hybrid --json --galvatron-layers 2,2 --galvatron-seq -1 " + profiles,
+                                 "hybrid --json --galvatron-layers 0,2 " + profiles,
+                                 "hybrid --json --model bert-huge-32 --galvatron-layers 2,2 " + profiles}) {
+    auto r = testing::RunKiwi(bad);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_EQ(testing::CountLines(r.err), 1) << bad << ": " << r.err;
+  }
 }
 
 }  // namespace
@@ -152,6 +162,10 @@ TEST(HybridCli, PlansAHuggingFaceConfig) {
   EXPECT_EQ(r.Json()["layers"].size(), 6u);
   EXPECT_EQ(testing::RunKiwi("hybrid --hf-config " + config + " --out x.json --json").exit_code, 2);
   EXPECT_EQ(testing::RunKiwi("hybrid --hf-config /nonexistent/config.json --json").exit_code, 2);
+  // A config and a preset are two models: refused, not the config silently preferred (issue 18, item 13).
+  auto both = testing::RunKiwi("hybrid --hf-config " + config + " --model llama2-70b --json");
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_NE(both.err.find("--hf-config"), std::string::npos) << both.err;
 }
 
 }  // namespace

@@ -273,18 +273,29 @@ Command AddHybridCommand(CLI::App& root) {
   app->add_option("--memory", o->memory, "memory budget per device (default: the device's memory)");
   app->add_option("--method", o->method, fmt::format("{}", fmt::join(hybrid::MethodNames(), " | ")))->capture_default_str();
   app->add_option("--out", o->out, "write the plan as plan JSON to this file (replay with kiwi simulate)");
-  app->add_option("--hf-config", o->hf_config,
-                  "plan a HuggingFace config.json (gpt2, bert, t5, vit, swin, llama, mistral) instead of --model");
+  CLI::Option* model = app->get_option("--model");
+  CLI::Option* hf = app->add_option("--hf-config", o->hf_config,
+                                    "plan a HuggingFace config.json (gpt2, bert, t5, vit, swin, llama, mistral) "
+                                    "instead of --model");
   app->add_option("--galvatron-out", o->galvatron_out, "write the plan as a Galvatron strategy config (JSON)");
-  app->add_option("--galvatron-profiles", o->galvatron_profiles,
-                  "plan from Galvatron's profiles instead of --model: COMPUTATION.json,MEMORY.json")
-      ->delimiter(',');
+  CLI::Option* profiles = app->add_option("--galvatron-profiles", o->galvatron_profiles,
+                                          "plan from Galvatron's profiles instead of --model: COMPUTATION.json,MEMORY.json")
+                              ->delimiter(',');
+  // One source of the model: a preset (--model), a config or Galvatron's profiles; the profiles' own
+  // options need the profiles (issue 18: contradictory flags were silently accepted).
+  hf->excludes(model)->excludes(profiles);
+  profiles->excludes(model);
   app->add_option("--galvatron-layers", o->galvatron_layers, "with --galvatron-profiles: layers per layer type, e.g. 24,24")
-      ->delimiter(',');
-  app->add_option("--galvatron-seq", o->galvatron_seq, "with --galvatron-profiles: the sequence length to use");
+      ->delimiter(',')
+      ->check(CLI::Range(1, 10000))
+      ->needs(profiles);
+  app->add_option("--galvatron-seq", o->galvatron_seq, "with --galvatron-profiles: the sequence length to use")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->needs(profiles);
   app->add_option("--galvatron-hardware", o->galvatron_hardware,
                   "Galvatron hardware profiles: ALLREDUCE.json[,P2P.json[,OVERLAP.json]]")
-      ->delimiter(',');
+      ->delimiter(',')
+      ->needs(profiles);
   o->search.Add(app);
   o->cost.Add(app);
   app->add_flag("--quiet", o->quiet, "no progress lines on stderr");
