@@ -82,6 +82,9 @@ TEST(IopddlCli, BadFilesExitTwoNamingTheField) {
   auto solver = RunKiwi("iopddl " + WriteProblem("small.json", kSmall) + " --solver magic");
   EXPECT_EQ(solver.exit_code, 2);
   EXPECT_NE(solver.err.find("--solver"), std::string::npos);
+  auto seed = RunKiwi("iopddl " + WriteProblem("small.json", kSmall) + " --seed -1");  // would wrap silently
+  EXPECT_EQ(seed.exit_code, 2);
+  EXPECT_NE(seed.err.find("--seed: must be a non-negative integer (got -1)"), std::string::npos) << seed.err;
 }
 
 TEST(IopddlCli, ImpossibleLimitExitsThreeWithTheSmallestPeak) {

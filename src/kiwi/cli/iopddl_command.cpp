@@ -109,7 +109,12 @@ Command AddIopddlCommand(CLI::App& root) {
   app->add_option("PROBLEM", o->path, "contest instance file")->required();
   app->add_option("--solver", o->solver, "auto | fast | ilp (exact, small instances)")->capture_default_str();
   o->search.Add(app);
-  app->add_option("--seed", o->seed, "seed of the randomized search")->capture_default_str();
+  app->add_option("--seed", o->seed, "seed of the randomized search")
+      // A negative seed would wrap around the unsigned one silently.
+      ->check(CLI::Validator(
+          [](std::string& v) { return v.starts_with('-') ? "must be a non-negative integer (got " + v + ")" : ""; },
+          "UINT"))
+      ->capture_default_str();
   app->add_option("--out", o->out, "also write the solution, in the contest's format, to this file");
   app->add_flag("--quiet", o->quiet, "no progress lines on stderr");
   app->add_flag("--json", o->json, "print one JSON object instead of the contest's output line");
