@@ -76,10 +76,14 @@ TEST(HybridCli, InfeasibleExitsThreeWithTheSmallestMemoryThatWorks) {
   EXPECT_EQ(std::to_string(just.Json()["peak_memory_bytes"].get<int64_t>()), smallest);
   auto below = RunKiwi(kSmall + "--batch 1 --json --memory " + std::to_string(std::stoll(smallest) - 1));
   EXPECT_EQ(below.exit_code, 3) << below.err;
+  // No memory at all is the same kind of answer, as for kiwi plan, remat and joint (it was exit 2).
+  auto zero = RunKiwi(kSmall + "--json --memory 0");
+  EXPECT_EQ(zero.exit_code, 3) << zero.err;
+  EXPECT_NE(zero.err.find("use --memory"), std::string::npos) << zero.err;
 }
 
 TEST(HybridCli, BadFlagsExitTwo) {
-  for (const char* flags : {"--method zero", "--batch 0", "--batch many", "--memory 0", "--memory lots",
+  for (const char* flags : {"--method zero", "--batch 0", "--batch many", "--memory -1", "--memory lots",
                                    "--cluster nowhere", "--model nothing", "--max-batch 0", "--max-batch 1000000"}) {
     auto r = RunKiwi(kSmall + "--json " + std::string(flags));
     EXPECT_EQ(r.exit_code, 2) << flags << ": " << r.err;

@@ -263,8 +263,14 @@ TEST(SearchHybridPlan, PlansTheTensorsWithinWhatTheReserveLeaves) {
 TEST(SearchHybridPlan, RejectsBadOptions) {
   const cost::Cluster cluster = TestCluster(1, 4);
   HybridSearchOptions o;
-  o.memory_budget_bytes = 0;
+  o.memory_budget_bytes = -1;
   EXPECT_FALSE(SearchHybridPlan(TwoTypeModel(1, 1), cluster, TestCostModel(cluster), o).ok());
+  // 0 is a request nothing meets: infeasible, with the smallest memory that works (exit 3 in the CLI).
+  o.memory_budget_bytes = 0;
+  Result<HybridSearchResult> zero = SearchHybridPlan(TwoTypeModel(1, 1), cluster, TestCostModel(cluster), o);
+  ASSERT_TRUE(zero.ok()) << zero.error().message;
+  EXPECT_FALSE(zero->feasible);
+  EXPECT_GT(zero->smallest_feasible_memory, 0);
   o.memory_budget_bytes = 1 << 30;
   o.global_batch = 0;
   EXPECT_FALSE(SearchHybridPlan(TwoTypeModel(1, 1), cluster, TestCostModel(cluster), o).ok());

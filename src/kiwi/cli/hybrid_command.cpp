@@ -67,7 +67,7 @@ Result<hybrid::HybridSearchOptions> SearchOptions(const HybridOptions& o, const 
   if (!o.memory.empty()) {
     Result<int64_t> budget = ParseBytes(o.memory, "--memory");
     if (!budget) return budget.error();
-    if (*budget <= 0) return BadInput(fmt::format("--memory: must be positive, got '{}'", o.memory));
+    if (*budget < 0) return BadInput(fmt::format("--memory: must not be negative, got '{}'", o.memory));
     s.memory_budget_bytes = *budget;
   }
   Result<std::optional<int64_t>> batch = ParseBatch(o.batch);

@@ -428,8 +428,9 @@ Result<HybridSearchResult> Search::Run() {
 Result<HybridSearchResult> SearchHybridPlan(const cost::LayerModel& model, const cost::Cluster& cluster,
                                             const cost::CostModel& cost_model, const HybridSearchOptions& options) {
   if (model.layers.empty()) return BadInput(fmt::format("hybrid search: model {} has no layers", model.name));
-  if (options.memory_budget_bytes <= 0)
-    return BadInput(fmt::format("--memory: must be positive, got {}", options.memory_budget_bytes));
+  // 0 is a request nothing meets (exit 3 with the smallest memory that works, as kiwi plan, remat and joint).
+  if (options.memory_budget_bytes < 0)
+    return BadInput(fmt::format("--memory: must not be negative, got {}", options.memory_budget_bytes));
   if (options.global_batch && *options.global_batch < 1)
     return BadInput(fmt::format("--batch: must be positive, got {}", *options.global_batch));
   if (options.max_batch < 1 || options.batch_step < 1 || options.max_batch > kMaxSweepBatch)
