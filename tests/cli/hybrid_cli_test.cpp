@@ -166,6 +166,10 @@ TEST(HybridCli, PlansAHuggingFaceConfig) {
   EXPECT_EQ(r.Json()["layers"].size(), 6u);
   EXPECT_EQ(testing::RunKiwi("hybrid --hf-config " + config + " --out x.json --json").exit_code, 2);
   EXPECT_EQ(testing::RunKiwi("hybrid --hf-config /nonexistent/config.json --json").exit_code, 2);
+  // A directory (the model's folder, not its config.json) is named as such (issue 18, item 14).
+  auto dir = testing::RunKiwi("hybrid --hf-config " + testing::TempDir().string() + " --json");
+  EXPECT_EQ(dir.exit_code, 2);
+  EXPECT_NE(dir.err.find("is a directory"), std::string::npos) << dir.err;
   // A config and a preset are two models: refused, not the config silently preferred (issue 18, item 13).
   auto both = testing::RunKiwi("hybrid --hf-config " + config + " --model llama2-70b --json");
   EXPECT_EQ(both.exit_code, 2);

@@ -201,13 +201,15 @@ Result<Problem> LoadGalvatronProblem(const HybridOptions& o, cost::Cluster clust
   return p;
 }
 
-// --hf-config: the sizes are the config's (ReadHfConfig refuses --layers, --hidden, --heads, --ffn);
+// --hf-config: the sizes are the config's (ParseHfConfig refuses --layers, --hidden, --heads, --ffn);
 // --seq, --dtype, --optimizer and --attention still apply. --batch is the plan's global batch here.
 Result<models::ModelSpec> LoadHfModel(const HybridOptions& o) {
   Result<models::ModelOverrides> overrides = o.model.Overrides();
   if (!overrides) return overrides.error();
   overrides->batch.reset();
-  return models::ReadHfConfig(o.hf_config, *overrides);
+  Result<std::string> text = io::ReadFileText(o.hf_config);  // a directory or a missing file: one line, exit 2
+  if (!text) return text.error();
+  return models::ParseHfConfig(*text, o.hf_config, *overrides);
 }
 
 Result<Problem> LoadProblem(const HybridOptions& o) {

@@ -2,11 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <sstream>
 
 #include "kiwi/models/builder.h"
 #include "kiwi/util/json_depth.h"
@@ -216,14 +214,6 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, const std::string& source
   const TransformerConfig& built = std::get<TransformerConfig>(spec.config);
   KIWI_RETURN_IF_ERROR(detail::ValidateTransformerConfig(built));
   return spec;
-}
-
-Result<ModelSpec> ReadHfConfig(const std::string& path, const ModelOverrides& overrides) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return BadInput(fmt::format("{}: cannot open", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return ParseHfConfig(text.str(), path, overrides);
 }
 
 }  // namespace kiwi::models

@@ -7,7 +7,8 @@
 // with fp32 master weights and Adam; float32: fp32 Adam). Overrides (batch, seq, dtype, optimizer)
 // apply on top.
 //
-//   Result<ModelSpec> spec = ReadHfConfig("Llama-2-7b-hf/config.json", {.batch = 8});
+//   Result<ModelSpec> spec = ParseHfConfig(text, "Llama-2-7b-hf/config.json", {.batch = 8});
+// (the file is read by io::ReadFileText, which refuses directories and caps what it reads)
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,5 @@ namespace kiwi::models {
 // and architectures kiwi's builders do not have (T5's gated feed-forward, d_kv x heads != d_model,
 // Swin heads other than dim / 32).
 Result<ModelSpec> ParseHfConfig(std::string_view text, const std::string& source, const ModelOverrides& overrides = {});
-Result<ModelSpec> ReadHfConfig(const std::string& path, const ModelOverrides& overrides = {});
 
 }  // namespace kiwi::models
