@@ -97,6 +97,8 @@ TEST(IopddlJson, BadFilesNameTheField) {
             "bad.json: problem.nodes.costs[1][1]: must be an integer, not a string");
   EXPECT_EQ(ErrorFor(Replace(kExample, "[[30, 70],", "[[30, 70, 80],")),
             "bad.json: problem.nodes.intervals[0]: must be [start, end]");
+  EXPECT_EQ(ErrorFor(Replace(kExample, "[[30, 70],", "[[70, 30],")),  // reversed; [30, 30] would be empty
+            "bad.json: problem.nodes.intervals[0]: end 30 is before start 70");
   EXPECT_EQ(ErrorFor(Replace(kExample, "[[15],", "[15,")),
             "bad.json: problem.nodes.costs[0]: must be an array, not a number");
   EXPECT_EQ(ErrorFor(Replace(kExample, "\"usage_limit\": 50", "\"usage_limit\": \"50\"")),

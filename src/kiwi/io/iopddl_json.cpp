@@ -239,6 +239,11 @@ Result<ir::ShardingProblem> Assemble(RawProblem raw, const std::string& source) 
   for (size_t i = 0; i < n; ++i) {
     if (raw.intervals[i].size() != 2)
       return BadInput(fmt::format("{}: problem.nodes.intervals[{}]: must be [start, end]", source, i));
+    // [start, end) with end == start is a node never live (the contest's instances have thousands);
+    // end before start is a malformed interval, not another empty one.
+    if (raw.intervals[i][1] < raw.intervals[i][0])
+      return BadInput(fmt::format("{}: problem.nodes.intervals[{}]: end {} is before start {}", source, i,
+                                  raw.intervals[i][1], raw.intervals[i][0]));
     ir::ShardingNode& node = problem.nodes[i];
     node.start = raw.intervals[i][0];
     node.end = raw.intervals[i][1];
