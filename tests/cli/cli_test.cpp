@@ -297,6 +297,22 @@ TEST(Cli, RematOfAnEmptyGraphIsTheEmptySchedule) {
   }
 }
 
+// Hostile bytes in a flag or a file name are quoted as escapes, never echoed raw to the terminal
+// (issue 18, item 14): an ESC sequence or a stray 0xff stays \x1b / \xff in the one error line.
+TEST(Cli, ErrorsQuoteHostileBytesAsEscapes) {
+  // Real bytes inside single quotes (std::system's /bin/sh has no $'...' escapes).
+  for (const std::string& args : {std::string("plan --model 'gp\x1b[31mt\xff'"),
+                                  std::string("graph '/nonexistent/\x1b]0;title\x07.json'")}) {
+    auto r = RunKiwi(args);
+    EXPECT_EQ(r.exit_code, 2) << args;
+    EXPECT_EQ(CountLines(r.err), 1) << r.err;
+    EXPECT_EQ(r.err.find('\x1b'), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find('\xff'), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find('\x07'), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("\\x1b"), std::string::npos) << r.err;
+  }
+}
+
 // A result that cannot be written is not a success: one line on stderr, exit 2 (issue 18, item 9).
 TEST(Cli, AnUnwritableStdoutFails) {
   if (!std::filesystem::exists("/dev/full")) GTEST_SKIP() << "no /dev/full";

@@ -10,6 +10,7 @@
 
 #include "kiwi/cli/command.h"
 #include "kiwi/cli/common.h"
+#include "kiwi/util/one_line.h"
 #include "kiwi/util/version.h"
 
 namespace kiwi::cli {
@@ -33,10 +34,7 @@ int HandleParseError(const CLI::App& app, const CLI::ParseError& e) {
     app.exit(e);  // --help / --version
     return CheckedOutput(0);
   }
-  std::string what = e.what();
-  for (char& c : what)
-    if (c == '\n') c = ' ';
-  std::cerr << "kiwi: error: " << what << " (see kiwi --help)\n";
+  std::cerr << "kiwi: error: " << OneLine(e.what()) << " (see kiwi --help)\n";
   return 2;
 }
 

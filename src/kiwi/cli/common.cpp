@@ -12,6 +12,7 @@
 #include "kiwi/cost/cluster.h"
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/graph_json.h"
+#include "kiwi/util/one_line.h"
 #include "kiwi/util/units.h"
 
 namespace kiwi::cli {
@@ -128,10 +129,7 @@ Result<ir::Graph> LoadGraphOrModel(const std::string& path, const ModelFlags& mo
 }
 
 int ReportError(const Error& error) {
-  std::string message = error.message;
-  for (char& c : message)
-    if (c == '\n' || c == '\r') c = ' ';
-  std::cerr << "kiwi: error: " << message << '\n';
+  std::cerr << "kiwi: error: " << OneLine(error.message) << '\n';  // one printable line, whatever it quotes
   return ExitCodeFor(error.code);
 }
 

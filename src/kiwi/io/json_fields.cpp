@@ -75,20 +75,6 @@ Error JsonPath::Bad(std::string_view what) const {
   return BadInput(OneLine(fmt::format("{}: {}: {}", source_, path_, what)));
 }
 
-std::string OneLine(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (char c : text) {
-    const auto u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) {
-      out += fmt::format("\\x{:02x}", u);
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
-
 Result<Json> ParseJson(std::string_view text, const std::string& source) {
   if (text.find_first_not_of(" \t\r\n") == std::string_view::npos)
     return BadInput(OneLine(source + ": empty file (expected a JSON document)"));

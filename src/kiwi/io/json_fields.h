@@ -18,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kiwi/util/one_line.h"
 #include "kiwi/util/result.h"
 
 namespace kiwi::io {
@@ -55,8 +56,6 @@ class JsonPath {
   std::string path_;
 };
 
-// Replaces control characters (newlines included) by escapes so an error message stays one line.
-std::string OneLine(std::string_view text);
 
 // Parses a JSON document; errors: "src: empty file", "src: invalid JSON at byte N (line L, column C): ...".
 Result<Json> ParseJson(std::string_view text, const std::string& source);
