@@ -21,5 +21,9 @@ TEST(OneLine, KeepsPrintableTextAndValidUtf8) {
   EXPECT_EQ(OneLine(""), "");
 }
 
+TEST(MessageLine, LineBreaksBecomeSpaces) {
+  EXPECT_EQ(MessageLine("first\nsecond\r\nthird \x1b"), "first second  third \\x1b");
+}
+
 }  // namespace
 }  // namespace kiwi

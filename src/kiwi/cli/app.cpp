@@ -34,7 +34,7 @@ int HandleParseError(const CLI::App& app, const CLI::ParseError& e) {
     app.exit(e);  // --help / --version
     return CheckedOutput(0);
   }
-  std::cerr << "kiwi: error: " << OneLine(e.what()) << " (see kiwi --help)\n";
+  std::cerr << "kiwi: error: " << MessageLine(e.what()) << " (see kiwi --help)\n";
   return 2;
 }
 

@@ -129,7 +129,7 @@ Result<ir::Graph> LoadGraphOrModel(const std::string& path, const ModelFlags& mo
 }
 
 int ReportError(const Error& error) {
-  std::cerr << "kiwi: error: " << OneLine(error.message) << '\n';  // one printable line, whatever it quotes
+  std::cerr << "kiwi: error: " << MessageLine(error.message) << '\n';  // one printable line, whatever it quotes
   return ExitCodeFor(error.code);
 }
 

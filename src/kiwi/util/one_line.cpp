@@ -47,4 +47,11 @@ std::string OneLine(std::string_view text) {
   return out;
 }
 
+std::string MessageLine(std::string_view text) {
+  std::string spaced(text);
+  for (char& c : spaced)
+    if (c == '\n' || c == '\r') c = ' ';
+  return OneLine(spaced);
+}
+
 }  // namespace kiwi

@@ -10,4 +10,7 @@ namespace kiwi {
 
 std::string OneLine(std::string_view text);
 
+// A message for the terminal: line breaks become spaces (a multi-line message reads as one), then OneLine.
+std::string MessageLine(std::string_view text);
+
 }  // namespace kiwi
