@@ -56,7 +56,6 @@ class JsonPath {
   std::string path_;
 };
 
-
 // Parses a JSON document; errors: "src: empty file", "src: invalid JSON at byte N (line L, column C): ...".
 Result<Json> ParseJson(std::string_view text, const std::string& source);
 

@@ -123,7 +123,6 @@ double Softmax(const Graph&, const Node& n) { return PerOutput(7, n); }
 double SoftmaxGrad(const Graph&, const Node& n) { return PerOutput(5, n); }
 // Cross-entropy gradient softmax(logits) - onehot: softmax without scale/mask (5) plus the subtraction.
 double CrossEntropyGrad(const Graph&, const Node& n) { return PerOutput(6, n); }
-// nll_loss_grad: a zero fill and one write per label: no arithmetic.
 // Cross-entropy: log-softmax per logit (max, subtract, exp, sum, log = 5); picking the label is negligible.
 double CrossEntropy(const Graph& g, const Node& n) { return 5.0 * Numel(InShape(g, n, 0)); }
 
@@ -184,7 +183,7 @@ constexpr auto kFlopRules = std::to_array<FlopRule>({
     {OpKind::kSoftmax, "", Softmax},
     {OpKind::kSoftmax, "softmax_grad", SoftmaxGrad},
     {OpKind::kSoftmax, "cross_entropy_grad", CrossEntropyGrad},
-    {OpKind::kSoftmax, "nll_loss_grad", Zero},
+    {OpKind::kSoftmax, "nll_loss_grad", Zero},  // a zero fill and one write per label: no arithmetic
     {OpKind::kLayerNorm, "", LayerNorm},
     {OpKind::kLayerNorm, "layernorm_grad_x", LayerNormGradX},
     {OpKind::kLayerNorm, "rmsnorm_grad_x", RmsNormGradX},
