@@ -30,11 +30,9 @@ import torch.nn.functional as F
 import kiwi
 import kiwi.torch as kt
 from kiwi import profile as kiwi_profile
-from kiwi.torch import measure
+from kiwi.torch import caching_allocator, measure
 from kiwi.torch.costs import make_optimizer
 
-CACHING_ALLOCATOR = {"MALLOC_MMAP_THRESHOLD_": str(1 << 32), "MALLOC_TRIM_THRESHOLD_": str(1 << 36),
-                     "MALLOC_TOP_PAD_": str(1 << 30)}
 
 
 class Mlp(nn.Module):
@@ -193,8 +191,9 @@ def main() -> int:
                         help="run with glibc's malloc keeping freed memory (re-executes with its tunables set)")
     parser.add_argument("--json", help="also write the rows as JSON here")
     args = parser.parse_args()
-    if args.caching_allocator and any(os.environ.get(k) != v for k, v in CACHING_ALLOCATOR.items()):
-        os.execve(sys.executable, [sys.executable] + sys.argv, {**os.environ, **CACHING_ALLOCATOR})
+    if args.caching_allocator and not caching_allocator.is_set():
+        os.execve(sys.executable, [sys.executable] + sys.argv,
+                  {**os.environ, **caching_allocator.GLIBC_CACHING_ALLOCATOR})
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory(prefix="kiwi-closed-loop-") as tmp:
         path = args.profile

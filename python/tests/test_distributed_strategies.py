@@ -75,3 +75,26 @@ def test_pp_bytes(runs):
         check_bytes(plan, results)
         sent = {r["rank"]: r["comm"][-1]["bytes"].get("send_forward", {}) for r in results}
         assert sent[0] == {"stage0": 4 * 2 * 8 * 32 * 4} and sent[3] == {}  # 4 micro-batches of 2 samples
+
+
+def test_cpu_ranks_keep_freed_memory(runs):
+    # kiwi models a caching allocator; glibc's default would page-fault every step's large tensors back
+    for _, results, _ in runs.values():
+        assert all(r["glibc_caching_allocator"] for r in results)
+
+
+def test_rank_environment_is_restored_and_checked(monkeypatch):
+    from kiwi.torch import caching_allocator
+    from kiwi.torch.distributed.launcher import _rank_environment
+    for k in caching_allocator.GLIBC_CACHING_ALLOCATOR:
+        monkeypatch.delenv(k, raising=False)
+    with _rank_environment("gloo", "caching"):
+        assert caching_allocator.is_set()
+    assert not caching_allocator.is_set()
+    with _rank_environment("gloo", "system"):
+        assert not caching_allocator.is_set()
+    with _rank_environment("nccl", "caching"):  # a GPU's allocator is PyTorch's own
+        assert not caching_allocator.is_set()
+    with pytest.raises(ValueError, match="allocator: 'jemalloc'"):
+        with _rank_environment("gloo", "jemalloc"):
+            pass

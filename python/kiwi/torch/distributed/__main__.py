@@ -30,6 +30,10 @@ def parse_args(argv):
     p.add_argument("--schedule", default=None, choices=["1f1b", "gpipe"], help="override the plan's pipeline")
     p.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
     p.add_argument("--bucket-mb", type=float, default=25.0, help="DP all-reduce bucket size")
+    p.add_argument("--allocator", default="caching", choices=["caching", "system"],
+                   help="CPU ranks: glibc keeps freed memory as the CUDA caching allocator does (caching, "
+                        "what kiwi models) or returns it to the OS (system); torchrun-started ranks: set "
+                        "the variables of kiwi/torch/caching_allocator.py yourself")
     p.add_argument("--no-memory", action="store_true", help="do not profile the last iteration's memory")
     p.add_argument("--json", default=None, help="also write every rank's results and kiwi's report here")
     return p.parse_args(argv)
@@ -82,7 +86,7 @@ def main(argv=None) -> int:
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
             results = launcher.launch_from_env(plan, config, options, args.backend)
         else:
-            results = launcher.launch(plan, config, options, args.nproc, args.backend)
+            results = launcher.launch(plan, config, options, args.nproc, args.backend, allocator=args.allocator)
     except PlanError as e:
         print(f"kiwi: error: {e}", file=sys.stderr)
         return 2

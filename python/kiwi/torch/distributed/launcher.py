@@ -1,6 +1,8 @@
 """Starts the ranks of a plan: torch.multiprocessing on one host, or one rank per process under
 torchrun-style environment variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK).
-NCCL + CUDA when available, gloo + CPU otherwise; one intra-op thread per rank on CPU."""
+NCCL + CUDA when available, gloo + CPU otherwise; one intra-op thread per rank on CPU, and (unless
+allocator="system") glibc told to keep freed memory, as the CUDA caching allocator kiwi models does."""
+import contextlib
 import datetime
 import json
 import os
@@ -13,6 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from kiwi.torch import caching_allocator
 from kiwi.torch.distributed.model import GptConfig
 from kiwi.torch.distributed.plan import HybridPlan
 from kiwi.torch.distributed.trainer import TrainOptions, train_rank
@@ -78,14 +81,38 @@ def _spawned(rank: int, world: int, port: int, backend: str, jobs, out_path) -> 
     os._exit(0)
 
 
-def launch_jobs(jobs: List[tuple], nproc: int, backend: str = "auto") -> List[List[Dict[str, Any]]]:
+ALLOCATORS = ("caching", "system")
+
+
+@contextlib.contextmanager
+def _rank_environment(backend: str, allocator: str):
+    """os.environ as the spawned ranks inherit it, restored afterwards."""
+    if allocator not in ALLOCATORS:
+        raise ValueError(f"allocator: '{allocator}': expected one of {', '.join(ALLOCATORS)}")
+    extra = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    if backend == "gloo" and allocator == "caching":
+        extra.update(caching_allocator.GLIBC_CACHING_ALLOCATOR)
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def launch_jobs(jobs: List[tuple], nproc: int, backend: str = "auto",
+                allocator: str = "caching") -> List[List[Dict[str, Any]]]:
     """Runs (plan, config, options, reference-or-None) jobs one after the other on `nproc` local
-    processes; returns, per job, each rank's result in rank order."""
+    processes; returns, per job, each rank's result in rank order. On CPU the ranks run with glibc
+    keeping freed memory (caching_allocator.py) unless `allocator` is "system"."""
     for plan, *_ in jobs:
         plan.check_world(nproc)
     backend = pick_backend(backend)
-    os.environ.setdefault("OMP_NUM_THREADS", "1")
-    with tempfile.TemporaryDirectory(prefix="kiwi-dist-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="kiwi-dist-") as tmp, _rank_environment(backend, allocator):
         out = os.path.join(tmp, "results.json")
         mp.spawn(_spawned, args=(nproc, free_port(), backend, jobs, out), nprocs=nproc, join=True)
         with open(out, "r", encoding="utf-8") as f:
@@ -93,9 +120,9 @@ def launch_jobs(jobs: List[tuple], nproc: int, backend: str = "auto") -> List[Li
 
 
 def launch(plan: HybridPlan, config: GptConfig, options: TrainOptions, nproc: int, backend: str = "auto",
-           reference: Optional[Dict[str, Any]] = None) -> List[Dict[str, Any]]:
+           reference: Optional[Dict[str, Any]] = None, allocator: str = "caching") -> List[Dict[str, Any]]:
     """Runs the plan on `nproc` local processes and returns each rank's result (rank order)."""
-    return launch_jobs([(plan, config, options, reference)], nproc, backend)[0]
+    return launch_jobs([(plan, config, options, reference)], nproc, backend, allocator)[0]
 
 
 def launch_from_env(plan: HybridPlan, config: GptConfig, options: TrainOptions,

@@ -7,6 +7,7 @@ from typing import Any, Dict, List, Optional
 
 import torch
 
+from kiwi.torch import caching_allocator
 from kiwi.torch.distributed import model as gpt
 from kiwi.torch.distributed.comm_counter import CommCounter
 from kiwi.torch.distributed.data_parallel import GradSync
@@ -101,6 +102,7 @@ def train_rank(plan: HybridPlan, config: gpt.GptConfig, o: TrainOptions, rank: i
             result["seconds"].append(time.perf_counter() - t0)
         result["losses"].append(sum(runner.losses))
         result["comm"].append(counter.snapshot())
+    result["glibc_caching_allocator"] = caching_allocator.is_set()
     result["iteration_seconds"] = statistics.median(result["seconds"][1:] or result["seconds"]) if result["seconds"] else None
     result["parameter_count"] = sum(p.numel() for p in params)
     if reference is not None:
