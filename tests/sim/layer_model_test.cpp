@@ -90,6 +90,25 @@ TEST(BuildLayerModel, SmallGptAccountsForEveryParameterAndActivation) {
   for (const LayerProfile& p : m->layers) EXPECT_GT(p.backward_transient_bytes_per_sample, 0);
 }
 
+// Each part counts its parameter tensors, and the model the optimizer's inputs per parameter (Adam:
+// the parameter, its gradient and 2 moments): the per-tensor work of the layer-level optimizer step.
+TEST(BuildLayerModel, CountsParameterTensorsAndOptimizerInputsPerParameter) {
+  const cost::CostModel cm(TestDevice());
+  const ir::Graph g = SmallGpt(2);
+  Result<LayerModel> m = BuildLayerModel(g, 2, cm);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  int parameters = 0;
+  for (const ir::Node& n : g.nodes()) parameters += n.kind == ir::OpKind::kParameter ? 1 : 0;
+  int counted = m->embedding.parameter_tensors + m->head.parameter_tensors;
+  for (const LayerProfile& p : m->layers) {
+    EXPECT_EQ(p.parameter_tensors, 16);  // 2 norms and 6 linears (q, k, v, out, fc1, fc2), weight and bias each
+    counted += p.parameter_tensors;
+  }
+  EXPECT_EQ(counted, parameters);
+  EXPECT_EQ(m->optimizer, "adam");
+  EXPECT_DOUBLE_EQ(m->optimizer_tensors_per_parameter, 4.0);
+}
+
 // A layer's kernels are its forward and backward nodes that do work (parameters, views with no bytes
 // and the optimizer update launch nothing), the same whatever the graph's batch.
 TEST(BuildLayerModel, KernelsPerPassCountTheLayersWorkingNodes) {

@@ -117,6 +117,33 @@ TEST(SimulateLayerPlan, OptimizerStepOverEachDevicesModelStatesOnTheSlowestStage
               Simulate(FourLayers(), pp, cluster).summary.iteration_seconds + 3 * 4e6 * 4.5 / bandwidth, kEps);
 }
 
+// A measured per-tensor cost (PyTorch's for-loop Adam launches ~18 ops per parameter) counts every
+// parameter tensor's inputs (itself, its gradient, its 2 moments), as the op-level optimizer node does;
+// ZeRO-3 steps one flat shard per layer.
+TEST(SimulateLayerPlan, OptimizerStepPaysPerTensorWorkOfEachParameterTensor) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  cost::Profile profile;
+  profile.device.optimizer_tensor_seconds["adam"] = 1e-5;
+  const cost::CostModel priced(cluster.device, TestCostModel(cluster).options(), profile);
+  LayerModel with = FourLayers();
+  with.optimizer = "adam";
+  with.optimizer_tensors_per_parameter = 4.0;
+  for (LayerProfile& p : with.layers) p.parameter_tensors = 3;
+  LayerModel without = with;
+  without.optimizer_tensors_per_parameter = 0.0;
+  auto seconds = [&](const LayerModel& m, const LayerPlan& plan) {
+    Result<LayerSimResult> r = SimulateLayerPlan(m, plan, cluster, priced);
+    EXPECT_TRUE(r.ok());
+    return r.ok() ? r->summary.iteration_seconds : 0.0;
+  };
+  const LayerPlan dp = UniformPlan({.tp = 1, .dp = 4}, 16, 1);
+  EXPECT_NEAR(seconds(with, dp) - seconds(without, dp), 4 * 3 * 4 * 1e-5, kEps);
+  const LayerPlan tp = UniformPlan({.tp = 2, .dp = 2}, 16, 1);  // TP shards bytes, not tensor counts
+  EXPECT_NEAR(seconds(with, tp) - seconds(without, tp), 4 * 3 * 4 * 1e-5, kEps);
+  const LayerPlan sdp = UniformPlan({.tp = 1, .dp = 4, .sdp = true}, 16, 1);
+  EXPECT_NEAR(seconds(with, sdp) - seconds(without, sdp), 4 * 1 * 4 * 1e-5, kEps);
+}
+
 TEST(SimulateLayerPlan, MicroBatchesOnOneStageShrinkActivationsNotTime) {
   const cost::Cluster cluster = TestCluster(1, 4);
   const LayerSimResult r = Simulate(FourLayers(), UniformPlan({.tp = 1, .dp = 4}, 16, 2), cluster);

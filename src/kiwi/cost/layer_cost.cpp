@@ -42,10 +42,11 @@ int64_t ModelStateBytes(const PlacedLayer& l, double state_bytes_per_parameter_b
 
 }  // namespace
 
-double OptimizerSeconds(const PlacedLayer& layer, const std::string& optimizer, double state_bytes_per_parameter_byte,
-                        const CostModel& cost_model) {
+double OptimizerSeconds(const PlacedLayer& layer, const LayerModel& model, const CostModel& cost_model) {
+  const bool flat_shard = layer.strategy.sdp && layer.strategy.dp > 1;
+  const double tensors = model.optimizer_tensors_per_parameter * (flat_shard ? 1.0 : layer.profile.parameter_tensors);
   return cost_model.OptimizerStepTime(
-      optimizer, static_cast<double>(ModelStateBytes(layer, state_bytes_per_parameter_byte)), 0.0);
+      model.optimizer, static_cast<double>(ModelStateBytes(layer, model.state_bytes_per_parameter_byte)), tensors);
 }
 
 namespace {

@@ -49,9 +49,9 @@ struct StageCost {
 };
 
 // The optimizer step of one layer on one device: a pass over its model states there (parameters,
-// gradients, optimizer states: TP-sharded, and DP-sharded under ZeRO-3), priced by the cost model.
-double OptimizerSeconds(const PlacedLayer& layer, const std::string& optimizer, double state_bytes_per_parameter_byte,
-                        const CostModel& cost_model);
+// gradients, optimizer states: TP-sharded, and DP-sharded under ZeRO-3), priced by the cost model, plus
+// the per-tensor work of every parameter tensor (one flat shard under ZeRO-3).
+double OptimizerSeconds(const PlacedLayer& layer, const LayerModel& model, const CostModel& cost_model);
 
 // Bytes a checkpointed layer's recomputation brings back per device for its backward pass.
 int64_t RecomputedBytes(const PlacedLayer& layer);

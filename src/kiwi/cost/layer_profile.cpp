@@ -121,11 +121,29 @@ TpReplicated TpReplicatedBytes(const ir::Graph& graph, std::span<const ir::NodeI
   return r;
 }
 
+int ParameterTensors(const ir::Graph& graph, std::span<const ir::NodeId> forward) {
+  return static_cast<int>(std::count_if(forward.begin(), forward.end(), [&](ir::NodeId id) {
+    return graph.node(id).kind == ir::OpKind::kParameter;
+  }));
+}
+
+// The optimizer node's inputs per parameter (ir/backward.h: each parameter, its final gradient, its
+// states); 0 without an optimizer node.
+double OptimizerTensorsPerParameter(const ir::Graph& graph) {
+  int64_t parameters = 0, inputs = 0;
+  for (const ir::Node& node : graph.nodes()) {
+    if (node.kind == ir::OpKind::kParameter) ++parameters;
+    if (node.kind == ir::OpKind::kOptimizer) inputs += static_cast<int64_t>(node.inputs.size());
+  }
+  return parameters > 0 ? static_cast<double>(inputs) / static_cast<double>(parameters) : 0.0;
+}
+
 LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t graph_batch,
                        const CostModel& cost_model, const std::vector<bool>& saved) {
   LayerProfile p;
   p.name = layer.name;
   p.parameter_bytes = layer.parameter_bytes;
+  p.parameter_tensors = ParameterTensors(graph, layer.forward);
   p.activation_bytes_per_sample = CeilDiv(layer.saved_activation_bytes, graph_batch);
   p.boundary_bytes_per_sample = CeilDiv(layer.boundary_activation_bytes, graph_batch);
   FillPasses(graph, layer.forward, layer.backward, graph_batch, cost_model, p);
@@ -203,6 +221,7 @@ LayerProfile OtherPart(const ir::Graph& graph, std::span<const ir::NodeId> ids, 
     if (node.is_backward()) continue;
     if (node.kind == ir::OpKind::kParameter) {
       p.parameter_bytes += node.output.Bytes();
+      ++p.parameter_tensors;
       const ir::Shape& shape = node.output.shape;
       if (vocab > 0 && std::find(shape.begin(), shape.end(), vocab) != shape.end()) vocab_split = true;
       else p.replicated_parameter_bytes += node.output.Bytes();
@@ -263,6 +282,7 @@ Result<LayerModel> BuildLayerModel(const ir::Graph& training, int64_t graph_batc
   model.embedding.backward_transient_bytes_per_sample = CeilDiv(transients[model.layers.size()], graph_batch);
   model.head.backward_transient_bytes_per_sample = CeilDiv(transients[model.layers.size() + 1], graph_batch);
   model.state_bytes_per_parameter_byte = StateBytesPerParameterByte(training);
+  model.optimizer_tensors_per_parameter = OptimizerTensorsPerParameter(training);
   for (const ir::Node& node : training.nodes())
     if (node.kind == ir::OpKind::kOptimizer) model.optimizer = node.op;
   return model;

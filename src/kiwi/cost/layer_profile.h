@@ -14,6 +14,7 @@ namespace kiwi::cost {
 struct LayerProfile {
   std::string name;
   int64_t parameter_bytes = 0;               // the layer's weights (training dtype)
+  int parameter_tensors = 0;                 // and how many tensors hold them (the optimizer's per-tensor work)
   int64_t activation_bytes_per_sample = 0;   // forward tensors kept for backward, no checkpointing
   int64_t boundary_bytes_per_sample = 0;     // the layer's output: kept when checkpointed, sent between stages
   // The most the layer's backward pass holds at once beyond the saved activations and the parameters'
@@ -50,6 +51,8 @@ struct LayerModel {
   LayerProfile head;
   // Gradients + optimizer states (+ fp32 master weights) per byte of parameters: e.g. fp32 Adam = 3.
   double state_bytes_per_parameter_byte = 0.0;
+  // Tensors the optimizer step reads per parameter tensor (itself, its gradient, its states: Adam 4).
+  double optimizer_tensors_per_parameter = 0.0;
   // The optimizer step run once per iteration over every device's parameters ("adam", "sgd"; empty:
   // none, as in models read from Galvatron's profiles, which time no optimizer step).
   std::string optimizer;

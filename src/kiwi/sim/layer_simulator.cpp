@@ -154,7 +154,7 @@ Result<cost::StageCost> CostStage(const cost::LayerModel& model, const LayerPlan
                         cost::ReservedBytes(cluster.device);
   for (const cost::PlacedLayer* layer : layers) {
     cost::AddLayerCost(*layer, cost_model, c);
-    c.optimizer += cost::OptimizerSeconds(*layer, model.optimizer, model.state_bytes_per_parameter_byte, cost_model);
+    c.optimizer += cost::OptimizerSeconds(*layer, model, cost_model);
   }
   for (int i = std::max(span.first, 1); i < span.first + span.count; ++i) {
     Result<double> reshard =

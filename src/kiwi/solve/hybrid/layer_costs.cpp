@@ -37,7 +37,7 @@ StrategyCost PriceLayer(const cost::PlacedLayer& layer, const cost::LayerModel& 
   cost::AddLayerCost(layer, cost_model, t);
   c.microbatch_seconds = t.MicrobatchSeconds();
   c.sync_seconds = t.gradient_sync;
-  c.optimizer_seconds = cost::OptimizerSeconds(layer, model.optimizer, state_ratio, cost_model);
+  c.optimizer_seconds = cost::OptimizerSeconds(layer, model, cost_model);
   return c;
 }
 
