@@ -420,4 +420,45 @@ TEST(CheckmateIlp, Vgg16AtNinetyPercentIsProvenOptimal) {
 }
 
 }  // namespace
+// CountStageBinaries counts, without building, exactly the R and S variables BuildCheckmateModel makes.
+TEST(CheckmateIlp, StageBinariesAreCountedWithoutBuilding) {
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const ir::Graph g = RandomRematGraph({.seed = seed, .n = 8 + static_cast<int>(seed % 7),
+                                          .kind = static_cast<int>(seed % 2), .parameter = seed % 5 == 3});
+    const RematProblem all = Problem(g, 0);
+    const RematProblem p = Problem(g, (MemoryLowerBound(all) + all.checkpoint_all_peak) / 2);
+    const StageGraph sg = MakeStageGraph(p);
+    for (int32_t first : {0, FirstOverBudgetStage(sg, p.budget)}) {
+      const CheckmateModel cm = BuildCheckmateModel(p, sg, {.first_stage = first});
+      int64_t binaries = 0;
+      for (const auto* slots : {&cm.index.r, &cm.index.s})
+        for (const std::vector<int32_t>& stage : *slots)
+          for (int32_t slot : stage) binaries += slot >= 0 ? 1 : 0;
+      EXPECT_EQ(CountStageBinaries(sg, first), binaries) << "seed " << seed << " first " << first;
+    }
+  }
+}
+
+// A model that would not load in the time left is neither built nor solved (issue 18: a 5 s limit
+// took 22 s and 9 GB): the ILP says why and returns no schedule; a generous limit builds it.
+TEST(CheckmateIlp, ModelTooLargeForTheTimeLeftIsNotBuilt) {
+  const ir::Graph g = RandomRematGraph({.seed = 3, .n = 40, .kind = 1});
+  const RematProblem all = Problem(g, 0);
+  const RematProblem p = Problem(g, (MemoryLowerBound(all) + all.checkpoint_all_peak) / 2);
+  const StageGraph sg = MakeStageGraph(p);
+  const int32_t first = FirstOverBudgetStage(sg, p.budget);
+  ASSERT_LT(first, sg.n);
+  ASSERT_GT(CountStageBinaries(sg, first), 0);
+  std::optional<std::string> why = WhyNotBuildCheckmate(sg, first, 1e-9);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_NE(why->find("R/S binaries"), std::string::npos) << *why;
+  EXPECT_FALSE(WhyNotBuildCheckmate(sg, first, 60.0).has_value());
+  RematOptions tiny;
+  tiny.time_limit_seconds = 1e-9;
+  Result<RematResult> r = SolveCheckmateIlp(p, Costs(), tiny);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(r->feasible);
+  EXPECT_EQ(r->note.rfind("MILP not built: ", 0), 0u) << r->note;
+}
+
 }  // namespace kiwi::solve::remat

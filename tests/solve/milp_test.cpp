@@ -6,6 +6,7 @@
 #include <thread>
 #include <vector>
 
+#include "kiwi/solve/milp/load_estimate.h"
 #include "kiwi/solve/milp/model.h"
 #include "kiwi/solve/milp/solve.h"
 
@@ -656,4 +657,41 @@ TEST(MilpSolve, TimeLimitInsideTheRootLp) {
 }
 
 }  // namespace
+// ---------------------------------------------------------------- Load estimate
+
+TEST(MilpLoadEstimate, GrowsWithNonzerosAndRefusesWhatDoesNotFit) {
+  const LoadEstimate one = EstimateLoad(1'000'000), two = EstimateLoad(2'000'000);
+  EXPECT_GT(one.bytes, 0);
+  EXPECT_EQ(two.bytes, 2 * one.bytes);
+  EXPECT_DOUBLE_EQ(two.seconds, 2 * one.seconds);
+  EXPECT_EQ(EstimateLoad(INT64_MAX).bytes, INT64_MAX);  // saturates, no overflow
+  EXPECT_FALSE(WhyNotLoad(1'000'000, one.seconds * 1.01, one.bytes).has_value());
+  EXPECT_FALSE(WhyNotLoad(1'000'000, kInf, std::nullopt).has_value());
+  std::optional<std::string> slow = WhyNotLoad(1'000'000, one.seconds * 0.99, std::nullopt);
+  ASSERT_TRUE(slow.has_value());
+  EXPECT_EQ(slow->rfind("would take about", 0), 0u) << *slow;
+  std::optional<std::string> big = WhyNotLoad(1'000'000, kInf, one.bytes - 1);
+  ASSERT_TRUE(big.has_value());
+  EXPECT_EQ(big->rfind("would need about", 0), 0u) << *big;
+}
+
+// Solve does not hand the backend a model it cannot load before the limit: it returns at once, says
+// why, and keeps a feasible warm start as the solution.
+TEST(MilpSolve, ModelThatCannotLoadInTheTimeLeftIsNotLoaded) {
+  const Model m = HardMkp();
+  const double load = EstimateLoad(m.num_nonzeros()).seconds;
+  ASSERT_GT(m.num_nonzeros(), 0);
+  SolveOptions o = Options(load / 2);
+  const SolveResult none = SolveOk(m, o);
+  EXPECT_EQ(none.termination, Termination::kNoSolution);
+  EXPECT_EQ(none.best_bound, kInf);  // maximizing: nothing proven
+  EXPECT_EQ(none.not_loaded.rfind("not loaded: its ", 0), 0u) << none.not_loaded;
+  o.warm_start = GreedyFeasible(m);
+  const SolveResult kept = SolveOk(m, o);
+  ASSERT_TRUE(kept.has_solution());
+  EXPECT_EQ(kept.values, *o.warm_start);
+  EXPECT_FALSE(kept.not_loaded.empty());
+  EXPECT_TRUE(SolveOk(m, Options(load * 100 + 1)).not_loaded.empty());
+}
+
 }  // namespace kiwi::milp

@@ -128,8 +128,9 @@ int RunRemat(const RematCliOptions& o, const CLI::App& app) {
                                  "({} bytes): use --budget {} or more", FormatBytes(*budget), *budget,
                                  FormatBytes(r->smallest_known_budget), r->smallest_known_budget,
                                  r->smallest_known_budget))
-        : Error{ErrorCode::kTimeLimit, fmt::format("no schedule found within {} before the time limit ({} s)",
-                                                   FormatBytes(*budget), o.search.time_limit_seconds)};
+        : Error{ErrorCode::kTimeLimit, fmt::format("no schedule found within {} before the time limit ({} s){}",
+                                                   FormatBytes(*budget), o.search.time_limit_seconds,
+                                                   r->note.empty() ? "" : ": " + r->note)};
     return ReportError(e);
   }
   if (!o.out.empty()) {

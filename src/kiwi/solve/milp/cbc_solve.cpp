@@ -17,7 +17,9 @@
 
 #include <fmt/format.h>
 
+#include "kiwi/solve/milp/load_estimate.h"
 #include "kiwi/solve/milp/solve.h"
+#include "kiwi/util/available_memory.h"
 #include "kiwi/util/elapsed.h"
 
 #include "CbcEventHandler.hpp"
@@ -557,6 +559,15 @@ Result<SolveResult> Solve(const Model& model, const SolveOptions& options) {
   KIWI_RETURN_IF_ERROR(ValidateModel(model));
   KIWI_RETURN_IF_ERROR(ValidateOptions(model, options));
   if (model.num_vars() == 0) return SolveEmpty(model);
+  if (std::optional<std::string> why = WhyNotLoad(model.num_nonzeros(), options.time_limit_seconds,
+                                                  AvailableMemoryBytes())) {
+    SolveResult skipped;  // no bound either: -inf when minimizing, +inf when maximizing
+    skipped.best_bound = model.sense() == Sense::kMinimize ? -kInf : kInf;
+    skipped.not_loaded = fmt::format("not loaded: its {} nonzeros {}", model.num_nonzeros(), *why);
+    KeepWarmStartIfBetter(model, options, skipped);
+    skipped.seconds = SecondsSince(start);
+    return skipped;
+  }
   Result<CoinProblem> problem = BuildProblem(model);
   if (!problem) return problem.error();
   Result<SolveResult> result = SolveWithBackend(model, *problem, options, start);

@@ -80,6 +80,7 @@ class Model {
 
   int32_t num_vars() const { return static_cast<int32_t>(vars_.size()); }
   int32_t num_constraints() const { return static_cast<int32_t>(rows_.size()); }
+  int64_t num_nonzeros() const;  // terms over all constraints
   const std::vector<Variable>& vars() const { return vars_; }
   const std::vector<Constraint>& constraints() const { return rows_; }
   const std::vector<double>& objective() const { return objective_; }  // dense, one per variable

@@ -4,6 +4,7 @@
 // solution) is a SolveResult whose `termination` says which.
 #include <functional>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "kiwi/solve/milp/model.h"
@@ -50,6 +51,9 @@ struct SolveResult {
   double objective = 0.0;         // of `values`
   double best_bound = 0.0;        // proven bound on the optimum (LP: the optimum itself)
   double seconds = 0.0;
+  // Why the backend was not run at all (milp/load_estimate.h: too large for the time or memory left);
+  // empty when it ran. The warm start, if any, is the solution then.
+  std::string not_loaded;
   bool has_solution() const { return termination == Termination::kOptimal || termination == Termination::kFeasible; }
   // (objective - best_bound) / max(|objective|, 1e-9); 0 when optimal.
   double relative_gap() const;

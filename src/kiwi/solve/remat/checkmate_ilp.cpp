@@ -11,9 +11,11 @@
 #include <string>
 #include <utility>
 
+#include "kiwi/solve/milp/load_estimate.h"
 #include "kiwi/solve/milp/solve.h"
 #include "kiwi/solve/remat/lp_rounding.h"
 #include "kiwi/solve/remat/optimal_r.h"
+#include "kiwi/util/available_memory.h"
 #include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::remat {
@@ -77,6 +79,30 @@ void CreateStageVariables(const StageGraph& g, milp::Model& m, Index& index, int
     }
   }
 }
+
+}  // namespace
+
+// CreateStageVariables' binaries, counted without creating them: R[t][i] and S[t][i] of every live,
+// non-persistent tensor i < t in the stages from `first` on.
+int64_t CountStageBinaries(const StageGraph& g, int32_t first) {
+  int64_t count = 0;
+  for (int32_t t = std::clamp(first, 0, std::max(0, g.n - 1)); t < g.n; ++t)  // BuildCheckmateModel's clamp
+    for (int32_t i = 0; i < t; ++i)
+      if (!g.persistent[Z(i)] && g.Live(t, i)) count += 2;
+  return count;
+}
+
+std::optional<std::string> WhyNotBuildCheckmate(const StageGraph& g, int32_t first_stage, double seconds_left) {
+  // Nonzeros per R/S binary of the built models: GPT 13.5 (2-24 layers), the remat benchmarks 14-29.
+  constexpr int64_t kFewestNonzerosPerBinary = 13;
+  const int64_t binaries = CountStageBinaries(g, first_stage);
+  std::optional<std::string> why =
+      milp::WhyNotLoad(binaries * kFewestNonzerosPerBinary, seconds_left, AvailableMemoryBytes());
+  if (!why) return why;
+  return fmt::format("its {} R/S binaries (at least {} nonzeros) {}", binaries, binaries * kFewestNonzerosPerBinary, *why);
+}
+
+namespace {
 
 // Where i may be freed in stage t: i itself or a reader of i, computed before t. Empty when t reads i
 // or i is never freed. With `no_waste`, i itself is no free point (a computed i is read later or kept).
@@ -399,6 +425,14 @@ Result<RematResult> SolveCheckmateIlp(const RematProblem& problem, const cost::C
   }
   const StageGraph g = MakeStageGraph(problem);
   const int32_t first_stage = FirstOverBudgetStage(g, problem.budget);
+  if (std::optional<std::string> why =
+          WhyNotBuildCheckmate(g, first_stage, options.time_limit_seconds - SecondsSince(start))) {
+    partial.note = "MILP not built: " + *why;
+    partial.lower_bound = problem.baseline_cost;
+    Say(options, "ilp: " + partial.note);
+    partial.solve_seconds = SecondsSince(start);
+    return partial;
+  }
   CheckmateModel cm = BuildCheckmateModel(problem, g, {.first_stage = first_stage});
   Say(options, fmt::format("ilp: {} variables, {} rows (stages {} to {}), built in {:.2f} s", cm.model.num_vars(),
                            cm.model.num_constraints(), cm.index.first_stage, g.n - 1, SecondsSince(start)));
@@ -407,7 +441,8 @@ Result<RematResult> SolveCheckmateIlp(const RematProblem& problem, const cost::C
   std::optional<StageSolution> warm = WarmStartStages(problem, g, warm_start, options, rounding, source);
   const bool lp_too_slow = source == kRoundingSource && !rounding.lp_bound && !rounding.lp_infeasible;
   if (rounding.lp_infeasible || lp_too_slow) {  // infeasible, or CBC's root LP would not finish either
-    partial.note = lp_too_slow ? "time limit: the LP relaxation needs more than half of it" : rounding.note;
+    partial.note = lp_too_slow && rounding.note.empty() ? "time limit: the LP relaxation needs more than half of it"
+                                                        : rounding.note;
     if (lp_too_slow) partial.lower_bound = problem.baseline_cost;
     Say(options, "ilp: " + partial.note);
     partial.solve_seconds = SecondsSince(start);
@@ -442,7 +477,8 @@ Result<RematResult> SolveCheckmateIlp(const RematProblem& problem, const cost::C
       }
     }
   }
-  partial.note = Termination(*r, bound);
+  partial.note = r->not_loaded.empty() ? Termination(*r, bound)
+                                       : fmt::format("MILP {}; kept the warm start", r->not_loaded);
   Say(options, fmt::format("ilp: {} in {:.2f} s", partial.note, SecondsSince(start)));
   if (r->termination != milp::Termination::kInfeasible) partial.lower_bound = bound;
   if (!r->has_solution()) {

@@ -31,6 +31,8 @@
 //    needs a recomputation): on random_layered_n250 at 0.8, stages 187-249 only, 87k variables and 192k
 //    rows instead of 189k and 413k, root LP 9 s instead of 22-30 s; see CheckmateModelOptions::first_stage.
 #include <cstdint>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "kiwi/solve/milp/model.h"
@@ -82,6 +84,15 @@ struct CheckmateModel {
 
 CheckmateModel BuildCheckmateModel(const RematProblem& problem, const StageGraph& g,
                                    const CheckmateModelOptions& options = {});
+
+// The R and S binaries BuildCheckmateModel creates from stage `first_stage` on, counted in O(n^2)
+// without building: the model's size (FREE, U and the rows grow with it) before paying for it.
+int64_t CountStageBinaries(const StageGraph& g, int32_t first_stage);
+
+// Why the model from `first_stage` on should not even be built with `seconds_left`: at the fewest
+// nonzeros per R/S binary measured, it would not load into CBC/CLP in that time or in the memory
+// available (milp::WhyNotLoad). nullopt: build it (milp::Solve checks the exact size again).
+std::optional<std::string> WhyNotBuildCheckmate(const StageGraph& g, int32_t first_stage, double seconds_left);
 
 // Re-targets a built model at another budget (only U's upper bounds change; first_stage stays, so at a
 // smaller budget the stages before it go unchecked: LP rounding's scaled budgets, a heuristic).

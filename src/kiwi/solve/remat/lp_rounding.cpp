@@ -100,8 +100,9 @@ std::optional<Candidate> SweepBudgets(const RematProblem& problem, const StageGr
     if (lp->termination != milp::Termination::kOptimal) {
       out.lp_infeasible = attempt == 0 && lp->termination == milp::Termination::kInfeasible;
       if (attempt == 0)
-        out.note = out.lp_infeasible ? "LP relaxation infeasible: no frontier-advancing schedule fits the budget"
-                                     : "time limit before the LP relaxation was solved";
+        out.note = out.lp_infeasible         ? "LP relaxation infeasible: no frontier-advancing schedule fits the budget"
+                   : !lp->not_loaded.empty() ? "LP relaxation " + lp->not_loaded
+                                             : "time limit before the LP relaxation was solved";
       break;
     }
     if (attempt == 0) out.lp_bound = lp->objective;
@@ -121,7 +122,12 @@ LpRounding RoundLpRelaxation(const RematProblem& problem, const StageGraph& g, c
                              const RoundingPlan& plan) {
   const Clock::time_point start = Clock::now();
   LpRounding out;
-  CheckmateModel cm = BuildCheckmateModel(problem, g, {.first_stage = FirstOverBudgetStage(g, problem.budget)});
+  const int32_t first_stage = FirstOverBudgetStage(g, problem.budget);
+  if (std::optional<std::string> why = WhyNotBuildCheckmate(g, first_stage, options.time_limit_seconds)) {
+    out.note = "LP not built: " + *why;
+    return out;
+  }
+  CheckmateModel cm = BuildCheckmateModel(problem, g, {.first_stage = first_stage});
   std::optional<Candidate> best = SweepBudgets(problem, g, cm, options, plan, start, out);
   if (!best && out.lp_bound) {  // a safety net, labelled as such: keep every tensor until its last use
     int fitting = 0;

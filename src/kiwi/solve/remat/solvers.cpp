@@ -78,6 +78,13 @@ Result<RematResult> SolveAuto(const RematProblem& p, const cost::CostModel& cm, 
   ilp_options.time_limit_seconds = remaining();
   Result<RematResult> ilp = SolveCheckmateIlp(p, cm, ilp_options, &heuristic->schedule);
   if (!ilp) return ilp.error();
+  if (!ilp->feasible) {  // not built or no schedule: the heuristic's stands, and the note says why
+    const std::string why = ilp->note;
+    RematResult best = Better(std::move(*ilp), std::move(*heuristic));
+    best.note = fmt::format("{}; {}", best.note, why);
+    best.solver = "auto";
+    return best;
+  }
   Progress(o, fmt::format("ilp: {} cost {:g}, bound {}", ilp->optimal ? "optimal," : "stopped,", ilp->cost,
                           ilp->lower_bound ? fmt::format("{:g}", *ilp->lower_bound) : "none"));
   RematResult best = Better(std::move(*ilp), std::move(*heuristic));
