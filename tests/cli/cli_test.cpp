@@ -1,5 +1,6 @@
 // End-to-end tests of the `kiwi` command against CONTRACT.md: outputs, exit codes, error lines.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <filesystem>
 #include <fstream>
@@ -326,6 +327,27 @@ TEST(Cli, AnUnwritableStdoutFails) {
     EXPECT_EQ(CountLines(message), 1) << message;
     EXPECT_NE(message.find("standard output"), std::string::npos) << message;
   }
+}
+
+// --out and --export are checked when parsed, before any search: a FIFO, a device or a directory is
+// refused with exit 2 naming the flag and the file, and left as it was.
+TEST(Cli, OutputFlagsRefuseWhatIsNotAFileBeforeSearching) {
+  const std::filesystem::path dir = TempDir() / "out_targets";
+  std::filesystem::create_directories(dir);
+  const std::string fifo = (dir / "pipe").string();
+  std::filesystem::remove(fifo);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  for (const std::string& command :
+       {"hybrid --model gpt --layers 2 --out " + fifo, "remat --model gpt --layers 2 --budget-fraction 0.9 --out " + fifo,
+        "plan --model gpt --layers 2 --out " + fifo, "joint --model gpt --layers 2 --out " + fifo,
+        "graph --model gpt --layers 2 --export " + fifo, std::string("hybrid --model gpt --layers 2 --galvatron-out /dev/null"),
+        "graph --model gpt --layers 2 --export " + dir.string()}) {
+    auto r = RunKiwi(command);
+    EXPECT_EQ(r.exit_code, 2) << command << ": " << r.err;
+    EXPECT_EQ(CountLines(r.err), 1) << command << ": " << r.err;  // no progress: nothing was searched
+    EXPECT_NE(r.err.find("--"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(std::filesystem::status(fifo).type(), std::filesystem::file_type::fifo);
 }
 
 TEST(Cli, SimulateRejectsABrokenSchedule) {

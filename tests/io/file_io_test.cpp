@@ -1,5 +1,7 @@
 // ReadFileText (plain and gzip) and WriteFileAtomically.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 
@@ -83,6 +85,39 @@ TEST(WriteFileAtomically, FailureLeavesNoFile) {
   const Status s = WriteFileAtomically(path, "x");
   ExpectBadInput(s, {path + ": cannot create a file there"});
   EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// Issue 18 item 11: a rename silently replaced a FIFO, a device or a symbolic link with a regular
+// file, and a read-only file; the temporary name's suffix broke legal 255-byte names.
+TEST(WriteFileAtomically, OnlyOntoNewNamesRegularFilesAndLinksToThem) {
+  ScratchDir dir;
+  const std::string fifo = dir.File("pipe");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  ExpectBadInput(WriteFileAtomically(fifo, "x"), {fifo + ": not a regular file"});
+  EXPECT_EQ(std::filesystem::status(fifo).type(), std::filesystem::file_type::fifo);
+  ExpectBadInput(CheckWritableOutput(dir.path().string()), {": is a directory"});
+  ExpectBadInput(WriteFileAtomically("/dev/null", "x"), {"/dev/null: not a regular file"});
+
+  const std::string target = dir.Write("target.json", "old");
+  const std::string link = dir.File("link.json");
+  std::filesystem::create_symlink("target.json", link);
+  ASSERT_TRUE(WriteFileAtomically(link, "new").ok());
+  EXPECT_TRUE(std::filesystem::is_symlink(link));  // the link stays, its file is replaced
+  EXPECT_EQ(ReadAll(target), "new");
+
+  const std::string longest = dir.File(std::string(250, 'a') + ".json");  // 255 bytes, the usual limit
+  ASSERT_TRUE(WriteFileAtomically(longest, "x").ok());
+  EXPECT_EQ(ReadAll(longest), "x");
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) files += entry.path().filename().string().rfind(".kiwi-out", 0) == 0;
+  EXPECT_EQ(files, 0);  // no temporary left
+
+  if (::geteuid() != 0) {  // root may write anything
+    const std::string read_only = dir.Write("ro.json", "keep");
+    ASSERT_EQ(::chmod(read_only.c_str(), 0444), 0);
+    ExpectBadInput(WriteFileAtomically(read_only, "x"), {read_only + ": cannot replace the file"});
+    EXPECT_EQ(ReadAll(read_only), "keep");
+  }
 }
 
 TEST(ReadGraphFile, ReadsAGzippedGraph) {

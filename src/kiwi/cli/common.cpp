@@ -113,6 +113,15 @@ Result<cost::CostModel> CostFlags::Make(const cost::Cluster& cluster, const cost
   return cost::CostModel(cluster.device, options, std::move(measured));
 }
 
+CLI::Validator OutputFile() {
+  return CLI::Validator(
+      [](std::string& path) -> std::string {
+        Status ok = io::CheckWritableOutput(path);
+        return ok ? std::string() : ok.error().message;
+      },
+      "FILE");
+}
+
 void AddThreadsFlag(CLI::App* app) {
   app->add_option_function<int>("--threads", [](int) {}, "accepted for uniformity; this command runs on one thread")
       ->check(CLI::NonNegativeNumber);

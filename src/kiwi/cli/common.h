@@ -41,6 +41,10 @@ struct CostFlags {
   Result<cost::CostModel> Make(const cost::Cluster& cluster, const cost::CostModelOptions& options = {}) const;
 };
 
+// For --out and --export: the file must be writable as WriteFileAtomically writes it (a new name, a
+// regular file or a link to one), checked when the flags are parsed, before any search.
+CLI::Validator OutputFile();
+
 // --threads on commands that do not search (CONTRACT.md: accepted everywhere); they run on one thread.
 void AddThreadsFlag(CLI::App* app);
 

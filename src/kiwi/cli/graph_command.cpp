@@ -54,7 +54,7 @@ Command AddGraphCommand(CLI::App& root) {
   o->model.Add(app, "gpt");
   app->add_option("--cluster", o->cluster, ClusterHelp() + "; its device prices roofline costs")
       ->capture_default_str();
-  app->add_option("--export", o->export_path, "write the graph as kiwi graph JSON to this file");
+  app->add_option("--export", o->export_path, "write the graph as kiwi graph JSON to this file")->check(OutputFile());
   AddThreadsFlag(app);
   o->cost.Add(app);
   app->add_flag("--json", o->json, "print one JSON object");

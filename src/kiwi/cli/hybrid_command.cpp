@@ -274,12 +274,13 @@ Command AddHybridCommand(CLI::App& root) {
   app->add_option("--cluster", o->cluster, ClusterHelp())->capture_default_str();
   app->add_option("--memory", o->memory, "memory budget per device (default: the device's memory)");
   app->add_option("--method", o->method, fmt::format("{}", fmt::join(hybrid::MethodNames(), " | ")))->capture_default_str();
-  app->add_option("--out", o->out, "write the plan as plan JSON to this file (replay with kiwi simulate)");
+  app->add_option("--out", o->out, "write the plan as plan JSON to this file (replay with kiwi simulate)")->check(OutputFile());
   CLI::Option* model = app->get_option("--model");
   CLI::Option* hf = app->add_option("--hf-config", o->hf_config,
                                     "plan a HuggingFace config.json (gpt2, bert, t5, vit, swin, llama, mistral) "
                                     "instead of --model");
-  app->add_option("--galvatron-out", o->galvatron_out, "write the plan as a Galvatron strategy config (JSON)");
+  app->add_option("--galvatron-out", o->galvatron_out, "write the plan as a Galvatron strategy config (JSON)")
+      ->check(OutputFile());
   CLI::Option* profiles = app->add_option("--galvatron-profiles", o->galvatron_profiles,
                                           "plan from Galvatron's profiles instead of --model: COMPUTATION.json,MEMORY.json")
                               ->delimiter(',');

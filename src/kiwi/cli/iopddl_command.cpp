@@ -115,7 +115,7 @@ Command AddIopddlCommand(CLI::App& root) {
           [](std::string& v) { return v.starts_with('-') ? "must be a non-negative integer (got " + v + ")" : ""; },
           "UINT"))
       ->capture_default_str();
-  app->add_option("--out", o->out, "also write the solution, in the contest's format, to this file");
+  app->add_option("--out", o->out, "also write the solution, in the contest's format, to this file")->check(OutputFile());
   app->add_flag("--quiet", o->quiet, "no progress lines on stderr");
   app->add_flag("--json", o->json, "print one JSON object instead of the contest's output line");
   return {app, [o] { return RunIopddl(*o); }};

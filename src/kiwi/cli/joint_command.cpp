@@ -291,7 +291,7 @@ Command AddJointCommand(CLI::App& root) {
       ->capture_default_str();
   app->add_option("--bandwidth-scale", o->bandwidth_scale, "multiply every link's bandwidth by X (KIWI Fig. 6)")
       ->capture_default_str();
-  app->add_option("--out", o->out, "write the plan as plan JSON to this file (replay it with `kiwi simulate`)");
+  app->add_option("--out", o->out, "write the plan as plan JSON to this file (replay it with `kiwi simulate`)")->check(OutputFile());
   o->search.Add(app);
   o->cost.Add(app);
   app->add_flag("--quiet", o->quiet, "no progress lines on stderr");

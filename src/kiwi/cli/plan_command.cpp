@@ -173,7 +173,7 @@ Command AddPlanCommand(CLI::App& root) {
   o->model.Add(app, "gpt");
   app->add_option("--cluster", o->cluster, ClusterHelp())->capture_default_str();
   app->add_option("--memory", o->memory, "memory budget per device (default: the device's memory)");
-  app->add_option("--out", o->out, "write the best plan as plan JSON to this file");
+  app->add_option("--out", o->out, "write the best plan as plan JSON to this file")->check(OutputFile());
   o->search.Add(app);
   o->cost.Add(app);
   app->add_flag("--json", o->json, "print one JSON object");

@@ -159,7 +159,7 @@ Command AddRematCommand(CLI::App& root) {
   app->add_option("--solver", o->solver, fmt::format("{}", fmt::join(solve::remat::SolverNames(), " | ")))
       ->capture_default_str();
   app->add_option("--cluster", o->cluster, ClusterHelp() + "; its device prices roofline costs")->capture_default_str();
-  app->add_option("--out", o->out, "write the schedule as plan JSON to this file");
+  app->add_option("--out", o->out, "write the schedule as plan JSON to this file")->check(OutputFile());
   o->search.Add(app);
   o->cost.Add(app);
   app->add_flag("--max-batch", o->max_batch,

@@ -100,8 +100,45 @@ Result<std::string> ReadFileText(const std::string& path) {
   return bytes;
 }
 
-Status WriteFileAtomically(const std::string& path, std::string_view contents) {
-  std::string tmp = path + ".tmp.XXXXXX";
+namespace {
+
+// Where an atomic write of `path` lands: `path` itself when it is new or a regular file, the file a
+// symbolic link points to (the link stays); anything else (a FIFO, a device, a directory, a socket)
+// and a file the user may not write are refused, as a rename would replace them silently.
+Result<std::filesystem::path> AtomicWriteTarget(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::path target = path;
+  if (fs::is_symlink(fs::symlink_status(target, ec))) {
+    target = fs::weakly_canonical(target, ec);
+    if (ec) return BadInput(OneLine(fmt::format("{}: cannot follow the symbolic link: {}", path, ec.message())));
+  }
+  const fs::file_status st = fs::status(target, ec);
+  if (st.type() == fs::file_type::not_found) return target;
+  if (ec) return BadInput(OneLine(fmt::format("{}: {}", path, ec.message())));
+  if (st.type() == fs::file_type::directory) return BadInput(OneLine(fmt::format("{}: is a directory", path)));
+  if (st.type() != fs::file_type::regular)
+    return BadInput(OneLine(fmt::format("{}: not a regular file (a FIFO, device or socket): write to a file", path)));
+  if (::access(target.c_str(), W_OK) != 0)
+    return BadInput(OneLine(fmt::format("{}: cannot replace the file: {}", path, ErrnoText(errno))));
+  return target;
+}
+
+}  // namespace
+
+Status CheckWritableOutput(const std::string& path) {
+  Result<std::filesystem::path> target = AtomicWriteTarget(path);
+  if (!target) return target.error();
+  return Status::Ok();
+}
+
+Status WriteFileAtomically(const std::string& requested, std::string_view contents) {
+  Result<std::filesystem::path> target = AtomicWriteTarget(requested);
+  if (!target) return target.error();
+  const std::string& path = requested;
+  // A short hidden name beside the target: "NAME.tmp.XXXXXX" broke names near the 255-byte limit.
+  const std::filesystem::path dir = target->parent_path();
+  std::string tmp = ((dir.empty() ? std::filesystem::path(".") : dir) / ".kiwi-out.XXXXXX").string();
   const int fd = mkstemp(tmp.data());
   if (fd < 0) return BadInput(OneLine(fmt::format("{}: cannot create a file there: {}", path, ErrnoText(errno))));
   const auto fail = [&](const std::string& what, int err) {
@@ -123,7 +160,7 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents) {
     ::unlink(tmp.c_str());
     return BadInput(OneLine(fmt::format("{}: close failed: {}", path, ErrnoText(err))));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (std::rename(tmp.c_str(), target->c_str()) != 0) {
     const int err = errno;
     ::unlink(tmp.c_str());
     return BadInput(OneLine(fmt::format("{}: cannot replace the file: {}", path, ErrnoText(err))));

@@ -32,7 +32,11 @@ std::string WriteGraphJson(const ir::Graph& graph);
 // Reads a whole file, transparently gunzipping *.gz; errors name the file.
 Result<std::string> ReadFileText(const std::string& path);
 
-// Writes atomically (temp file + rename) so a failure never leaves a partial file.
+// Writes atomically (temp file + rename) so a failure never leaves a partial file. `path` must be new,
+// a regular file the user may write, or a symbolic link to one (the link's target is replaced).
 Status WriteFileAtomically(const std::string& path, std::string_view contents);
+
+// WriteFileAtomically's checks of `path`, before any work is done for it (the CLI's --out flags).
+Status CheckWritableOutput(const std::string& path);
 
 }  // namespace kiwi::io
