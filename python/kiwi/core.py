@@ -21,6 +21,7 @@ GraphLike = Union[Graph, str]  # a dict, or JSON text
 Size = Union[int, str]         # bytes, or "16GiB" / "16GB" / "512MiB"
 
 DEFAULT_CLUSTER = "v100-nvlink-8"
+MAX_BYTES = (1 << 63) - 1  # the C++ core counts bytes in int64
 
 
 def parse_bytes(size: Size, what: str = "size") -> int:
@@ -28,12 +29,12 @@ def parse_bytes(size: Size, what: str = "size") -> int:
     if isinstance(size, bool):
         raise BadInputError(f"{what}: must be a size, got {size!r}")
     if isinstance(size, int):
-        if size < 0:
-            raise BadInputError(f"{what}: must be >= 0, got {size}")
+        if size < 0 or size > MAX_BYTES:
+            raise BadInputError(f"{what}: must be in [0, 2^63 - 1] bytes, got {size}")
         return size
     if isinstance(size, float):
-        if size < 0 or size != size:
-            raise BadInputError(f"{what}: must be >= 0, got {size}")
+        if not 0 <= size <= MAX_BYTES:  # NaN fails both
+            raise BadInputError(f"{what}: must be in [0, 2^63 - 1] bytes, got {size!r}")
         return int(size)
     return _kiwi.parse_bytes(str(size), what)
 
@@ -116,6 +117,8 @@ def solve_remat(graph: GraphLike, budget: Size, solver: str = "auto",
     if not isinstance(time_limit, (int, float)) or math.isnan(time_limit) or time_limit <= 0:
         raise BadInputError(f"time_limit: must be a positive number of seconds (got {time_limit!r}); "
                             "inf means no limit")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 0:
+        raise BadInputError(f"threads: must be an integer >= 0 (0: all cores), got {threads!r}")
     raw = json.loads(_kiwi.solve_remat(graph_json(graph), parse_bytes(budget, "budget"), solver,
                                        _cluster(cluster), float(time_limit), int(threads), bool(progress),
                                        _profile(profile)))

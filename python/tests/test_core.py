@@ -38,6 +38,11 @@ def test_sizes():
     assert kiwi.format_bytes(512 << 20) == "512 MiB"
     with pytest.raises(kiwi.BadInputError, match="budget"):
         kiwi.parse_bytes("lots", "budget")
+    # the C++ core counts bytes in int64: larger numbers are refused, not passed on as 301 digits
+    assert kiwi.parse_bytes((1 << 63) - 1) == (1 << 63) - 1
+    for bad in (1 << 63, 1e300, float("inf"), float("nan"), -1, -0.5):
+        with pytest.raises(kiwi.BadInputError, match=r"budget: must be in \[0, 2\^63 - 1\] bytes"):
+            kiwi.parse_bytes(bad, "budget")
 
 
 def test_training_graph_reads_what_gradients_need():
@@ -94,6 +99,9 @@ def test_time_limits_must_be_positive_seconds():
         with pytest.raises(kiwi.BadInputError, match="time_limit: must be a positive number of seconds"):
             kiwi.solve_remat(t, peak, "heuristic", time_limit=bad)
     assert kiwi.solve_remat(t, peak, "heuristic", time_limit=float("inf")).feasible
+    for bad in (-1, 1.5, True, "2"):  # a negative count raised TimeLimitError after 0.02 s
+        with pytest.raises(kiwi.BadInputError, match="threads: must be an integer >= 0"):
+            kiwi.solve_remat(t, peak, "ilp", threads=bad)
 
 
 def test_keep_set_schedule_drops_and_recomputes():
