@@ -54,13 +54,28 @@ def parse_graph(text: GraphLike, source: str = "graph", annotate: bool = False) 
     return json.loads(_kiwi.normalize_graph(graph_json(text), source, annotate))
 
 
+MAX_DOCUMENT_BYTES = 1 << 30  # as the C++ readers (io/file_io.cpp): a file or what its gzip decompresses to
+
+
 def load_graph(path: str) -> Graph:
+    """A graph file (kiwi graph JSON or another format kiwi reads; .gz ok), at most 1 GiB of JSON."""
     with open(path, "rb") as f:
-        data = f.read()
-    if data[:2] == b"\x1f\x8b":
-        import gzip
-        data = gzip.decompress(data)
-    return parse_graph(data.decode("utf-8"), os.path.basename(path))
+        data = f.read(MAX_DOCUMENT_BYTES + 1)  # /dev/zero or an endless pipe stops here
+        if data[:2] == b"\x1f\x8b":
+            import gzip
+            f.seek(0)
+            with gzip.GzipFile(fileobj=f) as z:
+                try:
+                    data = z.read(MAX_DOCUMENT_BYTES + 1)
+                except (OSError, EOFError) as e:
+                    raise BadInputError(f"{path}: corrupt gzip data: {e}") from None
+    if len(data) > MAX_DOCUMENT_BYTES:
+        raise BadInputError(f"{path}: larger than 1 GiB of JSON (the largest input kiwi reads)")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadInputError(f"{path}: not UTF-8 text (byte {e.start})") from None
+    return parse_graph(text, os.path.basename(path))
 
 
 def build_training_graph(forward: GraphLike, optimizer: str = "adam", master_weights: bool = False) -> Graph:

@@ -1,5 +1,6 @@
 """The kiwi package over the C++ core: graphs, the remat planners, the simulator, plans, the CLI."""
 import json
+import os
 
 import pytest
 
@@ -43,6 +44,20 @@ def test_sizes():
     for bad in (1 << 63, 1e300, float("inf"), float("nan"), -1, -0.5):
         with pytest.raises(kiwi.BadInputError, match=r"budget: must be in \[0, 2\^63 - 1\] bytes"):
             kiwi.parse_bytes(bad, "budget")
+
+
+def test_load_graph_refuses_endless_and_broken_files(tmp_path):
+    if os.path.exists("/dev/zero"):  # read until bad_alloc before: now stops at the 1 GiB limit
+        with pytest.raises(kiwi.BadInputError, match="larger than 1 GiB"):
+            kiwi.load_graph("/dev/zero")
+    broken = tmp_path / "g.json.gz"
+    broken.write_bytes(b"\x1f\x8b" + b"not gzip at all")
+    with pytest.raises(kiwi.BadInputError, match="corrupt gzip data"):
+        kiwi.load_graph(str(broken))
+    latin = tmp_path / "g.json"
+    latin.write_bytes(b'{"name": "\xff"}')
+    with pytest.raises(kiwi.BadInputError, match="not UTF-8"):
+        kiwi.load_graph(str(latin))
 
 
 def test_training_graph_reads_what_gradients_need():

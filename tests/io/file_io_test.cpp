@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "io_test_util.h"
 #include "kiwi/io/graph_json.h"
@@ -85,6 +86,16 @@ TEST(WriteFileAtomically, FailureLeavesNoFile) {
   const Status s = WriteFileAtomically(path, "x");
   ExpectBadInput(s, {path + ": cannot create a file there"});
   EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+// Issue 18 item 5: a document over 1 GiB is refused before it is read (a sparse file here; /dev/zero
+// and endless pipes stop at the same limit while reading).
+TEST(ReadFileText, RefusesDocumentsOverOneGibibyte) {
+  ScratchDir dir;
+  const std::string path = dir.File("huge.json");
+  { std::ofstream(path) << "{"; }
+  std::filesystem::resize_file(path, (std::uintmax_t{1} << 30) + 1);
+  ExpectBadInput(ReadFileText(path), {path + ": larger than 1.00 GiB"});
 }
 
 // Issue 18 item 11: a rename silently replaced a FIFO, a device or a symbolic link with a regular

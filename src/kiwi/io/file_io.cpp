@@ -14,12 +14,15 @@
 
 #include "kiwi/io/graph_json.h"
 #include "kiwi/io/json_fields.h"
+#include "kiwi/util/units.h"
 
 namespace kiwi::io {
 namespace {
 
-// A decompressed document larger than this is refused (a corrupt or hostile .gz must not exhaust memory).
-constexpr size_t kMaxDecompressedBytes = size_t{8} << 30;
+// A document (a file, or what a .gz decompresses to) larger than this is refused: /dev/zero, a FIFO
+// that never ends or a gzip bomb must not exhaust memory. The largest real input, the IOPDDL contest's
+// instance S, is 59 MB of JSON; parsing takes about 20x a document's size in memory.
+constexpr size_t kMaxDocumentBytes = size_t{1} << 30;
 constexpr size_t kChunk = size_t{1} << 16;
 
 std::string ErrnoText(int err) { return std::error_code(err, std::generic_category()).message(); }
@@ -65,8 +68,9 @@ Result<std::string> Gunzip(std::string_view data, const std::string& path) {
     zs.avail_out = static_cast<uInt>(buf.size());
     const int ret = inflate(&zs, Z_NO_FLUSH);
     out.append(buf.data(), buf.size() - zs.avail_out);
-    if (out.size() > kMaxDecompressedBytes)
-      return BadInput(fmt::format("{}: decompresses to more than {} bytes", path, kMaxDecompressedBytes));
+    if (out.size() > kMaxDocumentBytes)
+      return BadInput(OneLine(fmt::format("{}: decompresses to more than {} (the largest input kiwi reads)", path,
+                                          FormatBytes(kMaxDocumentBytes))));
     const bool input_done = zs.avail_in == 0 && fed == data.size();
     if (ret == Z_STREAM_END) {
       if (input_done || !IsGzip(data.substr(fed - zs.avail_in))) break;  // trailing padding is ignored, as gzip does
@@ -91,10 +95,18 @@ Result<std::string> ReadFileText(const std::string& path) {
   if (std::filesystem::is_directory(status)) return BadInput(OneLine(path + ": is a directory, not a file"));
   std::ifstream in(path, std::ios::binary);
   if (!in) return BadInput(OneLine(path + ": cannot open for reading: " + ErrnoText(errno)));
+  const auto too_large = [&] {
+    return BadInput(OneLine(fmt::format("{}: larger than {} (the largest input kiwi reads)", path,
+                                        FormatBytes(kMaxDocumentBytes))));
+  };
+  if (std::filesystem::is_regular_file(status) && std::filesystem::file_size(path, ec) > kMaxDocumentBytes && !ec)
+    return too_large();
   std::string bytes;
   std::string buf(kChunk, '\0');
-  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0)
+  while (in.read(buf.data(), static_cast<std::streamsize>(buf.size())) || in.gcount() > 0) {
     bytes.append(buf.data(), static_cast<size_t>(in.gcount()));
+    if (bytes.size() > kMaxDocumentBytes) return too_large();  // a device or a pipe that does not end
+  }
   if (in.bad()) return BadInput(OneLine(path + ": read error"));
   if (IsGzip(bytes)) return Gunzip(bytes, path);
   return bytes;
