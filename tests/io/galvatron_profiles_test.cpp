@@ -2,6 +2,7 @@
 // with hand-computed values (MB = 2^20 bytes, ms per sample, GB/s = 10^9 bytes/s).
 #include "kiwi/io/galvatron_profiles.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 namespace kiwi::io {
@@ -52,6 +53,16 @@ TEST(GalvatronProfiles, ErrorsNameTheFileAndEntry) {
        "tp_activation_per_bsz_dict": {"1": 1, "checkpoint": 1}}})", "c.json", "m.json"}, o);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("m.json: layertype_0.parameter_size"), std::string::npos) << bad.error().message;
+  // Issue 18 item 4: 1e18 MiB wrapped to a small byte count and made an absurd plan "fit".
+  for (const char* huge : {R"("parameter_size": 1e18, "tp_activation_per_bsz_dict": {"1": 1, "checkpoint": 1})",
+                           R"("parameter_size": 1, "tp_activation_per_bsz_dict": {"1": 1e18, "checkpoint": 1})",
+                           R"("parameter_size": 1, "tp_activation_per_bsz_dict": {"1": 1, "checkpoint": 3e7})"}) {
+    Result<cost::LayerModel> r = ParseGalvatronModel(
+        {R"({"layertype_0_bsz1_seq8": 1.0})", fmt::format(R"({{"layertype_0": {{{}}}}})", huge), "c.json", "m.json"}, o);
+    ASSERT_FALSE(r.ok()) << huge;
+    EXPECT_NE(r.error().message.find("m.json: layertype_0."), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find("more than any device holds"), std::string::npos) << r.error().message;
+  }
   Result<cost::LayerModel> two_seqs = ParseGalvatronModel(
       {R"({"layertype_0_bsz1_seq8": 1.0})", R"({"layertype_0": {"8": {}, "16": {}}})", "c.json", "m.json"}, o);
   ASSERT_FALSE(two_seqs.ok());

@@ -71,6 +71,19 @@ TEST(ShardingEvaluate, ForbiddenCostsSaturateInsteadOfOverflowing) {
   EXPECT_TRUE(good.feasible);
 }
 
+// Issue 18 item 4: two overlapping usages of 6e18 wrapped the int64 sum to 0, "feasible" under 9e18.
+TEST(ShardingEvaluate, HugeOverlappingUsagesDoNotWrap) {
+  ShardingProblem p;
+  p.nodes = {{0, 10, {1}, {6'000'000'000'000'000'000}}, {5, 15, {1}, {6'000'000'000'000'000'000}}};
+  p.usage_limit = 9'000'000'000'000'000'000;
+  const Evaluation e = Evaluate(p, {0, 0});
+  ASSERT_TRUE(e.valid);
+  EXPECT_EQ(e.peak_usage, INT64_MAX);  // 1.2e19 does not fit: reported as the largest int64
+  EXPECT_EQ(e.peak_time, 5);
+  EXPECT_FALSE(e.feasible);
+  EXPECT_EQ(MinimumPeakUsage(p), INT64_MAX);
+}
+
 TEST(ShardingMinimumPeakUsage, SumsEachLiveNodesSmallestUsage) {
   EXPECT_EQ(MinimumPeakUsage(Example()), 50);  // [50, 70): 10 + 25 + 15
   ShardingProblem p = Example();

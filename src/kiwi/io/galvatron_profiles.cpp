@@ -15,7 +15,14 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 constexpr double kGBps = 1e9;
 
-int64_t MiBToBytes(double mib) { return static_cast<int64_t>(std::llround(mib * kMiB)); }
+// A profile's MiB as bytes. Over 16 TiB (2^24 MiB) for one layer or sample is refused: no device holds
+// it, and 1e18 MiB wrapped llround to a small number that made absurd plans "fit".
+constexpr double kMaxMiB = double{1 << 24};
+Result<int64_t> MiBToBytes(double mib, const JsonPath& at, std::string_view key) {
+  if (!(mib <= kMaxMiB))
+    return at.Key(key).Bad(fmt::format("{:g} MiB is more than any device holds (at most {:g} MiB)", mib, kMaxMiB));
+  return static_cast<int64_t>(std::llround(mib * kMiB));
+}
 
 std::optional<int64_t> ParseSuffix(std::string_view token, std::string_view prefix) {
   if (token.substr(0, prefix.size()) != prefix) return std::nullopt;
@@ -115,11 +122,18 @@ Result<cost::LayerProfile> LayerProfileOf(const Json& memory, const JsonPath& at
   if (!full) return full.error();
   Result<double> boundary = NumberField(**acts, here.Key("tp_activation_per_bsz_dict"), "checkpoint", 0.0);
   if (!boundary) return boundary.error();
+  Result<int64_t> parameter_bytes = MiBToBytes(*params, here, "parameter_size");
+  if (!parameter_bytes) return parameter_bytes.error();
+  const JsonPath by_bsz = here.Key("tp_activation_per_bsz_dict");
+  Result<int64_t> activation_bytes = MiBToBytes(*full, by_bsz, "1");
+  if (!activation_bytes) return activation_bytes.error();
+  Result<int64_t> boundary_bytes = MiBToBytes(*boundary, by_bsz, "checkpoint");
+  if (!boundary_bytes) return boundary_bytes.error();
   cost::LayerProfile p;
   p.name = key;
-  p.parameter_bytes = MiBToBytes(*params);
-  p.activation_bytes_per_sample = MiBToBytes(*full);
-  p.boundary_bytes_per_sample = MiBToBytes(*boundary);
+  p.parameter_bytes = *parameter_bytes;
+  p.activation_bytes_per_sample = *activation_bytes;
+  p.boundary_bytes_per_sample = *boundary_bytes;
   p.forward_seconds_per_sample = forward;
   p.backward_seconds_per_sample = 2.0 * forward;  // §V: backward ~ twice the forward for matmul layers
   p.tp_comm_bytes_per_sample = 2 * p.boundary_bytes_per_sample;
@@ -143,8 +157,12 @@ Status FillOther(const Json& memory, const JsonPath& at, const GalvatronModelOpt
   Result<double> activation = TpOne(**m, here, "activation");
   if (!activation) return activation.error();
   // Galvatron's model states are parameters + gradients + optimizer states.
-  model.embedding.parameter_bytes = MiBToBytes(*states / (1.0 + o.state_bytes_per_parameter_byte));
-  model.embedding.activation_bytes_per_sample = MiBToBytes(*activation);
+  Result<int64_t> parameter_bytes = MiBToBytes(*states / (1.0 + o.state_bytes_per_parameter_byte), here, "model_states");
+  if (!parameter_bytes) return parameter_bytes.error();
+  Result<int64_t> activation_bytes = MiBToBytes(*activation, here, "activation");
+  if (!activation_bytes) return activation_bytes.error();
+  model.embedding.parameter_bytes = *parameter_bytes;
+  model.embedding.activation_bytes_per_sample = *activation_bytes;
   return Status::Ok();
 }
 

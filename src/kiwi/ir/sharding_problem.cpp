@@ -1,6 +1,7 @@
 #include "kiwi/ir/sharding_problem.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <tuple>
 #include <utility>
 
@@ -61,13 +62,17 @@ std::pair<int64_t, int64_t> PeakOf(const ShardingProblem& problem, UsageOf usage
     events.emplace_back(node.end, -u);
   }
   std::sort(events.begin(), events.end());
-  int64_t level = 0, peak = 0, peak_time = 0;
+  // In 128 bits: two usages of 6e18 overlapping wrapped an int64 to 0 and the solution was "feasible".
+  __extension__ typedef __int128 Wide;  // GCC/Clang; __extension__ keeps -Wpedantic quiet
+  Wide level = 0, peak = 0;
+  int64_t peak_time = 0;
   for (size_t k = 0; k < events.size();) {
     const int64_t t = events[k].first;
     for (; k < events.size() && events[k].first == t; ++k) level += events[k].second;
     if (level > peak) peak = level, peak_time = t;
   }
-  return {peak, peak_time};
+  const int64_t clamped = peak > INT64_MAX ? INT64_MAX : static_cast<int64_t>(peak);  // above any limit
+  return {clamped, peak_time};
 }
 
 }  // namespace
