@@ -126,6 +126,12 @@ TEST(SavedActivationBytes, MlpHandComputed) {
   EXPECT_EQ(SavedActivationBytes(t, 0), 1024);  // only r is in layer 0 (h is never read)
   EXPECT_EQ(SavedActivationBytes(t, 3), 0);
   EXPECT_EQ(SavedActivationBytes(Mlp()), 0);  // no backward ops
+  // All layers in one pass (BuildLayerView called the per-layer scan once per layer: 10,000 layers
+  // took seconds) give the same bytes.
+  const std::vector<int64_t> by_layer = SavedActivationBytesByLayer(t, 4);
+  ASSERT_EQ(by_layer.size(), 4u);
+  for (int32_t layer = 0; layer < 4; ++layer) EXPECT_EQ(by_layer[static_cast<size_t>(layer)], SavedActivationBytes(t, layer));
+  EXPECT_TRUE(SavedActivationBytesByLayer(t, 0).empty());
 }
 
 TEST(BuildTrainingGraph, AdamAddsTwoFp32StatesPerParameter) {

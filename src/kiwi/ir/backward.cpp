@@ -291,16 +291,36 @@ int32_t FirstBackwardPosition(const Graph& training, const std::vector<NodeId>& 
   return static_cast<int32_t>(order.size());
 }
 
-int64_t SavedActivationBytes(const Graph& training, int32_t layer) {
+namespace {
+
+// Forward, non-persistent nodes some backward node reads.
+std::vector<bool> SavedForBackward(const Graph& training) {
   std::vector<bool> saved(static_cast<size_t>(training.size()), false);
   for (const Node& n : training.nodes())
     if (n.is_backward())
       for (NodeId in : n.inputs)
         if (in >= 0 && in < training.size()) saved[static_cast<size_t>(in)] = true;
+  for (const Node& n : training.nodes())
+    if (n.is_backward() || n.is_persistent()) saved[static_cast<size_t>(n.id)] = false;
+  return saved;
+}
+
+}  // namespace
+
+int64_t SavedActivationBytes(const Graph& training, int32_t layer) {
+  const std::vector<bool> saved = SavedForBackward(training);
   int64_t bytes = 0;
   for (const Node& n : training.nodes())
-    if (saved[static_cast<size_t>(n.id)] && !n.is_backward() && !n.is_persistent() && (layer == -1 || n.layer == layer))
-      bytes += n.output.Bytes();
+    if (saved[static_cast<size_t>(n.id)] && (layer == -1 || n.layer == layer)) bytes += n.output.Bytes();
+  return bytes;
+}
+
+std::vector<int64_t> SavedActivationBytesByLayer(const Graph& training, int32_t layers) {
+  const std::vector<bool> saved = SavedForBackward(training);
+  std::vector<int64_t> bytes(static_cast<size_t>(std::max(layers, 0)), 0);
+  for (const Node& n : training.nodes())
+    if (saved[static_cast<size_t>(n.id)] && n.layer >= 0 && n.layer < layers)
+      bytes[static_cast<size_t>(n.layer)] += n.output.Bytes();
   return bytes;
 }
 

@@ -35,5 +35,7 @@ int32_t FirstBackwardPosition(const Graph& training, const std::vector<NodeId>& 
 // Bytes of forward tensors (not parameters/optimizer state) read by at least one backward op: the
 // activations a no-rematerialization schedule keeps for the backward pass. `layer` = -1 sums all.
 int64_t SavedActivationBytes(const Graph& training, int32_t layer = -1);
+// The same for layers 0..layers-1 at once (one pass, not one per layer).
+std::vector<int64_t> SavedActivationBytesByLayer(const Graph& training, int32_t layers);
 
 }  // namespace kiwi::ir

@@ -83,13 +83,14 @@ Result<LayerView> BuildLayerView(const Graph& training) {
     if (n.kind == OpKind::kParameter) layer.parameter_bytes += n.output.Bytes();
     if (IsBoundary(training, n, readers[static_cast<size_t>(id)])) layer.boundary_activation_bytes += n.output.Bytes();
   }
+  const std::vector<int64_t> saved = SavedActivationBytesByLayer(training, static_cast<int32_t>(view.layers.size()));
   for (Layer& layer : view.layers) {
     if (layer.forward.empty() && layer.backward.empty())
       return BadInput(fmt::format("{}: layer {}: no node has this layer index (layer indices must be 0..{} "
                                   "without gaps)",
                                   source, layer.index, max_layer));
     layer.name = LayerName(training, layer);
-    layer.saved_activation_bytes = SavedActivationBytes(training, layer.index);
+    layer.saved_activation_bytes = saved[static_cast<size_t>(layer.index)];
   }
   return view;
 }
