@@ -6,6 +6,7 @@
 #include <fstream>
 #include <random>
 
+#include "kiwi/cli/common.h"
 #include "run_kiwi.h"
 
 namespace kiwi {
@@ -327,6 +328,18 @@ TEST(Cli, AnUnwritableStdoutFails) {
     EXPECT_EQ(CountLines(message), 1) << message;
     EXPECT_NE(message.find("standard output"), std::string::npos) << message;
   }
+}
+
+// --time-limit counts from the command's start: what reading and building took is not searched again.
+TEST(CliFlags, TimeLimitCountsFromTheCommandsStart) {
+  cli::SearchFlags flags;
+  flags.time_limit_seconds = 5.0;
+  EXPECT_GT(flags.SecondsLeft(), 4.0);
+  EXPECT_LE(flags.SecondsLeft(), 5.0);
+  flags.start -= std::chrono::seconds(3);
+  EXPECT_LE(flags.SecondsLeft(), 2.0);
+  flags.start -= std::chrono::seconds(10);
+  EXPECT_DOUBLE_EQ(flags.SecondsLeft(), 0.01);  // past it: searches return at once with what they have
 }
 
 // --out and --export are checked when parsed, before any search: a FIFO, a device or a directory is

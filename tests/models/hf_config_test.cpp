@@ -85,6 +85,13 @@ TEST(HfConfig, ErrorsNameTheField) {
   EXPECT_NE(message(R"({"model_type": "swin", "embed_dim": 96, "depths": [2, 2], "num_heads": [4, 8]})").find("num_heads"),
             std::string::npos);
   EXPECT_NE(message("[1]").find("not a JSON object"), std::string::npos);
+  // --layers' cap holds for configs too (100,000 layers ran for minutes)
+  EXPECT_NE(message(R"({"model_type": "gpt2", "n_layer": 100000, "n_embd": 64, "n_head": 4})")
+                .find("c.json: n_layer: 100000 layers is too many (at most 10000)"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"model_type": "llama", "num_hidden_layers": 10001, "hidden_size": 64, "num_attention_heads": 4,
+                        "intermediate_size": 128})").find("num_hidden_layers: 10001 layers is too many"),
+            std::string::npos);
   EXPECT_FALSE(ParseHfConfig(kGpt2, "gpt2.json", {.layers = 3}).ok());
 }
 

@@ -1,5 +1,6 @@
 #include "kiwi/cli/common.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -12,6 +13,7 @@
 #include "kiwi/cost/cluster.h"
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/graph_json.h"
+#include "kiwi/util/elapsed.h"
 #include "kiwi/util/one_line.h"
 #include "kiwi/util/units.h"
 
@@ -53,7 +55,8 @@ Result<models::ModelSpec> ModelFlags::Load() const {
 Result<models::ModelOverrides> ModelFlags::Overrides() const {
   models::ModelOverrides o;
   if (flags.layers) {
-    if (*flags.layers > 10000) return BadInput(fmt::format("--layers: {} is too many", *flags.layers));
+    if (*flags.layers > models::kMaxLayers)
+      return BadInput(fmt::format("--layers: {} is too many (at most {})", *flags.layers, models::kMaxLayers));
     o.layers = static_cast<int>(*flags.layers);
   }
   o.hidden = flags.hidden;
@@ -78,6 +81,10 @@ Result<models::ModelOverrides> ModelFlags::Overrides() const {
     o.optimizer = *opt;
   }
   return o;
+}
+
+double SearchFlags::SecondsLeft() const {
+  return std::max(std::min(time_limit_seconds, 0.01), time_limit_seconds - SecondsSince(start));
 }
 
 void SearchFlags::Add(CLI::App* app) {

@@ -76,7 +76,7 @@ Result<hybrid::HybridSearchOptions> SearchOptions(const HybridOptions& o, const 
   if (o.max_batch < 1) return BadInput(fmt::format("--max-batch: must be positive, got {}", o.max_batch));
   s.max_batch = o.max_batch;
   s.accumulation = !o.no_accumulation;
-  s.time_limit_seconds = o.search.time_limit_seconds;
+  s.time_limit_seconds = o.search.SecondsLeft();
   if (!o.quiet) s.progress = [](const std::string& line) { std::cerr << "kiwi hybrid: " << line << '\n'; };
   return s;
 }
@@ -290,7 +290,7 @@ Command AddHybridCommand(CLI::App& root) {
   profiles->excludes(model);
   app->add_option("--galvatron-layers", o->galvatron_layers, "with --galvatron-profiles: layers per layer type, e.g. 24,24")
       ->delimiter(',')
-      ->check(CLI::Range(1, 10000))
+      ->check(CLI::Range(1, models::kMaxLayers))
       ->needs(profiles);
   app->add_option("--galvatron-seq", o->galvatron_seq, "with --galvatron-profiles: the sequence length to use")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))

@@ -78,7 +78,7 @@ int RunIopddl(const IopddlCliOptions& o) {
     std::cerr << fmt::format("kiwi iopddl: read {} ({} nodes, {} edges) in {}\n", o.path, problem->nodes.size(),
                              problem->edges.size(), FormatSeconds(elapsed()));
   solve::sharding::ShardingSolveOptions options;
-  options.time_limit_seconds = std::max(0.01, o.search.time_limit_seconds - elapsed() - kOutputReserveSeconds);
+  options.time_limit_seconds = std::max(0.01, o.search.SecondsLeft() - kOutputReserveSeconds);
   options.threads = o.search.threads;
   options.seed = o.seed;
   if (!o.quiet)

@@ -106,7 +106,7 @@ solve::joint::JointSolveOptions SolveOptions(const JointCliOptions& o, double se
 // the full formulation first runs the reduced one.
 Result<JointResult> Solve(const solve::joint::JointProblem& p, const JointCliOptions& o, JointMethod method,
                           std::vector<JointResult>& helpers) {
-  const double limit = o.search.time_limit_seconds;
+  const double limit = o.search.SecondsLeft();
   std::vector<JointMethod> first;
   if (method == JointMethod::kKiwi) first = {JointMethod::kAlpa, JointMethod::kCkptDots, JointMethod::kMegatronSelective};
   if (method == JointMethod::kKiwiFull) first = {JointMethod::kKiwi};

@@ -131,7 +131,7 @@ int RunPlan(const PlanOptions& o) {
   Result<cost::LayerModel> layer_model = cost::BuildLayerModel(*graph, batch, cm);
   if (!layer_model) return ReportError(layer_model.error());
   Result<std::vector<Candidate>> cands =
-      EvaluateUniformPlans(*layer_model, batch, *cluster, cm, budget, o.search.time_limit_seconds);
+      EvaluateUniformPlans(*layer_model, batch, *cluster, cm, budget, o.search.SecondsLeft());
   if (!cands) return ReportError(cands.error());
   if (cands->empty())
     return ReportError({ErrorCode::kTimeLimit, "the time limit expired before any plan was evaluated"});

@@ -117,7 +117,7 @@ int RunRemat(const RematCliOptions& o, const CLI::App& app) {
   problem->budget = *budget;
 
   solve::remat::RematOptions options;
-  options.time_limit_seconds = o.search.time_limit_seconds;
+  options.time_limit_seconds = o.search.SecondsLeft();
   options.threads = o.search.threads;
   if (!o.quiet) options.progress = [](const std::string& line) { std::cerr << "kiwi remat: " << line << '\n'; };
   Result<RematResult> r = solve::remat::SolveRemat(*problem, cm, *kind, options);

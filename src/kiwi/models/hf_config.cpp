@@ -49,6 +49,8 @@ struct Names {
 Status ReadSizes(const Config& c, const Names& n, TransformerConfig& t) {
   Result<int64_t> layers = c.Int(n.layers);
   if (!layers) return layers.error();
+  if (*layers > kMaxLayers)  // --layers' cap; 100,000 layers ran for minutes
+    return c.Bad(*n.layers.begin(), fmt::format("{} layers is too many (at most {})", *layers, kMaxLayers));
   t.layers = static_cast<int>(*layers);
   for (auto [names, fallback, out] : {std::tuple{n.hidden, std::optional<int64_t>{}, &t.hidden},
                                       std::tuple{n.heads, std::optional<int64_t>{}, &t.heads},
@@ -139,7 +141,8 @@ Result<TransformerConfig> Swin(const Config& c) {
   t.heads = *dim / 32;
   for (size_t s = 0; s < depths->size(); ++s) {
     const Json& d = (*depths)[s];
-    if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > 10000) return c.Bad("depths", "must be positive integers");
+    if (!d.is_number_integer() || d.get<int64_t>() < 1 || d.get<int64_t>() > kMaxLayers)
+      return c.Bad("depths", fmt::format("must be positive integers of at most {}", kMaxLayers));
     t.stage_depths.push_back(d.get<int>());
     const int64_t expected = (*dim << s) / 32;
     if (heads != c.j.end() && (!heads->is_array() || heads->size() != depths->size() || !(*heads)[s].is_number_integer() ||

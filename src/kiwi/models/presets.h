@@ -19,6 +19,10 @@ struct ModelSpec {
   ir::TrainingOptions training;  // optimizer and master weights the preset's paper trains with
 };
 
+// The most transformer layers kiwi builds (--layers, an HF config's layer count, Galvatron's layers per
+// type): far beyond any real model, small enough that graphs and searches stay bounded.
+inline constexpr int kMaxLayers = 10000;
+
 // Overrides users give on the command line (--layers, --hidden, ...); unset fields keep the preset's.
 struct ModelOverrides {
   std::optional<int> layers = {};
