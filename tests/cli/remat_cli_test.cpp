@@ -70,6 +70,16 @@ TEST(RematCli, MilpTooLargeForTheLimitIsNotBuilt) {
   EXPECT_NE(ilp.err.find("would take about"), std::string::npos) << ilp.err;
 }
 
+// auto gave its exact search at least 1 s whatever the limit (0.1 s took 1.2 s): with the heuristic
+// past the limit it stops there and says so.
+TEST(RematCli, AutoStopsAtTheHeuristicWhenTheLimitIsSpent) {
+  auto r = RunKiwi("remat --model gpt --layers 4 --budget-fraction 0.5 --time-limit 0.001 --quiet --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = r.Json();
+  EXPECT_TRUE(j["feasible"].get<bool>());
+  EXPECT_NE(j["note"].get<std::string>().find("no time left for an exact search"), std::string::npos) << j["note"];
+}
+
 TEST(RematCli, UsageErrorsExitTwo) {
   if (!std::filesystem::exists(kResnet)) GTEST_SKIP() << "no ../shared/benchmarks";
   EXPECT_EQ(RunKiwi("remat " + kResnet + " --quiet").exit_code, 2);  // no budget
