@@ -371,6 +371,32 @@ TEST(Cli, SimulateRejectsABrokenSchedule) {
   auto r = RunKiwi("simulate " + plan + " " + kRemat + "vgg16_b256_train.json");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(CountLines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(plan + ": operator.schedule[0]: "), std::string::npos) << r.err;
+}
+
+// Issue 18 item 14: what is wrong in a plan file is named by the file and the field's JSON path
+// ("layer plan: layers[1]: ..." named no file; a typo in "model" was blamed on --model).
+TEST(Cli, SimulateNamesThePlanFileAndField) {
+  const std::string head = R"({"kiwi_plan_version": 1, "model": "gpt", "model_flags": {"layers": 2}, "cluster": "v100-nvlink-8",)";
+  const std::string two = R"({"tp": 1, "dp": 8, "sdp": false, "checkpoint": false})";
+  const std::string layers = R"("layer": {"layers": [)" + two + ", " + two + "], ";
+  const std::string rest = R"("pp_degree": 1, "pp_partition": [2], "global_batch": 16, "micro_batches": 2, "pipeline": "1f1b"}})";
+  ASSERT_EQ(RunKiwi("simulate " + WriteTemp("good_plan.json", head + layers + rest)).exit_code, 0);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {head + R"("layer": {"layers": [{"tp": 3, "dp": 8}, )" + two + "], " + rest, ": layer.layers[0]: tp 3 x dp 8"},
+      {head + layers + R"("pp_degree": 1, "pp_partition": [2], "global_batch": 7, "micro_batches": 2, "pipeline": "1f1b"}})",
+       ": layer.global_batch: 7"},
+      {R"({"kiwi_plan_version": 1, "model": "gtp", "model_flags": {"layers": 2}, )" + layers + rest, ": model: unknown model 'gtp'"},
+      {R"({"kiwi_plan_version": 1, "model": "gpt", "model_flags": {"layers": 3}, )" + layers + rest,
+       ": layer.layers: has 2 strategies"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string path = WriteTemp("named_plan_" + std::to_string(i) + ".json", cases[i].first);
+    auto r = RunKiwi("simulate " + path);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_EQ(CountLines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(path + cases[i].second), std::string::npos) << r.err;
+  }
 }
 
 }  // namespace

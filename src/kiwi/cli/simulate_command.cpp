@@ -53,10 +53,30 @@ Result<Inputs> LoadInputs(const SimulateOptions& o) {
   return in;
 }
 
-// The model a plan refers to: --model with its flags, else the plan's model with the plan's flags.
+// A simulator's complaint about the plan, named after the plan file and the field's JSON path there
+// (issue 18: "layer plan: layers[1]: ..." and "schedule[3]: ..." named no file). The simulator's
+// messages start with the plan part at fault: "layer plan: ", "schedule", "plan." (the operator part).
+Error InPlanFile(const std::string& plan_path, Error e) {
+  if (e.code != ErrorCode::kBadInput) return e;
+  std::string& m = e.message;
+  if (m.rfind("layer plan: ", 0) == 0) m = fmt::format("{}: layer.{}", plan_path, m.substr(12));
+  else if (m.rfind("schedule", 0) == 0) m = fmt::format("{}: operator.{}", plan_path, m);
+  else if (m.rfind("plan.", 0) == 0) m = fmt::format("{}: operator.{}", plan_path, m.substr(5));
+  return e;
+}
+
+// The model a plan refers to: --model with its flags, else the plan's model with the plan's flags;
+// the plan's are named as its fields ("model", "model_flags.layers"), not as flags.
 Result<models::ModelSpec> LoadPlanModel(const SimulateOptions& o, const CLI::App& app, const plan::Plan& p) {
   if (app.count("--model") > 0 || p.model.empty()) return o.model.Load();
-  return ModelFlags{p.model, p.model_flags}.Load();
+  Result<models::ModelSpec> spec = ModelFlags{p.model, p.model_flags}.Load();
+  if (spec || spec.error().code != ErrorCode::kBadInput || spec.error().message.rfind("--", 0) != 0) return spec;
+  Error e = spec.error();
+  const size_t colon = e.message.find(':');
+  const std::string flag = e.message.substr(2, colon == std::string::npos ? std::string::npos : colon - 2);
+  const std::string field = flag == "model" ? "model" : "model_flags." + flag;
+  e.message = fmt::format("{}: {}{}", o.plan_path, field, colon == std::string::npos ? "" : e.message.substr(colon));
+  return e;
 }
 
 // The graph an operator plan refers to: GRAPH, else --model, else the plan's own model preset, else the
@@ -94,7 +114,7 @@ int SimulateOperator(const SimulateOptions& o, const CLI::App& app, const Inputs
   Result<cost::CostModel> cm = o.cost.Make(in.cluster);
   if (!cm) return ReportError(cm.error());
   Result<sim::SimResult> r = sim::SimulateOperatorPlan(*graph, *in.plan.op, *cm, *mesh);
-  if (!r) return ReportError(r.error());
+  if (!r) return ReportError(InPlanFile(o.plan_path, r.error()));
   if (o.json) {
     nlohmann::json j = report::ToJson(*r, in.report);
     j["level"] = "operator";
@@ -119,7 +139,7 @@ int SimulateLayer(const SimulateOptions& o, const CLI::App& app, const Inputs& i
   Result<cost::LayerModel> model = cost::BuildLayerModel(*graph, SpecBatch(*spec), cm);
   if (!model) return ReportError(model.error());
   Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(*model, *in.plan.layer, in.cluster, cm);
-  if (!r) return ReportError(r.error());
+  if (!r) return ReportError(InPlanFile(o.plan_path, r.error()));
   if (o.json) {
     nlohmann::json j = report::ToJson(*r, in.report);
     j["level"] = "layer";
