@@ -442,7 +442,7 @@ TEST(CheckmateIlp, StageBinariesAreCountedWithoutBuilding) {
 // A model that would not load in the time left is neither built nor solved (issue 18: a 5 s limit
 // took 22 s and 9 GB): the ILP says why and returns no schedule; a generous limit builds it.
 TEST(CheckmateIlp, ModelTooLargeForTheTimeLeftIsNotBuilt) {
-  const ir::Graph g = RandomRematGraph({.seed = 3, .n = 40, .kind = 1});
+  const ir::Graph g = RandomRematGraph({.seed = 3, .n = 400, .kind = 1});  // over 0.1 s to load
   const RematProblem all = Problem(g, 0);
   const RematProblem p = Problem(g, (MemoryLowerBound(all) + all.checkpoint_all_peak) / 2);
   const StageGraph sg = MakeStageGraph(p);

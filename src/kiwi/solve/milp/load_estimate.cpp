@@ -16,6 +16,9 @@ constexpr double kBytesPerNonzero = 230.0;
 // The same runs spent about 1.4 s of system time per GB (7.0 s at 5.1 GB, 17.6 s at 9.0 GB), and
 // overran the limit by as much: the rate at which a load's memory is first touched.
 constexpr double kLoadBytesPerSecond = 0.7e9;
+// A load estimated below this overruns the limit by no more, whatever is left: small models always
+// load (the sharding and joint searches solve many near the end of their time).
+constexpr double kNegligibleLoadSeconds = 0.1;
 
 }  // namespace
 
@@ -32,7 +35,7 @@ std::optional<std::string> WhyNotLoad(int64_t nonzeros, double seconds_left, std
   if (available_bytes && e.bytes > *available_bytes)
     return fmt::format("would need about {} of memory, {} is available", FormatBytes(e.bytes),
                        FormatBytes(*available_bytes));
-  if (std::isfinite(seconds_left) && e.seconds > seconds_left)
+  if (std::isfinite(seconds_left) && e.seconds > std::fmax(seconds_left, kNegligibleLoadSeconds))
     return fmt::format("would take about {:.1f} s to load ({}), {:.1f} s of the time limit is left", e.seconds,
                        FormatBytes(e.bytes), std::fmax(0.0, seconds_left));
   return std::nullopt;

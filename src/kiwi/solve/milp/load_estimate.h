@@ -18,7 +18,8 @@ struct LoadEstimate {
 LoadEstimate EstimateLoad(int64_t nonzeros);
 
 // Why a model of `nonzeros` should not be loaded with `seconds_left` and `available_bytes` (nullopt:
-// not known) left, as "would need ..." / "would take ..."; nullopt when it fits.
+// not known) left, as "would need ..." / "would take ..."; nullopt when it fits or loads in under
+// 0.1 s.
 std::optional<std::string> WhyNotLoad(int64_t nonzeros, double seconds_left, std::optional<int64_t> available_bytes);
 
 }  // namespace kiwi::milp

@@ -478,7 +478,8 @@ Result<RematResult> SolveCheckmateIlp(const RematProblem& problem, const cost::C
     }
   }
   partial.note = r->not_loaded.empty() ? Termination(*r, bound)
-                                       : fmt::format("MILP {}; kept the warm start", r->not_loaded);
+                 : r->has_solution()   ? fmt::format("MILP {}; kept the warm start", r->not_loaded)
+                                       : "MILP " + r->not_loaded;
   Say(options, fmt::format("ilp: {} in {:.2f} s", partial.note, SecondsSince(start)));
   if (r->termination != milp::Termination::kInfeasible) partial.lower_bound = bound;
   if (!r->has_solution()) {
