@@ -192,6 +192,9 @@ TEST(ShardingLowering, BadMeshesAndOptionsAreBadInput) {
   ExpectBadInput(LowerToShardingProblem(g, Costs(), Mesh2x4(), {.memory_limit_bytes = -1}), "memory_limit_bytes");
   // Units so fine that a collective's cost passes the forbidden-cost mark.
   ExpectBadInput(LowerToShardingProblem(g, Costs(), Mesh2x4(), {.seconds_per_unit = 1e-30}), "node 2 'y'");
+  // Said as a time kiwi cannot plan with, in seconds (it read "not a finite time below 10^18 units of 1e-30 s").
+  ExpectBadInput(LowerToShardingProblem(g, Costs(), Mesh2x4(), {.seconds_per_unit = 1e-30}),
+                 "which kiwi cannot plan with (times must be finite, >= 0 and under 1e-12 s)");
 }
 
 TEST(ShardingLowering, UnverifiableGraphIsBadInput) {

@@ -47,8 +47,9 @@ template <typename What>
 Result<int64_t> ToUnits(double seconds, double unit, What what) {
   const double units = seconds / unit;
   if (!(units >= 0.0 && units < static_cast<double>(ir::kForbiddenCost)))
-    return BadInput(fmt::format("{}: {} s is not a finite time below {} units of {} s", what(), seconds,
-                                ir::kForbiddenCost, unit));
+    return BadInput(fmt::format("{}: costs {:g} s, which kiwi cannot plan with (times must be finite, >= 0 and "
+                                "under {:g} s); check the profile or cluster that priced it",
+                                what(), seconds, static_cast<double>(ir::kForbiddenCost) * unit));
   return static_cast<int64_t>(std::llround(units));
 }
 
