@@ -34,7 +34,6 @@ from kiwi.torch import caching_allocator, measure
 from kiwi.torch.costs import make_optimizer
 
 
-
 class Mlp(nn.Module):
     """Four 1024-wide ReLU layers and a classifier."""
 

@@ -2,7 +2,6 @@
 // instance. The time limit covers the whole command (reading included), as the contest counts it.
 #include <fmt/format.h>
 
-#include <chrono>
 #include <iostream>
 #include <memory>
 
@@ -11,6 +10,7 @@
 #include "kiwi/io/graph_json.h"
 #include "kiwi/io/iopddl_json.h"
 #include "kiwi/solve/sharding/solver.h"
+#include "kiwi/util/elapsed.h"
 #include "kiwi/util/units.h"
 
 namespace kiwi::cli {
@@ -18,7 +18,6 @@ namespace {
 
 using solve::sharding::ShardingResult;
 using solve::sharding::ShardingSolverKind;
-using Clock = std::chrono::steady_clock;
 
 struct IopddlCliOptions {
   std::string path;
@@ -68,8 +67,7 @@ std::string Summary(const ShardingResult& r, const ir::ShardingProblem& p) {
 }
 
 int RunIopddl(const IopddlCliOptions& o) {
-  const Clock::time_point start = Clock::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  auto elapsed = [&] { return SecondsSince(o.search.start); };  // the clock --time-limit counts on
   Result<ShardingSolverKind> kind = ParseKind(o.solver);
   if (!kind) return ReportError(kind.error());
   Result<ir::ShardingProblem> problem = io::ReadIopddlFile(o.path);

@@ -559,11 +559,11 @@ Result<SolveResult> Solve(const Model& model, const SolveOptions& options) {
   KIWI_RETURN_IF_ERROR(ValidateModel(model));
   KIWI_RETURN_IF_ERROR(ValidateOptions(model, options));
   if (model.num_vars() == 0) return SolveEmpty(model);
-  if (std::optional<std::string> why = WhyNotLoad(model.num_nonzeros(), options.time_limit_seconds,
-                                                  AvailableMemoryBytes())) {
+  const int64_t nonzeros = model.num_nonzeros();
+  if (std::optional<std::string> why = WhyNotLoad(nonzeros, options.time_limit_seconds, AvailableMemoryBytes())) {
     SolveResult skipped;  // no bound either: -inf when minimizing, +inf when maximizing
     skipped.best_bound = model.sense() == Sense::kMinimize ? -kInf : kInf;
-    skipped.not_loaded = fmt::format("not loaded: its {} nonzeros {}", model.num_nonzeros(), *why);
+    skipped.not_loaded = fmt::format("not loaded: its {} nonzeros {}", nonzeros, *why);
     KeepWarmStartIfBetter(model, options, skipped);
     skipped.seconds = SecondsSince(start);
     return skipped;

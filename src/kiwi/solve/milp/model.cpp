@@ -53,13 +53,13 @@ void Model::SetBounds(Var v, double lower, double upper) {
   var.upper = upper;
 }
 
-// NaN when `values` does not hold one value per variable.
 int64_t Model::num_nonzeros() const {
   int64_t n = 0;
   for (const Constraint& row : rows_) n += static_cast<int64_t>(row.terms.size());
   return n;
 }
 
+// NaN when `values` does not hold one value per variable.
 double Model::Evaluate(const std::vector<double>& values) const {
   if (values.size() != vars_.size()) return std::nan("");
   double total = objective_constant_;

@@ -59,6 +59,12 @@ double BudgetUnits(const Index& index, int64_t budget) {
   return index.integral_units ? std::floor(units) : units * (1.0 - 1e-9);
 }
 
+// Whether R[t][i] and S[t][i] (i < t) are binaries in a variable stage t: i is live there and not
+// persistent (then R is 0 and S is 1). R[t][t] is 1, and so is neither.
+bool StageBinary(const StageGraph& g, int32_t t, int32_t i) {
+  return i < t && !g.persistent[Z(i)] && g.Live(t, i);
+}
+
 // Stages before `first` are checkpoint-all's, constants; from `first` on, Checkmate's variables.
 void CreateStageVariables(const StageGraph& g, milp::Model& m, Index& index, int32_t first) {
   index.r.resize(Z(g.n));
@@ -69,12 +75,10 @@ void CreateStageVariables(const StageGraph& g, milp::Model& m, Index& index, int
     for (int32_t i = 0; i < t; ++i) index.s[Z(t)].push_back(all.Stored(t, i) ? Index::kOne : Index::kZero);
   }
   for (int32_t t = first; t < g.n; ++t) {
-    for (int32_t i = 0; i <= t; ++i) {
-      const bool fixed_zero = g.persistent[Z(i)] || !g.Live(t, i);
-      index.r[Z(t)].push_back(i == t ? Index::kOne : fixed_zero ? Index::kZero : m.AddBinary().index);
-    }
+    for (int32_t i = 0; i <= t; ++i)
+      index.r[Z(t)].push_back(i == t ? Index::kOne : StageBinary(g, t, i) ? m.AddBinary().index : Index::kZero);
     for (int32_t i = 0; i < t; ++i) {
-      const int32_t slot = g.persistent[Z(i)] ? Index::kOne : !g.Live(t, i) ? Index::kZero : m.AddBinary().index;
+      const int32_t slot = StageBinary(g, t, i) ? m.AddBinary().index : g.persistent[Z(i)] ? Index::kOne : Index::kZero;
       index.s[Z(t)].push_back(slot);
     }
   }
@@ -82,13 +86,11 @@ void CreateStageVariables(const StageGraph& g, milp::Model& m, Index& index, int
 
 }  // namespace
 
-// CreateStageVariables' binaries, counted without creating them: R[t][i] and S[t][i] of every live,
-// non-persistent tensor i < t in the stages from `first` on.
+// CreateStageVariables' binaries, counted without creating them: an R and an S per StageBinary.
 int64_t CountStageBinaries(const StageGraph& g, int32_t first) {
   int64_t count = 0;
   for (int32_t t = std::clamp(first, 0, std::max(0, g.n - 1)); t < g.n; ++t)  // BuildCheckmateModel's clamp
-    for (int32_t i = 0; i < t; ++i)
-      if (!g.persistent[Z(i)] && g.Live(t, i)) count += 2;
+    for (int32_t i = 0; i < t; ++i) count += StageBinary(g, t, i) ? 2 : 0;
   return count;
 }
 
