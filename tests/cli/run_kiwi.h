@@ -26,10 +26,20 @@ inline std::string Slurp(const std::filesystem::path& p) {
   return ss.str();
 }
 
+// This test process's scratch directory, removed when the process exits (ctest runs each test in a
+// process of its own: thousands of them would otherwise pile up in /tmp).
 inline std::filesystem::path TempDir() {
-  auto dir = std::filesystem::temp_directory_path() / ("kiwi_cli_test_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
-  return dir;
+  struct Scratch {
+    std::filesystem::path dir =
+        std::filesystem::temp_directory_path() / ("kiwi_cli_test_" + std::to_string(::getpid()));
+    ~Scratch() {
+      std::error_code ignored;
+      std::filesystem::remove_all(dir, ignored);
+    }
+  };
+  static const Scratch scratch;
+  std::filesystem::create_directories(scratch.dir);
+  return scratch.dir;
 }
 
 // `args` is appended to the binary path as is (quote paths yourself when needed).
