@@ -19,17 +19,7 @@ if ! command -v "$python" >/dev/null || ! "$python" -c 'import venv, ensurepip, 
   python=python3
 fi
 
-missing=()
-for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if ((${#missing[@]})); then
-  echo "setup: installing ${missing[*]}" >&2
-  sudo_cmd=()
-  [ "$(id -u)" -eq 0 ] || sudo_cmd=(sudo)
-  "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-fi
+bash scripts/apt_install.sh setup "${packages[@]}"
 
 if [ ! -x .venv/bin/python ]; then
   echo "setup: creating .venv with $("$python" --version 2>&1)" >&2

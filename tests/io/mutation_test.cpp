@@ -93,19 +93,13 @@ TEST(Mutations, IopddlInstances) {
 }
 
 TEST(Mutations, HuggingFaceConfigs) {
-  for (const char* config :
-       {R"({"model_type": "gpt2", "n_layer": 12, "n_embd": 768, "n_head": 12, "n_inner": null, "n_positions": 1024,
-            "vocab_size": 50257, "architectures": ["GPT2LMHeadModel"], "torch_dtype": "float32"})",
-        R"({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008, "max_position_embeddings": 4096,
-            "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32, "torch_dtype": "float16",
-            "vocab_size": 32000, "attn_implementation": "sdpa"})",
-        R"({"model_type": "t5", "num_layers": 6, "num_decoder_layers": 4, "d_model": 512, "num_heads": 8, "d_kv": 64,
-            "d_ff": 2048, "vocab_size": 32128, "feed_forward_proj": "relu"})",
-        R"({"model_type": "swin", "embed_dim": 96, "depths": [2, 2, 6, 2], "num_heads": [3, 6, 12, 24],
-            "image_size": 224, "patch_size": 4, "window_size": 7})"})
-    FuzzText(config, [](const std::string& text) {
-      ExpectAcceptedOrOneLineError(models::ParseHfConfig(text, "m.json"), "m.json", text);
+  for (const char* config : {"gpt2.json", "llama.json", "t5.json", "swin.json"}) {
+    const std::string text = testing::ReadAll(std::string(KIWI_TEST_DATA_DIR) + "/hf/" + config);
+    ASSERT_TRUE(models::ParseHfConfig(text, config).ok()) << config;  // the seed itself is a valid config
+    FuzzText(text, [](const std::string& mutated) {
+      ExpectAcceptedOrOneLineError(models::ParseHfConfig(mutated, "m.json"), "m.json", mutated);
     }, 300);
+  }
 }
 
 TEST(Mutations, GalvatronConfigAndProfiles) {

@@ -207,12 +207,10 @@ Result<cost::LayerModel> ReadGalvatronModel(const std::string& computation_path,
 
 namespace {
 
-Result<Json> LoadObject(const std::string& path) {
-  Result<std::string> text = ReadFileText(path);
-  if (!text) return text.error();
-  Result<Json> doc = ParseJson(*text, path);
+Result<Json> ParseObject(std::string_view text, const std::string& source) {
+  Result<Json> doc = ParseJson(text, source);
   if (!doc) return doc.error();
-  KIWI_RETURN_IF_ERROR(CheckObject(*doc, JsonPath(path)));
+  KIWI_RETURN_IF_ERROR(CheckObject(*doc, JsonPath(source)));
   return doc;
 }
 
@@ -231,35 +229,47 @@ Status ApplyAllReduce(const Json& doc, const std::string& path, cost::Cluster& c
 
 }  // namespace
 
-Result<GalvatronHardware> ReadGalvatronHardware(const std::string& allreduce_path, const std::string& p2p_path,
-                                                const std::string& overlap_path, cost::Cluster base) {
+Result<GalvatronHardware> ParseGalvatronHardware(const GalvatronHardwareTexts& t, cost::Cluster base) {
   GalvatronHardware h{std::move(base), 1.3, {}};
-  return GuardJson(allreduce_path, [&]() -> Result<GalvatronHardware> {
-    if (!allreduce_path.empty()) {
-      Result<Json> doc = LoadObject(allreduce_path);
+  return GuardJson(t.allreduce_source, [&]() -> Result<GalvatronHardware> {
+    if (!t.allreduce_source.empty()) {
+      Result<Json> doc = ParseObject(t.allreduce, t.allreduce_source);
       if (!doc) return doc.error();
-      KIWI_RETURN_IF_ERROR(ApplyAllReduce(*doc, allreduce_path, h.cluster));
+      KIWI_RETURN_IF_ERROR(ApplyAllReduce(*doc, t.allreduce_source, h.cluster));
     }
-    if (!p2p_path.empty()) {
-      Result<Json> doc = LoadObject(p2p_path);
+    if (!t.p2p_source.empty()) {
+      Result<Json> doc = ParseObject(t.p2p, t.p2p_source);
       if (!doc) return doc.error();
       for (const auto& [key, value] : doc->items()) {
         std::optional<int64_t> k = ParseSuffix(key, "pp_size_");
         if (!k || *k < 1 || *k > 1 << 20) continue;
-        Result<double> v = ReadNumber(value, JsonPath(p2p_path).Key(key), 0.0);
+        Result<double> v = ReadNumber(value, JsonPath(t.p2p_source).Key(key), 0.0);
         if (!v) return v.error();
         h.p2p_bandwidth[static_cast<int>(*k)] = *v * kGBps;
       }
     }
-    if (!overlap_path.empty()) {
-      Result<Json> doc = LoadObject(overlap_path);
+    if (!t.overlap_source.empty()) {
+      Result<Json> doc = ParseObject(t.overlap, t.overlap_source);
       if (!doc) return doc.error();
-      Result<double> k = NumberField(*doc, JsonPath(overlap_path), "overlap_coe", 1.0);
+      Result<double> k = NumberField(*doc, JsonPath(t.overlap_source), "overlap_coe", 1.0);
       if (!k) return k.error();
       h.overlap_coefficient = *k;
     }
     return h;
   });
+}
+
+Result<GalvatronHardware> ReadGalvatronHardware(const std::string& allreduce_path, const std::string& p2p_path,
+                                                const std::string& overlap_path, cost::Cluster base) {
+  std::string texts[3];
+  const std::string* paths[3] = {&allreduce_path, &p2p_path, &overlap_path};
+  for (int i = 0; i < 3; ++i) {
+    if (paths[i]->empty()) continue;
+    Result<std::string> text = ReadFileText(*paths[i]);
+    if (!text) return text.error();
+    texts[i] = std::move(*text);
+  }
+  return ParseGalvatronHardware({texts[0], texts[1], texts[2], allreduce_path, p2p_path, overlap_path}, std::move(base));
 }
 
 }  // namespace kiwi::io

@@ -44,9 +44,17 @@ struct GalvatronHardware {
   std::map<int, double> p2p_bandwidth;   // pp_size -> bytes/s, as measured (informational)
 };
 
+// The three hardware files' texts and the names errors give them; a file with an empty name was not
+// given (the base cluster's figures stay).
+struct GalvatronHardwareTexts {
+  std::string_view allreduce, p2p, overlap;
+  std::string allreduce_source, p2p_source, overlap_source;
+};
+
 // The intra-node link gets the bandwidth of an all-reduce over one node's devices (consec_1), the
 // inter-node link that of an all-reduce over all devices when there are several nodes. Empty paths
 // are skipped (the base cluster's figures stay).
+Result<GalvatronHardware> ParseGalvatronHardware(const GalvatronHardwareTexts& texts, cost::Cluster base);
 Result<GalvatronHardware> ReadGalvatronHardware(const std::string& allreduce_path, const std::string& p2p_path,
                                                 const std::string& overlap_path, cost::Cluster base);
 
