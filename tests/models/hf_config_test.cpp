@@ -95,6 +95,19 @@ TEST(HfConfig, ErrorsNameTheField) {
   EXPECT_FALSE(ParseHfConfig(kGpt2, "gpt2.json", {.layers = 3}).ok());
 }
 
+// Found by fuzz/hf_config_fuzzer (issue 18): sizes that read well but do not fit together were
+// refused as "model config: heads: ...", naming no file.
+TEST(HfConfig, SizesThatDoNotFitTogetherNameTheFile) {
+  Result<ModelSpec> r = ParseHfConfig(R"({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
+    "num_attention_heads": 33, "num_hidden_layers": 32, "num_key_value_heads": 32, "vocab_size": 32000})", "c.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message, "c.json: heads: 33 does not divide hidden 4096");
+  r = ParseHfConfig(R"({"model_type": "swin", "embed_dim": 96, "depths": [2, 2], "num_heads": [3, 6], "image_size": 100,
+    "patch_size": 4, "window_size": 7})", "c.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message.rfind("c.json: ", 0), 0u) << r.error().message;
+}
+
 TEST(HfConfig, DeepNestingIsRefusedNotACrash) {  // issue 18: recursive dump() of 100,000 levels
   const std::string deep =
       R"({"model_type": "gpt2", "n_layer": )" + std::string(100000, '[') + std::string(100000, ']') + "}";

@@ -119,8 +119,9 @@ NodeId TransformerLayer(GraphBuilder& gb, int32_t layer, NodeId x, const LayerOp
                         NodeId memory = ir::kNoNode);
 
 // ---- Families (transformer.cpp, swin.cpp) ----
-// Structural validation of a config (kBadInput naming the config field); BuildTransformerForward runs it.
-Status ValidateTransformerConfig(const TransformerConfig& config);
+// Structural validation of a config (kBadInput "SOURCE: FIELD: ..."; an HF config's errors name its
+// file); BuildTransformerForward runs it.
+Status ValidateTransformerConfig(const TransformerConfig& config, std::string_view source = "model config");
 std::string FamilyName(Family family);
 int64_t FfnSize(const TransformerConfig& config);   // config.ffn, or 4 * hidden
 int64_t KvHeads(const TransformerConfig& config);   // config.kv_heads, or heads

@@ -215,7 +215,7 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, const std::string& source
   ModelSpec spec{c.String("_name_or_path", type), *t, {}};
   KIWI_RETURN_IF_ERROR(ApplyPrecision(c, o, spec));
   const TransformerConfig& built = std::get<TransformerConfig>(spec.config);
-  KIWI_RETURN_IF_ERROR(detail::ValidateTransformerConfig(built));
+  KIWI_RETURN_IF_ERROR(detail::ValidateTransformerConfig(built, source));
   return spec;
 }
 

@@ -86,24 +86,24 @@ std::vector<SwinStage> SwinStages(const TransformerConfig& c) {
 }
 
 Status ValidateSwin(const TransformerConfig& c) {
-  if (c.stage_depths.empty()) return BadInput("model config: stage_depths: swin needs at least one stage");
+  if (c.stage_depths.empty()) return BadInput("stage_depths: swin needs at least one stage");
   int total = 0;
   for (int depth : c.stage_depths) {
-    if (depth <= 0) return BadInput(fmt::format("model config: stage_depths: depth {} must be positive", depth));
+    if (depth <= 0) return BadInput(fmt::format("stage_depths: depth {} must be positive", depth));
     total += depth;
   }
   if (total != c.layers)
-    return BadInput(fmt::format("model config: stage_depths: sum {} differs from layers {}", total, c.layers));
+    return BadInput(fmt::format("stage_depths: sum {} differs from layers {}", total, c.layers));
   for (auto [value, field] : {std::pair{c.image, "image"}, {c.patch, "patch"}, {c.window, "window"}}) {
-    if (value <= 0) return BadInput(fmt::format("model config: {}: must be positive, got {}", field, value));
+    if (value <= 0) return BadInput(fmt::format("{}: must be positive, got {}", field, value));
   }
   const int64_t merges = int64_t{1} << (c.stage_depths.size() - 1);
   if (c.image % (c.patch * merges) != 0)
-    return BadInput(fmt::format("model config: image: {} is not divisible by patch {} x {} (patch merging)",
+    return BadInput(fmt::format("image: {} is not divisible by patch {} x {} (patch merging)",
                                 c.image, c.patch, merges));
   for (const SwinStage& stage : SwinStages(c)) {
     if (stage.resolution % stage.window != 0)
-      return BadInput(fmt::format("model config: window: {} does not divide the stage resolution {}", stage.window,
+      return BadInput(fmt::format("window: {} does not divide the stage resolution {}", stage.window,
                                   stage.resolution));
   }
   return Status::Ok();

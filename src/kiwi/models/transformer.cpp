@@ -199,23 +199,23 @@ Result<ir::Graph> BuildLlama(const TransformerConfig& c) {
 }
 
 Status Positive(int64_t value, const char* field) {
-  if (value <= 0) return BadInput(fmt::format("model config: {}: must be positive, got {}", field, value));
+  if (value <= 0) return BadInput(fmt::format("{}: must be positive, got {}", field, value));
   return Status::Ok();
 }
 
 Status ValidateFamily(const TransformerConfig& c) {
   if (c.attention == AttentionKernel::kFused && HasRelativePositionBias(c.family))
-    return BadInput(fmt::format("model config: attention: fused attention has no relative position bias, which {} "
+    return BadInput(fmt::format("attention: fused attention has no relative position bias, which {} "
                                 "adds to its scores (use materialized)", FamilyName(c.family)));
   if (c.family == Family::kT5) {
     KIWI_RETURN_IF_ERROR(Positive(c.decoder_layers, "decoder_layers"));
-    if (c.decoder_seq < 0) return BadInput(fmt::format("model config: decoder_seq: must be >= 0, got {}", c.decoder_seq));
+    if (c.decoder_seq < 0) return BadInput(fmt::format("decoder_seq: must be >= 0, got {}", c.decoder_seq));
   }
   if (c.family == Family::kVit) {
     KIWI_RETURN_IF_ERROR(Positive(c.image, "image"));
     KIWI_RETURN_IF_ERROR(Positive(c.patch, "patch"));
     if (c.image % c.patch != 0)
-      return BadInput(fmt::format("model config: patch: {} does not divide image {}", c.patch, c.image));
+      return BadInput(fmt::format("patch: {} does not divide image {}", c.patch, c.image));
   }
   if (c.family == Family::kSwin) return ValidateSwin(c);
   return Status::Ok();
@@ -223,22 +223,33 @@ Status ValidateFamily(const TransformerConfig& c) {
 
 }  // namespace
 
-Status ValidateTransformerConfig(const TransformerConfig& c) {
+namespace {
+
+// The checks of ValidateTransformerConfig, their messages naming the field alone.
+Status ValidateFields(const TransformerConfig& c) {
   if (static_cast<size_t>(c.family) > static_cast<size_t>(Family::kLlama))
-    return BadInput("model config: family: unknown");
+    return BadInput("family: unknown");
   KIWI_RETURN_IF_ERROR(Positive(c.layers, "layers"));
   KIWI_RETURN_IF_ERROR(Positive(c.hidden, "hidden"));
   KIWI_RETURN_IF_ERROR(Positive(c.heads, "heads"));
   KIWI_RETURN_IF_ERROR(Positive(c.seq, "seq"));
   KIWI_RETURN_IF_ERROR(Positive(c.batch, "batch"));
   KIWI_RETURN_IF_ERROR(Positive(c.vocab, "vocab"));
-  if (c.ffn < 0) return BadInput(fmt::format("model config: ffn: must be >= 0, got {}", c.ffn));
-  if (c.kv_heads < 0) return BadInput(fmt::format("model config: kv_heads: must be >= 0, got {}", c.kv_heads));
+  if (c.ffn < 0) return BadInput(fmt::format("ffn: must be >= 0, got {}", c.ffn));
+  if (c.kv_heads < 0) return BadInput(fmt::format("kv_heads: must be >= 0, got {}", c.kv_heads));
   if (c.hidden % c.heads != 0)
-    return BadInput(fmt::format("model config: heads: {} does not divide hidden {}", c.heads, c.hidden));
+    return BadInput(fmt::format("heads: {} does not divide hidden {}", c.heads, c.hidden));
   if (c.heads % KvHeads(c) != 0)
-    return BadInput(fmt::format("model config: kv_heads: {} does not divide heads {}", KvHeads(c), c.heads));
+    return BadInput(fmt::format("kv_heads: {} does not divide heads {}", KvHeads(c), c.heads));
   return ValidateFamily(c);
+}
+
+}  // namespace
+
+Status ValidateTransformerConfig(const TransformerConfig& c, std::string_view source) {
+  Status fields = ValidateFields(c);
+  if (!fields.ok()) return BadInput(fmt::format("{}: {}", source, fields.error().message));
+  return fields;
 }
 
 namespace {
