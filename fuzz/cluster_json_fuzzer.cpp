@@ -1,0 +1,7 @@
+// Cluster files (docs/cluster-format.md).
+#include "kiwi/io/cluster_json.h"
+#include "reader_check.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  return kiwi::fuzz::FuzzOneFile(data, size, kiwi::io::ParseClusterJson);
+}
