@@ -98,6 +98,15 @@ TEST(ReadFileText, RefusesDocumentsOverOneGibibyte) {
   ExpectBadInput(ReadFileText(path), {path + ": larger than 1.00 GiB"});
 }
 
+// Found by ExitProperty.Joint (issue 18): `kiwi joint --out /nonexistent/dir/x.json` searched, then
+// failed to write; the check at flag parsing now tries to create a file where the write will.
+TEST(CheckWritableOutput, TheDirectoryMustExistAndTakeANewFile) {
+  ScratchDir dir;
+  ExpectBadInput(CheckWritableOutput(dir.File("missing/x.json")), {dir.File("missing/x.json") + ": cannot create a file there"});
+  EXPECT_TRUE(CheckWritableOutput(dir.File("new.json")).ok());
+  EXPECT_TRUE(std::filesystem::is_empty(dir.path()));  // the probe leaves nothing behind
+}
+
 // Issue 18 item 11: a rename silently replaced a FIFO, a device or a symbolic link with a regular
 // file, and a read-only file; the temporary name's suffix broke legal 255-byte names.
 TEST(WriteFileAtomically, OnlyOntoNewNamesRegularFilesAndLinksToThem) {

@@ -136,11 +136,27 @@ Result<std::filesystem::path> AtomicWriteTarget(const std::string& path) {
   return target;
 }
 
+// Creates the temporary file an atomic write of `path` (landing on `target`) writes first: a short
+// hidden name beside the target ("NAME.tmp.XXXXXX" broke names near the 255-byte limit). Sets `tmp`
+// to its name and returns its descriptor.
+Result<int> CreateTemporaryBeside(const std::string& path, const std::filesystem::path& target, std::string& tmp) {
+  const std::filesystem::path dir = target.parent_path();
+  tmp = ((dir.empty() ? std::filesystem::path(".") : dir) / ".kiwi-out.XXXXXX").string();
+  const int fd = mkstemp(tmp.data());
+  if (fd < 0) return BadInput(OneLine(fmt::format("{}: cannot create a file there: {}", path, ErrnoText(errno))));
+  return fd;
+}
+
 }  // namespace
 
 Status CheckWritableOutput(const std::string& path) {
   Result<std::filesystem::path> target = AtomicWriteTarget(path);
   if (!target) return target.error();
+  std::string tmp;
+  Result<int> fd = CreateTemporaryBeside(path, *target, tmp);
+  if (!fd) return fd.error();
+  ::close(*fd);
+  ::unlink(tmp.c_str());
   return Status::Ok();
 }
 
@@ -148,11 +164,10 @@ Status WriteFileAtomically(const std::string& requested, std::string_view conten
   Result<std::filesystem::path> target = AtomicWriteTarget(requested);
   if (!target) return target.error();
   const std::string& path = requested;
-  // A short hidden name beside the target: "NAME.tmp.XXXXXX" broke names near the 255-byte limit.
-  const std::filesystem::path dir = target->parent_path();
-  std::string tmp = ((dir.empty() ? std::filesystem::path(".") : dir) / ".kiwi-out.XXXXXX").string();
-  const int fd = mkstemp(tmp.data());
-  if (fd < 0) return BadInput(OneLine(fmt::format("{}: cannot create a file there: {}", path, ErrnoText(errno))));
+  std::string tmp;
+  Result<int> created = CreateTemporaryBeside(path, *target, tmp);
+  if (!created) return created.error();
+  const int fd = *created;
   const auto fail = [&](const std::string& what, int err) {
     ::close(fd);
     ::unlink(tmp.c_str());

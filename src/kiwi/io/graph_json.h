@@ -36,7 +36,8 @@ Result<std::string> ReadFileText(const std::string& path);
 // a regular file the user may write, or a symbolic link to one (the link's target is replaced).
 Status WriteFileAtomically(const std::string& path, std::string_view contents);
 
-// WriteFileAtomically's checks of `path`, before any work is done for it (the CLI's --out flags).
+// WriteFileAtomically's checks of `path`, before any work is done for it (the CLI's --out flags): the
+// target's kind, and that a file can be created in its directory (which must exist).
 Status CheckWritableOutput(const std::string& path);
 
 }  // namespace kiwi::io
