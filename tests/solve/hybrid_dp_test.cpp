@@ -3,9 +3,12 @@
 // judged by the layer simulator, and their claims equal the simulator's.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "hybrid_test_util.h"
 #include "kiwi/solve/hybrid/partition.h"
 #include "kiwi/solve/hybrid/pipeline_solver.h"
+#include "kiwi/solve/hybrid/uniform_plans.h"
 
 namespace kiwi::solve::hybrid {
 namespace {
@@ -131,6 +134,80 @@ TEST(LinearPartition, MinimizesTheLargestStage) {
   EXPECT_EQ(LinearPartition(6, 3, cost), (Partition{2, 3, 1}));  // {5,1} {1,1,4} {4}: max 6
   EXPECT_EQ(AllPartitions(4, 2), (std::vector<Partition>{{1, 3}, {2, 2}, {3, 1}}));
   EXPECT_EQ(AllPartitions(6, 3).size(), 10u);
+}
+
+// The smallest largest stage over every partition (brute force).
+double BruteForceMinMax(int layers, int stages, const std::function<double(int, int, int)>& cost) {
+  double best = std::numeric_limits<double>::infinity();
+  for (const Partition& p : AllPartitions(layers, stages)) {
+    double worst = 0;
+    for (int s = 0, first = 0; s < stages; first += p[static_cast<size_t>(s)], ++s)
+      worst = std::max(worst, cost(s, first, p[static_cast<size_t>(s)]));
+    best = std::min(best, worst);
+  }
+  return best;
+}
+
+// Issue 18: a 10,000-layer hybrid search ran for minutes past a 5 s limit in these DPs. Pruning for
+// growing costs (memory) must not change the answer, ties included.
+TEST(LinearPartition, GrowingCostsArePrunedWithoutChangingTheAnswer) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int layers = 1 + static_cast<int>(rng() % 9);
+    const int stages = 1 + static_cast<int>(rng() % static_cast<unsigned>(std::min(layers, 4)));
+    std::vector<double> w(static_cast<size_t>(layers)), v(w.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      w[i] = static_cast<double>(rng() % 4);  // small integers: many ties
+      v[i] = static_cast<double>(rng() % 6);
+    }
+    auto cost = [&](int s, int first, int count) {  // a sum and a maximum, per stage: grows with the stage
+      double sum = 0, most = 0;
+      for (int i = first; i < first + count; ++i) {
+        sum += w[static_cast<size_t>(i)];
+        most = std::max(most, v[static_cast<size_t>(i)]);
+      }
+      return (sum + most) * (1.0 + 0.5 * s);
+    };
+    const Partition pruned = LinearPartition(layers, stages, cost, /*grows=*/true);
+    EXPECT_EQ(pruned, LinearPartition(layers, stages, cost)) << "trial " << trial;
+    double worst = 0;
+    for (int s = 0, first = 0; s < stages; first += pruned[static_cast<size_t>(s)], ++s)
+      worst = std::max(worst, cost(s, first, pruned[static_cast<size_t>(s)]));
+    EXPECT_EQ(worst, BruteForceMinMax(layers, stages, cost)) << "trial " << trial;
+  }
+}
+
+TEST(LinearPartition, PastItsDeadlineGivesTheEvenPartition) {
+  auto cost = [](int, int, int count) { return static_cast<double>(count); };
+  const Clock::time_point past = Clock::now() - std::chrono::seconds(1);
+  EXPECT_EQ(LinearPartition(2000, 3, cost, false, past), EvenPartition(2000, 3));
+  EXPECT_EQ(LinearPartition(2000, 3, cost, true, Clock::time_point::max()), (Partition{667, 667, 666}));
+}
+
+// The memory-balanced partition (range maxima of the transients in O(1)) minimizes the largest stage
+// peak of Eq. 1 as EstimatePipeline states it, over every partition.
+TEST(MemoryBalancedPartition, MinimizesTheLargestStagePeak) {
+  std::mt19937 rng(5);
+  const cost::LayerModel model = TwoTypeModel(4, 3);
+  const LayerTypes types = GroupLayerTypes(model);
+  const cost::Cluster cluster = TestCluster(2, 4);
+  const cost::CostModel cm = TestCostModel(cluster);
+  for (int pp : {2, 4}) {
+    MeshCache meshes;
+    Result<CostTables> t = CostTables::Build({&model, &types, &cluster, &cm}, pp, 4, {}, meshes);
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    const PipelineConfig config{pp, 16, 4, plan::PipelineSchedule::k1F1B};
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<int> strategies;
+      for (size_t i = 0; i < model.layers.size(); ++i)
+        strategies.push_back(static_cast<int>(rng() % static_cast<unsigned>(t->num_strategies())));
+      int64_t best = std::numeric_limits<int64_t>::max();
+      for (const Partition& p : AllPartitions(static_cast<int>(model.layers.size()), pp))
+        best = std::min(best, EstimatePipeline(*t, config, p, strategies).peak_memory_bytes);
+      const Partition balanced = MemoryBalancedPartition(*t, config, strategies);
+      EXPECT_EQ(EstimatePipeline(*t, config, balanced, strategies).peak_memory_bytes, best) << "pp " << pp;
+    }
+  }
 }
 
 }  // namespace

@@ -352,6 +352,10 @@ LayerDpResult SolveLayerDp(const LayerDpProblem& p) {
   for (size_t s = 0; s < p.stages.size(); ++s) {
     const DpStage& stage = p.stages[s];
     for (int i = stage.first; i < stage.first + stage.count; ++i) {
+      if (std::chrono::steady_clock::now() > p.deadline) {
+        r.timed_out = true;
+        return r;
+      }
       Sources sources;
       if (i == 0) {
         sources.labels.push_back(Label{});

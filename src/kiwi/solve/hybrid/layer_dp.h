@@ -24,6 +24,7 @@
 // so the pipeline solver uses it only when the weighted runs could not prove their plan optimal. The
 // weighted objective prices O_s with the stage's optimizer_weight (lambda on the simplex: sum_s lambda_s
 // O_s <= max_s O_s, still a bound).
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -51,6 +52,8 @@ struct LayerDpProblem {
   double cutoff = std::numeric_limits<double>::infinity();
   bool exact = false;              // minimize Eq. 8 exactly (stage weights are ignored)
   int micro_batches = 1;           // m, for exact mode
+  // Checked at every layer: past it the DP stops with `timed_out` (and nothing found).
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 struct LayerDpResult {
@@ -59,6 +62,7 @@ struct LayerDpResult {
   std::vector<int> strategies;     // per layer, index into tables->strategies()
   double objective = 0.0;          // sum_s weight_s * C_s + G_s of that assignment (exact mode: Eq. 8)
   bool thinned = false;            // some state exceeded max_labels (the optimum may be missed)
+  bool timed_out = false;          // stopped at the deadline: not feasible says nothing
   int64_t labels = 0;              // labels created, for statistics
 };
 

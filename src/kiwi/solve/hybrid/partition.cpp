@@ -1,16 +1,44 @@
 #include "kiwi/solve/hybrid/partition.h"
 
 #include <algorithm>
+#include <bit>
 #include <limits>
+
+#include "kiwi/solve/hybrid/uniform_plans.h"
 
 namespace kiwi::solve::hybrid {
 namespace {
+
+// Maxima of ranges of a fixed array in O(1) after O(n log n) (a sparse table).
+class RangeMax {
+ public:
+  explicit RangeMax(std::vector<int64_t> values) {
+    levels_.push_back(std::move(values));
+    const size_t n = levels_[0].size();
+    for (size_t width = 2; width <= n; width *= 2) {
+      const std::vector<int64_t>& prev = levels_.back();
+      std::vector<int64_t> next(n - width + 1);
+      for (size_t i = 0; i < next.size(); ++i) next[i] = std::max(prev[i], prev[i + width / 2]);
+      levels_.push_back(std::move(next));
+    }
+  }
+  int64_t Max(int first, int count) const {  // of [first, first + count), count >= 1
+    const size_t level = static_cast<size_t>(std::bit_width(static_cast<unsigned>(count))) - 1;
+    const std::vector<int64_t>& row = levels_[level];
+    return std::max(row[static_cast<size_t>(first)], row[static_cast<size_t>(first + count) - (size_t{1} << level)]);
+  }
+
+ private:
+  std::vector<std::vector<int64_t>> levels_;  // levels_[k][i]: max of [i, i + 2^k)
+};
 
 // Per-layer terms of a fixed assignment, with prefix sums and range maxima for O(1) stage queries.
 class FixedAssignment {
  public:
   FixedAssignment(const CostTables& t, const PipelineConfig& config, const std::vector<int>& strategies)
-      : t_(t), config_(config), s_(strategies), n_(static_cast<int>(strategies.size())) {
+      : t_(t), config_(config), s_(strategies), n_(static_cast<int>(strategies.size())),
+        transient_(LayerTerms(t, strategies, &cost::StageMemory::transient)),
+        gathered_(LayerTerms(t, strategies, &cost::StageMemory::gathered)) {
     const std::vector<int>& type_of = t.types().type_of;
     seconds_.assign(static_cast<size_t>(n_) + 1, 0.0);
     states_.assign(static_cast<size_t>(n_) + 1, 0);
@@ -34,21 +62,25 @@ class FixedAssignment {
     return c;
   }
 
-  // Eq. 1 for layers [first, first + count) as stage s; O(count) for the maxima.
+  // Eq. 1 for layers [first, first + count) as stage s.
   int64_t Memory(int s, int first, int count) const {
     const int last = first + count - 1;
     cost::StageMemory memory;
     memory.model_states = states_[static_cast<size_t>(last) + 1] - states_[static_cast<size_t>(first)];
     memory.activations = activations_[static_cast<size_t>(last) + 1] - activations_[static_cast<size_t>(first)];
-    for (int i = first; i <= last; ++i) {
-      const cost::StageMemory& layer = t_.LayerCost(i, s_[static_cast<size_t>(i)]).memory;
-      memory.transient = std::max(memory.transient, layer.transient);
-      memory.gathered = std::max(memory.gathered, layer.gathered);
-    }
+    memory.transient = transient_.Max(first, count);
+    memory.gathered = gathered_.Max(first, count);
     return memory.PeakBytes(InFlight(config_, s));
   }
 
  private:
+  static std::vector<int64_t> LayerTerms(const CostTables& t, const std::vector<int>& strategies,
+                                         int64_t cost::StageMemory::*term) {
+    std::vector<int64_t> out(strategies.size());
+    for (size_t i = 0; i < strategies.size(); ++i) out[i] = t.LayerCost(static_cast<int>(i), strategies[i]).memory.*term;
+    return out;
+  }
+
   int Type(int i) const { return t_.types().type_of[static_cast<size_t>(i)]; }
   int Dp(int i) const { return t_.DpIndex(s_[static_cast<size_t>(i)]); }
 
@@ -56,6 +88,7 @@ class FixedAssignment {
   PipelineConfig config_;
   const std::vector<int>& s_;
   int n_;
+  RangeMax transient_, gathered_;
   std::vector<double> seconds_;
   std::vector<int64_t> states_, activations_;
 };
@@ -82,19 +115,25 @@ void AppendPartitions(int layers, int stages, Partition& prefix, std::vector<Par
 
 }  // namespace
 
-Partition LinearPartition(int num_layers, int num_stages, const std::function<double(int, int, int)>& cost) {
+Partition LinearPartition(int num_layers, int num_stages, const std::function<double(int, int, int)>& cost,
+                          bool grows, Clock::time_point deadline) {
   const double inf = std::numeric_limits<double>::infinity();
   const size_t n = static_cast<size_t>(num_layers);
   // best[s][i]: the smallest max cost of layers [0, i) on stages [0, s); cut[s][i]: where stage s-1 starts.
   std::vector<std::vector<double>> best(static_cast<size_t>(num_stages) + 1, std::vector<double>(n + 1, inf));
   std::vector<std::vector<int>> cut(best.size(), std::vector<int>(n + 1, 0));
   best[0][0] = 0.0;
+  int64_t calls = 0;
   for (int s = 1; s <= num_stages; ++s)
     for (int i = s; i <= num_layers - (num_stages - s); ++i)
       for (int j = i - 1; j >= s - 1; --j) {
+        if (++calls % 65536 == 0 && Clock::now() > deadline) return EvenPartition(num_layers, num_stages);
         const double before = best[static_cast<size_t>(s) - 1][static_cast<size_t>(j)];
+        const double stage = cost(s - 1, j, i - j);
+        // A growing stage costs at least this for every earlier start: none of them can do better.
+        if (grows && stage >= best[static_cast<size_t>(s)][static_cast<size_t>(i)]) break;
         if (before == inf) continue;
-        const double value = std::max(before, cost(s - 1, j, i - j));
+        const double value = std::max(before, stage);
         if (value < best[static_cast<size_t>(s)][static_cast<size_t>(i)]) {
           best[static_cast<size_t>(s)][static_cast<size_t>(i)] = value;
           cut[static_cast<size_t>(s)][static_cast<size_t>(i)] = j;
@@ -110,17 +149,20 @@ Partition LinearPartition(int num_layers, int num_stages, const std::function<do
   return p;
 }
 
-Partition MemoryBalancedPartition(const CostTables& t, const PipelineConfig& config, const std::vector<int>& strategies) {
+Partition MemoryBalancedPartition(const CostTables& t, const PipelineConfig& config, const std::vector<int>& strategies,
+                                  Clock::time_point deadline) {
   const FixedAssignment a(t, config, strategies);
   return LinearPartition(static_cast<int>(strategies.size()), config.pp, [&](int s, int first, int count) {
     return static_cast<double>(a.Memory(s, first, count));
-  });
+  }, /*grows=*/true, deadline);
 }
 
-Partition TimeBalancedPartition(const CostTables& t, const PipelineConfig& config, const std::vector<int>& strategies) {
+// Not `grows`: a stage's point-to-point terms depend on the layers at its ends.
+Partition TimeBalancedPartition(const CostTables& t, const PipelineConfig& config, const std::vector<int>& strategies,
+                                Clock::time_point deadline) {
   const FixedAssignment a(t, config, strategies);
   return LinearPartition(static_cast<int>(strategies.size()), config.pp,
-                         [&](int s, int first, int count) { return a.Seconds(s, first, count); });
+                         [&](int s, int first, int count) { return a.Seconds(s, first, count); }, false, deadline);
 }
 
 StagePeakBounds::StagePeakBounds(const CostTables& t, const PipelineConfig& config, const std::vector<bool>& allowed)
@@ -182,10 +224,10 @@ int64_t StagePeakBounds::Peak(const Partition& partition) const {
   return peak;
 }
 
-Partition StagePeakBounds::BestPartition() const {
+Partition StagePeakBounds::BestPartition(Clock::time_point deadline) const {
   return LinearPartition(num_layers_, num_stages_, [this](int s, int first, int count) {
     return static_cast<double>(StagePeak(s, first, count));
-  });
+  }, /*grows=*/true, deadline);
 }
 
 std::vector<Partition> AllPartitions(int num_layers, int num_stages) {
@@ -197,11 +239,11 @@ std::vector<Partition> AllPartitions(int num_layers, int num_stages) {
 }
 
 std::vector<Partition> AdjustPartition(const CostTables& t, const PipelineConfig& config, const Partition& partition,
-                                       const std::vector<int>& strategies, int64_t budget) {
+                                       const std::vector<int>& strategies, int64_t budget, Clock::time_point deadline) {
   const PipelineEstimate now = EstimatePipeline(t, config, partition, strategies);
   const int slowest = now.SlowestStage();
   const double slowest_seconds = now.stage_seconds[static_cast<size_t>(slowest)];
-  const Partition balanced = TimeBalancedPartition(t, config, strategies);
+  const Partition balanced = TimeBalancedPartition(t, config, strategies, deadline);
   const int64_t memory_cap = EstimatePipeline(t, config, balanced, strategies).peak_memory_bytes;
   std::vector<Partition> moves;
   for (int neighbour : {slowest - 1, slowest + 1}) {

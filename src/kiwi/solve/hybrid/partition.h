@@ -3,6 +3,7 @@
 // (PP_Partition_Init), the time-balanced partition, the partition with the smallest feasible peak,
 // every partition (tests), and Algorithm 2's adjustment (Appendix B) that moves boundary layers off
 // the slowest stage while memory allows.
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -13,14 +14,22 @@ namespace kiwi::solve::hybrid {
 
 using Partition = std::vector<int>;
 
+using Clock = std::chrono::steady_clock;
+
 // Minimizes max_s cost(s, first, count) over partitions of num_layers into num_stages non-empty
 // contiguous stages (linear-partition DP, O(stages * layers^2) calls). Ties: the first found, with
-// earlier stages as long as possible.
-Partition LinearPartition(int num_layers, int num_stages, const std::function<double(int, int, int)>& cost);
+// earlier stages as long as possible. `grows`: a stage's cost never falls as it takes in earlier
+// layers, so the DP stops scanning a stage's starts at the first that alone costs as much as the best
+// found (exact, and far fewer calls). Past `deadline` it gives up and returns the even partition (the
+// search stops at its next check of the same deadline).
+Partition LinearPartition(int num_layers, int num_stages, const std::function<double(int, int, int)>& cost,
+                          bool grows = false, Clock::time_point deadline = Clock::time_point::max());
 
 // Stage memory (Eq. 1) and stage micro-batch time C_s for fixed per-layer strategies, balanced.
-Partition MemoryBalancedPartition(const CostTables& tables, const PipelineConfig& config, const std::vector<int>& strategies);
-Partition TimeBalancedPartition(const CostTables& tables, const PipelineConfig& config, const std::vector<int>& strategies);
+Partition MemoryBalancedPartition(const CostTables& tables, const PipelineConfig& config, const std::vector<int>& strategies,
+                                  Clock::time_point deadline = Clock::time_point::max());
+Partition TimeBalancedPartition(const CostTables& tables, const PipelineConfig& config, const std::vector<int>& strategies,
+                                Clock::time_point deadline = Clock::time_point::max());
 
 // The smallest peak any assignment of allowed strategies reaches per stage, for a given partition or
 // for the best partition: caps on the two transients (largest recomputation, largest SDP gather) are
@@ -30,7 +39,7 @@ class StagePeakBounds {
   StagePeakBounds(const CostTables& tables, const PipelineConfig& config, const std::vector<bool>& allowed);
   int64_t StagePeak(int stage, int first, int count) const;   // kUnreachable if nothing fits
   int64_t Peak(const Partition& partition) const;             // max over stages
-  Partition BestPartition() const;                             // minimizes Peak
+  Partition BestPartition(Clock::time_point deadline = Clock::time_point::max()) const;  // minimizes Peak
   static constexpr int64_t kUnreachable = int64_t{1} << 60;
 
  private:
@@ -49,6 +58,7 @@ std::vector<Partition> AllPartitions(int num_layers, int num_stages);
 // stage then takes longer than the slowest did, no stage exceeds the budget, and no stage exceeds the
 // largest stage memory of the time-balanced partition under the same strategies.
 std::vector<Partition> AdjustPartition(const CostTables& tables, const PipelineConfig& config, const Partition& partition,
-                                       const std::vector<int>& strategies, int64_t budget);
+                                       const std::vector<int>& strategies, int64_t budget,
+                                       Clock::time_point deadline = Clock::time_point::max());
 
 }  // namespace kiwi::solve::hybrid

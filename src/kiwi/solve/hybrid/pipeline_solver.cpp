@@ -55,6 +55,7 @@ LayerDpResult RunWeighted(const PartitionProblem& p, std::vector<DpStage> stages
   LayerDpProblem problem{p.tables, std::move(stages), p.budget, p.allowed, p.max_labels, cutoff};
   problem.exact = exact;
   problem.micro_batches = p.config.micro_batches;
+  problem.deadline = p.deadline;
   return SolveLayerDp(problem);
 }
 
@@ -74,6 +75,10 @@ struct Progress {
   bool Record(const PartitionProblem& p, const LayerDpResult& r, double cutoff) {
     ++best.dp_runs;
     thinned = thinned || r.thinned;
+    if (r.timed_out) {
+      best.timed_out = true;
+      return false;
+    }
     if (!r.feasible) {
       // Memory does not depend on the weights, so a run finds nothing because nothing fits (then the
       // first run already did) or because every assignment is >= cutoff (V_b <= Eq. 8).
@@ -120,7 +125,7 @@ PartitionSolution SolveOnce(const PartitionProblem& p) {
   Progress g;
   WeightedRuns(p, stages, g);
   const bool nothing_fits = !g.found && !g.best.cut_off;
-  if (!nothing_fits && !g.Proven() && !g.thinned && g.best.lower_bound < p.cutoff) {
+  if (!nothing_fits && !g.best.timed_out && !g.Proven() && !g.thinned && g.best.lower_bound < p.cutoff) {
     const double cutoff = g.Cutoff(p);  // the exact optimum, if it beats the plans found so far
     g.Record(p, RunWeighted(p, stages, {}, cutoff, /*exact=*/true), cutoff);
   }
@@ -128,9 +133,11 @@ PartitionSolution SolveOnce(const PartitionProblem& p) {
   best.feasible = g.found && best.estimate.iteration_seconds < p.cutoff;
   best.cut_off = !best.feasible && (g.found || best.cut_off);
   // Proven: optimal on this partition, or no assignment of it beats the caller's cutoff.
-  best.proven = !g.thinned && ((g.found && best.estimate.iteration_seconds <= best.lower_bound * (1.0 + kRelativeTolerance)) ||
+  const bool unbounded = g.thinned || best.timed_out;  // a thinned or stopped DP's objective bounds nothing
+  best.cut_off = best.cut_off && !best.timed_out;
+  best.proven = !unbounded && ((g.found && best.estimate.iteration_seconds <= best.lower_bound * (1.0 + kRelativeTolerance)) ||
                                best.lower_bound >= p.cutoff);
-  if (g.thinned) best.lower_bound = 0.0;  // a thinned DP's objective bounds nothing
+  if (unbounded) best.lower_bound = 0.0;
   return best;
 }
 
@@ -145,7 +152,7 @@ PartitionSolution SolvePartition(const PartitionProblem& p) {
   PartitionProblem probe = p;
   probe.max_labels = kProbeLabels;
   PartitionSolution first = SolveOnce(probe);
-  if (!first.feasible && !first.cut_off) return first;  // thinning keeps feasibility: nothing fits
+  if (first.timed_out || (!first.feasible && !first.cut_off)) return first;  // thinning keeps feasibility: nothing fits
   if (!first.feasible) return SolveOnce(p);
   PartitionProblem full = p;
   full.cutoff = first.estimate.iteration_seconds;

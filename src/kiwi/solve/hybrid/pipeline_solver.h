@@ -10,6 +10,7 @@
 // largest bound. If no weighting proves it, one exact run of the DP (layer_dp.h exact mode: labels
 // carry the stage times, so Eq. 8's max is evaluated, not bounded) finds the optimum. `proven` is
 // false only when a DP had to thin its labels.
+#include <chrono>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -27,6 +28,7 @@ struct PartitionProblem {
   std::vector<bool> allowed;    // per strategy of the tables; empty = all
   size_t max_labels = 8192;
   double cutoff = std::numeric_limits<double>::infinity();  // only iteration times below it are wanted
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();  // of every DP run
 };
 
 struct PartitionSolution {
@@ -37,6 +39,7 @@ struct PartitionSolution {
   double lower_bound = 0.0;     // on the iteration time of any assignment on this partition
   bool proven = false;          // estimate.iteration_seconds meets lower_bound
   int dp_runs = 0;
+  bool timed_out = false;       // a DP run stopped at the deadline: not feasible says nothing
 };
 
 PartitionSolution SolvePartition(const PartitionProblem& problem);

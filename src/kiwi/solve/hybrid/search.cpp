@@ -217,7 +217,8 @@ void Search::Solve(const CostTables& t, const PipelineConfig& c, const Partition
   const double cutoff = best_.found ? static_cast<double>(c.global_batch) / best_.throughput
                                     : std::numeric_limits<double>::infinity();
   PartitionSolution sol =
-      SolvePartition({&t, c, p, options_.memory_budget_bytes, Allowed(t), options_.max_labels, cutoff});
+      SolvePartition({&t, c, p, options_.memory_budget_bytes, Allowed(t), options_.max_labels, cutoff, deadline_});
+  if (sol.timed_out) timed_out_ = true;
   ++stats_.partitions;
   stats_.dp_runs += sol.dp_runs;
   if (sol.feasible && !sol.proven) all_proven_ = false;
@@ -266,11 +267,11 @@ void Search::BiObjective(const CostTables& t, const PipelineConfig& c, const Sta
     Solve(t, c, even, &sol);
     if (sol.feasible) {
       initial = sol.strategies;
-      for (Partition& q : AdjustPartition(t, c, even, sol.strategies, options_.memory_budget_bytes)) queue.push_back(q);
+      for (Partition& q : AdjustPartition(t, c, even, sol.strategies, options_.memory_budget_bytes, deadline_)) queue.push_back(q);
     }
   }
-  queue.push_front(bounds.BestPartition());
-  queue.push_front(MemoryBalancedPartition(t, c, initial));
+  queue.push_front(bounds.BestPartition(deadline_));
+  queue.push_front(MemoryBalancedPartition(t, c, initial, deadline_));
   const int64_t cap = 4 * static_cast<int64_t>(num_layers_) + 8;
   for (int64_t solved = 0; !queue.empty() && solved < cap; ++solved) {
     if (Expired()) {
@@ -283,7 +284,7 @@ void Search::BiObjective(const CostTables& t, const PipelineConfig& c, const Sta
     PartitionSolution sol;
     Solve(t, c, p, &sol);
     if (!sol.feasible) continue;
-    for (Partition& q : AdjustPartition(t, c, p, sol.strategies, options_.memory_budget_bytes)) queue.push_back(q);
+    for (Partition& q : AdjustPartition(t, c, p, sol.strategies, options_.memory_budget_bytes, deadline_)) queue.push_back(q);
   }
   Refine(t, c, bounds, seen);
 }
@@ -328,7 +329,7 @@ Status Search::Evaluate(const PipelineConfig& c) {
   } else if (mode_ == PartitionMode::kExhaustive) {
     for (const Partition& p : AllPartitions(num_layers_, c.pp))
       if (bounds.Peak(p) <= budget) Solve(t, c, p);
-  } else if (bounds.Peak(bounds.BestPartition()) <= budget) {
+  } else if (bounds.Peak(bounds.BestPartition(deadline_)) <= budget) {
     BiObjective(t, c, bounds);
   }
   return Status::Ok();
@@ -347,7 +348,7 @@ Status Search::FindSmallestMemory(HybridSearchResult& r) {
         any = true;
         const PipelineConfig c{pp, batch, m, space_.schedule};
         const StagePeakBounds bounds(**t, c, Allowed(**t));
-        const Partition p = mode_ == PartitionMode::kEven ? EvenPartition(num_layers_, pp) : bounds.BestPartition();
+        const Partition p = mode_ == PartitionMode::kEven ? EvenPartition(num_layers_, pp) : bounds.BestPartition(deadline_);
         smallest = std::min(smallest, bounds.Peak(p));
       }
     if (!any) continue;
