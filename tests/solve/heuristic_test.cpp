@@ -137,6 +137,30 @@ TEST(Heuristic, MinimumFeasiblePeakIsReachable) {
   ExpectReplaysWithinBudget(p, *r, "at the minimum peak");
 }
 
+// Issue 18: after a heuristic that spent the limit, auto searched 5 s more for the smallest budget it
+// can meet; now the heuristic's own smallest peak is that budget. Whatever a solver says, kiwi must
+// then meet it.
+TEST(SolveRemat, AnInfeasibleAnswerNamesABudgetKiwiMeets) {
+  std::mt19937 rng(4);
+  const ir::Graph g = RandomTrainingGraph(rng, 25);
+  RematProblem p = ProblemAt(g, 1.0);
+  p.budget = MemoryLowerBound(p) - 1;
+  for (SolverKind kind : {SolverKind::kAuto, SolverKind::kHeuristic, SolverKind::kIlp}) {
+    Result<RematResult> r = SolveRemat(p, TestCostModel(), kind, FastOptions());
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_FALSE(r->feasible);
+    ASSERT_GT(r->smallest_known_budget, p.budget) << SolverName(kind);
+    if (kind != SolverKind::kIlp) {
+      EXPECT_EQ(r->smallest_known_budget, r->peak_memory) << SolverName(kind);
+    }
+    RematProblem at = p;
+    at.budget = r->smallest_known_budget;
+    Result<RematResult> met = SolveRemat(at, TestCostModel(), SolverKind::kHeuristic, FastOptions());
+    ASSERT_TRUE(met.ok());
+    EXPECT_TRUE(met->feasible) << SolverName(kind);
+  }
+}
+
 // A random forward-only DAG with long skip edges (Moccasin-style).
 ir::Graph RandomForwardGraph(std::mt19937& rng, int n) {
   ir::Graph g("forward");

@@ -143,10 +143,12 @@ Result<RematResult> SolveRemat(const RematProblem& problem, const cost::CostMode
   if (!r->feasible) {
     r->optimal = false;
     r->schedule.clear();
-    // Baselines know their own smallest budget (their peak); search solvers share the heuristic's.
-    const bool baseline = kind != SolverKind::kAuto && kind != SolverKind::kIlp && kind != SolverKind::kLpRound &&
-                          kind != SolverKind::kHeuristic && kind != SolverKind::kChainDp;
-    r->smallest_known_budget = baseline && r->peak_memory > 0 ? r->peak_memory : MinimumFeasiblePeak(problem);
+    // Baselines know their own smallest budget (their peak), and so does the heuristic (the smallest
+    // peak it found, which is auto's answer when nothing fits); the exact solvers ask the heuristic's
+    // smallest-peak search, within what is left of the limit (it took 5 s more after a 5 s limit).
+    const bool exact = kind == SolverKind::kIlp || kind == SolverKind::kLpRound || kind == SolverKind::kChainDp;
+    const double left = std::max(options.time_limit_seconds - Seconds(start), 0.1 * options.time_limit_seconds);
+    r->smallest_known_budget = !exact && r->peak_memory > 0 ? r->peak_memory : MinimumFeasiblePeak(problem, left);
     // A budget kiwi can meet that this solver did not (a time limit): not an infeasible request.
     if (r->smallest_known_budget <= problem.budget) r->smallest_known_budget = 0;
   }
