@@ -1,7 +1,9 @@
 #include "kiwi/cli/common.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 
 #include <fmt/format.h>
@@ -33,12 +35,12 @@ void ModelFlags::Add(CLI::App* app, const std::string& default_model) {
   model = default_model;
   app->add_option("--model", model, fmt::format("model family or preset: {}", fmt::join(models::ModelNames(), ", ")))
       ->capture_default_str();
-  app->add_option("--layers", flags.layers, "number of transformer layers");
-  app->add_option("--hidden", flags.hidden, "hidden size");
-  app->add_option("--heads", flags.heads, "attention heads");
-  app->add_option("--seq", flags.seq, "sequence length");
-  app->add_option("--batch", flags.batch, "global batch size");
-  app->add_option("--ffn", flags.ffn, "feed-forward size (default 4 x hidden)");
+  app->add_option("--layers", flags.layers, "number of transformer layers")->check(WholeNumber());
+  app->add_option("--hidden", flags.hidden, "hidden size")->check(WholeNumber());
+  app->add_option("--heads", flags.heads, "attention heads")->check(WholeNumber());
+  app->add_option("--seq", flags.seq, "sequence length")->check(WholeNumber());
+  app->add_option("--batch", flags.batch, "global batch size")->check(WholeNumber());
+  app->add_option("--ffn", flags.ffn, "feed-forward size (default 4 x hidden)")->check(WholeNumber());
   app->add_option("--dtype", flags.dtype, "fp32 | bf16 | fp16 (default: the preset's)");
   app->add_option("--optimizer", flags.optimizer, "adam | sgd (default: the preset's)");
   app->add_option("--attention", flags.attention,
@@ -118,6 +120,19 @@ Result<cost::CostModel> CostFlags::Make(const cost::Cluster& cluster, const cost
     measured = *std::move(read);
   }
   return cost::CostModel(cluster.device, options, std::move(measured));
+}
+
+CLI::Validator WholeNumber() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        int64_t value = 0;
+        const char* end = text.data() + text.size();
+        const auto [at, error] = std::from_chars(text.data(), end, value);
+        if (error == std::errc::result_out_of_range) return fmt::format("{} is too large (at most {})", text, INT64_MAX);
+        if (error != std::errc() || at != end) return fmt::format("{} is not a whole number", text);
+        return {};
+      },
+      "INT");
 }
 
 CLI::Validator OutputFile() {

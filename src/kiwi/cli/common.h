@@ -48,6 +48,10 @@ struct CostFlags {
   Result<cost::CostModel> Make(const cost::Cluster& cluster, const cost::CostModelOptions& options = {}) const;
 };
 
+// Integer flags: CLI11 2.1 saturates an out-of-range value silently (--hidden 99999999999999999999
+// was refused as "9223372036854775807 is larger than 16777216"); this says what the user typed.
+CLI::Validator WholeNumber();
+
 // For --out and --export: the file must be writable as WriteFileAtomically writes it (a new name, a
 // regular file or a link to one), checked when the flags are parsed, before any search.
 CLI::Validator OutputFile();
