@@ -139,12 +139,26 @@ void AddMemoryRows(const JointProblem& p, const JointModelSpec& spec, const Join
   MemoryBuilder builder(p, spec, m);
   if (options.min_peak) m.peak = m.model.AddContinuous(0.0, milp::kInf).index;
   const double budget_units = BudgetUnits(m, options.budget);
-  for (size_t t = 0; t < spec.rows.size(); ++t) {
+  // The tails resident so far, by node, and their RowMaximum: a row's terms are its own and these,
+  // added in node order (the order the variables are made in).
+  std::vector<MemTerm> tails;
+  int64_t tails_maximum = 0;
+  const auto by_node = [](const MemTerm& a, const MemTerm& b) { return a.node < b.node; };
+  for (size_t t = 0, k = 0; t < spec.rows.size(); ++t) {
+    for (; k < spec.tails.size() && Z(spec.tails[k].first) <= t; ++k) {
+      const MemTerm& tail = spec.tails[k].term;
+      tails.insert(std::upper_bound(tails.begin(), tails.end(), tail, by_node), tail);
+      tails_maximum += MaxMemory(p, tail.node);
+    }
     if (!spec.row_needed[t]) continue;
-    if (!options.min_peak && RowMaximum(p, spec.rows[t]) <= options.budget) continue;  // cannot bind
+    if (!options.min_peak && tails_maximum + RowMaximum(p, spec.rows[t]) <= options.budget) continue;  // cannot bind
     milp::Expr row;
     double constant_bytes = 0.0;
-    for (const MemTerm& term : spec.rows[t]) builder.AddTerm(term, row, constant_bytes);
+    const std::vector<MemTerm>& own = spec.rows[t];
+    for (size_t i = 0, j = 0; i < own.size() || j < tails.size();) {
+      const bool take_own = j == tails.size() || (i < own.size() && own[i].node < tails[j].node);
+      builder.AddTerm(take_own ? own[i++] : tails[j++], row, constant_bytes);
+    }
     const double constant = constant_bytes / m.memory_unit;
     if (options.min_peak) {
       row.Add(milp::Var{m.peak}, -1.0);

@@ -35,27 +35,65 @@ void AddExtension(const JointProblem& p, ir::NodeId x, JointModelSpec& spec) {
   }
 }
 
+// x resident as `kind` at steps [begin, end]; to the last step, one tail term.
 void AddTerms(JointModelSpec& spec, ir::NodeId x, int32_t begin, int32_t end, TermKind kind) {
+  if (begin > end) return;
+  if (Z(end) + 1 == spec.rows.size()) {
+    spec.tails.push_back({{x, kind, 0}, begin});
+    return;
+  }
   for (int32_t t = begin; t <= end; ++t) spec.rows[Z(t)].push_back({x, kind, 0});
 }
 
+bool ByNode(const MemTerm& a, const MemTerm& b) { return a.node < b.node; }
+
+// Whether `b` holds at least what `a` does for one node: the same term, or kMemory.
+bool Holds(const MemTerm& b, const MemTerm& a) { return b == a || b.kind == TermKind::kMemory; }
+
 // The specs append terms node by node, so every row is sorted by node (what Covered needs) without
-// sorting them: at 200 layers the rows hold about 10^8 terms, and sorting them took a quarter of the
-// build.
-void FinishRows(JointModelSpec& spec) {
-  assert(std::all_of(spec.rows.begin(), spec.rows.end(), [](const std::vector<MemTerm>& row) {
-    return std::is_sorted(row.begin(), row.end(), [](const MemTerm& a, const MemTerm& b) { return a.node < b.node; });
-  }));
+// sorting them: at 200 layers the rows held about 10^8 terms, and sorting them took a quarter of the
+// build. Tails are sorted by their first step.
+void FinishRows(JointModelSpec& spec, size_t nodes) {
+  assert(std::all_of(spec.rows.begin(), spec.rows.end(),
+                     [](const std::vector<MemTerm>& row) { return std::is_sorted(row.begin(), row.end(), ByNode); }));
+  std::sort(spec.tails.begin(), spec.tails.end(), [](const TailTerm& a, const TailTerm& b) {
+    return a.first != b.first ? a.first < b.first : a.term.node < b.term.node;
+  });
+  spec.tail_of.assign(nodes, -1);
+  for (size_t k = 0; k < spec.tails.size(); ++k) {
+    assert(spec.tail_of[Z(spec.tails[k].term.node)] < 0);  // a node's residencies do not overlap
+    spec.tail_of[Z(spec.tails[k].term.node)] = static_cast<int32_t>(k);
+  }
   spec.row_needed.assign(spec.rows.size(), 1);
 }
 
-// Whether every term of `a` is covered by `b` (same term, or kMemory of the same node).
-bool Covered(const std::vector<MemTerm>& a, const std::vector<MemTerm>& b) {
+// Tails resident at step t: tails[0, TailsAt(t)).
+size_t TailsAt(const JointModelSpec& spec, size_t t) {
+  return Z(std::upper_bound(spec.tails.begin(), spec.tails.end(), static_cast<int32_t>(t),
+                            [](int32_t step, const TailTerm& tail) { return step < tail.first; }) -
+           spec.tails.begin());
+}
+
+// Whether every term resident at step t is also resident at step u as the same term or as kMemory of
+// the same node (which holds at least as much).
+bool Covered(const JointModelSpec& spec, size_t t, size_t u) {
+  const std::vector<MemTerm>& a = spec.rows[t];
+  const std::vector<MemTerm>& b = spec.rows[u];
   size_t j = 0;
   for (const MemTerm& term : a) {
     while (j < b.size() && b[j].node < term.node) ++j;
-    if (j == b.size() || b[j].node != term.node) return false;
-    if (!(b[j] == term) && b[j].kind != TermKind::kMemory) return false;
+    if (j < b.size() && b[j].node == term.node) {
+      if (!Holds(b[j], term)) return false;
+      continue;
+    }
+    const int32_t k = spec.tail_of[Z(term.node)];
+    if (k < 0 || Z(spec.tails[Z(k)].first) > u || !Holds(spec.tails[Z(k)].term, term)) return false;
+  }
+  // Tails resident at t but not yet at u (u < t) must be held by u's own terms.
+  for (size_t k = TailsAt(spec, u); k < TailsAt(spec, t); ++k) {
+    const MemTerm& term = spec.tails[k].term;
+    const auto it = std::lower_bound(b.begin(), b.end(), term, ByNode);
+    if (it == b.end() || it->node != term.node || !Holds(*it, term)) return false;
   }
   return true;
 }
@@ -102,7 +140,7 @@ JointModelSpec KiwiSpec(const JointProblem& p) {
   }
   std::sort(spec.exclusive.begin(), spec.exclusive.end());
   spec.exclusive.erase(std::unique(spec.exclusive.begin(), spec.exclusive.end()), spec.exclusive.end());
-  FinishRows(spec);
+  FinishRows(spec, n);
   return spec;
 }
 
@@ -139,7 +177,7 @@ Result<JointModelSpec> FixedScheduleSpec(const JointProblem& p, const std::vecto
   std::sort(residencies.begin(), residencies.end(),
             [](const Residency& a, const Residency& b) { return a.node != b.node ? a.node < b.node : a.first < b.first; });
   for (const Residency& r : residencies) AddTerms(spec, r.node, r.first, r.last, TermKind::kMemory);
-  FinishRows(spec);
+  FinishRows(spec, n);
   return spec;
 }
 
@@ -148,12 +186,12 @@ void PruneImpliedRows(JointModelSpec& spec) {
   spec.row_needed.assign(n, 1);
   // Forward: a row covered by the next one (which is kept or, in turn, covered further on).
   for (size_t t = 0; t + 1 < n; ++t)
-    if (Covered(spec.rows[t], spec.rows[t + 1])) spec.row_needed[t] = 0;
+    if (Covered(spec, t, t + 1)) spec.row_needed[t] = 0;
   // Backward over the rows still needed: covered by the previous needed row.
   size_t prev = n;
   for (size_t t = 0; t < n; ++t) {
     if (!spec.row_needed[t]) continue;
-    if (prev < n && Covered(spec.rows[t], spec.rows[prev])) spec.row_needed[t] = 0;
+    if (prev < n && Covered(spec, t, prev)) spec.row_needed[t] = 0;
     else prev = t;
   }
 }
@@ -170,13 +208,22 @@ SpecEvaluation EvaluateSpec(const JointProblem& p, const JointModelSpec& spec, c
     const int32_t runs = spec.executions[Z(v)] + (s.recompute[Z(v)] ? 1 : 0);
     for (int32_t r = 0; r < runs; ++r) e.cost = ir::AddCost(e.cost, c);
   }
-  for (size_t t = 0; t < spec.rows.size(); ++t) {
-    int64_t bytes = 0;
+  int64_t tail_bytes = 0;  // of the tails resident so far
+  for (size_t t = 0, k = 0; t < spec.rows.size(); ++t) {
+    for (; k < spec.tails.size() && Z(spec.tails[k].first) <= t; ++k) tail_bytes += TermBytes(p, spec, s, spec.tails[k].term);
+    int64_t bytes = tail_bytes;
     for (const MemTerm& term : spec.rows[t]) bytes += TermBytes(p, spec, s, term);
     e.memory.push_back(bytes);
     if (bytes > e.peak || e.peak_row < 0) e.peak = bytes, e.peak_row = static_cast<int32_t>(t);
   }
   return e;
+}
+
+std::vector<MemTerm> RowTerms(const JointModelSpec& spec, size_t t) {
+  std::vector<MemTerm> terms = spec.rows[t];
+  for (size_t k = 0; k < spec.tails.size() && Z(spec.tails[k].first) <= t; ++k) terms.push_back(spec.tails[k].term);
+  std::sort(terms.begin(), terms.end(), ByNode);
+  return terms;
 }
 
 }  // namespace kiwi::solve::joint
