@@ -80,17 +80,6 @@ struct TpReplicated {
   int64_t saved_activation_bytes = 0;
 };
 
-// Forward nodes whose output a backward node reads (ir::SavedActivationBytes' set).
-std::vector<bool> SavedForBackward(const ir::Graph& graph) {
-  std::vector<bool> saved(static_cast<size_t>(graph.size()), false);
-  for (const ir::Node& n : graph.nodes())
-    if (n.is_backward())
-      for (ir::NodeId in : n.inputs) saved[static_cast<size_t>(in)] = true;
-  for (const ir::Node& n : graph.nodes())
-    if (n.is_backward() || n.is_persistent()) saved[static_cast<size_t>(n.id)] = false;
-  return saved;
-}
-
 TpReplicated TpReplicatedBytes(const ir::Graph& graph, std::span<const ir::NodeId> forward,
                                const std::vector<bool>& saved) {
   std::unordered_map<ir::NodeId, bool> split;  // layer inputs and parameters: replicated
@@ -271,7 +260,7 @@ Result<LayerModel> BuildLayerModel(const ir::Graph& training, int64_t graph_batc
   LayerModel model;
   model.name = training.name();
   model.layers.reserve(view->layers.size());
-  const std::vector<bool> saved = SavedForBackward(training);
+  const std::vector<bool> saved = ir::SavedForBackward(training);
   for (const ir::Layer& layer : view->layers)
     model.layers.push_back(ProfileOf(training, layer, graph_batch, cost_model, saved));
   const std::vector<std::vector<ir::NodeId>> readers = training.Consumers();

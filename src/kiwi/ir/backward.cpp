@@ -291,9 +291,6 @@ int32_t FirstBackwardPosition(const Graph& training, const std::vector<NodeId>& 
   return static_cast<int32_t>(order.size());
 }
 
-namespace {
-
-// Forward, non-persistent nodes some backward node reads.
 std::vector<bool> SavedForBackward(const Graph& training) {
   std::vector<bool> saved(static_cast<size_t>(training.size()), false);
   for (const Node& n : training.nodes())
@@ -304,8 +301,6 @@ std::vector<bool> SavedForBackward(const Graph& training) {
     if (n.is_backward() || n.is_persistent()) saved[static_cast<size_t>(n.id)] = false;
   return saved;
 }
-
-}  // namespace
 
 int64_t SavedActivationBytes(const Graph& training, int32_t layer) {
   const std::vector<bool> saved = SavedForBackward(training);

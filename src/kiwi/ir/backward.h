@@ -8,6 +8,8 @@
 //
 // Gradient rules live in a table keyed by (kind, op) with one small handler each; an op without a
 // rule is rejected with an error naming it.
+#include <vector>
+
 #include "kiwi/ir/graph.h"
 #include "kiwi/util/result.h"
 
@@ -32,6 +34,8 @@ Result<Graph> BuildTrainingGraph(const Graph& forward, const TrainingOptions& op
 // from the start, are not one): where the backward pass begins; order.size() when there is none.
 int32_t FirstBackwardPosition(const Graph& training, const std::vector<NodeId>& order);
 
+// Per node: a forward tensor (not a parameter or optimizer state) that at least one backward op reads.
+std::vector<bool> SavedForBackward(const Graph& training);
 // Bytes of forward tensors (not parameters/optimizer state) read by at least one backward op: the
 // activations a no-rematerialization schedule keeps for the backward pass. `layer` = -1 sums all.
 int64_t SavedActivationBytes(const Graph& training, int32_t layer = -1);
