@@ -221,10 +221,6 @@ Status ValidateFamily(const TransformerConfig& c) {
   return Status::Ok();
 }
 
-}  // namespace
-
-namespace {
-
 // The checks of ValidateTransformerConfig, their messages naming the field alone.
 Status ValidateFields(const TransformerConfig& c) {
   if (static_cast<size_t>(c.family) > static_cast<size_t>(Family::kLlama))

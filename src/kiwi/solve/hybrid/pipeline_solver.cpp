@@ -131,10 +131,9 @@ PartitionSolution SolveOnce(const PartitionProblem& p) {
   }
   PartitionSolution best = std::move(g.best);
   best.feasible = g.found && best.estimate.iteration_seconds < p.cutoff;
-  best.cut_off = !best.feasible && (g.found || best.cut_off);
+  best.cut_off = !best.feasible && !best.timed_out && (g.found || best.cut_off);
   // Proven: optimal on this partition, or no assignment of it beats the caller's cutoff.
   const bool unbounded = g.thinned || best.timed_out;  // a thinned or stopped DP's objective bounds nothing
-  best.cut_off = best.cut_off && !best.timed_out;
   best.proven = !unbounded && ((g.found && best.estimate.iteration_seconds <= best.lower_bound * (1.0 + kRelativeTolerance)) ||
                                best.lower_bound >= p.cutoff);
   if (unbounded) best.lower_bound = 0.0;

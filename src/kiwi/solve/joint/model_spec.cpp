@@ -221,7 +221,7 @@ SpecEvaluation EvaluateSpec(const JointProblem& p, const JointModelSpec& spec, c
 
 std::vector<MemTerm> RowTerms(const JointModelSpec& spec, size_t t) {
   std::vector<MemTerm> terms = spec.rows[t];
-  for (size_t k = 0; k < spec.tails.size() && Z(spec.tails[k].first) <= t; ++k) terms.push_back(spec.tails[k].term);
+  for (size_t k = 0; k < TailsAt(spec, t); ++k) terms.push_back(spec.tails[k].term);
   std::sort(terms.begin(), terms.end(), ByNode);
   return terms;
 }
