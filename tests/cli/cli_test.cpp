@@ -299,8 +299,6 @@ TEST(Cli, RematOfAnEmptyGraphIsTheEmptySchedule) {
   }
 }
 
-// Hostile bytes in a flag or a file name are quoted as escapes, never echoed raw to the terminal
-// (issue 18, item 14): an ESC sequence or a stray 0xff stays \x1b / \xff in the one error line.
 // Found by ExitProperty (issue 18): CLI11 saturates out-of-range integers, so the refusal named a
 // number the user never typed.
 TEST(Cli, OutOfRangeIntegersAreQuotedAsTyped) {
@@ -312,6 +310,8 @@ TEST(Cli, OutOfRangeIntegersAreQuotedAsTyped) {
   EXPECT_NE(r.err.find("--layers: 2x is not a whole number"), std::string::npos) << r.err;
 }
 
+// Hostile bytes in a flag or a file name are quoted as escapes, never echoed raw to the terminal
+// (issue 18, item 14): an ESC sequence or a stray 0xff stays \x1b / \xff in the one error line.
 TEST(Cli, ErrorsQuoteHostileBytesAsEscapes) {
   // Real bytes inside single quotes (std::system's /bin/sh has no $'...' escapes).
   for (const std::string& args : {std::string("plan --model 'gp\x1b[31mt\xff'"),

@@ -382,10 +382,10 @@ TEST(MilpSolve, BadInputIsAnError) {
 
 // ---------------------------------------------------------------- limits, warm start, callbacks
 
-// Chu-Beasley multidimensional knapsack: 500 items x 30 constraints is far from solved in a second.
-Model HardMkp() {
+// Chu-Beasley multidimensional knapsack, dense: by default 500 items x 30 constraints, far from solved
+// in a second.
+Model HardMkp(int n = 500, int rows = 30) {
   Lcg rng(7);
-  const int n = 500, rows = 30;
   Model m;
   std::vector<Var> x;
   for (int i = 0; i < n; ++i) x.push_back(m.AddBinary());
@@ -680,21 +680,7 @@ TEST(MilpLoadEstimate, GrowsWithNonzerosAndRefusesWhatDoesNotFit) {
 // Solve does not hand the backend a model it cannot load before the limit: it returns at once, says
 // why, and keeps a feasible warm start as the solution.
 TEST(MilpSolve, ModelThatCannotLoadInTheTimeLeftIsNotLoaded) {
-  // 2,000 binaries in 200 dense knapsack rows: 400k nonzeros, about 0.13 s to load.
-  Lcg rng(11);
-  Model m;
-  std::vector<Var> x;
-  Expr profit;
-  for (int i = 0; i < 2000; ++i) {
-    x.push_back(m.AddBinary());
-    profit.Add(x.back(), rng.Next(1, 100));
-  }
-  for (int r = 0; r < 200; ++r) {
-    Expr row;
-    for (const Var& v : x) row.Add(v, rng.Next(1, 100));
-    m.AddLessEqual(row, 20000);
-  }
-  m.SetObjective(profit, Sense::kMaximize);
+  const Model m = HardMkp(2000, 200);  // 400k nonzeros, about 0.13 s to load
   const double load = EstimateLoad(m.num_nonzeros()).seconds;
   ASSERT_EQ(m.num_nonzeros(), 400'000);
   ASSERT_GT(load, 0.1);
