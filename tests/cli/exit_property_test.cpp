@@ -58,8 +58,7 @@ struct FlagKind {
   std::vector<std::string> values;
 };
 
-std::vector<FlagKind> Flags(const std::string& subcommand) {
-  const std::vector<std::string> files = HostileFiles();
+std::vector<FlagKind> Flags(const std::string& subcommand, const std::vector<std::string>& files) {
   std::vector<std::string> clusters = {"v100-nvlink-8", "nope", "", "dgx-a100-80gb:0", "dgx-a100-80gb:99999999",
                                        "dgx-h100:2", "h100-nvlink-8"};
   clusters.insert(clusters.end(), files.begin(), files.end());
@@ -158,8 +157,8 @@ std::vector<std::string> Lines(const std::string& text) {
 }
 
 void CheckRuns(const Tokens& base, int runs, uint32_t seed) {
-  const std::vector<FlagKind> flags = Flags(base[0]);
   const std::vector<std::string> files = HostileFiles();
+  const std::vector<FlagKind> flags = Flags(base[0], files);
   // KIWI_PROPERTY_SEED=N explores other commands than CI's (a failure prints the command line).
   const char* offset = std::getenv("KIWI_PROPERTY_SEED");
   std::mt19937 rng(seed + (offset ? static_cast<uint32_t>(std::strtoul(offset, nullptr, 10)) : 0u));
