@@ -400,6 +400,10 @@ TEST(Cli, SimulateNamesThePlanFileAndField) {
       {R"({"kiwi_plan_version": 1, "model": "gtp", "model_flags": {"layers": 2}, )" + layers + rest, ": model: unknown model 'gtp'"},
       {R"({"kiwi_plan_version": 1, "model": "gpt", "model_flags": {"layers": 3}, )" + layers + rest,
        ": layer.layers: has 2 strategies"},
+      {R"({"kiwi_plan_version": 1, "model": "gpt", "model_flags": {"layers": 2}, "cluster": "v100", )" + layers + rest,
+       ": cluster: unknown cluster 'v100'"},
+      {R"({"kiwi_plan_version": 1, "model": "gpt", "model_flags": {"layers": 2}, "cluster": "dgx-h100:0", )" + layers + rest,
+       ": cluster: 'dgx-h100:0': the node count"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string path = WriteTemp("named_plan_" + std::to_string(i) + ".json", cases[i].first);
@@ -408,6 +412,10 @@ TEST(Cli, SimulateNamesThePlanFileAndField) {
     EXPECT_EQ(CountLines(r.err), 1) << r.err;
     EXPECT_NE(r.err.find(path + cases[i].second), std::string::npos) << r.err;
   }
+  // The same cluster name given as a flag is the flag's fault.
+  auto flag = RunKiwi("simulate " + WriteTemp("flag_plan.json", head + layers + rest) + " --cluster v100");
+  EXPECT_EQ(flag.exit_code, 2);
+  EXPECT_NE(flag.err.find("kiwi: error: --cluster: unknown cluster 'v100'"), std::string::npos) << flag.err;
 }
 
 }  // namespace

@@ -133,7 +133,9 @@ TEST(HybridCli, PlansFromGalvatronProfilesAndExportsGalvatronConfig) {
 TEST(HybridCli, GalvatronProfileFlagsAreChecked) {
   const std::string profiles = "--galvatron-profiles " + kGalvatron + "computation_profiling_fp32_test.json," +
                                kGalvatron + "memory_profiling_fp32_test.json ";
-  EXPECT_EQ(testing::RunKiwi("hybrid --json " + profiles).exit_code, 2);  // no --galvatron-layers
+  auto no_layers = testing::RunKiwi("hybrid --json " + profiles);
+  EXPECT_EQ(no_layers.exit_code, 2);  // the refusal names the flag it needs, not "galvatron profiles"
+  EXPECT_NE(no_layers.err.find("--galvatron-layers"), std::string::npos) << no_layers.err;
   EXPECT_EQ(testing::RunKiwi("hybrid --json --galvatron-layers 2,2 --out x.json " + profiles).exit_code, 2);
   EXPECT_EQ(testing::RunKiwi("hybrid --json --galvatron-layers 2,2 --galvatron-profiles only_one.json").exit_code, 2);
   // Contradictory or out-of-range flags are refused in one line, not silently ignored (issue 18, item 13).

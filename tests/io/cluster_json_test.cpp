@@ -126,6 +126,23 @@ TEST(ClusterJson, FieldErrors) {
                  {"c.json: kiwi_cluster_version: unsupported version 3"});
 }
 
+// A rate or delay no hardware has is refused with the file and the field; accepted, it priced an
+// operator at 10^9 s and the refusal named the operator, not the file (issue 18, item 14).
+TEST(ClusterJson, ImplausibleRatesAndDelaysNameTheField) {
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"latency_us\": 5", "\"latency_us\": 1e15"), "c.json"),
+                 {"c.json: intra_node.latency_us: 1e+15 is not a plausible value: give one in [0, 1e+06]"});
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"bandwidth_gbps\": 12.5", "\"bandwidth_gbps\": 1e-9"), "c.json"),
+                 {"c.json: inter_node.bandwidth_gbps: 1e-09 is not a plausible value: give one in [0.001, 1e+06]"});
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"memory_bandwidth_gbps\": 2039", "\"memory_bandwidth_gbps\": 1e300"), "c.json"),
+                 {"c.json: device.memory_bandwidth_gbps: 1e+300 is not a plausible value"});
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"f32\": 19.5", "\"f32\": 1e-12"), "c.json"),
+                 {"c.json: device.peak_tflops.f32: 1e-12 is not a plausible value: give one in [1e-06, 1e+06] or 0"});
+  for (const char* edge : {"\"latency_us\": 0", "\"latency_us\": 1e6"}) {
+    Result<cost::Cluster> c = ParseClusterJson(EditedFixture("\"latency_us\": 5", edge), "c.json");
+    EXPECT_TRUE(c.ok()) << edge << ": " << c.error().message;
+  }
+}
+
 TEST(LoadCluster, PresetNameFirst) {
   Result<cost::Cluster> c = LoadCluster("v100-nvlink-8");
   ASSERT_TRUE(c.ok()) << c.error().message;
@@ -147,8 +164,11 @@ TEST(LoadCluster, BadFileReportsTheFile) {
 
 TEST(LoadCluster, UnknownNameListsThePresets) {
   ExpectBadInput(LoadCluster("tpu-v9-pod"),
-                 {"unknown cluster 'tpu-v9-pod'", "v100-nvlink-8", "rtx-titan-pcie-8", "a100-nvlink-ib-16",
+                 {"--cluster: unknown cluster 'tpu-v9-pod'", "v100-nvlink-8", "rtx-titan-pcie-8", "a100-nvlink-ib-16",
                   "a100-nvlink-ib-64", "h100-nvlink-8"});
+  // Named by where the name came from: a plan file's field, an API argument.
+  ExpectBadInput(LoadCluster("tpu-v9-pod", "plan.json: cluster"), {"plan.json: cluster: unknown cluster 'tpu-v9-pod'"});
+  ExpectBadInput(LoadCluster("dgx-h100:0", "cluster"), {"cluster: 'dgx-h100:0': the node count"});
 }
 
 }  // namespace

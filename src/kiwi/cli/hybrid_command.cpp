@@ -288,10 +288,12 @@ Command AddHybridCommand(CLI::App& root) {
   // options need the profiles (issue 18: contradictory flags were silently accepted).
   hf->excludes(model)->excludes(profiles);
   profiles->excludes(model);
-  app->add_option("--galvatron-layers", o->galvatron_layers, "with --galvatron-profiles: layers per layer type, e.g. 24,24")
-      ->delimiter(',')
-      ->check(CLI::Range(1, models::kMaxLayers))
-      ->needs(profiles);
+  CLI::Option* layers = app->add_option("--galvatron-layers", o->galvatron_layers,
+                                        "with --galvatron-profiles (which need it): layers per layer type, e.g. 24,24")
+                             ->delimiter(',')
+                             ->check(CLI::Range(1, models::kMaxLayers))
+                             ->needs(profiles);
+  profiles->needs(layers);  // the profiles price one layer of each type; how many there are is the user's
   app->add_option("--galvatron-seq", o->galvatron_seq, "with --galvatron-profiles: the sequence length to use")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
       ->needs(profiles);

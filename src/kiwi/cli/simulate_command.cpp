@@ -39,9 +39,9 @@ Result<Inputs> LoadInputs(const SimulateOptions& o) {
   Result<plan::Plan> p = io::ReadPlanFile(o.plan_path);
   if (!p) return p.error();
   if (!p->op && !p->layer) return BadInput(o.plan_path + ": the plan has neither an \"operator\" nor a \"layer\" section");
-  std::string cluster_name = o.cluster.empty() ? p->cluster : o.cluster;
-  if (cluster_name.empty()) cluster_name = "v100-nvlink-8";
-  Result<cost::Cluster> cluster = io::LoadCluster(cluster_name);
+  const bool from_plan = o.cluster.empty() && !p->cluster.empty();
+  const std::string cluster_name = !o.cluster.empty() ? o.cluster : from_plan ? p->cluster : "v100-nvlink-8";
+  Result<cost::Cluster> cluster = io::LoadCluster(cluster_name, from_plan ? o.plan_path + ": cluster" : "--cluster");
   if (!cluster) return cluster.error();
   Inputs in{std::move(*p), std::move(*cluster), {}};
   in.report.timeline = o.timeline;

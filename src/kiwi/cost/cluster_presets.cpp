@@ -206,13 +206,13 @@ Result<Cluster> ClusterPreset(const std::string& name) {
                           count.find_first_not_of("0123456789") == std::string::npos;
       nodes = digits ? std::stoi(count) : 0;
       if (nodes < 1 || nodes > kMaxPresetNodes)
-        return BadInput(fmt::format("--cluster: '{}': the node count after ':' must be an integer in [1, {}]",
+        return BadInput(fmt::format("'{}': the node count after ':' must be an integer in [1, {}]",
                                     name, kMaxPresetNodes));
     }
     return entry.make(name, nodes);
   }
-  return BadInput(fmt::format("--cluster: unknown cluster '{}' (presets: {}, the dgx ones with ':NODES' for more "
-                              "than one node; or give a cluster JSON file)", name, fmt::join(ClusterPresetNames(), ", ")));
+  return BadInput(fmt::format("unknown cluster '{}': not a preset ({}, the dgx ones with ':NODES' for more than one "
+                              "node) nor an existing cluster JSON file", name, fmt::join(ClusterPresetNames(), ", ")));
 }
 
 std::vector<std::string> ClusterPresetNames() {

@@ -21,12 +21,27 @@ constexpr double kGiga = 1e9;   // "gbps" fields are 10^9 bytes per second
 constexpr double kTera = 1e12;  // "peak_tflops" fields are 10^12 FLOP/s
 constexpr double kMicro = 1e-6;
 
-// A number field scaled to SI units; `positive` rejects 0. The scaled value must stay finite.
-Result<double> ScaledField(const Json& j, const JsonPath& at, std::string_view key, double scale, bool positive) {
+// What a rate or a delay of real hardware can be, in the file's units (GB/s, TFLOP/s, us): 0 where
+// allowed, else within [min, max]. Beyond these, costs leave the range the solvers plan with (times
+// under 10^6 s) and the refusal would name an operator instead of this file (issue 18, item 14).
+struct Plausible {
+  bool zero_ok;
+  double min;
+  double max;
+};
+constexpr Plausible kRate{false, 1e-3, 1e6};         // 1 MB/s .. 1 PB/s
+constexpr Plausible kPeak{true, 1e-6, 1e6};          // 1 MFLOP/s .. 10^18 FLOP/s, or 0 = unsupported
+constexpr Plausible kDelay{true, 0.0, 1e6};          // up to a second
+
+// A number field in the range `p`, scaled to SI units.
+Result<double> ScaledField(const Json& j, const JsonPath& at, std::string_view key, double scale, Plausible p) {
   Result<double> v = NumberField(j, at, key, 0.0);
   if (!v) return v.error();
-  if (positive && *v <= 0.0) return at.BadKey(key, fmt::format("must be positive (got {})", *v));
-  if (!std::isfinite(*v * scale)) return at.BadKey(key, "is too large");
+  if (*v == 0.0 && p.zero_ok) return 0.0;
+  if (*v <= 0.0 && !p.zero_ok) return at.BadKey(key, fmt::format("must be positive (got {})", *v));
+  if (*v < p.min || *v > p.max)
+    return at.BadKey(key, fmt::format("{:g} is not a plausible value: give one in [{:g}, {:g}]{}", *v, p.min, p.max,
+                                      p.zero_ok && p.min > 0 ? " or 0" : ""));
   return *v * scale;
 }
 
@@ -51,7 +66,7 @@ Status ReadPeakFlops(const Json& device, const JsonPath& device_at, cost::Device
   for (const auto& item : (*peak)->items()) {
     const std::optional<ir::DType> dtype = ir::ParseDType(item.key());
     if (!dtype) return at.BadKey(item.key(), "unknown dtype (expected f64, f32, bf16, f16, i64, i32 or u8)");
-    Result<double> flops = ScaledField(**peak, at, item.key(), kTera, false);
+    Result<double> flops = ScaledField(**peak, at, item.key(), kTera, kPeak);
     if (!flops) return flops.error();
     spec.SetPeakFlops(*dtype, *flops);
     any = any || *flops > 0.0;
@@ -75,11 +90,11 @@ Result<cost::DeviceSpec> ReadDevice(const Json& doc, const JsonPath& root) {
   Result<int64_t> memory = ReadSize(j, at, "memory", false);
   if (!memory) return memory.error();
   spec.memory_bytes = *memory;
-  Result<double> bandwidth = ScaledField(j, at, "memory_bandwidth_gbps", kGiga, true);
+  Result<double> bandwidth = ScaledField(j, at, "memory_bandwidth_gbps", kGiga, kRate);
   if (!bandwidth) return bandwidth.error();
   spec.memory_bandwidth = *bandwidth;
   if (FindField(j, "kernel_launch_us") != nullptr) {
-    Result<double> launch = ScaledField(j, at, "kernel_launch_us", kMicro, false);
+    Result<double> launch = ScaledField(j, at, "kernel_launch_us", kMicro, kDelay);
     if (!launch) return launch.error();
     spec.kernel_launch_seconds = *launch;
   }
@@ -112,11 +127,11 @@ Result<cost::Link> ReadLink(const Json& doc, const JsonPath& root, std::string_v
   Result<std::string> name = StringFieldOr(*j, at, "name", std::string(key));
   if (!name) return name.error();
   link.name = std::move(*name);
-  Result<double> bandwidth = ScaledField(*j, at, "bandwidth_gbps", kGiga, true);
+  Result<double> bandwidth = ScaledField(*j, at, "bandwidth_gbps", kGiga, kRate);
   if (!bandwidth) return bandwidth.error();
   link.bandwidth = *bandwidth;
   if (FindField(*j, "latency_us") != nullptr) {
-    Result<double> latency = ScaledField(*j, at, "latency_us", kMicro, false);
+    Result<double> latency = ScaledField(*j, at, "latency_us", kMicro, kDelay);
     if (!latency) return latency.error();
     link.latency = *latency;
   }
@@ -172,14 +187,12 @@ Result<cost::Cluster> ReadClusterFile(const std::string& path) {
   return ParseClusterJson(*text, path);
 }
 
-Result<cost::Cluster> LoadCluster(const std::string& name_or_path) {
+Result<cost::Cluster> LoadCluster(const std::string& name_or_path, const std::string& where) {
   Result<cost::Cluster> preset = cost::ClusterPreset(name_or_path);
   if (preset) return preset;
   std::error_code ec;
   if (std::filesystem::is_regular_file(name_or_path, ec)) return ReadClusterFile(name_or_path);
-  if (name_or_path.find(':') != std::string::npos) return preset.error();  // dgx-a100-80gb:0 and the like
-  return BadInput(OneLine(fmt::format("unknown cluster '{}': not a preset ({}) nor an existing cluster JSON file",
-                                      name_or_path, fmt::join(cost::ClusterPresetNames(), ", "))));
+  return BadInput(OneLine(fmt::format("{}: {}", where, preset.error().message)));
 }
 
 }  // namespace kiwi::io

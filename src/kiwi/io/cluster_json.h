@@ -17,8 +17,9 @@ namespace kiwi::io {
 
 Result<cost::Cluster> ReadClusterFile(const std::string& path);
 Result<cost::Cluster> ParseClusterJson(std::string_view text, const std::string& source);
-// A preset name, or else a path to a cluster JSON file.
-Result<cost::Cluster> LoadCluster(const std::string& name_or_path);
+// A preset name, or else a path to a cluster JSON file. A name that is neither is refused as given by
+// `where`: the flag or the file field that named it ("--cluster", "plan.json: cluster").
+Result<cost::Cluster> LoadCluster(const std::string& name_or_path, const std::string& where = "--cluster");
 
 // Profiles (cost/profile.h): {"kiwi_profile_version": 1, "unit": "ms", "ops": {...}, "device": {...},
 // "collectives": [...]}: measured per-op times and a device profile (`kiwi profile` writes one).

@@ -26,7 +26,7 @@ using nlohmann::json;
 
 Result<cost::Cluster> LoadTarget(const Target& target) {
   if (!target.cluster.empty() && target.cluster.front() == '{') return io::ParseClusterJson(target.cluster, "cluster");
-  return io::LoadCluster(target.cluster);
+  return io::LoadCluster(target.cluster, "cluster");
 }
 
 json ScheduleJson(const std::vector<plan::Step>& steps) {
