@@ -13,11 +13,11 @@
 #include <cmath>
 #include <iostream>
 
-#include "kiwi/io/graph_json.h"
 #include "kiwi/ir/mesh.h"
 #include "joint_sweep_plot.h"
 #include "kiwi/report/svg_plot.h"
 #include "kiwi/solve/joint/sweep.h"
+#include "kiwi/io/file_io.h"
 
 namespace {
 

@@ -14,7 +14,7 @@
 #include <iostream>
 #include <limits>
 
-#include "kiwi/io/graph_json.h"
+#include "kiwi/io/file_io.h"
 #include "kiwi/ir/mesh.h"
 #include "kiwi/report/svg_plot.h"
 #include "kiwi/solve/joint/sweep.h"

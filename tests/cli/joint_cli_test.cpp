@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <string>
 
+#include "kiwi/io/file_io.h"
 #include "kiwi/io/graph_json.h"
 #include "kiwi/models/presets.h"
 #include "run_kiwi.h"

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "io_test_util.h"
+#include "kiwi/io/file_io.h"
 #include "kiwi/io/graph_json.h"
 
 namespace kiwi::io {

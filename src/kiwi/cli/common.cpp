@@ -18,6 +18,7 @@
 #include "kiwi/util/elapsed.h"
 #include "kiwi/util/one_line.h"
 #include "kiwi/util/units.h"
+#include "kiwi/io/file_io.h"
 
 namespace kiwi::cli {
 namespace {

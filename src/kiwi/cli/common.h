@@ -8,6 +8,7 @@
 
 #include "kiwi/cost/cluster.h"
 #include "kiwi/cost/cost_model.h"
+#include "kiwi/io/file_io.h"
 #include "kiwi/models/presets.h"
 #include "kiwi/plan/plan.h"
 #include "kiwi/util/result.h"

@@ -8,6 +8,7 @@
 #include "kiwi/cli/command.h"
 #include "kiwi/cli/common.h"
 #include "kiwi/io/cluster_json.h"
+#include "kiwi/io/file_io.h"
 #include "kiwi/io/graph_json.h"
 #include "kiwi/report/graph_summary.h"
 

@@ -7,7 +7,7 @@
 
 #include "kiwi/cli/command.h"
 #include "kiwi/cli/common.h"
-#include "kiwi/io/graph_json.h"
+#include "kiwi/io/file_io.h"
 #include "kiwi/io/iopddl_json.h"
 #include "kiwi/solve/sharding/solver.h"
 #include "kiwi/util/elapsed.h"

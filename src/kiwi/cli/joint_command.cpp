@@ -12,7 +12,7 @@
 #include "kiwi/cli/command.h"
 #include "kiwi/cli/common.h"
 #include "kiwi/io/cluster_json.h"
-#include "kiwi/io/graph_json.h"
+#include "kiwi/io/file_io.h"
 #include "kiwi/io/plan_json.h"
 #include "kiwi/report/table.h"
 #include "kiwi/solve/joint/joint.h"

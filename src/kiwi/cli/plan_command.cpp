@@ -13,7 +13,7 @@
 #include "kiwi/cli/common.h"
 #include "kiwi/cost/layer_cost.h"
 #include "kiwi/io/cluster_json.h"
-#include "kiwi/io/graph_json.h"
+#include "kiwi/io/file_io.h"
 #include "kiwi/io/plan_json.h"
 #include "kiwi/report/table.h"
 #include "kiwi/sim/layer_simulator.h"

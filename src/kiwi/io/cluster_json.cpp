@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "kiwi/io/graph_json.h"
 #include "kiwi/io/json_fields.h"
 #include "kiwi/util/units.h"
+#include "kiwi/io/file_io.h"
 
 namespace kiwi::io {
 namespace {

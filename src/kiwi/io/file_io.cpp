@@ -12,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "kiwi/io/graph_json.h"
+#include "kiwi/io/file_io.h"
 #include "kiwi/io/json_fields.h"
 #include "kiwi/util/units.h"
 

@@ -5,8 +5,8 @@
 
 #include <charconv>
 
-#include "kiwi/io/graph_json.h"
 #include "kiwi/io/json_fields.h"
+#include "kiwi/io/file_io.h"
 
 namespace kiwi::io {
 namespace {

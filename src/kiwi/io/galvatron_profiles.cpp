@@ -6,8 +6,8 @@
 #include <cmath>
 #include <optional>
 
-#include "kiwi/io/graph_json.h"
 #include "kiwi/io/json_fields.h"
+#include "kiwi/io/file_io.h"
 
 namespace kiwi::io {
 namespace {

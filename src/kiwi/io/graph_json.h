@@ -29,15 +29,4 @@ Result<GraphFormat> DetectGraphFormat(std::string_view text, const std::string& 
 // Serialises to kiwi graph JSON; ParseGraphJson(WriteGraphJson(g)) reproduces g exactly.
 std::string WriteGraphJson(const ir::Graph& graph);
 
-// Reads a whole file, transparently gunzipping *.gz; errors name the file.
-Result<std::string> ReadFileText(const std::string& path);
-
-// Writes atomically (temp file + rename) so a failure never leaves a partial file. `path` must be new,
-// a regular file the user may write, or a symbolic link to one (the link's target is replaced).
-Status WriteFileAtomically(const std::string& path, std::string_view contents);
-
-// WriteFileAtomically's checks of `path`, before any work is done for it (the CLI's --out flags): the
-// target's kind, and that a file can be created in its directory (which must exist).
-Status CheckWritableOutput(const std::string& path);
-
 }  // namespace kiwi::io

@@ -11,8 +11,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "kiwi/io/graph_json.h"
 #include "kiwi/io/json_fields.h"
+#include "kiwi/io/file_io.h"
 
 namespace kiwi::io {
 namespace {

@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 
 #include "kiwi/io/cluster_json.h"
-#include "kiwi/io/graph_json.h"
+#include "kiwi/io/file_io.h"
 #include "kiwi/io/json_fields.h"
 
 namespace kiwi::io {
