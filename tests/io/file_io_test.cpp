@@ -1,10 +1,15 @@
 // ReadFileText (plain and gzip) and WriteFileAtomically.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <thread>
 
 #include "io_test_util.h"
 #include "kiwi/io/file_io.h"
@@ -138,6 +143,64 @@ TEST(WriteFileAtomically, OnlyOntoNewNamesRegularFilesAndLinksToThem) {
     ASSERT_EQ(::chmod(read_only.c_str(), 0444), 0);
     ExpectBadInput(WriteFileAtomically(read_only, "x"), {read_only + ": cannot replace the file"});
     EXPECT_EQ(ReadAll(read_only), "keep");
+  }
+}
+
+using Writer = std::function<Status(const std::string&, std::string_view)>;
+
+// Kills a process `after` the start of its write of 128 MiB to `path` with `signal`; what is left in
+// the directory must be no file or the whole file, and never a temporary. Returns how it ended.
+int KillWhileWriting(const Writer& write, const std::string& path, int signal, std::chrono::milliseconds after) {
+  int ready[2];
+  if (::pipe(ready) != 0) return -1;
+  const pid_t child = ::fork();
+  if (child == 0) {
+    const std::string contents(size_t{128} << 20, 'k');
+    const char go = 1;
+    if (::write(ready[1], &go, 1) != 1) ::_exit(3);
+    ::_exit(write(path, contents).ok() ? 0 : 2);
+  }
+  char go = 0;
+  EXPECT_EQ(::read(ready[0], &go, 1), 1);
+  std::this_thread::sleep_for(after);
+  ::kill(child, signal);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  ::close(ready[0]);
+  ::close(ready[1]);
+  return status;
+}
+
+void ExpectWholeFileOrNothing(const std::filesystem::path& dir, const std::string& path) {
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    EXPECT_EQ(entry.path().string(), path) << "left behind: " << entry.path();
+    if (entry.path().string() == path) {
+      EXPECT_EQ(std::filesystem::file_size(path), std::uintmax_t{128} << 20);
+    }
+  }
+}
+
+// Issue 18 item 11: a write killed while it was writing left its temporary (".kiwi-out.XXXXXX").
+// Now the contents go to an unnamed file until they are on disk, so even SIGKILL leaves nothing; the
+// named fallback holds Ctrl-C and SIGTERM until its temporary is renamed, then dies of them.
+TEST(WriteFileAtomically, AKilledWriteLeavesNoTemporary) {
+  for (int signal : {SIGKILL, SIGTERM, SIGINT}) {
+    for (int ms : {0, 20, 100}) {
+      ScratchDir dir;
+      const std::string path = dir.File("out.json");
+      const int status = KillWhileWriting(WriteFileAtomically, path, signal, std::chrono::milliseconds(ms));
+      SCOPED_TRACE(::testing::Message() << "signal " << signal << " after " << ms << " ms");
+      EXPECT_TRUE(WIFSIGNALED(status) || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) << status;
+      ExpectWholeFileOrNothing(dir.path(), path);
+    }
+  }
+  for (int signal : {SIGTERM, SIGINT}) {
+    ScratchDir dir;
+    const std::string path = dir.File("out.json");
+    const int status = KillWhileWriting(detail::WriteThroughNamedTemporary, path, signal, std::chrono::milliseconds(20));
+    SCOPED_TRACE(::testing::Message() << "fallback, signal " << signal);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == signal) << status;  // held, then delivered
+    ExpectWholeFileOrNothing(dir.path(), path);
   }
 }
 

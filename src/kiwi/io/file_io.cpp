@@ -1,4 +1,4 @@
-// ReadFileText (with transparent gunzip) and WriteFileAtomically from io/graph_json.h.
+// ReadFileText from io/file_io.h: bounded reads with transparent gunzip.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -110,89 +110,6 @@ Result<std::string> ReadFileText(const std::string& path) {
   if (in.bad()) return BadInput(OneLine(path + ": read error"));
   if (IsGzip(bytes)) return Gunzip(bytes, path);
   return bytes;
-}
-
-namespace {
-
-// Where an atomic write of `path` lands: `path` itself when it is new or a regular file, the file a
-// symbolic link points to (the link stays); anything else (a FIFO, a device, a directory, a socket)
-// and a file the user may not write are refused, as a rename would replace them silently.
-Result<std::filesystem::path> AtomicWriteTarget(const std::string& path) {
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path target = path;
-  if (fs::is_symlink(fs::symlink_status(target, ec))) {
-    target = fs::weakly_canonical(target, ec);
-    if (ec) return BadInput(OneLine(fmt::format("{}: cannot follow the symbolic link: {}", path, ec.message())));
-  }
-  const fs::file_status st = fs::status(target, ec);
-  if (st.type() == fs::file_type::not_found) return target;
-  if (ec) return BadInput(OneLine(fmt::format("{}: {}", path, ec.message())));
-  if (st.type() == fs::file_type::directory) return BadInput(OneLine(fmt::format("{}: is a directory", path)));
-  if (st.type() != fs::file_type::regular)
-    return BadInput(OneLine(fmt::format("{}: not a regular file (a FIFO, device or socket): write to a file", path)));
-  if (::access(target.c_str(), W_OK) != 0)
-    return BadInput(OneLine(fmt::format("{}: cannot replace the file: {}", path, ErrnoText(errno))));
-  return target;
-}
-
-// Creates the temporary file an atomic write of `path` (landing on `target`) writes first: a short
-// hidden name beside the target ("NAME.tmp.XXXXXX" broke names near the 255-byte limit). Sets `tmp`
-// to its name and returns its descriptor.
-Result<int> CreateTemporaryBeside(const std::string& path, const std::filesystem::path& target, std::string& tmp) {
-  const std::filesystem::path dir = target.parent_path();
-  tmp = ((dir.empty() ? std::filesystem::path(".") : dir) / ".kiwi-out.XXXXXX").string();
-  const int fd = mkstemp(tmp.data());
-  if (fd < 0) return BadInput(OneLine(fmt::format("{}: cannot create a file there: {}", path, ErrnoText(errno))));
-  return fd;
-}
-
-}  // namespace
-
-Status CheckWritableOutput(const std::string& path) {
-  Result<std::filesystem::path> target = AtomicWriteTarget(path);
-  if (!target) return target.error();
-  std::string tmp;
-  Result<int> fd = CreateTemporaryBeside(path, *target, tmp);
-  if (!fd) return fd.error();
-  ::close(*fd);
-  ::unlink(tmp.c_str());
-  return Status::Ok();
-}
-
-Status WriteFileAtomically(const std::string& requested, std::string_view contents) {
-  Result<std::filesystem::path> target = AtomicWriteTarget(requested);
-  if (!target) return target.error();
-  const std::string& path = requested;
-  std::string tmp;
-  Result<int> created = CreateTemporaryBeside(path, *target, tmp);
-  if (!created) return created.error();
-  const int fd = *created;
-  const auto fail = [&](const std::string& what, int err) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    return BadInput(OneLine(fmt::format("{}: {}: {}", path, what, ErrnoText(err))));
-  };
-  size_t done = 0;
-  while (done < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return fail("write failed", errno);
-    done += static_cast<size_t>(n);
-  }
-  if (::fchmod(fd, 0644) != 0) return fail("cannot set permissions", errno);
-  if (::fsync(fd) != 0) return fail("cannot flush to disk", errno);
-  if (::close(fd) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return BadInput(OneLine(fmt::format("{}: close failed: {}", path, ErrnoText(err))));
-  }
-  if (std::rename(tmp.c_str(), target->c_str()) != 0) {
-    const int err = errno;
-    ::unlink(tmp.c_str());
-    return BadInput(OneLine(fmt::format("{}: cannot replace the file: {}", path, ErrnoText(err))));
-  }
-  return Status::Ok();
 }
 
 }  // namespace kiwi::io

@@ -19,4 +19,10 @@ Status WriteFileAtomically(const std::string& path, std::string_view contents);
 // target's kind, and that a file can be created in its directory (which must exist).
 Status CheckWritableOutput(const std::string& path);
 
+namespace detail {
+// WriteFileAtomically where the file system has no O_TMPFILE: a named temporary beside the target,
+// with SIGINT, SIGTERM, SIGHUP and SIGQUIT held until it is renamed or removed. Exposed for its tests.
+Status WriteThroughNamedTemporary(const std::string& path, std::string_view contents);
+}  // namespace detail
+
 }  // namespace kiwi::io
