@@ -17,22 +17,12 @@
 namespace kiwi {
 namespace {
 
+using testing::CommandLine;
+using testing::Lines;
 using testing::RunKiwi;
 using testing::TempDir;
 
 using Tokens = std::vector<std::string>;
-
-std::string Quote(const std::string& token) {
-  std::string out = "'";
-  for (char c : token) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-std::string CommandLine(const Tokens& tokens) {
-  std::string line;
-  for (const std::string& t : tokens) line += (line.empty() ? "" : " ") + Quote(t);
-  return line;
-}
 
 std::string Fixture(const std::string& name) { return std::string(KIWI_TEST_DATA_DIR) + "/io/" + name; }
 
@@ -142,18 +132,6 @@ void Edit(Tokens& tokens, const std::vector<FlagKind>& flags, const std::vector<
       }
     }
   }
-}
-
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> lines;
-  size_t start = 0;
-  while (start < text.size()) {
-    const size_t end = text.find('\n', start);
-    lines.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return lines;
 }
 
 void CheckRuns(const Tokens& base, int runs, uint32_t seed) {

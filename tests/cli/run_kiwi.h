@@ -7,6 +7,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -54,6 +55,32 @@ inline RunResult RunKiwi(const std::string& args) {
   r.out = Slurp(out);
   r.err = Slurp(err);
   return r;
+}
+
+// `token` quoted for the shell; a command line of such tokens.
+inline std::string ShellQuote(const std::string& token) {
+  std::string out = "'";
+  for (char c : token) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+inline std::string CommandLine(const std::vector<std::string>& tokens) {
+  std::string line;
+  for (const std::string& t : tokens) line += (line.empty() ? "" : " ") + ShellQuote(t);
+  return line;
+}
+
+// The lines of `text`, without their line breaks.
+inline std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  size_t start = 0;
+  while (start < text.size()) {
+    const size_t end = text.find('\n', start);
+    lines.push_back(text.substr(start, end == std::string::npos ? std::string::npos : end - start));
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return lines;
 }
 
 inline int CountLines(const std::string& s) {
