@@ -134,6 +134,19 @@ void Edit(Tokens& tokens, const std::vector<FlagKind>& flags, const std::vector<
   }
 }
 
+// A refusal names a flag of the command line ("--layers: ...") or one of its files, or asks for what is
+// missing ("give either a GRAPH file or --model NAME").
+bool NamesWhatIsAtFault(const std::string& line, const Tokens& tokens) {
+  const std::string said = line.substr(std::string("kiwi: error: ").size());
+  if (said.rfind("give ", 0) == 0 && said.find("--") != std::string::npos) return true;
+  for (const std::string& t : tokens) {
+    if (t.empty() || t == tokens.front()) continue;
+    if (t.rfind("--", 0) == 0 && said.find(t) != std::string::npos) return true;
+    if (t.rfind("--", 0) != 0 && t.find('/') != std::string::npos && said.find(t) != std::string::npos) return true;
+  }
+  return false;
+}
+
 void CheckRuns(const Tokens& base, int runs, uint32_t seed) {
   const std::vector<std::string> files = HostileFiles();
   const std::vector<FlagKind> flags = Flags(base[0], files);
@@ -154,6 +167,7 @@ void CheckRuns(const Tokens& base, int runs, uint32_t seed) {
     EXPECT_EQ(lines.back().rfind("kiwi: error: ", 0), 0u) << "the last line is the error";
     if (r.exit_code == 2) {
       EXPECT_EQ(lines.size(), 1u) << "bad input: one line, before any work";
+      EXPECT_TRUE(NamesWhatIsAtFault(lines.back(), tokens)) << "a refusal names the flag or the file at fault";
     }
     for (size_t i = 0; i + 1 < lines.size(); ++i) {
       EXPECT_NE(lines[i].rfind("kiwi: error: ", 0), 0u) << "one error line only";
