@@ -206,5 +206,36 @@ TEST(JointMilp, FullFormulationReachesBudgetsTheReducedOneCannot) {
   EXPECT_GT(full->sim.recomputations, 0);
 }
 
+// Issue 18: the full model was built whatever the time left (8 GPT layers: 9.2M variables, 6 s against a
+// 5 s limit). With no time left it is not built: the portfolio's fastest plan is the answer, replayed
+// by the simulator as before, and the note says why; without a portfolio plan there is no answer.
+TEST(JointMilp, FullFormulationWithNoTimeLeftAnswersWithThePortfolio) {
+  const ir::Graph g = SmallMlp({8, 16, 8}, 4, "gelu");
+  const JointProblem p = Problem(g, Mesh1d(2), kNoLimit);
+  JointSolveOptions o;
+  o.threads = 1;
+  o.time_limit_seconds = 5;
+  Result<JointResult> reduced = SolveJoint(p, JointMethod::kKiwi, o);
+  ASSERT_TRUE(reduced.ok()) << reduced.error().message;
+  ASSERT_TRUE(reduced->feasible);
+  JointSolveOptions none = o;
+  none.time_limit_seconds = 0.0;
+  none.portfolio = {&*reduced};
+  Result<JointResult> full = SolveJoint(p, JointMethod::kKiwiFull, none);
+  ASSERT_TRUE(full.ok()) << full.error().message;
+  EXPECT_TRUE(full->feasible);
+  EXPECT_EQ(full->method, "kiwi-full");
+  EXPECT_FALSE(full->optimal);
+  EXPECT_NE(full->note.find("the full MILP was not solved: building it outlasted the time limit; the plan of kiwi"),
+            std::string::npos) << full->note;
+  EXPECT_EQ(full->sim.iteration_seconds, reduced->sim.iteration_seconds);
+  EXPECT_EQ(full->claimed_peak, full->sim.peak_memory_bytes);
+  none.portfolio.clear();
+  Result<JointResult> alone = SolveJoint(p, JointMethod::kKiwiFull, none);
+  ASSERT_TRUE(alone.ok()) << alone.error().message;
+  EXPECT_FALSE(alone->feasible);
+  EXPECT_NE(alone->note.find("building it outlasted the time limit"), std::string::npos) << alone->note;
+}
+
 }  // namespace
 }  // namespace kiwi::solve::joint

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "joint_test_util.h"
+#include "kiwi/solve/joint/baselines.h"
 #include "kiwi/solve/joint/kiwi.h"
 
 namespace kiwi::solve::joint {
@@ -128,6 +129,36 @@ TEST(JointSolve, BudgetBelowEveryPlanIsInfeasibleWithTheSmallestKnownBudget) {
     ASSERT_TRUE(at.ok());
     EXPECT_TRUE(at->feasible) << JointMethodName(m);
   }
+}
+
+// Issue 18: with the time limit spent before KIWI starts (the portfolio's setup took it at 200 GPT
+// layers, and the least-peak MILP's build alone overran a 0.1 s limit by 1.4 s), KIWI answers without
+// building a MILP: the smallest layouts without recomputation are its plan when they fit (replayed by
+// the simulator), else it is out of time (not "no plan fits") with their peak as a budget known to work.
+TEST(JointSolve, KiwiWithNoTimeLeftAnswersWithTheSmallestLayouts) {
+  const ir::Graph g = SmallTransformer("gpt", 1);
+  JointSolveOptions none = Options();
+  none.time_limit_seconds = 0.0;
+  const JointProblem roomy = Problem(g, Mesh1d(4), kNoLimit);
+  Result<JointResult> fits = SolveJoint(roomy, JointMethod::kKiwi, none);
+  ASSERT_TRUE(fits.ok()) << fits.error().message;
+  EXPECT_TRUE(fits->feasible);
+  EXPECT_FALSE(fits->timed_out);
+  EXPECT_FALSE(fits->optimal);
+  EXPECT_NE(fits->note.find("time limit"), std::string::npos) << fits->note;
+  ExpectClaimsReplayed(*fits, kNoLimit);
+  EXPECT_EQ(fits->solution.strategy, SmallestStrategies(roomy));
+  // With time, the search does at least as well.
+  Result<JointResult> searched = SolveJoint(roomy, JointMethod::kKiwi, Options());
+  ASSERT_TRUE(searched.ok());
+  EXPECT_LE(searched->seconds(), fits->seconds() * (1 + 1e-9));
+
+  const JointProblem tight = Problem(g, Mesh1d(4), fits->sim.peak_memory_bytes - 1);
+  Result<JointResult> spent = SolveJoint(tight, JointMethod::kKiwi, none);
+  ASSERT_TRUE(spent.ok()) << spent.error().message;
+  EXPECT_FALSE(spent->feasible);
+  EXPECT_TRUE(spent->timed_out);
+  EXPECT_EQ(spent->smallest_known_budget, fits->sim.peak_memory_bytes);
 }
 
 TEST(JointSolve, HeuristicBaselinesRecomputeAndAlpaDoesNot) {

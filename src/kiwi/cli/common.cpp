@@ -90,6 +90,8 @@ double SearchFlags::SecondsLeft() const {
   return std::max(std::min(time_limit_seconds, 0.01), time_limit_seconds - SecondsSince(start));
 }
 
+bool SearchFlags::Spent() const { return SecondsSince(start) >= time_limit_seconds; }
+
 void SearchFlags::Add(CLI::App* app) {
   // Positive seconds; NaN is refused (CLI11's PositiveNumber lets it through), inf means no limit
   // (deadlines clamp at kMaxTimeLimitSeconds, util/elapsed.h).

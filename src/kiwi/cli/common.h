@@ -38,6 +38,8 @@ struct SearchFlags {
   // What is left of --time-limit for the search: at least 10 ms (or the whole limit, if smaller), in
   // which searches return what they have, an answer or none.
   double SecondsLeft() const;
+  // Whether all of --time-limit is spent (optional work is then skipped).
+  bool Spent() const;
 };
 
 // --profile FILE (measured per-operator times, docs/cluster-format.md) and the cost model a subcommand

@@ -113,12 +113,18 @@ Result<JointResult> Solve(const solve::joint::JointProblem& p, const JointCliOpt
   const double share = method == JointMethod::kKiwiFull ? 0.3 : 0.15;
   helpers.reserve(first.size());
   for (JointMethod m : first) {
+    if (o.search.Spent()) {  // the portfolio is optional; the method still answers
+      Progress(o, fmt::format("{}: skipped, the time limit is reached", solve::joint::JointMethodName(m)));
+      continue;
+    }
     Progress(o, fmt::format("{} ({:.0f} s at most)", solve::joint::JointMethodName(m), share * limit));
     Result<JointResult> r = solve::joint::SolveJoint(p, m, SolveOptions(o, share * limit));
     if (!r) return r.error();
     helpers.push_back(*std::move(r));
   }
-  solve::joint::JointSolveOptions options = SolveOptions(o, limit * (1.0 - share * static_cast<double>(first.size())));
+  // The method itself gets what the helpers left (their setup can outlast their share); none at all
+  // tells it to answer without searching.
+  solve::joint::JointSolveOptions options = SolveOptions(o, o.search.Spent() ? 0.0 : o.search.SecondsLeft());
   for (const JointResult& h : helpers) options.portfolio.push_back(&h);
   Progress(o, solve::joint::JointMethodName(method));
   return solve::joint::SolveJoint(p, method, options);
@@ -236,6 +242,12 @@ Status WriteJointPlan(const std::string& path, const JointResult& r, const Joint
 }
 
 int ReportNoPlan(const JointResult& r, const JointInputs& in, const JointCliOptions& o) {
+  if (r.timed_out)
+    return ReportError({ErrorCode::kTimeLimit,
+                        fmt::format("{}: no plan within {} found before the time limit ({} s); the smallest budget it is "
+                                    "known to meet is {} ({} bytes)", r.method, FormatBytes(in.budget),
+                                    o.search.time_limit_seconds, FormatBytes(r.smallest_known_budget),
+                                    r.smallest_known_budget)});
   if (r.smallest_known_budget > in.budget || r.smallest_known_budget == 0)
     return ReportError(Infeasible(fmt::format(
         "{}: no plan fits {} ({} bytes) per device on mesh {}; the smallest budget it is known to meet is {} ({} bytes): "

@@ -13,9 +13,11 @@
 #include "kiwi/solve/joint/baselines.h"
 #include "kiwi/solve/joint/milp_builder.h"
 #include "kiwi/solve/joint/model_spec.h"
+#include "kiwi/solve/milp/load_estimate.h"
 #include "kiwi/solve/milp/solve.h"
 #include "kiwi/solve/remat/checkmate_ilp.h"
 #include "kiwi/solve/remat/solvers.h"
+#include "kiwi/util/available_memory.h"
 #include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::joint {
@@ -263,7 +265,8 @@ JointModel ShardingPart(const JointProblem& p) {
                                    .fold_producer_side = false});
 }
 
-FullModel BuildFull(const JointProblem& p, const remat::RematProblem& rp) {
+// The full model, or nullopt when building it outlasts `deadline` (checked once per stage).
+std::optional<FullModel> BuildFull(const JointProblem& p, const remat::RematProblem& rp, Clock::time_point deadline) {
   FullModel f;
   f.base = ShardingPart(p);
   f.g = remat::MakeStageGraph(rp);
@@ -273,6 +276,7 @@ FullModel BuildFull(const JointProblem& p, const remat::RematProblem& rp) {
   f.budget_units = BudgetUnits(f.base, p.budget);
   CreateStageVariables(f);
   for (int32_t t = 0; t < f.g.n; ++t) {
+    if (Clock::now() > deadline) return std::nullopt;
     const size_t first = f.x.frees.size();
     for (int32_t i = 0; i < t; ++i) {
       ComputeRows(f, t, i);
@@ -412,21 +416,65 @@ std::optional<FullSolution> CheckmateOnSmallestLayouts(const JointProblem& p, co
   return FullSolution{smallest, *std::move(stages)};
 }
 
+// The fastest feasible portfolio plan as kiwi-full's answer when its MILP is not built; else `partial`.
+JointResult PortfolioAnswer(const JointSolveOptions& o, JointResult partial, const std::string& why) {
+  const JointResult* best = nullptr;
+  for (const JointResult* r : o.portfolio)
+    if (r != nullptr && r->feasible && (best == nullptr || r->seconds() < best->seconds())) best = r;
+  partial.note = "the full MILP was not solved: " + why;
+  if (best == nullptr) return partial;
+  JointResult out = *best;
+  out.method = partial.method;
+  out.optimal = false;
+  out.lower_bound_seconds.reset();
+  out.smallest_known_budget = partial.smallest_known_budget;
+  out.solve_seconds = partial.solve_seconds;
+  out.note = fmt::format("{}; the plan of {}", partial.note, best->method);
+  return out;
+}
+
 }  // namespace
 
 Result<JointResult> SolveKiwiFull(const JointProblem& p, const JointSolveOptions& o) {
   const Clock::time_point start = Clock::now();
   Result<remat::RematProblem> rp = remat::MakeRematProblem(*p.graph, *p.cost_model, p.budget);
   if (!rp) return rp.error();
-  const FullModel f = BuildFull(p, *rp);
-  if (o.progress)
-    o.progress(fmt::format("kiwi-full: {} variables, {} constraints", f.base.model.num_vars(), f.base.model.num_constraints()));
   JointResult partial;
   partial.method = "kiwi-full";
   for (const JointResult* r : o.portfolio)
     if (r != nullptr && r->smallest_known_budget > 0)
       partial.smallest_known_budget = partial.smallest_known_budget == 0 ? r->smallest_known_budget
                                                                          : std::min(partial.smallest_known_budget, r->smallest_known_budget);
+  // The full model holds Checkmate's stage rows (and a split per layout): when those alone would not
+  // load in the time or memory left, it is not built (8 GPT layers: 9.2M variables, 6 s to build
+  // against a 5 s limit).
+  if (std::optional<std::string> why =
+          remat::WhyNotBuildCheckmate(remat::MakeStageGraph(*rp), 0, o.time_limit_seconds - SecondsSince(start))) {
+    partial.solve_seconds = SecondsSince(start);
+    JointResult answer = PortfolioAnswer(o, std::move(partial), *why);
+    if (o.progress) o.progress("kiwi-full: " + answer.note);
+    return answer;
+  }
+  const std::optional<FullModel> built = BuildFull(p, *rp, DeadlineAfter(start, o.time_limit_seconds));
+  if (!built) {
+    partial.solve_seconds = SecondsSince(start);
+    JointResult answer = PortfolioAnswer(o, std::move(partial), "building it outlasted the time limit");
+    if (o.progress) o.progress("kiwi-full: " + answer.note);
+    return answer;
+  }
+  const FullModel& f = *built;
+  if (o.progress)
+    o.progress(fmt::format("kiwi-full: {} variables, {} constraints", f.base.model.num_vars(), f.base.model.num_constraints()));
+  // Built but too large to load in the time left: the warm start and its judging (1.6 s at 9.2M
+  // variables) would only overrun the limit further.
+  const int64_t nonzeros = f.base.model.num_nonzeros();
+  if (std::optional<std::string> why =
+          milp::WhyNotLoad(nonzeros, o.time_limit_seconds - SecondsSince(start), AvailableMemoryBytes())) {
+    partial.solve_seconds = SecondsSince(start);
+    JointResult answer = PortfolioAnswer(o, std::move(partial), fmt::format("its {} nonzeros {}", nonzeros, *why));
+    if (o.progress) o.progress("kiwi-full: " + answer.note);
+    return answer;
+  }
   milp::SolveOptions so;
   so.time_limit_seconds = std::max(0.0, o.time_limit_seconds - SecondsSince(start));
   so.relative_gap = o.relative_gap;

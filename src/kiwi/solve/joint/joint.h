@@ -63,6 +63,7 @@ struct JointResult {
   std::optional<double> lower_bound_seconds;  // proven, in the method's own space
   std::string note;
   int64_t smallest_known_budget = 0;  // the least peak the method is known to reach (also when infeasible)
+  bool timed_out = false;             // infeasible because the time limit was spent before the search
 
   double seconds() const { return sim.iteration_seconds; }
 };
