@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -100,6 +101,38 @@ TEST(MaxBatch, StopsAtTheLargestBatchAllowed) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->batch, 6);
   for (const BatchProbe& p : r->probes) EXPECT_LE(p.batch, 6);
+}
+
+// Issue 18: --time-limit bounds the whole search (it applied to each of about ten probes: 3.6 s against
+// 1 s). No probe starts after the deadline; the answer is the largest batch that fitted so far.
+TEST(MaxBatch, NoProbeStartsAfterTheDeadline) {
+  const ir::Graph g = ChainWithParameter();
+  const cost::CostModel cm = TestCostModel();
+  const GraphAtBatch graph_at = [&](int64_t batch) { return ScaleOpaqueGraph(g, 1, batch); };
+  MaxBatchOptions o;  // the search reads it by reference: the third probe ends past its deadline
+  int probes = 0;
+  const BatchSolver solve = [&](const RematProblem& p) {
+    if (++probes == 3) o.deadline = std::chrono::steady_clock::time_point::min();
+    return SolveRemat(p, cm, SolverKind::kCheckpointAll, Options());
+  };
+  Result<MaxBatchResult> r = MaxBatchSize(graph_at, 1 << 20, cm, solve, o);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_TRUE(r->timed_out);
+  ASSERT_EQ(r->probes.size(), 3u);  // batches 1, 2, 4; batch 8 is never probed
+  EXPECT_EQ(r->batch, 4);
+  EXPECT_TRUE(r->plan.feasible);
+
+  o.deadline = std::chrono::steady_clock::time_point::min();
+  Result<MaxBatchResult> none = MaxBatchSize(graph_at, 1 << 20, cm, solve, o);
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->timed_out);
+  EXPECT_EQ(none->batch, 0);
+  EXPECT_TRUE(none->probes.empty());
+  // Without a deadline the search runs to its end.
+  Result<MaxBatchResult> all = MaxBatchSize(g, 1, 1 << 20, SolverKind::kCheckpointAll, cm, Options());
+  ASSERT_TRUE(all.ok());
+  EXPECT_FALSE(all->timed_out);
+  EXPECT_GT(all->batch, 4);
 }
 
 TEST(MaxBatch, RematerializationFitsALargerBatch) {

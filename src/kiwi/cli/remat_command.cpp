@@ -165,7 +165,7 @@ Command AddRematCommand(CLI::App& root) {
   app->add_flag("--max-batch", o->max_batch,
                 "report the largest batch whose plan fits the budget (--budget-fraction: of the checkpoint-all "
                 "peak at the graph's own batch); --model graphs are rebuilt at each batch, graph files rescaled; "
-                "--time-limit applies to each solve");
+                "--time-limit bounds the whole search (it stops at the limit with the largest batch found)");
   app->add_option("--batch-of-file", o->batch_of_file,
                   "with --max-batch: the batch the GRAPH file was built for (default: read from its name, "
                   "e.g. vgg16_b256_train.json or Checkmate's 'VGG16_256_(224, 224, 3)_train')");

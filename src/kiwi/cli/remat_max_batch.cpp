@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <filesystem>
@@ -24,6 +25,7 @@
 #include "kiwi/solve/remat/heuristic.h"
 #include "kiwi/solve/remat/max_batch.h"
 #include "kiwi/solve/remat/solvers.h"
+#include "kiwi/util/elapsed.h"
 #include "kiwi/util/units.h"
 
 namespace kiwi::cli {
@@ -200,8 +202,8 @@ std::string ProbesText(const std::vector<remat::BatchProbe>& probes) {
 // The final plan at the largest batch: auto's full search there, the fast solvers once more through
 // the dispatcher (the contract's fields: bound, optimality), the slow ones' probe answer as is.
 Result<remat::RematResult> FinalPlan(const remat::RematProblem& p, const cost::CostModel& cm, SolverKind kind,
-                                     remat::MaxBatchResult& search, const remat::RematOptions& options) {
-  if (kind != SolverKind::kAuto && !IsFastKind(kind)) return std::move(search.plan);
+                                     remat::MaxBatchResult& search, const remat::RematOptions& options, bool spent) {
+  if ((kind != SolverKind::kAuto && !IsFastKind(kind)) || spent) return std::move(search.plan);
   Result<remat::RematResult> r = remat::SolveRemat(p, cm, kind, options);
   if (r && !r->feasible)
     return Internal(fmt::format("max batch: {} does not fit at batch {}, where its probe did", SolverName(kind),
@@ -237,12 +239,15 @@ Result<remat::MaxBatchResult> SearchBatches(const RematCliOptions& o, const MaxB
   };
   const remat::BatchSolver solve = [&](const remat::RematProblem& p) -> Result<remat::RematResult> {
     const auto start = std::chrono::steady_clock::now();
-    Result<remat::RematResult> r = SolveProbe(p, cm, probe_kind, options);
+    remat::RematOptions probe_options = options;  // --time-limit is the whole command's
+    probe_options.time_limit_seconds = std::min(options.time_limit_seconds, o.search.SecondsLeft());
+    Result<remat::RematResult> r = SolveProbe(p, cm, probe_kind, probe_options);
     if (r && !o.quiet) std::cerr << ProbeLine(probing, *r, run.budget, probe_kind, Seconds(start));
     return r;
   };
   remat::MaxBatchOptions limits;
   limits.max_batch = kLargestBatch;
+  limits.deadline = DeadlineAfter(o.search.start, o.search.time_limit_seconds);
   return remat::MaxBatchSize(graph_at, run.budget, cm, solve, limits);
 }
 
@@ -253,6 +258,7 @@ void PrintReport(const RematCliOptions& o, const MaxBatchRun& run, const remat::
     j["max_batch"] = run.search.batch;
     j["graph_batch"] = run.source.base_batch;
     j["search_limit_reached"] = run.search.batch >= kLargestBatch;
+    j["timed_out"] = run.search.timed_out;
     j["probes"] = ProbesJson(run.search.probes);
     PrintJson(j);
     return;
@@ -263,6 +269,7 @@ void PrintReport(const RematCliOptions& o, const MaxBatchRun& run, const remat::
                            FormatBytes(run.budget), remat::SolverName(run.kind), run.source.base_batch,
                            run.source.origin);
   if (run.search.batch >= kLargestBatch) std::cout << "(the search stops at this batch: larger ones may fit too)\n";
+  if (run.search.timed_out) std::cout << "(the time limit stopped the search: larger batches may fit too)\n";
   std::cout << "\n" << ProbesText(run.search.probes) << fmt::format("\nplan at batch {}:\n", run.search.batch)
             << ResultText(plan, p);
 }
@@ -296,6 +303,9 @@ int RunRematMaxBatch(const RematCliOptions& o, const CLI::App& app) {
   Result<remat::MaxBatchResult> search = SearchBatches(o, run, cm, options);
   if (!search) return ReportError(search.error());
   run.search = std::move(*search);
+  if (run.search.batch == 0 && run.search.timed_out)
+    return ReportError({ErrorCode::kTimeLimit, fmt::format("--max-batch: the time limit ({} s) ran out before batch 1 "
+                                                           "was probed", o.search.time_limit_seconds)});
   if (run.search.batch == 0) return ReportNoBatchFits(run.source, cm, ProbeKind(run.kind), run.budget, options);
 
   if (!o.quiet) options.progress = [](const std::string& line) { std::cerr << "kiwi remat: " << line << '\n'; };
@@ -303,7 +313,8 @@ int RunRematMaxBatch(const RematCliOptions& o, const CLI::App& app) {
   if (!graph) return ReportError(graph.error());
   Result<remat::RematProblem> p = remat::MakeRematProblem(*graph, cm, run.budget);
   if (!p) return ReportError(p.error());
-  Result<remat::RematResult> plan = FinalPlan(*p, cm, run.kind, run.search, options);
+  options.time_limit_seconds = o.search.SecondsLeft();  // the probes' plan stands when none is left
+  Result<remat::RematResult> plan = FinalPlan(*p, cm, run.kind, run.search, options, o.search.Spent());
   if (!plan) return ReportError(plan.error());
   plan->solver = remat::SolverName(run.kind);
   if (!o.out.empty()) {

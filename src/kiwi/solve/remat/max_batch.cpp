@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -50,6 +51,10 @@ class BatchSearch {
   }
 
   MaxBatchResult Take() && { return std::move(result_); }
+  MaxBatchResult TimedOut() && {
+    result_.timed_out = true;
+    return std::move(result_);
+  }
 
  private:
   const GraphAtBatch& graph_at_;
@@ -90,9 +95,11 @@ Result<MaxBatchResult> MaxBatchSize(const GraphAtBatch& graph_at, int64_t budget
   if (options.max_batch < 1)
     return BadInput(fmt::format("max batch: max_batch must be >= 1, got {}", options.max_batch));
   BatchSearch search(graph_at, budget, cost_model, solve);
+  const auto out_of_time = [&] { return std::chrono::steady_clock::now() > options.deadline; };
   // Exponential probe for the first batch that does not fit, then bisection (fits is monotone).
   int64_t good = 0, bad = 0;
   for (int64_t b = 1; bad == 0; b = std::min(2 * b, options.max_batch)) {
+    if (out_of_time()) return std::move(search).TimedOut();
     Result<bool> fits = search.Fits(b);
     if (!fits) return fits.error();
     if (!*fits) bad = b;
@@ -100,6 +107,7 @@ Result<MaxBatchResult> MaxBatchSize(const GraphAtBatch& graph_at, int64_t budget
     else good = b;
   }
   while (bad - good > 1) {
+    if (out_of_time()) return std::move(search).TimedOut();
     const int64_t mid = good + (bad - good) / 2;
     Result<bool> fits = search.Fits(mid);
     if (!fits) return fits.error();

@@ -12,6 +12,7 @@
 // its byte size with a measured cost, so ScaleOpaqueGraph rescales them directly. Typed model-zoo
 // graphs change shape with the batch (sequence x batch reshapes, flops): rebuild them at each batch
 // through the GraphAtBatch overload (e.g. models::BuildTrainingGraph with the batch flag set).
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <vector>
@@ -23,6 +24,8 @@ namespace kiwi::solve::remat {
 
 struct MaxBatchOptions {
   int64_t max_batch = int64_t{1} << 24;  // the search never probes beyond this
+  // No probe starts after this: the largest batch that fitted so far is the answer (timed_out).
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 struct BatchProbe {
@@ -36,6 +39,7 @@ struct MaxBatchResult {
   int64_t batch = 0;               // the largest batch that fits (0: not even batch 1)
   RematResult plan;                // the plan at that batch (cost and peak measured by the simulator)
   std::vector<BatchProbe> probes;  // every batch tried, in order
+  bool timed_out = false;          // stopped at the deadline: larger batches may fit
 };
 
 // The graph at a batch size (an error for a batch it cannot build).
