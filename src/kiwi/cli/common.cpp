@@ -169,11 +169,6 @@ int ReportError(const Error& error) {
 
 void PrintJson(const nlohmann::json& object) { std::cout << object.dump(2) << std::endl; }
 
-int64_t SpecBatch(const models::ModelSpec& spec) {
-  if (const auto* t = std::get_if<models::TransformerConfig>(&spec.config)) return t->batch;
-  return std::get<models::MlpConfig>(spec.config).batch;
-}
-
 std::string DescribeModel(const models::ModelSpec& spec) {
   if (const auto* t = std::get_if<models::TransformerConfig>(&spec.config)) {
     const int layers = t->layers + t->decoder_layers;

@@ -71,8 +71,6 @@ int ReportError(const Error& error);
 // Prints exactly one JSON object on stdout (CONTRACT.md --json).
 void PrintJson(const nlohmann::json& object);
 
-// The batch size a model spec was built for.
-int64_t SpecBatch(const models::ModelSpec& spec);
 // "gpt: 4 layers, hidden 1024, 16 heads, seq 1024, batch 8, f32"
 std::string DescribeModel(const models::ModelSpec& spec);
 // Help text of --cluster, listing the presets.

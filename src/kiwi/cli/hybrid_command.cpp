@@ -17,6 +17,7 @@
 #include "kiwi/io/galvatron_profiles.h"
 #include "kiwi/io/plan_json.h"
 #include "kiwi/models/hf_config.h"
+#include "kiwi/models/layer_model.h"
 #include "kiwi/report/table.h"
 #include "kiwi/solve/hybrid/search.h"
 #include "kiwi/util/units.h"
@@ -218,11 +219,9 @@ Result<Problem> LoadProblem(const HybridOptions& o) {
   if (!o.galvatron_profiles.empty()) return LoadGalvatronProblem(o, std::move(*cluster));
   Result<models::ModelSpec> spec = o.hf_config.empty() ? o.model.Load() : LoadHfModel(o);
   if (!spec) return spec.error();
-  Result<ir::Graph> graph = models::BuildTrainingGraph(*spec);
-  if (!graph) return graph.error();
   Result<cost::CostModel> cm = o.cost.Make(*cluster);
   if (!cm) return cm.error();
-  Result<cost::LayerModel> model = cost::BuildLayerModel(*graph, SpecBatch(*spec), *cm);
+  Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, *cm);
   if (!model) return model.error();
   return Problem{std::move(*model), std::move(*cluster), {}, DescribeModel(*spec)};
 }

@@ -15,6 +15,7 @@
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/file_io.h"
 #include "kiwi/io/plan_json.h"
+#include "kiwi/models/layer_model.h"
 #include "kiwi/report/table.h"
 #include "kiwi/sim/layer_simulator.h"
 #include "kiwi/solve/hybrid/uniform_plans.h"
@@ -122,13 +123,11 @@ int RunPlan(const PlanOptions& o) {
     if (!parsed) return ReportError(parsed.error());
     budget = *parsed;
   }
-  Result<ir::Graph> graph = models::BuildTrainingGraph(*spec);
-  if (!graph) return ReportError(graph.error());
   Result<cost::CostModel> made = o.cost.Make(*cluster);
   if (!made) return ReportError(made.error());
   const cost::CostModel& cm = *made;
-  const int64_t batch = SpecBatch(*spec);
-  Result<cost::LayerModel> layer_model = cost::BuildLayerModel(*graph, batch, cm);
+  const int64_t batch = models::SpecBatch(*spec);
+  Result<cost::LayerModel> layer_model = models::BuildSpecLayerModel(*spec, cm);
   if (!layer_model) return ReportError(layer_model.error());
   Result<std::vector<Candidate>> cands =
       EvaluateUniformPlans(*layer_model, batch, *cluster, cm, budget, o.search.SecondsLeft());

@@ -19,6 +19,7 @@
 #include "kiwi/cli/remat_command.h"
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/graph_json.h"
+#include "kiwi/models/layer_model.h"
 #include "kiwi/models/presets.h"
 #include "kiwi/report/table.h"
 #include "kiwi/solve/remat/baselines.h"
@@ -100,7 +101,7 @@ Result<BatchSource> MakeBatchSource(const RematCliOptions& o, const CLI::App& ap
   if (o.path.empty() && app.count("--model") > 0) {  // built at each batch, the base one included
     Result<models::ModelSpec> spec = o.model.Load();
     if (!spec) return spec.error();
-    source.base_batch = SpecBatch(*spec);
+    source.base_batch = models::SpecBatch(*spec);
     source.origin = app.count("--batch") > 0 ? "given by --batch" : "the preset's";
     const ModelFlags model = o.model;
     source.graph_at = [model](int64_t batch) -> Result<ir::Graph> {

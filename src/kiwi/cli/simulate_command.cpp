@@ -12,6 +12,7 @@
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/graph_json.h"
 #include "kiwi/io/plan_json.h"
+#include "kiwi/models/layer_model.h"
 #include "kiwi/report/sim_report.h"
 #include "kiwi/util/units.h"
 
@@ -131,12 +132,10 @@ int SimulateOperator(const SimulateOptions& o, const CLI::App& app, const Inputs
 int SimulateLayer(const SimulateOptions& o, const CLI::App& app, const Inputs& in) {
   Result<models::ModelSpec> spec = LoadPlanModel(o, app, in.plan);
   if (!spec) return ReportError(spec.error());
-  Result<ir::Graph> graph = models::BuildTrainingGraph(*spec);
-  if (!graph) return ReportError(graph.error());
   Result<cost::CostModel> made = o.cost.Make(in.cluster);
   if (!made) return ReportError(made.error());
   const cost::CostModel& cm = *made;
-  Result<cost::LayerModel> model = cost::BuildLayerModel(*graph, SpecBatch(*spec), cm);
+  Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, cm);
   if (!model) return ReportError(model.error());
   Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(*model, *in.plan.layer, in.cluster, cm);
   if (!r) return ReportError(InPlanFile(o.plan_path, r.error()));

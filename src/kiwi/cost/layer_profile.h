@@ -38,6 +38,8 @@ struct LayerProfile {
   // the profile is a transformer layer: 2 forward + 2 backward of tp_comm_bytes_per_sample / 2.
   std::vector<int64_t> tp_forward_all_reduce_bytes_per_sample;
   std::vector<int64_t> tp_backward_all_reduce_bytes_per_sample;
+
+  bool operator==(const LayerProfile&) const = default;
 };
 
 struct LayerModel {
@@ -56,6 +58,8 @@ struct LayerModel {
   // The optimizer step run once per iteration over every device's parameters ("adam", "sgd"; empty:
   // none, as in models read from Galvatron's profiles, which time no optimizer step).
   std::string optimizer;
+
+  bool operator==(const LayerModel&) const = default;
 };
 
 // Groups the training graph by layer (ir::BuildLayerView) and divides activation bytes and times by

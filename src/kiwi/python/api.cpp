@@ -13,6 +13,7 @@
 #include "kiwi/io/plan_json.h"
 #include "kiwi/ir/annotate.h"
 #include "kiwi/ir/backward.h"
+#include "kiwi/models/layer_model.h"
 #include "kiwi/models/presets.h"
 #include "kiwi/sim/layer_simulator.h"
 #include "kiwi/sim/simulator.h"
@@ -227,12 +228,10 @@ Result<std::string> LayerPlanReportJson(const std::string& plan_text, const Targ
   const cli::ModelFlags flags{plan->model, plan->model_flags};
   Result<models::ModelSpec> spec = flags.Load();
   if (!spec) return spec.error();
-  Result<ir::Graph> graph = models::BuildTrainingGraph(*spec);
-  if (!graph) return graph.error();
   Result<cost::CostModel> made = MakeCostModel(*cluster, target);
   if (!made) return made.error();
   const cost::CostModel& cm = *made;
-  Result<cost::LayerModel> model = cost::BuildLayerModel(*graph, cli::SpecBatch(*spec), cm);
+  Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, cm);
   if (!model) return model.error();
   Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(*model, *plan->layer, *cluster, cm);
   if (!r) return r.error();

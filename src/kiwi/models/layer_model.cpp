@@ -1,0 +1,57 @@
+#include "kiwi/models/layer_model.h"
+
+#include <fmt/format.h>
+
+#include <utility>
+#include <variant>
+
+#include "kiwi/models/transformer.h"
+
+namespace kiwi::models {
+namespace {
+
+// One stack of layers that differ only in their index.
+bool IsUniformStack(const TransformerConfig& c) {
+  return c.family == Family::kGpt || c.family == Family::kBert || c.family == Family::kVit || c.family == Family::kLlama;
+}
+
+// Two layer profiles equal but for their names.
+bool SameLayer(cost::LayerProfile a, const cost::LayerProfile& b) {
+  a.name = b.name;
+  return a == b;
+}
+
+Result<cost::LayerModel> BuildWhole(const ModelSpec& spec, const cost::CostModel& cost_model) {
+  Result<ir::Graph> graph = BuildTrainingGraph(spec);
+  if (!graph) return graph.error();
+  return cost::BuildLayerModel(*graph, SpecBatch(spec), cost_model);
+}
+
+}  // namespace
+
+int64_t SpecBatch(const ModelSpec& spec) {
+  if (const auto* t = std::get_if<TransformerConfig>(&spec.config)) return t->batch;
+  return std::get<MlpConfig>(spec.config).batch;
+}
+
+Result<cost::LayerModel> BuildSpecLayerModel(const ModelSpec& spec, const cost::CostModel& cost_model) {
+  const auto* t = std::get_if<TransformerConfig>(&spec.config);
+  if (t == nullptr || !IsUniformStack(*t) || t->layers <= kPricedLayers) return BuildWhole(spec, cost_model);
+  ModelSpec priced = spec;
+  std::get<TransformerConfig>(priced.config).layers = kPricedLayers;
+  Result<cost::LayerModel> few = BuildWhole(priced, cost_model);
+  if (!few) return few.error();
+  // The first layer reads the embeddings and the last feeds the head; the middle ones must agree.
+  cost::LayerModel model = *std::move(few);
+  const std::vector<cost::LayerProfile> l = std::move(model.layers);
+  if (l.size() != static_cast<size_t>(kPricedLayers) || !SameLayer(l[1], l[kPricedLayers - 2]))
+    return BuildWhole(spec, cost_model);
+  model.layers.reserve(static_cast<size_t>(t->layers));
+  for (int i = 0; i < t->layers; ++i) {
+    model.layers.push_back(i == 0 ? l.front() : i == t->layers - 1 ? l.back() : l[1]);
+    model.layers.back().name = fmt::format("layer{}", i);
+  }
+  return model;
+}
+
+}  // namespace kiwi::models
