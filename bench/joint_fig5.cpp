@@ -15,9 +15,9 @@
 
 #include "kiwi/ir/mesh.h"
 #include "joint_sweep_plot.h"
+#include "kiwi/io/file_io.h"
 #include "kiwi/report/svg_plot.h"
 #include "kiwi/solve/joint/sweep.h"
-#include "kiwi/io/file_io.h"
 
 namespace {
 

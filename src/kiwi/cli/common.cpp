@@ -14,11 +14,11 @@
 
 #include "kiwi/cost/cluster.h"
 #include "kiwi/io/cluster_json.h"
+#include "kiwi/io/file_io.h"
 #include "kiwi/io/graph_json.h"
 #include "kiwi/util/elapsed.h"
 #include "kiwi/util/one_line.h"
 #include "kiwi/util/units.h"
-#include "kiwi/io/file_io.h"
 
 namespace kiwi::cli {
 namespace {

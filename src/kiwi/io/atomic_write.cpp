@@ -136,7 +136,7 @@ Result<bool> NameAndRename(int fd, const std::filesystem::path& target, const st
 
 // The fallback: a named temporary, with the terminating signals held until it is renamed or removed.
 Status WriteThroughNamedTemporaryTo(const std::filesystem::path& target, std::string_view contents,
-                                  const std::string& path) {
+                                    const std::string& path) {
   TerminatingSignalsHeld held;
   std::string tmp;
   Result<int> created = CreateTemporaryBeside(path, target, tmp);

@@ -7,9 +7,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "kiwi/io/file_io.h"
 #include "kiwi/io/json_fields.h"
 #include "kiwi/util/units.h"
-#include "kiwi/io/file_io.h"
 
 namespace kiwi::io {
 namespace {
@@ -29,9 +29,9 @@ struct Plausible {
   double min;
   double max;
 };
-constexpr Plausible kRate{false, 1e-3, 1e6};         // 1 MB/s .. 1 PB/s
-constexpr Plausible kPeak{true, 1e-6, 1e6};          // 1 MFLOP/s .. 10^18 FLOP/s, or 0 = unsupported
-constexpr Plausible kDelay{true, 0.0, 1e6};          // up to a second
+constexpr Plausible kRate{false, 1e-3, 1e6};  // 1 MB/s .. 1 PB/s
+constexpr Plausible kPeak{true, 1e-6, 1e6};   // 1 MFLOP/s .. 10^18 FLOP/s, or 0 = unsupported
+constexpr Plausible kDelay{true, 0.0, 1e6};   // up to a second
 
 // A number field in the range `p`, scaled to SI units.
 Result<double> ScaledField(const Json& j, const JsonPath& at, std::string_view key, double scale, Plausible p) {

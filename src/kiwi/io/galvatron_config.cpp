@@ -5,8 +5,8 @@
 
 #include <charconv>
 
-#include "kiwi/io/json_fields.h"
 #include "kiwi/io/file_io.h"
+#include "kiwi/io/json_fields.h"
 
 namespace kiwi::io {
 namespace {

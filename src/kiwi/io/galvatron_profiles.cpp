@@ -6,8 +6,8 @@
 #include <cmath>
 #include <optional>
 
-#include "kiwi/io/json_fields.h"
 #include "kiwi/io/file_io.h"
+#include "kiwi/io/json_fields.h"
 
 namespace kiwi::io {
 namespace {

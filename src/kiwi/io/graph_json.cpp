@@ -4,10 +4,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "kiwi/io/file_io.h"
 #include "kiwi/io/json_fields.h"
 #include "kiwi/io/node_link_json.h"
 #include "kiwi/ir/verify.h"
-#include "kiwi/io/file_io.h"
 
 namespace kiwi::io {
 namespace {

@@ -11,8 +11,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "kiwi/io/json_fields.h"
 #include "kiwi/io/file_io.h"
+#include "kiwi/io/json_fields.h"
 
 namespace kiwi::io {
 namespace {

@@ -3,8 +3,8 @@
 
 #include <fmt/format.h>
 
-#include "kiwi/io/json_fields.h"
 #include "kiwi/io/file_io.h"
+#include "kiwi/io/json_fields.h"
 
 namespace kiwi::io {
 namespace {
