@@ -26,6 +26,14 @@ using test_util::SmallMlp;
 
 constexpr int64_t kNoLimit = int64_t{1} << 60;
 
+// One thread, 5 s: what the formulation tests below solve with.
+JointSolveOptions FiveSeconds() {
+  JointSolveOptions o;
+  o.threads = 1;
+  o.time_limit_seconds = 5;
+  return o;
+}
+
 JointMilpOptions Exact() {
   JointMilpOptions o;
   o.relative_gap = 0.0;
@@ -160,10 +168,8 @@ TEST(JointMilp, AlpaEqualsTheShardingIlp) {
 TEST(JointMilp, FullFormulationIsNeverSlowerThanTheReducedOne) {
   const ir::Graph g = SmallMlp({8, 16, 8}, 4, "gelu");
   const JointProblem loose = Problem(g, Mesh1d(2), kNoLimit);
-  JointSolveOptions o;
+  JointSolveOptions o = FiveSeconds();
   o.relative_gap = 0.0;
-  o.threads = 1;
-  o.time_limit_seconds = 5;
   Result<int64_t> least = SmallestReducedPeak(loose, o);
   ASSERT_TRUE(least.ok());
   const int64_t high = EvaluateJoint(loose, test_util::FirstAllowed(loose)).peak;
@@ -190,9 +196,7 @@ TEST(JointMilp, FullFormulationIsNeverSlowerThanTheReducedOne) {
 TEST(JointMilp, FullFormulationReachesBudgetsTheReducedOneCannot) {
   const ir::Graph g = SmallMlp({8, 32, 32, 32, 8}, 16, "relu");
   JointProblem loose = Problem(g, Mesh1d(2), kNoLimit);
-  JointSolveOptions o;
-  o.threads = 1;
-  o.time_limit_seconds = 5;
+  const JointSolveOptions o = FiveSeconds();
   Result<int64_t> least = SmallestReducedPeak(loose, o);
   ASSERT_TRUE(least.ok());
   JointProblem p = Problem(g, Mesh1d(2), *least - 1);
@@ -212,9 +216,7 @@ TEST(JointMilp, FullFormulationReachesBudgetsTheReducedOneCannot) {
 TEST(JointMilp, FullFormulationWithNoTimeLeftAnswersWithThePortfolio) {
   const ir::Graph g = SmallMlp({8, 16, 8}, 4, "gelu");
   const JointProblem p = Problem(g, Mesh1d(2), kNoLimit);
-  JointSolveOptions o;
-  o.threads = 1;
-  o.time_limit_seconds = 5;
+  const JointSolveOptions o = FiveSeconds();
   Result<JointResult> reduced = SolveJoint(p, JointMethod::kKiwi, o);
   ASSERT_TRUE(reduced.ok()) << reduced.error().message;
   ASSERT_TRUE(reduced->feasible);
