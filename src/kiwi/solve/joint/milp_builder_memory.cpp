@@ -143,11 +143,10 @@ void AddMemoryRows(const JointProblem& p, const JointModelSpec& spec, const Join
   // added in node order (the order the variables are made in).
   std::vector<MemTerm> tails;
   int64_t tails_maximum = 0;
-  const auto by_node = [](const MemTerm& a, const MemTerm& b) { return a.node < b.node; };
   for (size_t t = 0, k = 0; t < spec.rows.size(); ++t) {
     for (; k < spec.tails.size() && Z(spec.tails[k].first) <= t; ++k) {
       const MemTerm& tail = spec.tails[k].term;
-      tails.insert(std::upper_bound(tails.begin(), tails.end(), tail, by_node), tail);
+      tails.insert(std::upper_bound(tails.begin(), tails.end(), tail, ByNode), tail);
       tails_maximum += MaxMemory(p, tail.node);
     }
     if (!spec.row_needed[t]) continue;

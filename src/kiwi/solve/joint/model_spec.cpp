@@ -45,8 +45,6 @@ void AddTerms(JointModelSpec& spec, ir::NodeId x, int32_t begin, int32_t end, Te
   for (int32_t t = begin; t <= end; ++t) spec.rows[Z(t)].push_back({x, kind, 0});
 }
 
-bool ByNode(const MemTerm& a, const MemTerm& b) { return a.node < b.node; }
-
 // Whether `b` holds at least what `a` does for one node: the same term, or kMemory.
 bool Holds(const MemTerm& b, const MemTerm& a) { return b == a || b.kind == TermKind::kMemory; }
 

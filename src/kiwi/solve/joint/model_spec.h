@@ -34,6 +34,9 @@ struct MemTerm {
   bool operator==(const MemTerm&) const = default;
 };
 
+// The order of a row's terms (and of the tails): by node.
+inline bool ByNode(const MemTerm& a, const MemTerm& b) { return a.node < b.node; }
+
 // Steps after x's last use during which x is resident iff one of `consumers` is recomputed (they are
 // recomputed at or after this segment's last step).
 struct ExtensionSegment {
