@@ -36,6 +36,13 @@ JointMilpOptions MilpOptions(const JointSolveOptions& o, double seconds) {
   return m;
 }
 
+int64_t PortfolioSmallestKnownBudget(const JointSolveOptions& o) {
+  int64_t least = 0;
+  for (const JointResult* r : o.portfolio)
+    if (r != nullptr) least = LeastKnownBudget(least, r->smallest_known_budget);
+  return least;
+}
+
 Result<std::vector<plan::Step>> BaselineSchedule(const JointProblem& p, JointMethod method) {
   if (method == JointMethod::kAlpa) return plan::CheckpointAllSchedule(*p.graph);
   if (method != JointMethod::kCkptDots && method != JointMethod::kMegatronSelective)

@@ -8,6 +8,8 @@
 // Each solves the sharding of a fixed schedule (FixedScheduleSpec) exactly: the smallest peak it can
 // reach is closed-form (every node at its smallest layout), the unconstrained optimum is tried first,
 // then the budgeted MILP warm-started from the smallest layouts.
+#include <algorithm>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -25,6 +27,11 @@ Result<std::vector<plan::Step>> BaselineSchedule(const JointProblem& problem, Jo
 
 // Per node, the allowed strategy with the least memory (ties: least cost, then lowest index).
 ir::Solution SmallestStrategies(const JointProblem& problem);
+
+// The smaller of two smallest known budgets, where 0 means none is known.
+inline int64_t LeastKnownBudget(int64_t a, int64_t b) { return a == 0 ? b : b == 0 ? a : std::min(a, b); }
+// The least smallest known budget of the portfolio's results (0: none known).
+int64_t PortfolioSmallestKnownBudget(const JointSolveOptions& options);
 
 // The MILP options of a method's options with `seconds` of time.
 JointMilpOptions MilpOptions(const JointSolveOptions& options, double seconds);

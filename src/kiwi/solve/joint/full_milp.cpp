@@ -421,12 +421,16 @@ std::optional<FullSolution> CheckmateOnSmallestLayouts(const JointProblem& p, co
   return FullSolution{smallest, *std::move(stages)};
 }
 
-// The fastest feasible portfolio plan as kiwi-full's answer when its MILP is not built; else `partial`.
-JointResult PortfolioAnswer(const JointSolveOptions& o, JointResult partial, const std::string& why) {
+// The fastest feasible portfolio plan as kiwi-full's answer when its MILP is not solved, else `partial`;
+// the note says why, and so does a progress line.
+JointResult PortfolioAnswer(const JointSolveOptions& o, JointResult partial, const std::string& why,
+                            Clock::time_point start) {
+  partial.solve_seconds = SecondsSince(start);
   const JointResult* best = nullptr;
   for (const JointResult* r : o.portfolio)
     if (r != nullptr && r->feasible && (best == nullptr || r->seconds() < best->seconds())) best = r;
   partial.note = "the full MILP was not solved: " + why;
+  if (o.progress) o.progress("kiwi-full: " + partial.note + (best ? "; the plan of " + best->method : ""));
   if (best == nullptr) return partial;
   JointResult out = *best;
   out.method = partial.method;
@@ -446,29 +450,20 @@ Result<JointResult> SolveKiwiFull(const JointProblem& p, const JointSolveOptions
   if (!rp) return rp.error();
   JointResult partial;
   partial.method = "kiwi-full";
-  for (const JointResult* r : o.portfolio)
-    if (r != nullptr && r->smallest_known_budget > 0)
-      partial.smallest_known_budget = partial.smallest_known_budget == 0 ? r->smallest_known_budget
-                                                                         : std::min(partial.smallest_known_budget, r->smallest_known_budget);
+  partial.smallest_known_budget = PortfolioSmallestKnownBudget(o);
   // The full model holds Checkmate's stage rows (and a split per layout): when those alone would not
   // load in the time or memory left, it is not built (8 GPT layers: 9.2M variables, 6 s to build
   // against a 5 s limit).
   if (std::optional<std::string> why =
           remat::WhyNotBuildCheckmate(remat::MakeStageGraph(*rp), 0, o.time_limit_seconds - SecondsSince(start))) {
-    partial.solve_seconds = SecondsSince(start);
-    JointResult answer = PortfolioAnswer(o, std::move(partial), *why);
-    if (o.progress) o.progress("kiwi-full: " + answer.note);
-    return answer;
+    return PortfolioAnswer(o, std::move(partial), *why, start);
   }
   // CBC loads a model about 5x slower than it is built (8 layers: 34M nonzeros built in about 2 s, 11 s
   // to load), so one whose building takes 40% of the time left can never be solved: stop there.
   const double left = o.time_limit_seconds - SecondsSince(start);
   const std::optional<FullModel> built = BuildFull(p, *rp, DeadlineAfter(Clock::now(), 0.4 * left));
   if (!built) {
-    partial.solve_seconds = SecondsSince(start);
-    JointResult answer = PortfolioAnswer(o, std::move(partial), "building it outlasted the time limit");
-    if (o.progress) o.progress("kiwi-full: " + answer.note);
-    return answer;
+    return PortfolioAnswer(o, std::move(partial), "building it outlasted the time limit", start);
   }
   const FullModel& f = *built;
   if (o.progress)
@@ -478,10 +473,7 @@ Result<JointResult> SolveKiwiFull(const JointProblem& p, const JointSolveOptions
   const int64_t nonzeros = f.base.model.num_nonzeros();
   if (std::optional<std::string> why =
           milp::WhyNotLoad(nonzeros, o.time_limit_seconds - SecondsSince(start), AvailableMemoryBytes())) {
-    partial.solve_seconds = SecondsSince(start);
-    JointResult answer = PortfolioAnswer(o, std::move(partial), fmt::format("its {} nonzeros {}", nonzeros, *why));
-    if (o.progress) o.progress("kiwi-full: " + answer.note);
-    return answer;
+    return PortfolioAnswer(o, std::move(partial), fmt::format("its {} nonzeros {}", nonzeros, *why), start);
   }
   milp::SolveOptions so;
   so.time_limit_seconds = std::max(0.0, o.time_limit_seconds - SecondsSince(start));

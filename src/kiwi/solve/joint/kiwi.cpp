@@ -95,8 +95,7 @@ Result<JointResult> PlanOf(const JointProblem& p, const JointSolution& solution,
 Result<JointResult> OutOfTime(const JointProblem& p, JointResult partial, Clock::time_point start) {
   const JointSolution smallest = WithoutRecompute(SmallestStrategies(p));
   const int64_t peak = EvaluateJoint(p, smallest).peak;
-  partial.smallest_known_budget =
-      partial.smallest_known_budget > 0 ? std::min(partial.smallest_known_budget, peak) : peak;
+  partial.smallest_known_budget = LeastKnownBudget(partial.smallest_known_budget, peak);
   if (peak <= p.budget)
     return PlanOf(p, smallest, std::move(partial), "time limit: the smallest layouts, no recomputation", start);
   partial.note = "the time limit was reached before the reduced family was searched";
@@ -215,11 +214,7 @@ Result<JointResult> SolveKiwi(const JointProblem& p, const JointSolveOptions& o)
   JointResult partial;
   partial.method = "kiwi";
   partial.reduced_family = true;
-  for (const JointResult* r : o.portfolio)
-    if (r != nullptr && r->smallest_known_budget > 0)
-      partial.smallest_known_budget = partial.smallest_known_budget > 0
-                                          ? std::min(partial.smallest_known_budget, r->smallest_known_budget)
-                                          : r->smallest_known_budget;
+  partial.smallest_known_budget = PortfolioSmallestKnownBudget(o);
   if (o.time_limit_seconds <= 0.0) {
     Say(o, "the time limit is reached: the smallest layouts stand for the reduced family");
     Result<JointResult> spent = OutOfTime(p, std::move(partial), start);
@@ -229,8 +224,7 @@ Result<JointResult> SolveKiwi(const JointProblem& p, const JointSolveOptions& o)
   JointSolution least;
   Result<int64_t> floor = SmallestReducedPeak(p, o, &least);
   if (!floor) return floor.error();
-  partial.smallest_known_budget =
-      partial.smallest_known_budget > 0 ? std::min(partial.smallest_known_budget, *floor) : *floor;
+  partial.smallest_known_budget = LeastKnownBudget(partial.smallest_known_budget, *floor);
   Say(o, fmt::format("least peak of the reduced family: {} bytes", *floor));
   if (*floor > p.budget) {
     partial.note = fmt::format("the budget is below the least peak of the reduced family ({} bytes)", *floor);
