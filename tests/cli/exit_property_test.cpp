@@ -59,7 +59,7 @@ std::vector<FlagKind> Flags(const std::string& subcommand, const std::vector<std
     for (const char* f : {"--layers", "--hidden", "--heads", "--seq", "--ffn"}) flags.push_back({f, kNumbers});
     flags.push_back({"--model", {"gpt", "bert", "t5", "vit", "swin", "llama", "mlp", "nope", "", "llama2-70b"}});
     flags.push_back({"--dtype", {"fp32", "bf16", "fp16", "x"}});
-    flags.push_back({"--optimizer", {"adam", "sgd", "x"}});
+    flags.push_back({"--optimizer", {"adam", "fused_adam", "sgd", "x"}});
     flags.push_back({"--attention", {"fused", "materialized", "auto", "x"}});
     flags.push_back({"--cluster", clusters});
     flags.push_back({"--profile", files});

@@ -54,6 +54,24 @@ TEST(HybridCli, PlanReplaysInSimulateWithTheSameNumbers) {
   EXPECT_TRUE(s["claims"]["peak_memory_bytes_matches"].get<bool>());
 }
 
+// A fused Adam keeps Adam's states (the same memory) and steps faster; the plan file records it, so
+// `kiwi simulate` prices the same step.
+TEST(HybridCli, FusedAdamIsFasterWithTheSameMemoryAndReplays) {
+  const std::string flags = kSmall + "--memory 4GiB --batch 16 --quiet --json ";
+  auto adam = RunKiwi(flags + "--optimizer adam");
+  const std::string plan = (TempDir() / "fused_adam_plan.json").string();
+  auto fused = RunKiwi(flags + "--optimizer fused_adam --out " + plan);
+  ASSERT_EQ(adam.exit_code, 0) << adam.err;
+  ASSERT_EQ(fused.exit_code, 0) << fused.err;
+  EXPECT_EQ(fused.Json()["layers"], adam.Json()["layers"]);
+  EXPECT_EQ(fused.Json()["peak_memory_bytes"], adam.Json()["peak_memory_bytes"]);
+  EXPECT_GT(fused.Json()["throughput_samples_per_second"].get<double>(),
+            adam.Json()["throughput_samples_per_second"].get<double>());
+  auto sim = RunKiwi("simulate " + plan + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_TRUE(sim.Json()["claims"]["iteration_seconds_matches"].get<bool>());
+}
+
 TEST(HybridCli, ProgressGoesToStderrAndOneObjectToStdout) {
   auto r = RunKiwi(kSmall + "--memory 4GiB --max-batch 32 --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -159,6 +159,25 @@ TEST(BuildTrainingGraph, AdamAddsTwoFp32StatesPerParameter) {
   EXPECT_DOUBLE_EQ(t.node(opt).flops, 12.0 * (16 * 32 + 32 + 32 * 10));
 }
 
+// A fused Adam keeps Adam's states; only the update's op (how it is priced) differs.
+TEST(BuildTrainingGraph, FusedAdamHasAdamsStatesAndItsOwnOp) {
+  const Graph adam = Train(Mlp(), {.optimizer = Optimizer::kAdam});
+  const Graph fused = Train(Mlp(), {.optimizer = Optimizer::kFusedAdam});
+  ASSERT_EQ(fused.size(), adam.size());
+  for (NodeId i = 0; i < static_cast<NodeId>(adam.size()); ++i) {
+    EXPECT_EQ(fused.node(i).name, adam.node(i).name);
+    EXPECT_EQ(fused.node(i).inputs, adam.node(i).inputs);
+    EXPECT_EQ(fused.node(i).op, adam.node(i).kind == OpKind::kOptimizer ? "fused_adam" : adam.node(i).op);
+  }
+}
+
+TEST(ParseOptimizer, NamesRoundTripAndUnknownNamesAreRefused) {
+  for (Optimizer o : {Optimizer::kAdam, Optimizer::kFusedAdam, Optimizer::kSgd, Optimizer::kNone})
+    EXPECT_EQ(ParseOptimizer(OptimizerName(o)), o);
+  EXPECT_EQ(ParseOptimizer("Adam"), std::nullopt);
+  EXPECT_EQ(ParseOptimizer("fused-adam"), std::nullopt);
+}
+
 TEST(BuildTrainingGraph, SgdAndNoneOptimizers) {
   const Graph sgd = Train(Mlp(), {.optimizer = Optimizer::kSgd});
   EXPECT_EQ(sgd.size(), 17);  // 9 forward + 7 backward + optimizer, no state

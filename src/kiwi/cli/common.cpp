@@ -24,10 +24,8 @@ namespace kiwi::cli {
 namespace {
 
 Result<ir::Optimizer> ParseOptimizer(const std::string& name) {
-  if (name == "adam") return ir::Optimizer::kAdam;
-  if (name == "sgd") return ir::Optimizer::kSgd;
-  if (name == "none") return ir::Optimizer::kNone;
-  return BadInput(fmt::format("--optimizer: '{}' is not one of adam, sgd, none", name));
+  if (std::optional<ir::Optimizer> o = ir::ParseOptimizer(name)) return *o;
+  return BadInput(fmt::format("--optimizer: '{}' is not one of {}", name, ir::kOptimizerNames));
 }
 
 }  // namespace
@@ -43,7 +41,7 @@ void ModelFlags::Add(CLI::App* app, const std::string& default_model) {
   app->add_option("--batch", flags.batch, "global batch size")->check(WholeNumber());
   app->add_option("--ffn", flags.ffn, "feed-forward size (default 4 x hidden)")->check(WholeNumber());
   app->add_option("--dtype", flags.dtype, "fp32 | bf16 | fp16 (default: the preset's)");
-  app->add_option("--optimizer", flags.optimizer, "adam | sgd (default: the preset's)");
+  app->add_option("--optimizer", flags.optimizer, "adam | fused_adam | sgd (default: the preset's)");
   app->add_option("--attention", flags.attention,
                   "auto | fused | materialized: FlashAttention-style fused attention or [s, s] scores "
                   "(default auto: fused for bf16/fp16 models but t5 and swin)");

@@ -106,7 +106,7 @@ class CostModel {
   // The op's GEMM shape with its rows scaled by work_fraction; nullopt for other kinds.
   static std::optional<GemmShape> GemmShapeOf(const ir::Node& node, double work_fraction = 1.0);
 
-  // One optimizer step ("adam", "sgd"; empty: none, 0 s) reading `input_bytes` of parameters,
+  // One optimizer step ("adam", "fused_adam", "sgd"; empty: none, 0 s) reading `input_bytes` of parameters,
   // gradients and states in `input_tensors` tensors: a memory-bound pass moving the implementation's
   // traffic (PyTorch's Adam: 4.5x the bytes read once; SGD 1.5x) at the op's measured rate, else the
   // profile's or the device's bandwidth; plus the profile's time per tensor and the kernel overhead.

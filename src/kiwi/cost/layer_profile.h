@@ -55,7 +55,7 @@ struct LayerModel {
   double state_bytes_per_parameter_byte = 0.0;
   // Tensors the optimizer step reads per parameter tensor (itself, its gradient, its states: Adam 4).
   double optimizer_tensors_per_parameter = 0.0;
-  // The optimizer step run once per iteration over every device's parameters ("adam", "sgd"; empty:
+  // The optimizer step run once per iteration over every device's parameters ("adam", "fused_adam", "sgd"; empty:
   // none, as in models read from Galvatron's profiles, which time no optimizer step).
   std::string optimizer;
 

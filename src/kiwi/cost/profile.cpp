@@ -114,6 +114,24 @@ std::optional<double> InterpolatedGemmRate(const std::vector<GemmSample>& sample
   return InverseDistanceRate(std::move(near));
 }
 
+std::vector<double> NonDecreasingFit(const std::vector<double>& values) {
+  // Pool adjacent violators: blocks of (mean, count), merged while a block's mean exceeds the next's.
+  std::vector<std::pair<double, int>> blocks;
+  for (double v : values) {
+    blocks.push_back({v, 1});
+    while (blocks.size() > 1 && blocks[blocks.size() - 2].first > blocks.back().first) {
+      const auto [mean, count] = blocks.back();
+      blocks.pop_back();
+      auto& [prev_mean, prev_count] = blocks.back();
+      prev_mean = (prev_mean * prev_count + mean * count) / (prev_count + count);
+      prev_count += count;
+    }
+  }
+  std::vector<double> fit;
+  for (const auto& [mean, count] : blocks) fit.insert(fit.end(), static_cast<size_t>(count), mean);
+  return fit;
+}
+
 std::optional<double> InterpolatedCollectiveSeconds(const std::vector<CollectiveSample>& samples, Collective op,
                                                     int devices, int64_t bytes) {
   std::vector<const CollectiveSample*> points;
@@ -122,19 +140,23 @@ std::optional<double> InterpolatedCollectiveSeconds(const std::vector<Collective
   if (points.empty()) return std::nullopt;
   std::sort(points.begin(), points.end(),
             [](const CollectiveSample* a, const CollectiveSample* b) { return a->bytes < b->bytes; });
+  // A collective takes no less time on more bytes: a sample below a smaller message's time is noise
+  // (gloo's small messages on a loaded machine), and the two are averaged (isotonic regression).
+  std::vector<double> measured;
+  for (const CollectiveSample* p : points) measured.push_back(p->seconds);
+  const std::vector<double> seconds = NonDecreasingFit(measured);
   const double x = static_cast<double>(bytes);
   if (points.size() == 1 || bytes <= points.front()->bytes)
-    return points.size() == 1 ? points.front()->seconds * std::max(1.0, x / std::max<double>(points.front()->bytes, 1.0))
-                              : points.front()->seconds;
+    return points.size() == 1 ? seconds.front() * std::max(1.0, x / std::max<double>(points.front()->bytes, 1.0))
+                              : seconds.front();
   size_t hi = 1;
   while (hi + 1 < points.size() && points[hi]->bytes < bytes) ++hi;
-  const CollectiveSample& a = *points[hi - 1];
-  const CollectiveSample& b = *points[hi];
-  const double span = static_cast<double>(b.bytes - a.bytes);
-  if (span <= 0.0) return b.seconds;
-  const double slope = std::max(0.0, (b.seconds - a.seconds) / span);
+  const double a_bytes = static_cast<double>(points[hi - 1]->bytes), b_bytes = static_cast<double>(points[hi]->bytes);
+  const double span = b_bytes - a_bytes;
+  if (span <= 0.0) return seconds[hi];
+  const double slope = (seconds[hi] - seconds[hi - 1]) / span;
   // Beyond the largest size the line through the last two continues (bandwidth-bound).
-  return a.seconds + slope * (x - static_cast<double>(a.bytes));
+  return seconds[hi - 1] + slope * (x - a_bytes);
 }
 
 }  // namespace kiwi::cost

@@ -69,7 +69,7 @@ struct DeviceProfile {
   // Bytes/s an op reaches as the IR counts its bytes (inputs + output), by IR op name ("relu",
   // "max_pool_grad", ...): ops that compute more per byte than a copy run slower than its bandwidth.
   std::map<std::string, double> op_bandwidth;
-  // Seconds an optimizer step ("adam", "sgd") spends per tensor it reads (each parameter, gradient and
+  // Seconds an optimizer step ("adam", "fused_adam", "sgd") spends per tensor it reads (each parameter, gradient and
   // state: the IR step's inputs) beyond its traffic: PyTorch's per-parameter loop of small kernels.
   std::map<std::string, double> optimizer_tensor_seconds;
   std::optional<double> kernel_seconds;         // time of an op that does (almost) nothing
@@ -107,8 +107,13 @@ std::optional<double> InterpolatedAttentionRate(const std::vector<AttentionSampl
                                                 int64_t batch_heads, int64_t seq, int64_t head_dim, bool causal,
                                                 bool dropout, ir::DType dtype, double kernel_seconds);
 
-// Seconds of `op` on `bytes` among `devices` from the samples of that op and group size: piecewise
-// linear in bytes between measured sizes, the fitted slope of the last two beyond the largest, the
+// The least-squares non-decreasing fit of `values` (isotonic regression by pool adjacent violators:
+// a run that decreases is replaced by its mean).
+std::vector<double> NonDecreasingFit(const std::vector<double>& values);
+
+// Seconds of `op` on `bytes` among `devices` from the samples of that op and group size, their times
+// made non-decreasing in bytes (NonDecreasingFit: a collective takes no less time on more bytes):
+// piecewise linear in bytes between measured sizes, the slope of the last two beyond the largest, the
 // smallest's time below it. nullopt when the op was not measured at that group size.
 std::optional<double> InterpolatedCollectiveSeconds(const std::vector<CollectiveSample>& samples, Collective op,
                                                     int devices, int64_t bytes);

@@ -234,7 +234,7 @@ NodeId AddState(Graph& out, const Node& param, const char* what) {
 // Micikevicius et al. 2018).
 void AddOptimizer(BackwardState& s, const TrainingOptions& options) {
   if (options.optimizer == Optimizer::kNone) return;
-  const bool adam = options.optimizer == Optimizer::kAdam;
+  const bool adam = options.optimizer == Optimizer::kAdam || options.optimizer == Optimizer::kFusedAdam;
   std::vector<NodeId> reads;
   for (const Node& p : s.forward.nodes()) {
     if (p.kind != OpKind::kParameter) continue;
@@ -245,13 +245,30 @@ void AddOptimizer(BackwardState& s, const TrainingOptions& options) {
     if (options.master_weights) reads.push_back(AddState(s.out, p, "master"));
   }
   Node update =
-      internal::MakeOp("optimizer", OpKind::kOptimizer, adam ? "adam" : "sgd", {DType::kF32, {}}, std::move(reads));
+      internal::MakeOp("optimizer", OpKind::kOptimizer, std::string(OptimizerName(options.optimizer)),
+                       {DType::kF32, {}}, std::move(reads));
   update.pass = Pass::kBackward;
   update.scope = "optimizer";
   s.out.Add(std::move(update));
 }
 
 }  // namespace
+
+std::optional<Optimizer> ParseOptimizer(std::string_view name) {
+  for (Optimizer o : {Optimizer::kAdam, Optimizer::kFusedAdam, Optimizer::kSgd, Optimizer::kNone})
+    if (name == OptimizerName(o)) return o;
+  return std::nullopt;
+}
+
+std::string_view OptimizerName(Optimizer optimizer) {
+  switch (optimizer) {
+    case Optimizer::kAdam: return "adam";
+    case Optimizer::kFusedAdam: return "fused_adam";
+    case Optimizer::kSgd: return "sgd";
+    case Optimizer::kNone: return "none";
+  }
+  return "none";
+}
 
 Result<Graph> BuildTrainingGraph(const Graph& forward, const TrainingOptions& options) {
   const std::string source = forward.name().empty() ? "forward graph" : forward.name();

@@ -8,6 +8,8 @@
 //
 // Gradient rules live in a table keyed by (kind, op) with one small handler each; an op without a
 // rule is rejected with an error naming it.
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "kiwi/ir/graph.h"
@@ -15,7 +17,15 @@
 
 namespace kiwi::ir {
 
-enum class Optimizer : uint8_t { kNone, kSgd, kAdam };
+// kFusedAdam: Adam as one kernel per step (PyTorch's Adam(fused=True), Apex/Transformer Engine
+// FusedAdam in Megatron-LM): the same states, one pass over them instead of PyTorch's eighteen.
+enum class Optimizer : uint8_t { kNone, kSgd, kAdam, kFusedAdam };
+
+// "adam", "fused_adam", "sgd", "none": the names the command line, plan files and the Python API use,
+// and the optimizer node's op (ir::Node::op) for all but "none".
+std::optional<Optimizer> ParseOptimizer(std::string_view name);
+std::string_view OptimizerName(Optimizer optimizer);
+inline constexpr std::string_view kOptimizerNames = "adam, fused_adam, sgd, none";
 
 struct TrainingOptions {
   Optimizer optimizer = Optimizer::kAdam;  // adam adds two fp32 state tensors per parameter

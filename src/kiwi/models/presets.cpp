@@ -126,7 +126,7 @@ Status CheckOverrideValues(const ModelOverrides& o) {
   KIWI_RETURN_IF_ERROR(CheckPositive("--seq", o.seq));
   KIWI_RETURN_IF_ERROR(CheckPositive("--batch", o.batch));
   KIWI_RETURN_IF_ERROR(CheckPositive("--ffn", o.ffn));
-  if (o.optimizer && *o.optimizer == ir::Optimizer::kNone) return BadInput("--optimizer: must be adam or sgd");
+  if (o.optimizer && *o.optimizer == ir::Optimizer::kNone) return BadInput("--optimizer: must be adam, fused_adam or sgd");
   return Status::Ok();
 }
 

@@ -77,10 +77,9 @@ Result<std::string> NormalizeGraphJson(const std::string& text, const std::strin
 Result<std::string> BuildTrainingGraphJson(const std::string& forward, const std::string& optimizer,
                                            bool master_weights) {
   ir::TrainingOptions options;
-  if (optimizer == "adam") options.optimizer = ir::Optimizer::kAdam;
-  else if (optimizer == "sgd") options.optimizer = ir::Optimizer::kSgd;
-  else if (optimizer == "none") options.optimizer = ir::Optimizer::kNone;
-  else return BadInput(fmt::format("optimizer: must be adam, sgd or none, got '{}'", optimizer));
+  std::optional<ir::Optimizer> parsed = ir::ParseOptimizer(optimizer);
+  if (!parsed) return BadInput(fmt::format("optimizer: must be one of {}, got '{}'", ir::kOptimizerNames, optimizer));
+  options.optimizer = *parsed;
   options.master_weights = master_weights;
   Result<ir::Graph> g = io::ParseGraphJson(forward, "forward graph");
   if (!g) return g.error();
@@ -245,7 +244,10 @@ Result<std::string> LayerPlanReportJson(const std::string& plan_text, const Targ
             {"devices", cluster->NumDevices()},
             {"simulated", {{"iteration_seconds", r->summary.iteration_seconds},
                            {"peak_memory_bytes", r->summary.peak_memory_bytes},
-                           {"stage_peak_memory_bytes", std::move(stage_peaks)}}},
+                           {"stage_peak_memory_bytes", std::move(stage_peaks)},
+                           {"compute_seconds", r->summary.time.compute + r->summary.time.recompute},
+                           {"communication_seconds", r->summary.time.communication},
+                           {"resharding_seconds", r->summary.time.resharding}}},
             {"traffic", {{"layers", std::move(layers)},
                          {"embedding", TrafficJson(traffic->embedding)},
                          {"head", TrafficJson(traffic->head)},
