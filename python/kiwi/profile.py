@@ -23,12 +23,15 @@ GRIDS = {
     # image sizes, collective message sizes in bytes, the least time each measurement takes.
     # Fused attention: sequence lengths, head dims, and query rows in all (batch x heads x sequence) on a
     # CPU and on a GPU (which needs many more rows to fill its multiprocessors). A GPU also times GEMMs
-    # with edges of "gemm_gpu" and GPU_FLOP_SCALE times the FLOP cap.
+    # with edges of "gemm_gpu" and GPU_FLOP_SCALE times the FLOP cap. "gemm_vocab": output widths of a
+    # language model's head (n; m and k from "gemm"), far past the other edges, so that a head's three
+    # GEMMs are measured, not extrapolated from n = 4096.
     "small": {"gemm": [32, 256, 1024], "conv_channels": [16, 64], "conv_sizes": [8, 28],
               "attention_seq": [64], "attention_head_dims": [32],
               "attention_rows": {"cpu": [1 << 9], "cuda": [1 << 14]},
               "collective_bytes": [1 << 12, 1 << 16, 1 << 20], "min_seconds": 0.002, "flop_cap": 2 ** 31},
-    "default": {"gemm": [16, 64, 256, 1024, 4096], "gemm_gpu": [16384], "conv_channels": [8, 32, 128, 512], "conv_sizes": [7, 14, 28, 56],
+    "default": {"gemm": [16, 64, 256, 1024, 4096], "gemm_gpu": [16384], "gemm_vocab": [32768],
+                "conv_channels": [8, 32, 128, 512], "conv_sizes": [7, 14, 28, 56],
                 "attention_seq": [128, 512, 2048], "attention_head_dims": [64, 128],
                 "attention_rows": {"cpu": [1 << 10, 1 << 13], "cuda": [1 << 14, 1 << 17]},
                 "collective_bytes": [1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 24], "min_seconds": 0.02,
@@ -179,7 +182,9 @@ def gemm_shapes(grid: Dict[str, Any], device_type: str = "cpu") -> List[tuple]:
     gpu = device_type == "cuda"
     edges = grid["gemm"] + (grid.get("gemm_gpu", []) if gpu else [])
     cap = grid["flop_cap"] * (GPU_FLOP_SCALE if gpu else 1)
-    return [(m, n, k) for m in edges for n in edges for k in edges if 2 * m * n * k <= cap]
+    square = [(m, n, k) for m in edges for n in edges for k in edges if 2 * m * n * k <= cap]
+    heads = [(m, n, k) for m in edges for n in grid.get("gemm_vocab", []) for k in edges if 2 * m * n * k <= cap]
+    return square + [s for s in heads if s not in square]
 
 
 def misaligned_gemm_shapes(grid: Dict[str, Any], device_type: str = "cuda") -> List[tuple]:
@@ -233,16 +238,41 @@ def _autograd_chain(dev) -> Callable[[], None]:
     return chain
 
 
+def _with_gradients(params):
+    """Copies of `params` with copies of their gradients (a second optimizer steps them apart)."""
+    out = [p.detach().clone().requires_grad_(True) for p in params]
+    for p, q in zip(out, params):
+        p.grad = q.grad.clone()
+    return out
+
+
+def _fused_adam(params, dev):
+    """PyTorch's fused Adam (one kernel per step: CUDA, and CPU from torch 2.4), or None where this
+    build has none for the device."""
+    import torch
+    try:
+        adam = torch.optim.Adam(params, lr=1e-3, fused=True)
+        adam.step()
+        return adam
+    except (RuntimeError, TypeError, ValueError):
+        return None
+
+
 def _tiny_optimizer_steps(dev) -> List[tuple]:
-    """(IR op, tensors the IR step reads per parameter, step) for Adam (parameter, gradient, 2 moments)
-    and SGD (parameter, gradient) over TINY_PARAMETERS one-element parameters: their per-tensor time."""
+    """(IR op, tensors the IR step reads per parameter, step) for Adam and fused Adam (parameter,
+    gradient, 2 moments) and SGD (parameter, gradient) over TINY_PARAMETERS one-element parameters:
+    their per-tensor time."""
     import torch
     params = [torch.zeros(1, device=dev, requires_grad=True) for _ in range(TINY_PARAMETERS)]
     for p in params:
         p.grad = torch.ones_like(p)
     adam = torch.optim.Adam(params, lr=1e-3)
     adam.step()
-    return [("adam", 4, adam.step), ("sgd", 2, torch.optim.SGD(params, lr=1e-3).step)]
+    steps = [("adam", 4, adam.step), ("sgd", 2, torch.optim.SGD(params, lr=1e-3).step)]
+    fused = _fused_adam(_with_gradients(params), dev)
+    if fused is not None:
+        steps.append(("fused_adam", 4, fused.step))
+    return steps
 
 
 def _gemm_kernels(pool: OperandPool, m: int, n: int, k: int, dtype) -> List[tuple]:
@@ -336,6 +366,20 @@ def _memory_bound_ops(pool: OperandPool, dev) -> List[tuple]:
     def each(make: Callable[..., Callable[[], Any]]) -> List[Callable[[], Any]]:
         return [make(x, y, dy) for x, y, dy in sets]
 
+    # The loss of a language model: 256 tokens over a 16,384-word vocabulary, as F.cross_entropy runs it
+    # (log_softmax + nll_loss forward; backward nll_loss_backward's dense gradient, then log_softmax's).
+    tokens, vocab = 256, b // 4 // 256
+    labels = torch.randint(0, vocab, (tokens,), device=dev)
+    one, count = torch.ones((), device=dev), torch.tensor(float(tokens), device=dev)
+
+    def nll_loss_grad(x, y, dy):
+        logp = y.view(tokens, vocab)
+        return lambda: aten.nll_loss_backward(one, logp, labels, None, 1, -100, count)
+
+    def cross_entropy_grad(x, y, dy):
+        return lambda: aten._log_softmax_backward_data(dy.view(tokens, vocab), y.view(tokens, vocab), 1,
+                                                       torch.float32)
+
     def max_pool_grad(x, y, dy):
         img = x.view(16, 64, 64, 64)
         _, indices = aten.max_pool2d_with_indices(img, [2, 2], [2, 2])
@@ -368,6 +412,8 @@ def _memory_bound_ops(pool: OperandPool, dev) -> List[tuple]:
     adam = torch.optim.Adam(params, lr=1e-3)
     sgd = torch.optim.SGD(params, lr=1e-3)
     adam.step()  # creates the moments
+    fused = _fused_adam(_with_gradients(params), dev)
+    fused_step = [("fused_adam", 4 * 4 * sum(p.numel() for p in params), fused.step)] if fused is not None else []
     return [
         ("relu", 2 * b, each(lambda x, y, dy: lambda: torch.relu(x))),
         ("relu_grad", 3 * b, each(lambda x, y, dy: lambda: aten.threshold_backward(dy, y, 0.0))),
@@ -394,10 +440,15 @@ def _memory_bound_ops(pool: OperandPool, dev) -> List[tuple]:
         ("batchnorm_grad_beta", b, each(batchnorm_grad([False, False, True]))),
         ("sum", b, each(lambda x, y, dy: lambda: x.view(4096, 1024).sum(0))),
         ("transpose", 2 * b, each(lambda x, y, dy: lambda: x.transpose(1, 2).contiguous())),
+        # Bytes as the IR counts them (ir/annotate.cpp): the loss reads the logits; nll_loss_grad writes
+        # a dense gradient; cross_entropy_grad reads the logits and it, and writes the logits' gradient.
+        ("cross_entropy", b, each(lambda x, y, dy: lambda: F.cross_entropy(x.view(tokens, vocab), labels))),
+        ("nll_loss_grad", b, each(nll_loss_grad)),
+        ("cross_entropy_grad", 3 * b, each(cross_entropy_grad)),
         # The optimizer step as the IR counts it: parameters, gradients and states read once.
         ("adam", 4 * 4 * sum(p.numel() for p in params), adam.step),
         ("sgd", 2 * 4 * sum(p.numel() for p in params), sgd.step),
-    ]
+    ] + fused_step
 
 
 def measure_compute(device: str, grid: Dict[str, Any], dtypes: Sequence[str], quiet: bool = True,
@@ -490,14 +541,42 @@ def _collective(op: str, numel: int, group, group_size: int, rank: int, device: 
     return ping
 
 
-def _collective_seconds(fn: Callable[[], Any], nbytes: int, device: str) -> float:
-    """Median over BATCHES batches of one call's time. Every rank of a group must make the same calls,
-    so the count depends only on the size (not on a rank's own timing)."""
+# On a CPU a collective is timed as a training step issues it: after a spell of compute on every rank,
+# not back to back. A rank that finishes first sleeps in the call, and waking it costs what back-to-back
+# calls never pay: on this project's 2-vCPU VM gloo's small all-reduce takes 0.1-0.6 ms back to back but
+# 1.4-1.8 ms after 0.5-2 ms of compute, as the runtime's TP all-reduces measure (docs/fidelity.md).
+COMPUTE_BETWEEN_COLLECTIVES = 5e-4  # seconds: about a small layer's forward between two TP all-reduces
+
+
+def _busy(seconds: float) -> None:
+    """Keeps this rank's core computing for `seconds` (small matmuls: the work between collectives)."""
     import torch
-    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    a = torch.ones(64, 64)
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ a
+
+
+def _collective_seconds(fn: Callable[[], Any], nbytes: int, device: str) -> float:
+    """Median over BATCHES batches of one call's mean time. Every rank of a group must make the same
+    calls, so the count depends only on the size (not on a rank's own timing)."""
+    import torch
+    calls = 40 if nbytes <= 1 << 16 else 5 if nbytes <= 1 << 22 else 2  # the small ones: stalls of ~4 ms
+    if device.startswith("cuda"):
+        fn()
+        torch.cuda.synchronize()
+        return _median_call_seconds(fn, calls, torch.cuda.synchronize)
     fn()
-    sync()
-    return _median_call_seconds(fn, 20 if nbytes <= 1 << 16 else 5 if nbytes <= 1 << 22 else 2, sync)
+    batches = []
+    for _ in range(BATCHES):
+        spent = 0.0
+        for _ in range(calls):
+            _busy(COMPUTE_BETWEEN_COLLECTIVES)
+            t0 = time.perf_counter()
+            fn()
+            spent += time.perf_counter() - t0
+        batches.append(spent / calls)
+    return statistics.median(batches)
 
 
 def measure_collectives(grid: Dict[str, Any], rank: int, world: int, device: str, quiet: bool) -> List[Dict[str, Any]]:
@@ -572,11 +651,12 @@ def profile(device: str = "cpu", grid: str = "default", dtypes: Optional[Sequenc
         return doc
     import torch.multiprocessing as mp
 
-    from kiwi.torch.distributed.launcher import free_port
+    from kiwi.torch.distributed.launcher import free_port, rank_environment
     if backend == "auto":
         backend = "nccl" if device.startswith("cuda") else "gloo"
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
-    with tempfile.TemporaryDirectory(prefix="kiwi-profile-") as tmp:
+    # The ranks measure with the allocator the runtime's ranks run with (gloo: glibc keeping freed memory).
+    with tempfile.TemporaryDirectory(prefix="kiwi-profile-") as tmp, rank_environment(backend, "caching"):
         out = os.path.join(tmp, "profile.json")
         mp.spawn(_rank_main, args=(processes, free_port(), backend, device, spec, dtypes, threads, quiet, out),
                  nprocs=processes, join=True)

@@ -89,3 +89,47 @@ def test_plan_errors_name_the_field(tmp_path):
     plan = parse_plan({"layers": [{"tp": 2, "dp": 2}], "global_batch": 4}, "x.json")
     with pytest.raises(PlanError, match=r"x.json: layers\[0\]: tp 2 x dp 2 must equal the 2 processes"):
         plan.check_world(2)
+
+
+def test_fused_adam_matches_single_process_training(runs):
+    """The plan kiwi made, stepped by PyTorch's fused Adam on every rank and in the reference."""
+    plan = runs["hybrid"][0]
+    (_, results, reference), = run([plan], optimizer="fused_adam", lr=1e-3)
+    # Adam's step is about lr whatever the gradient's size, so a near-zero gradient whose sign the
+    # ranks' summation order flips moves a parameter by up to 2 lr: 9e-6 here, with the loop Adam too
+    # (3 steps of lr 1e-3 move parameters by up to 3e-3).
+    check_matches_reference(results, reference, param_atol=3e-5)
+    assert all(len(r["optimizer_seconds"]) == 3 and min(r["optimizer_seconds"]) > 0 for r in results)
+
+
+def test_the_runtime_steps_and_kiwi_prices_the_plans_optimizer(tmp_path):
+    """`--optimizer` defaults to the plan's (its model_flags), else adam; the prediction prices the
+    optimizer that runs, given or not."""
+    from kiwi.torch.distributed.__main__ import model_config, parse_args
+    from kiwi.torch.distributed.plan import parse_plan
+
+    def chosen(plan_flags, argv):
+        plan = parse_plan({"kiwi_plan_version": 1, "model": "gpt", "model_flags": plan_flags,
+                           "layer": {"layers": [{"tp": 1, "dp": 1}] * 2, "global_batch": 8}}, "x.json")
+        model_config(parse_args(["--plan", "x.json"] + argv), plan)
+        return plan.model_flags["optimizer"]
+
+    sizes = {"layers": 2, "hidden": 32, "heads": 4, "seq": 8}
+    assert chosen(sizes, []) == "adam"
+    assert chosen({**sizes, "optimizer": "fused_adam"}, []) == "fused_adam"
+    assert chosen({**sizes, "optimizer": "fused_adam"}, ["--optimizer", "sgd"]) == "sgd"
+    with pytest.raises(SystemExit):
+        parse_args(["--plan", "x.json", "--optimizer", "lamb"])
+
+
+def test_the_report_splits_measured_time_beside_kiwis():
+    from kiwi.torch.distributed.compare import time_split_table
+    report = {"simulated": {"iteration_seconds": 0.03, "compute_seconds": 0.01, "communication_seconds": 0.015,
+                            "resharding_seconds": 0.005}}
+    result = {"rank": 0, "seconds": [0.5, 0.040, 0.036, 0.038], "optimizer_seconds": [0.1, 0.002, 0.002, 0.002, 0.9],
+              "comm_seconds": [{"tp_all_reduce": 0.3}, {"tp_all_reduce": 0.02, "recv": 0.004},
+                               {"tp_all_reduce": 0.018}, {"tp_all_reduce": 0.02}, {"tp_all_reduce": 9.0}]}
+    lines = time_split_table([result], report).splitlines()
+    assert lines[2] == "| kiwi | 30.0 ms | 20.0 ms | (in compute) | 10.0 ms compute |"
+    # medians of iterations 1-3 (the first and the memory-profiled last left out): 38, 20, 2, 16 ms
+    assert lines[3] == "| 0 | 38.0 ms | 20.0 ms | 2.0 ms | 16.0 ms |"

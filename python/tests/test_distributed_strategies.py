@@ -85,16 +85,16 @@ def test_cpu_ranks_keep_freed_memory(runs):
 
 def test_rank_environment_is_restored_and_checked(monkeypatch):
     from kiwi.torch import caching_allocator
-    from kiwi.torch.distributed.launcher import _rank_environment
+    from kiwi.torch.distributed.launcher import rank_environment
     for k in caching_allocator.GLIBC_CACHING_ALLOCATOR:
         monkeypatch.delenv(k, raising=False)
-    with _rank_environment("gloo", "caching"):
+    with rank_environment("gloo", "caching"):
         assert caching_allocator.is_set()
     assert not caching_allocator.is_set()
-    with _rank_environment("gloo", "system"):
+    with rank_environment("gloo", "system"):
         assert not caching_allocator.is_set()
-    with _rank_environment("nccl", "caching"):  # a GPU's allocator is PyTorch's own
+    with rank_environment("nccl", "caching"):  # a GPU's allocator is PyTorch's own
         assert not caching_allocator.is_set()
     with pytest.raises(ValueError, match="allocator: 'jemalloc'"):
-        with _rank_environment("gloo", "jemalloc"):
+        with rank_environment("gloo", "jemalloc"):
             pass

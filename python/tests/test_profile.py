@@ -41,7 +41,9 @@ def test_the_file_has_every_measurement(measured):
     assert {g["op"] for g in device["gemm"]} == {"matmul", "matmul_grad_a", "matmul_grad_b"}
     assert {c["op"] for c in device["conv"]} == {"conv2d", "conv2d_grad_x", "conv2d_grad_w"}
     assert all(g["time"] > 0 for g in device["gemm"] + device["conv"])
-    assert {"relu", "gelu_grad", "max_pool", "layernorm", "adam"} <= set(device["op_bandwidth_gbps"])
+    assert {"relu", "gelu_grad", "max_pool", "layernorm", "adam", "fused_adam", "cross_entropy", "nll_loss_grad",
+            "cross_entropy_grad"} <= set(device["op_bandwidth_gbps"])  # torch 2.13 has a fused CPU Adam
+    assert set(device["optimizer_time_per_tensor"]) == {"adam", "fused_adam", "sgd"}
     # Fused attention: each shape forward and backward, causal or not, with and without dropout.
     shapes = kp.attention_shapes(kp.GRIDS["small"], "cpu")
     assert len(device["attention"]) == 8 * len(shapes) > 0
@@ -52,6 +54,27 @@ def test_the_file_has_every_measurement(measured):
     assert ops == {("all_reduce", 2), ("all_gather", 2), ("reduce_scatter", 2), ("send_recv", 2)}
     sizes = sorted(c["bytes"] for c in doc["collectives"] if c["op"] == "all_reduce")
     assert sizes == kp.GRIDS["small"]["collective_bytes"]
+
+
+def test_the_default_grid_times_language_model_heads():
+    """GEMMs as wide as a vocabulary (n = 32768) beside the square grid, each shape once."""
+    shapes = kp.gemm_shapes(kp.GRIDS["default"])
+    assert len(shapes) == len(set(shapes))
+    heads = [s for s in shapes if s[1] == 32768]
+    assert (64, 32768, 64) in heads and all(2 * m * n * k <= kp.GRIDS["default"]["flop_cap"] for m, n, k in heads)
+    assert not [s for s in kp.gemm_shapes(kp.GRIDS["small"]) if s[1] > 1024]
+
+
+def test_collectives_are_timed_after_compute(monkeypatch):
+    """On a CPU each timed call follows a spell of compute, as in a training step; the spell is not
+    timed."""
+    calls = []
+    monkeypatch.setattr(kp, "_busy", lambda seconds: calls.append(("busy", seconds)))
+    seconds = kp._collective_seconds(lambda: calls.append(("call", 0)), 1 << 10, "cpu")
+    assert seconds < kp.COMPUTE_BETWEEN_COLLECTIVES
+    timed = calls[1:]  # the first call warms up
+    assert timed[0::2] == [("busy", kp.COMPUTE_BETWEEN_COLLECTIVES)] * (len(timed) // 2)
+    assert timed[1::2] == [("call", 0)] * (len(timed) // 2) and len(timed) == 2 * 40 * kp.BATCHES
 
 
 def test_a_profile_changes_the_predictions(measured, cnn):

@@ -137,3 +137,18 @@ def test_cpu_convolution_temporaries():
     assert ws(8, 8, 64) == (4.0, 6.0)         # 8 channels: blocked buffers padded to 16
     assert ws(24, 24, 32) == (2.5, 4.0)
     assert ws(3, 64, 64, grad_input=False) == (16.0, 16.0)
+
+
+def test_a_fused_adam_is_captured_as_one(cnn):
+    """Adam(fused=True) keeps Adam's states, has no parameter-sized temporaries, and its step is the
+    training graph's fused_adam op (priced as one pass, or at its measured rate)."""
+    model, x, y = cnn
+    fused = kt.capture(model, (x,), labels=y, optimizer=torch.optim.Adam(model.parameters(), fused=True))
+    loop = kt.capture(model, (x,), labels=y, optimizer=torch.optim.Adam(model.parameters()))
+    assert fused.optimizer == kt.capture(model, (x,), labels=y, optimizer="fused_adam").optimizer
+    assert fused.optimizer.kind == "fused_adam" and loop.optimizer.kind == "adam"
+    steps = {g: [n["op"] for n in c.graph["nodes"] if n["kind"] == "optimizer"] for g, c in (("f", fused), ("l", loop))}
+    assert steps == {"f": ["fused_adam"], "l": ["adam"]}
+    states = [n["name"] for n in fused.graph["nodes"] if n["kind"] == "optimizer_state"]
+    assert states == [n["name"] for n in loop.graph["nodes"] if n["kind"] == "optimizer_state"] and states
+    assert fused.workspace.optimizer == 0 < loop.workspace.optimizer

@@ -22,7 +22,7 @@ LABELS = "kiwi_labels"
 @dataclasses.dataclass
 class OptimizerSpec:
     """What kiwi needs of the optimizer: its states and its step's temporaries."""
-    kind: str = "adam"          # "adam" (Adam/AdamW: two fp32 states), "sgd", "none"
+    kind: str = "adam"          # "adam" (Adam/AdamW: two fp32 states), "fused_adam" (fused=True), "sgd", "none"
     momentum: bool = False      # SGD with momentum: one state per parameter
     foreach: bool = False       # multi-tensor implementation (temporaries the size of all parameters)
 
@@ -34,13 +34,17 @@ class OptimizerSpec:
             name = optimizer.lower()
             if name in ("adam", "adamw"):
                 return OptimizerSpec("adam")
+            if name == "fused_adam":
+                return OptimizerSpec("fused_adam")
             if name in ("sgd", "sgd-momentum"):
                 return OptimizerSpec("sgd", momentum=name == "sgd-momentum")
-            raise CaptureError(f"optimizer: '{optimizer}' is not one of adam, adamw, sgd, sgd-momentum, none")
+            raise CaptureError(f"optimizer: '{optimizer}' is not one of adam, adamw, fused_adam, sgd, sgd-momentum, "
+                               "none")
         group = optimizer.param_groups[0] if optimizer.param_groups else {}
         foreach = bool(group.get("foreach") or group.get("fused"))
         if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
-            return OptimizerSpec("adam", foreach=foreach)
+            # The fused kernel steps each parameter in one pass, with no parameter-sized temporaries.
+            return OptimizerSpec("fused_adam") if group.get("fused") else OptimizerSpec("adam", foreach=foreach)
         if isinstance(optimizer, torch.optim.SGD):
             return OptimizerSpec("sgd", momentum=group.get("momentum", 0) != 0, foreach=foreach)
         raise CaptureError(f"optimizer: {type(optimizer).__name__} is not modelled (Adam, AdamW, SGD)")

@@ -61,7 +61,7 @@ def framework_bytes(model: torch.nn.Module, optimizer) -> int:
     """Resident framework state that is not a parameter: the model's buffers (batch-norm statistics),
     Adam's step counters (one 4-byte tensor per parameter) and SCALAR_SLACK."""
     from kiwi.torch.measure import unique_bytes
-    steps = 4 * sum(1 for p in model.parameters() if p.requires_grad) if optimizer.kind == "adam" else 0
+    steps = 4 * sum(1 for p in model.parameters() if p.requires_grad) if optimizer.kind in ("adam", "fused_adam") else 0
     return unique_bytes(model.buffers()) + steps + SCALAR_SLACK
 
 
@@ -133,6 +133,8 @@ def make_optimizer(spec, params: Sequence[torch.nn.Parameter], lr: float = 1e-3)
     params = [p for p in params if p.requires_grad]
     if spec.kind == "adam":
         return torch.optim.Adam(params, lr=lr, foreach=spec.foreach)
+    if spec.kind == "fused_adam":
+        return torch.optim.Adam(params, lr=lr, fused=True)
     if spec.kind == "sgd":
         return torch.optim.SGD(params, lr=lr, momentum=0.9 if spec.momentum else 0.0, foreach=spec.foreach)
     return None

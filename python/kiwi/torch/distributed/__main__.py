@@ -25,7 +25,8 @@ def parse_args(argv):
     p.add_argument("--cluster", default=None, help="cluster kiwi predicts for (default: the plan's)")
     p.add_argument("--profile", default=None,
                    help="device profile kiwi predicts with (`kiwi profile --processes N` on this machine)")
-    p.add_argument("--optimizer", default="adam", choices=["adam", "sgd"])
+    p.add_argument("--optimizer", default=None, choices=["adam", "fused_adam", "sgd"],
+                   help="default: the plan's (its model_flags), else adam; kiwi predicts the one that runs")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--schedule", default=None, choices=["1f1b", "gpipe"], help="override the plan's pipeline")
     p.add_argument("--backend", default="auto", choices=["auto", "gloo", "nccl"])
@@ -49,6 +50,7 @@ def model_config(args, plan):
     for k in ("layers", "hidden", "heads", "seq", "ffn"):
         if getattr(args, k) is not None:
             flags[k] = getattr(args, k)
+    flags["optimizer"] = args.optimizer or flags.get("optimizer") or "adam"
     plan.model_flags = flags
     if "batch" not in flags:
         flags["batch"] = plan.global_batch
@@ -74,7 +76,7 @@ def main(argv=None) -> int:
     except (PlanError, ValueError) as e:
         print(f"kiwi: error: {e}", file=sys.stderr)
         return 2
-    options = TrainOptions(iterations=args.iterations, optimizer=args.optimizer, lr=args.lr,
+    options = TrainOptions(iterations=args.iterations, optimizer=plan.model_flags["optimizer"], lr=args.lr,
                            bucket_bytes=int(args.bucket_mb * (1 << 20)), measure_memory=not args.no_memory,
                            schedule=args.schedule)
     report = None

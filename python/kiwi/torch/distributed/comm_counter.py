@@ -3,6 +3,8 @@ bytes per purpose the way kiwi's cost model states them (cost/layer_cost.h Layer
 `bytes` of cost::CollectiveTime): all-reduce: the buffer; all-gather: the gathered result;
 reduce-scatter: the input; send: the message. Only torch.distributed moves the data."""
 import collections
+import contextlib
+import time
 from typing import Dict, List, Optional
 
 import torch
@@ -29,10 +31,21 @@ class CommCounter:
     def __init__(self):
         self.bytes: Dict[tuple, int] = collections.Counter()
         self.calls: Dict[tuple, int] = collections.Counter()
+        self.seconds: Dict[str, float] = collections.Counter()  # wall time blocked in calls, per purpose
 
     def reset(self) -> None:
         self.bytes.clear()
         self.calls.clear()
+        self.seconds.clear()
+
+    @contextlib.contextmanager
+    def blocked(self, purpose: str):
+        """Adds the wall time of the enclosed blocking call (or wait) to `purpose`."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds[purpose] += time.perf_counter() - t0
 
     def record(self, purpose: str, unit, count: int) -> None:
         self.bytes[(purpose, unit)] += count
@@ -52,13 +65,15 @@ class CommCounter:
 
     def all_reduce(self, t: torch.Tensor, group, purpose: str, unit, async_op: bool = False, op=None):
         self.record(purpose, unit, nbytes(t))
-        return dist.all_reduce(t, op=op if op is not None else dist.ReduceOp.SUM, group=group, async_op=async_op)
+        with self.blocked(purpose):
+            return dist.all_reduce(t, op=op if op is not None else dist.ReduceOp.SUM, group=group, async_op=async_op)
 
     def all_gather(self, shard: torch.Tensor, group, group_size: int, purpose: str, unit) -> List[torch.Tensor]:
         """List-form all_gather (gloo in torch 1.13 has no _allgather_base); returns the shards in rank order."""
         out = [torch.empty_like(shard) for _ in range(group_size)]
         self.record(purpose, unit, nbytes(shard) * group_size)
-        dist.all_gather(out, shard.contiguous(), group=group)
+        with self.blocked(purpose):
+            dist.all_gather(out, shard.contiguous(), group=group)
         return out
 
     def reduce_scatter(self, full: torch.Tensor, group, group_size: int, index: int, purpose: str, unit) -> torch.Tensor:
@@ -70,10 +85,12 @@ class CommCounter:
         if dist.get_backend(group) == "nccl":
             out = torch.empty(chunk, dtype=full.dtype, device=full.device)
             fn = getattr(dist, "reduce_scatter_tensor", None) or getattr(dist, "_reduce_scatter_base")
-            fn(out, full.contiguous(), group=group)
+            with self.blocked(purpose):
+                fn(out, full.contiguous(), group=group)
             return out
         buf = full.contiguous().clone()
-        dist.all_reduce(buf, group=group)
+        with self.blocked(purpose):
+            dist.all_reduce(buf, group=group)
         return buf[index * chunk:(index + 1) * chunk].clone()
 
     def isend(self, t: torch.Tensor, dst: int, purpose: str, unit):

@@ -1,6 +1,7 @@
 """kiwi's predictions for a plan (the layer simulator and its per-collective byte counts, through
 kiwi._kiwi.layer_plan_report: sim/layer_simulator.h LayerPlanTraffic) laid beside what a run measured."""
 import json
+import statistics
 from typing import Any, Dict, List, Optional
 
 import kiwi
@@ -72,6 +73,36 @@ def rank_totals(snapshot: Dict[str, Any]) -> Dict[str, int]:
     return {p: sum(snapshot["bytes"].get(p, {}).values()) for p in PURPOSES}
 
 
+def _median_after_first(values: List[float]) -> float:
+    rest = values[1:] or values
+    return statistics.median(rest) if rest else 0.0
+
+
+def time_split_table(results: List[Dict[str, Any]], report: Dict[str, Any]) -> str:
+    """Per rank, medians over the timed iterations (the first left out): the time blocked in collectives
+    and point-to-point waits, the optimizer step, and the rest (forward, backward, the runtime's own
+    work), beside kiwi's split of the critical path (communication + resharding; compute, the
+    optimizer step included)."""
+    sim = report["simulated"]
+    lines = ["| rank | iteration | blocked in communication | optimizer step | the rest |", "|---|---|---|---|---|"]
+    if "communication_seconds" in sim:
+        comm = sim["communication_seconds"] + sim.get("resharding_seconds", 0.0)
+        lines.append(f"| kiwi | {sim['iteration_seconds'] * 1e3:.1f} ms | {comm * 1e3:.1f} ms | "
+                     f"(in compute) | {sim['compute_seconds'] * 1e3:.1f} ms compute |")
+    for r in results:
+        timed = len(r.get("seconds", []))
+        if not timed:
+            continue
+        blocked = [sum(s.values()) for s in r.get("comm_seconds", [])[:timed]]
+        step = r.get("optimizer_seconds", [])[:timed]
+        total = r["seconds"]
+        rest = [t - b - o for t, b, o in zip(total, blocked, step)]
+        lines.append(f"| {r['rank']} | {_median_after_first(total) * 1e3:.1f} ms | "
+                     f"{_median_after_first(blocked) * 1e3:.1f} ms | {_median_after_first(step) * 1e3:.1f} ms | "
+                     f"{_median_after_first(rest) * 1e3:.1f} ms |")
+    return "\n".join(lines)
+
+
 def summary_table(plan: HybridPlan, results: List[Dict[str, Any]], report: Optional[Dict[str, Any]]) -> str:
     """Markdown tables: per-iteration time and loss, per-rank peak memory, per-rank bytes by purpose."""
     lines = ["| iteration | measured seconds (slowest rank) | loss |", "|---|---|---|"]
@@ -84,6 +115,7 @@ def summary_table(plan: HybridPlan, results: List[Dict[str, Any]], report: Optio
     if report:
         lines.append(f"\nkiwi predicts {report['simulated']['iteration_seconds']:.6f} s per iteration on "
                      f"{report['cluster']} (measured median {max(r['iteration_seconds'] or 0 for r in results):.4f} s)")
+        lines += ["", time_split_table(results, report)]
     lines += ["", "| rank | stage | measured peak memory | predicted (stage) |", "|---|---|---|---|"]
     for r in results:
         pred = report["simulated"]["stage_peak_memory_bytes"][r["stage"]] if report else None

@@ -168,7 +168,8 @@ class GradSync:
                     raise RuntimeError(f"kiwi: DP bucket of units {sorted(map(str, bucket['units']))} got "
                                        f"{bucket['ready']} of {len(bucket['params'])} gradients")
                 self._launch(bucket)
-            bucket["work"].wait()
+            with self.counter.blocked(DP_ALL_REDUCE):
+                bucket["work"].wait()
             offset = 0
             for p in bucket["params"]:
                 n = p.numel()

@@ -85,7 +85,7 @@ ALLOCATORS = ("caching", "system")
 
 
 @contextlib.contextmanager
-def _rank_environment(backend: str, allocator: str):
+def rank_environment(backend: str, allocator: str):
     """os.environ as the spawned ranks inherit it, restored afterwards."""
     if allocator not in ALLOCATORS:
         raise ValueError(f"allocator: '{allocator}': expected one of {', '.join(ALLOCATORS)}")
@@ -112,7 +112,7 @@ def launch_jobs(jobs: List[tuple], nproc: int, backend: str = "auto",
     for plan, *_ in jobs:
         plan.check_world(nproc)
     backend = pick_backend(backend)
-    with tempfile.TemporaryDirectory(prefix="kiwi-dist-") as tmp, _rank_environment(backend, allocator):
+    with tempfile.TemporaryDirectory(prefix="kiwi-dist-") as tmp, rank_environment(backend, allocator):
         out = os.path.join(tmp, "results.json")
         mp.spawn(_spawned, args=(nproc, free_port(), backend, jobs, out), nprocs=nproc, join=True)
         with open(out, "r", encoding="utf-8") as f:

@@ -79,7 +79,8 @@ class PipelineRunner:
 
     def _recv(self, shape, src: int) -> torch.Tensor:
         t = torch.empty(shape)
-        self.counter.irecv(t, src).wait()
+        with self.counter.blocked("recv"):
+            self.counter.irecv(t, src).wait()
         return t
 
     def recv_forward(self) -> Optional[torch.Tensor]:
@@ -115,8 +116,9 @@ class PipelineRunner:
     def run(self, schedule: str, m: int) -> None:
         self.losses = []
         (self._gpipe if schedule == "gpipe" else self._one_f_one_b)(m)
-        for work, _ in self.pending:
-            work.wait()
+        with self.counter.blocked("send"):
+            for work, _ in self.pending:
+                work.wait()
         self.pending = []
 
     def _gpipe(self, m: int) -> None:

@@ -20,7 +20,7 @@ from kiwi.torch.distributed.units import Unit
 @dataclasses.dataclass
 class TrainOptions:
     iterations: int = 3
-    optimizer: str = "sgd"        # "sgd" (momentum 0.9) or "adam"
+    optimizer: str = "sgd"        # "sgd" (momentum 0.9), "adam" or "fused_adam" (Adam(fused=True))
     lr: float = 0.05
     seed: int = 0
     bucket_bytes: int = 25 << 20  # DP all-reduce buckets (PyTorch DDP's default size)
@@ -29,11 +29,11 @@ class TrainOptions:
 
 
 def make_optimizer(params: List[torch.Tensor], o: TrainOptions) -> torch.optim.Optimizer:
-    if o.optimizer == "adam":
-        return torch.optim.Adam(params, lr=o.lr)
+    if o.optimizer in ("adam", "fused_adam"):
+        return torch.optim.Adam(params, lr=o.lr, fused=True if o.optimizer == "fused_adam" else None)
     if o.optimizer == "sgd":
         return torch.optim.SGD(params, lr=o.lr, momentum=0.9)
-    raise ValueError(f"optimizer: must be sgd or adam, got {o.optimizer!r}")
+    raise ValueError(f"optimizer: must be sgd, adam or fused_adam, got {o.optimizer!r}")
 
 
 def _strategies(plan: HybridPlan, stage: int):
@@ -75,7 +75,8 @@ def train_rank(plan: HybridPlan, config: gpt.GptConfig, o: TrainOptions, rank: i
     params = [p for u in stage.units for p in u.parameters()]
     optimizer = make_optimizer(params, o)
     schedule = o.schedule or plan.pipeline
-    result: Dict[str, Any] = {"rank": rank, "stage": layout.stage, "losses": [], "seconds": [], "comm": []}
+    result: Dict[str, Any] = {"rank": rank, "stage": layout.stage, "losses": [], "seconds": [], "comm": [],
+                              "optimizer_seconds": [], "comm_seconds": []}
     head = [u for u in stage.units if u.key == "head"]
     result["reports_loss"] = bool(head) and head[0].tp_rank == 0
 
@@ -86,7 +87,9 @@ def train_rank(plan: HybridPlan, config: gpt.GptConfig, o: TrainOptions, rank: i
             p.grad = None
         runner.run(schedule, plan.micro_batches)
         grad_sync.finish()
+        t0 = time.perf_counter()
         optimizer.step()
+        result["optimizer_seconds"].append(time.perf_counter() - t0)
 
     for it in range(o.iterations):
         counter.reset()
@@ -102,6 +105,7 @@ def train_rank(plan: HybridPlan, config: gpt.GptConfig, o: TrainOptions, rank: i
             result["seconds"].append(time.perf_counter() - t0)
         result["losses"].append(sum(runner.losses))
         result["comm"].append(counter.snapshot())
+        result["comm_seconds"].append(dict(counter.seconds))
     result["glibc_caching_allocator"] = caching_allocator.is_set()
     result["iteration_seconds"] = statistics.median(result["seconds"][1:] or result["seconds"]) if result["seconds"] else None
     result["parameter_count"] = sum(p.numel() for p in params)
