@@ -101,29 +101,47 @@ def _layer_norm(x, p, prefix):
     return F.layer_norm(x, (x.shape[-1],), p[prefix + ".gamma"], p[prefix + ".beta"], 1e-5)
 
 
-def _attention(x: torch.Tensor, p: Params, heads: int, tp: Optional[TpContext]) -> torch.Tensor:
-    b, s, _ = x.shape
+_CAUSAL_MASKS: Dict[tuple, torch.Tensor] = {}
+
+
+def _causal_mask(s: int, device) -> torch.Tensor:
+    """[s, s], True above the diagonal; made once per length and device."""
+    key = (s, str(device))
+    if key not in _CAUSAL_MASKS:
+        _CAUSAL_MASKS[key] = torch.ones(s, s, dtype=torch.bool, device=device).triu(1)
+    return _CAUSAL_MASKS[key]
+
+
+def _linear(x: torch.Tensor, p: Params, name: str) -> torch.Tensor:
+    """x [tokens, in] @ weight [in, out] + bias as one addmm (its backward: two mm and a sum)."""
+    return torch.addmm(p[name + ".bias"], x, p[name + ".weight"])
+
+
+# A layer works on [tokens, hidden] rows (a view of [batch, seq, hidden]): its linears are single GEMMs
+# with their biases fused, without the reshapes a batched matmul dispatches around each one.
+def _attention(x: torch.Tensor, p: Params, b: int, s: int, heads: int, tp: Optional[TpContext]) -> torch.Tensor:
     x = copy_to_tp(x, tp)
-    q, k, v = (x @ p[n + ".weight"] + p[n + ".bias"] for n in ("q", "k", "v"))
     local_heads = heads // (tp.size if tp else 1)
-    d = q.shape[-1] // local_heads
-    q, k, v = (t.view(b, s, local_heads, d).transpose(1, 2) for t in (q, k, v))
+    d = p["q.weight"].shape[1] // local_heads
+    q, k, v = (_linear(x, p, n).view(b, s, local_heads, d).transpose(1, 2) for n in ("q", "k", "v"))
     scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d))
-    mask = torch.ones(s, s, dtype=torch.bool, device=x.device).triu(1)
-    probs = torch.softmax(scores.masked_fill(mask, float("-inf")), dim=-1)
-    context = (probs @ v).transpose(1, 2).reshape(b, s, local_heads * d)
+    probs = torch.softmax(scores.masked_fill(_causal_mask(s, x.device), float("-inf")), dim=-1)
+    context = (probs @ v).transpose(1, 2).reshape(b * s, local_heads * d)
     return reduce_from_tp(context @ p["out.weight"], tp) + p["out.bias"]
 
 
 def _mlp(x: torch.Tensor, p: Params, tp: Optional[TpContext]) -> torch.Tensor:
     x = copy_to_tp(x, tp)
-    hidden = F.gelu(x @ p["fc1.weight"] + p["fc1.bias"])
+    hidden = F.gelu(_linear(x, p, "fc1"))
     return reduce_from_tp(hidden @ p["fc2.weight"], tp) + p["fc2.bias"]
 
 
 def layer_forward(p: Params, x: torch.Tensor, heads: int, tp: Optional[TpContext] = None) -> torch.Tensor:
-    x = x + _attention(_layer_norm(x, p, "norm1"), p, heads, tp)
-    return x + _mlp(_layer_norm(x, p, "norm2"), p, tp)
+    b, s, h = x.shape
+    x = x.reshape(b * s, h)
+    x = x + _attention(_layer_norm(x, p, "norm1"), p, b, s, heads, tp)
+    x = x + _mlp(_layer_norm(x, p, "norm2"), p, tp)
+    return x.view(b, s, h)
 
 
 def head_forward(p: Params, x: torch.Tensor, labels: torch.Tensor, tokens_in_batch: int,
