@@ -412,8 +412,9 @@ def _memory_bound_ops(pool: OperandPool, dev) -> List[tuple]:
     adam = torch.optim.Adam(params, lr=1e-3)
     sgd = torch.optim.SGD(params, lr=1e-3)
     adam.step()  # creates the moments
+    elements = sum(p.numel() for p in params)
     fused = _fused_adam(_with_gradients(params), dev)
-    fused_step = [("fused_adam", 4 * 4 * sum(p.numel() for p in params), fused.step)] if fused is not None else []
+    fused_step = [("fused_adam", 4 * 4 * elements, fused.step)] if fused is not None else []
     return [
         ("relu", 2 * b, each(lambda x, y, dy: lambda: torch.relu(x))),
         ("relu_grad", 3 * b, each(lambda x, y, dy: lambda: aten.threshold_backward(dy, y, 0.0))),
@@ -446,8 +447,8 @@ def _memory_bound_ops(pool: OperandPool, dev) -> List[tuple]:
         ("nll_loss_grad", b, each(nll_loss_grad)),
         ("cross_entropy_grad", 3 * b, each(cross_entropy_grad)),
         # The optimizer step as the IR counts it: parameters, gradients and states read once.
-        ("adam", 4 * 4 * sum(p.numel() for p in params), adam.step),
-        ("sgd", 2 * 4 * sum(p.numel() for p in params), sgd.step),
+        ("adam", 4 * 4 * elements, adam.step),
+        ("sgd", 2 * 4 * elements, sgd.step),
     ] + fused_step
 
 

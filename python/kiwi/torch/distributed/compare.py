@@ -1,12 +1,12 @@
 """kiwi's predictions for a plan (the layer simulator and its per-collective byte counts, through
 kiwi._kiwi.layer_plan_report: sim/layer_simulator.h LayerPlanTraffic) laid beside what a run measured."""
 import json
-import statistics
 from typing import Any, Dict, List, Optional
 
 import kiwi
 from kiwi.torch.distributed import comm_counter as cc
 from kiwi.torch.distributed.plan import HybridPlan
+from kiwi.torch.distributed.trainer import median_after_first
 
 # LayerPlanTraffic's fields -> the runtime's purposes.
 FIELDS = {"tp_all_reduce_bytes": cc.TP_ALL_REDUCE, "sdp_all_gather_bytes": cc.SDP_ALL_GATHER,
@@ -73,11 +73,6 @@ def rank_totals(snapshot: Dict[str, Any]) -> Dict[str, int]:
     return {p: sum(snapshot["bytes"].get(p, {}).values()) for p in PURPOSES}
 
 
-def _median_after_first(values: List[float]) -> float:
-    rest = values[1:] or values
-    return statistics.median(rest) if rest else 0.0
-
-
 def time_split_table(results: List[Dict[str, Any]], report: Dict[str, Any]) -> str:
     """Per rank, medians over the timed iterations (the first left out): the time blocked in collectives
     and point-to-point waits, the optimizer step, and the rest (forward, backward, the runtime's own
@@ -97,9 +92,9 @@ def time_split_table(results: List[Dict[str, Any]], report: Dict[str, Any]) -> s
         step = r.get("optimizer_seconds", [])[:timed]
         total = r["seconds"]
         rest = [t - b - o for t, b, o in zip(total, blocked, step)]
-        lines.append(f"| {r['rank']} | {_median_after_first(total) * 1e3:.1f} ms | "
-                     f"{_median_after_first(blocked) * 1e3:.1f} ms | {_median_after_first(step) * 1e3:.1f} ms | "
-                     f"{_median_after_first(rest) * 1e3:.1f} ms |")
+        lines.append(f"| {r['rank']} | {median_after_first(total) * 1e3:.1f} ms | "
+                     f"{median_after_first(blocked) * 1e3:.1f} ms | {median_after_first(step) * 1e3:.1f} ms | "
+                     f"{median_after_first(rest) * 1e3:.1f} ms |")
     return "\n".join(lines)
 
 

@@ -28,6 +28,12 @@ class TrainOptions:
     schedule: Optional[str] = None  # override the plan's pipeline ("1f1b" / "gpipe")
 
 
+def median_after_first(values: List[float]) -> float:
+    """The median of per-iteration figures without the first iteration (warm-up) when there are more."""
+    rest = values[1:] or values
+    return statistics.median(rest) if rest else 0.0
+
+
 def make_optimizer(params: List[torch.Tensor], o: TrainOptions) -> torch.optim.Optimizer:
     if o.optimizer in ("adam", "fused_adam"):
         return torch.optim.Adam(params, lr=o.lr, fused=True if o.optimizer == "fused_adam" else None)
@@ -107,7 +113,7 @@ def train_rank(plan: HybridPlan, config: gpt.GptConfig, o: TrainOptions, rank: i
         result["comm"].append(counter.snapshot())
         result["comm_seconds"].append(dict(counter.seconds))
     result["glibc_caching_allocator"] = caching_allocator.is_set()
-    result["iteration_seconds"] = statistics.median(result["seconds"][1:] or result["seconds"]) if result["seconds"] else None
+    result["iteration_seconds"] = median_after_first(result["seconds"]) if result["seconds"] else None
     result["parameter_count"] = sum(p.numel() for p in params)
     if reference is not None:
         result["max_parameter_difference"] = max(u.max_difference(reference["parameters"][u.key]) for u in stage.units)
