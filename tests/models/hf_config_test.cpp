@@ -97,6 +97,14 @@ TEST(HfConfig, ErrorsNameTheField) {
 
 // Found by fuzz/hf_config_fuzzer (issue 18): sizes that read well but do not fit together were
 // refused as "model config: heads: ...", naming no file.
+// Found by hf_config_fuzzer: a model_type holding a newline (JSON "\n") was quoted raw, two lines.
+TEST(HfConfig, AQuotedValueStaysOnOneLine) {
+  Result<ModelSpec> r = ParseHfConfig(R"({"model_type": "g\\\nx"})", "f.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message.find('\n'), std::string::npos) << r.error().message;
+  EXPECT_EQ(r.error().message.rfind("f.json: model_type: 'g\\\\x0ax'", 0), 0u) << r.error().message;
+}
+
 TEST(HfConfig, SizesThatDoNotFitTogetherNameTheFile) {
   Result<ModelSpec> r = ParseHfConfig(R"({"model_type": "llama", "hidden_size": 4096, "intermediate_size": 11008,
     "num_attention_heads": 33, "num_hidden_layers": 32, "num_key_value_heads": 32, "vocab_size": 32000})", "c.json");

@@ -8,6 +8,7 @@
 
 #include "kiwi/models/builder.h"
 #include "kiwi/util/json_depth.h"
+#include "kiwi/util/one_line.h"
 
 namespace kiwi::models {
 namespace {
@@ -35,8 +36,9 @@ struct Config {
     auto it = j.find(key);
     return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
   }
+  // `what` may quote a value of the file (model_type, torch_dtype, ...): one line whatever it holds.
   Error Bad(const char* key, const std::string& what) const {
-    return BadInput(fmt::format("{}: {}: {}", source, key, what));
+    return BadInput(fmt::format("{}: {}: {}", source, key, OneLine(what)));
   }
 };
 
