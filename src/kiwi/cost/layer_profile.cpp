@@ -251,6 +251,11 @@ void FillOther(const ir::Graph& graph, const ir::LayerView& view, const std::vec
 
 }  // namespace
 
+bool SameButName(LayerProfile a, const LayerProfile& b) {
+  a.name = b.name;
+  return a == b;
+}
+
 Result<LayerModel> BuildLayerModel(const ir::Graph& training, int64_t graph_batch, const CostModel& cost_model) {
   if (graph_batch <= 0)
     return BadInput(fmt::format("{}: graph batch: must be positive, got {}", training.name(), graph_batch));

@@ -42,6 +42,9 @@ struct LayerProfile {
   bool operator==(const LayerProfile&) const = default;
 };
 
+// Two profiles equal but for their names: one layer type of a model.
+bool SameButName(LayerProfile a, const LayerProfile& b);
+
 struct LayerModel {
   std::string name;
   std::vector<LayerProfile> layers;

@@ -15,12 +15,6 @@ bool IsUniformStack(const TransformerConfig& c) {
   return c.family == Family::kGpt || c.family == Family::kBert || c.family == Family::kVit || c.family == Family::kLlama;
 }
 
-// Two layer profiles equal but for their names.
-bool SameLayer(cost::LayerProfile a, const cost::LayerProfile& b) {
-  a.name = b.name;
-  return a == b;
-}
-
 Result<cost::LayerModel> BuildWhole(const ModelSpec& spec, const cost::CostModel& cost_model) {
   Result<ir::Graph> graph = BuildTrainingGraph(spec);
   if (!graph) return graph.error();
@@ -44,7 +38,7 @@ Result<cost::LayerModel> BuildSpecLayerModel(const ModelSpec& spec, const cost::
   // The first layer reads the embeddings and the last feeds the head; the middle ones must agree.
   cost::LayerModel model = *std::move(few);
   const std::vector<cost::LayerProfile> l = std::move(model.layers);
-  if (l.size() != static_cast<size_t>(kPricedLayers) || !SameLayer(l[1], l[kPricedLayers - 2]))
+  if (l.size() != static_cast<size_t>(kPricedLayers) || !cost::SameButName(l[1], l[kPricedLayers - 2]))
     return BuildWhole(spec, cost_model);
   model.layers.reserve(static_cast<size_t>(t->layers));
   for (int i = 0; i < t->layers; ++i) {

@@ -89,11 +89,7 @@ Status CheckBatch(const LayerPlan& plan) {
 // The embeddings run with the first layer's tp/dp/sdp on the first stage, the head + loss with the
 // last layer's on the last stage (Megatron's vocabulary-parallel embedding and cross-entropy on that
 // layer's TP group); never checkpointed. Empty parts are left out.
-bool IsEmpty(const cost::LayerProfile& p) {
-  return p.parameter_bytes == 0 && p.activation_bytes_per_sample == 0 && p.forward_seconds_per_sample == 0.0 &&
-         p.backward_seconds_per_sample == 0.0 && p.tp_forward_all_reduce_bytes_per_sample.empty() &&
-         p.tp_backward_all_reduce_bytes_per_sample.empty();
-}
+bool IsEmpty(const cost::LayerProfile& p) { return cost::SameButName(p, cost::LayerProfile{}); }
 
 cost::PlacedLayer PlaceOther(const cost::LayerProfile& profile, const cost::PlacedLayer& beside) {
   cost::PlacedLayer other{profile, beside.strategy, beside.mesh, beside.microbatch};

@@ -13,20 +13,6 @@ int Log2(int n) {
   return k;
 }
 
-bool SameProfile(const cost::LayerProfile& a, const cost::LayerProfile& b) {
-  return a.parameter_bytes == b.parameter_bytes && a.activation_bytes_per_sample == b.activation_bytes_per_sample &&
-         a.boundary_bytes_per_sample == b.boundary_bytes_per_sample &&
-         a.backward_transient_bytes_per_sample == b.backward_transient_bytes_per_sample &&
-         a.forward_seconds_per_sample == b.forward_seconds_per_sample &&
-         a.backward_seconds_per_sample == b.backward_seconds_per_sample &&
-         a.forward_kernels == b.forward_kernels && a.backward_kernels == b.backward_kernels &&
-         a.tp_comm_bytes_per_sample == b.tp_comm_bytes_per_sample &&
-         a.replicated_parameter_bytes == b.replicated_parameter_bytes &&
-         a.replicated_activation_bytes_per_sample == b.replicated_activation_bytes_per_sample &&
-         a.tp_forward_all_reduce_bytes_per_sample == b.tp_forward_all_reduce_bytes_per_sample &&
-         a.tp_backward_all_reduce_bytes_per_sample == b.tp_backward_all_reduce_bytes_per_sample;
-}
-
 // The simulator's terms of one placed layer: memory as its stage counts it (cost::LayerMemory), times
 // as cost::AddLayerCost and cost::OptimizerSeconds give them.
 StrategyCost PriceLayer(const cost::PlacedLayer& layer, const cost::LayerModel& model, const cost::CostModel& cost_model) {
@@ -48,7 +34,7 @@ LayerTypes GroupLayerTypes(const cost::LayerModel& model) {
   for (const cost::LayerProfile& p : model.layers) {
     int type = -1;
     for (int k = 0; k < t.num_types() && type < 0; ++k)
-      if (SameProfile(t.profiles[static_cast<size_t>(k)], p)) type = k;
+      if (cost::SameButName(t.profiles[static_cast<size_t>(k)], p)) type = k;
     if (type < 0) {
       type = t.num_types();
       t.profiles.push_back(p);
