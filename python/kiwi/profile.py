@@ -380,6 +380,18 @@ def _memory_bound_ops(pool: OperandPool, dev) -> List[tuple]:
         return lambda: aten._log_softmax_backward_data(dy.view(tokens, vocab), y.view(tokens, vocab), 1,
                                                        torch.float32)
 
+    # Megatron's vocabulary-parallel loss as the distributed runtime runs it, the TP group's all-reduces
+    # left out (one rank): the IR's bytes are the logits read and the softmax written.
+    from kiwi.torch.distributed.tensor_parallel import vocab_parallel_loss_backward, vocab_parallel_loss_forward
+
+    def local(t, op):
+        return t
+
+    def vocab_parallel_cross_entropy_grad(x, y, dy):
+        _, saved = vocab_parallel_loss_forward(x.view(tokens, vocab), labels, 0, local)
+        grad = torch.ones(tokens, device=dev)  # each call moves the saved softmax (in place) by the one-hot
+        return lambda: vocab_parallel_loss_backward(saved, grad)
+
     def max_pool_grad(x, y, dy):
         img = x.view(16, 64, 64, 64)
         _, indices = aten.max_pool2d_with_indices(img, [2, 2], [2, 2])
@@ -446,6 +458,9 @@ def _memory_bound_ops(pool: OperandPool, dev) -> List[tuple]:
         ("cross_entropy", b, each(lambda x, y, dy: lambda: F.cross_entropy(x.view(tokens, vocab), labels))),
         ("nll_loss_grad", b, each(nll_loss_grad)),
         ("cross_entropy_grad", 3 * b, each(cross_entropy_grad)),
+        ("vocab_parallel_cross_entropy", 2 * b,
+         each(lambda x, y, dy: lambda: vocab_parallel_loss_forward(x.view(tokens, vocab), labels, 0, local))),
+        ("vocab_parallel_cross_entropy_grad", 2 * b, each(vocab_parallel_cross_entropy_grad)),
         # The optimizer step as the IR counts it: parameters, gradients and states read once.
         ("adam", 4 * 4 * elements, adam.step),
         ("sgd", 2 * 4 * elements, sgd.step),

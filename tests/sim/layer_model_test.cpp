@@ -221,6 +221,31 @@ TEST(BuildLayerModel, MegatronTpSplitOfGpt) {
   EXPECT_EQ(m->head.tp_backward_all_reduce_bytes_per_sample, std::vector<int64_t>{seq * h * 4});
 }
 
+// Under TP the head's loss is Megatron's vocabulary-parallel cross-entropy, not the graph's fused
+// loss: the head's profile carries the difference of the two on the whole vocabulary (the fused loss's
+// forward op, and its two backward ops nll_loss_grad and cross_entropy_grad, taken out); no other part does.
+TEST(BuildLayerModel, TheHeadUnderTpRunsMegatronsVocabularyParallelLoss) {
+  const int64_t batch = 2, seq = 32, vocab = 50257;
+  const ir::Graph g = SmallGpt(batch);
+  const cost::CostModel cm(TestDevice());
+  Result<LayerModel> m = BuildLayerModel(g, batch, cm);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  double fused_forward = 0.0, fused_backward = 0.0;
+  for (const ir::Node& n : g.nodes()) {
+    if (n.kind == ir::OpKind::kLoss && !n.is_backward()) fused_forward += cm.ComputeTime(n);
+    if (n.op == "nll_loss_grad" || n.op == "cross_entropy_grad") fused_backward += cm.ComputeTime(n);
+  }
+  ASSERT_GT(fused_forward, 0.0);
+  ASSERT_GT(fused_backward, 0.0);
+  const double logits = static_cast<double>(batch * seq * vocab * 4);  // 800 GB/s: forward 8x, backward 2x
+  EXPECT_NEAR(m->head.tp_loss_forward_seconds_per_sample, (8 * logits / 8e11 - fused_forward) / batch, 1e-15);
+  EXPECT_NEAR(m->head.tp_loss_backward_seconds_per_sample, (2 * logits / 8e11 - fused_backward) / batch, 1e-15);
+  EXPECT_EQ(m->head.tp_loss_forward_kernels, 14 - 1);
+  EXPECT_EQ(m->head.tp_loss_backward_kernels, 5 - 2);
+  EXPECT_EQ(m->embedding.tp_loss_forward_seconds_per_sample, 0.0);
+  for (const LayerProfile& p : m->layers) EXPECT_EQ(p.tp_loss_backward_kernels, 0);
+}
+
 TEST(BuildLayerModel, PerSampleActivationsDoNotDependOnTheGraphBatch) {
   const cost::CostModel cm(TestDevice());
   Result<LayerModel> two = BuildLayerModel(SmallGpt(2), 2, cm);

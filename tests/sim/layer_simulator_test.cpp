@@ -410,6 +410,22 @@ TEST(SimulateLayerPlan, EmbeddingAndHeadTpAllReducesAndReplicatedParameters) {
   EXPECT_EQ(t->layers[0].tp_all_reduce_bytes, 4 * 4'000);
 }
 
+// The head's vocabulary-parallel loss (LayerProfile::tp_loss_*) is priced where the head runs under TP,
+// split over its TP ranks like the rest of its work, and not at TP 1. Micro-batch 4.
+TEST(SimulateLayerPlan, TheHeadsVocabularyParallelLossCountsOnlyUnderTp) {
+  const cost::Cluster cluster = TestCluster(1, 2);
+  LayerModel model = FourLayers();
+  model.head.tp_loss_forward_seconds_per_sample = 1e-3;
+  model.head.tp_loss_backward_seconds_per_sample = 0.5e-3;
+  model.head.tp_loss_forward_kernels = 13;
+  const LayerPlan tp2 = UniformPlan({.tp = 2, .dp = 1}, 4, 1);
+  EXPECT_NEAR(Simulate(model, tp2, cluster).summary.time.compute - Simulate(FourLayers(), tp2, cluster).summary.time.compute,
+              4 * 1.5e-3 / 2, kEps);
+  const LayerPlan dp2 = UniformPlan({.tp = 1, .dp = 2}, 8, 1);
+  EXPECT_NEAR(Simulate(model, dp2, cluster).summary.time.compute, Simulate(FourLayers(), dp2, cluster).summary.time.compute,
+              kEps);
+}
+
 // A layer's replicated parameters stay whole under TP: memory, DP all-reduce and ZeRO-3 collectives.
 TEST(SimulateLayerPlan, ReplicatedParametersAreNotSplitByTp) {
   const cost::Cluster cluster = TestCluster(1, 4);

@@ -143,13 +143,26 @@ double CostModel::OptimizerStepTime(std::string_view optimizer, double input_byt
   if (optimizer.empty() || input_bytes <= 0.0) return 0.0;
   const DeviceProfile& measured = profile_.device;
   const std::string op(optimizer);
-  // A measured rate for the step already includes its traffic; the datasheet's bandwidth does not.
-  const double traffic = measured.op_bandwidth.count(op) ? 1.0 : OptimizerTrafficFactor(optimizer);
-  const double rate = MemoryRate(op);
-  double seconds = rate > 0.0 ? input_bytes * traffic / rate : 0.0;
+  double seconds = MemoryBoundTime(op, input_bytes, OptimizerTrafficFactor(optimizer));
   if (auto it = measured.optimizer_tensor_seconds.find(op); it != measured.optimizer_tensor_seconds.end())
     seconds += it->second * input_tensors;
   return seconds + KernelOverhead();
+}
+
+CostModel::PassTime CostModel::VocabParallelCrossEntropyTime(int64_t logits_bytes, bool backward) const {
+  if (logits_bytes <= 0) return {};
+  const double counted = 2.0 * static_cast<double>(logits_bytes);  // logits read, softmax written
+  const int kernels = backward ? 5 : 14;
+  const double seconds = backward ? MemoryBoundTime("vocab_parallel_cross_entropy_grad", counted, 1.0)
+                                  : MemoryBoundTime("vocab_parallel_cross_entropy", counted, 4.0);
+  return {seconds + kernels * KernelOverhead(), kernels};
+}
+
+double CostModel::MemoryBoundTime(const std::string& op, double counted_bytes, double traffic) const {
+  // A measured rate already includes the op's traffic; the profile's copy or the datasheet's bandwidth does not.
+  if (profile_.device.op_bandwidth.count(op) == 0) counted_bytes *= traffic;
+  const double rate = MemoryRate(op);
+  return rate > 0.0 ? counted_bytes / rate : 0.0;
 }
 
 double CostModel::MemoryRate(const std::string& op) const {

@@ -115,6 +115,21 @@ class CostModel {
   // Seconds added to every executed op: the profile's kernel time when ops run one after another.
   double KernelOverhead() const;
 
+  // Megatron-LM's vocabulary-parallel cross-entropy (Shoeybi et al. 2019, §3) on one device's
+  // `logits_bytes` of fp32 logits [tokens, vocabulary shard], its three all-reduces apart, one pass:
+  // the seconds and the kernels it launches. Its bytes are counted as the logits read and the softmax
+  // written (2x logits_bytes); the forward pass moves 4x that (max, subtract, exp, sum and divide read
+  // the logits 5 times and write them 3 times) in 14 kernels (the target's masks and gather among
+  // them), the backward pass 1x (the saved softmax minus the target's one-hot, times the loss's
+  // gradient, in place) in 5. At the profile's rate of "vocab_parallel_cross_entropy" ("..._grad"
+  // backward) for the counted bytes, else the bandwidth for all the traffic; each kernel adds the
+  // kernel overhead.
+  struct PassTime {
+    double seconds = 0.0;
+    int kernels = 0;
+  };
+  PassTime VocabParallelCrossEntropyTime(int64_t logits_bytes, bool backward) const;
+
   const Profile& profile() const { return profile_; }
 
   static int64_t BytesPerDevice(const ir::TensorType& type, const ir::ShardingSpec& spec,
@@ -131,6 +146,9 @@ class CostModel {
   // Bytes/s of a memory-bound op: the profile's for its op name, else its copy bandwidth, else the
   // device's bandwidth x memory_efficiency.
   double MemoryRate(const std::string& op) const;
+  // A memory-bound op of `counted_bytes`: at its measured rate (which includes its traffic), else at
+  // MemoryRate for `traffic` x the counted bytes.
+  double MemoryBoundTime(const std::string& op, double counted_bytes, double traffic) const;
 
   DeviceSpec device_;
   CostModelOptions options_;

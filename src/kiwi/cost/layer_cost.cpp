@@ -183,14 +183,16 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
   const double share = static_cast<double>(l.microbatch) / l.strategy.tp;
   const double tp_forward = TpSeconds(cost_model, comm.tp_forward_all_reduces, l.mesh);
   const double tp_backward = TpSeconds(cost_model, comm.tp_backward_all_reduces, l.mesh);
-  const double forward =
-      cost_model.LaunchBoundTime(p.forward_seconds_per_sample * share + tp_forward,
-                                 p.forward_kernels + static_cast<int64_t>(comm.tp_forward_all_reduces.size())) -
-      tp_forward;
+  const bool split = l.strategy.tp > 1;  // a head's loss is then Megatron's vocabulary-parallel one
+  const double forward_per_sample = p.forward_seconds_per_sample + (split ? p.tp_loss_forward_seconds_per_sample : 0.0);
+  const double backward_per_sample = p.backward_seconds_per_sample + (split ? p.tp_loss_backward_seconds_per_sample : 0.0);
+  const int64_t forward_kernels = p.forward_kernels + (split ? p.tp_loss_forward_kernels : 0) +
+                                  static_cast<int64_t>(comm.tp_forward_all_reduces.size());
+  const int64_t backward_kernels = p.backward_kernels + (split ? p.tp_loss_backward_kernels : 0) +
+                                   static_cast<int64_t>(comm.tp_backward_all_reduces.size());
+  const double forward = cost_model.LaunchBoundTime(forward_per_sample * share + tp_forward, forward_kernels) - tp_forward;
   const double backward =
-      cost_model.LaunchBoundTime(p.backward_seconds_per_sample * share + tp_backward,
-                                 p.backward_kernels + static_cast<int64_t>(comm.tp_backward_all_reduces.size())) -
-      tp_backward;
+      cost_model.LaunchBoundTime(backward_per_sample * share + tp_backward, backward_kernels) - tp_backward;
   cost.compute += forward + backward;
   cost.communication += tp_forward + tp_backward;
   double backward_compute = backward;

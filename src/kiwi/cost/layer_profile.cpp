@@ -183,6 +183,32 @@ std::vector<int64_t> BackwardTransients(const ir::Graph& graph, const ir::LayerV
   return peak;
 }
 
+// What the head's passes change under TP, where the graph's fused loss (its cross_entropy, and the
+// nll_loss_grad and cross_entropy_grad of its backward) runs as Megatron's vocabulary-parallel
+// cross-entropy on fp32 logits of `logits_bytes` (CostModel::VocabParallelCrossEntropyTime).
+void AddVocabParallelLoss(const ir::Graph& graph, std::span<const ir::NodeId> forward, std::span<const ir::NodeId> backward,
+                          int64_t logits_bytes, int64_t graph_batch, const CostModel& cost_model, LayerProfile& p) {
+  const auto fused = [&](std::span<const ir::NodeId> ids, auto is_loss) {
+    PassWork w;
+    for (ir::NodeId id : ids) {
+      const ir::Node& node = graph.node(id);
+      if (!is_loss(node)) continue;
+      w.seconds += cost_model.ComputeTime(node);
+      if (cost_model.LaunchesKernel(node)) ++w.kernels;
+    }
+    return w;
+  };
+  const PassWork f = fused(forward, [](const ir::Node& n) { return n.kind == ir::OpKind::kLoss; });
+  const PassWork b = fused(backward, [](const ir::Node& n) { return n.op == "nll_loss_grad" || n.op == "cross_entropy_grad"; });
+  const CostModel::PassTime vf = cost_model.VocabParallelCrossEntropyTime(logits_bytes, false);
+  const CostModel::PassTime vb = cost_model.VocabParallelCrossEntropyTime(logits_bytes, true);
+  const double batch = static_cast<double>(graph_batch);
+  p.tp_loss_forward_seconds_per_sample = (vf.seconds - f.seconds) / batch;
+  p.tp_loss_backward_seconds_per_sample = (vb.seconds - b.seconds) / batch;
+  p.tp_loss_forward_kernels = vf.kernels - f.kernels;
+  p.tp_loss_backward_kernels = vb.kernels - b.kernels;
+}
+
 // The logits' last dimension (the vocabulary, or the classes): what Megatron splits over TP in the
 // embedding table and the head (vocabulary-parallel embedding and cross-entropy); 0 without a loss.
 int64_t VocabularySize(const ir::Graph& graph, std::span<const ir::NodeId> ids) {
@@ -233,6 +259,7 @@ LayerProfile OtherPart(const ir::Graph& graph, std::span<const ir::NodeId> ids, 
     const int64_t per_token = CeilDiv(tokens * 4, graph_batch);  // fp32 [tokens] per sample
     p.tp_forward_all_reduce_bytes_per_sample.assign(3, per_token);
     if (p.boundary_bytes_per_sample > 0) p.tp_backward_all_reduce_bytes_per_sample.push_back(p.boundary_bytes_per_sample);
+    AddVocabParallelLoss(graph, forward, backward, tokens * vocab * 4, graph_batch, cost_model, p);
   } else if (p.boundary_bytes_per_sample > 0) {
     p.tp_forward_all_reduce_bytes_per_sample.push_back(p.boundary_bytes_per_sample);
   }

@@ -38,6 +38,13 @@ struct LayerProfile {
   // the profile is a transformer layer: 2 forward + 2 backward of tp_comm_bytes_per_sample / 2.
   std::vector<int64_t> tp_forward_all_reduce_bytes_per_sample;
   std::vector<int64_t> tp_backward_all_reduce_bytes_per_sample;
+  // The head under TP runs Megatron's vocabulary-parallel cross-entropy in place of the graph's fused
+  // loss (cross_entropy; nll_loss_grad and cross_entropy_grad backward): what that adds to each pass,
+  // per sample on one device (seconds) and per micro-batch (kernels); 0 for the other parts and at TP 1.
+  double tp_loss_forward_seconds_per_sample = 0.0;
+  double tp_loss_backward_seconds_per_sample = 0.0;
+  int tp_loss_forward_kernels = 0;
+  int tp_loss_backward_kernels = 0;
 
   bool operator==(const LayerProfile&) const = default;
 };

@@ -202,7 +202,13 @@ json ProfileJson(const cost::LayerProfile& p) {
           {"backward_transient_bytes_per_sample", p.backward_transient_bytes_per_sample},
           {"tp_comm_bytes_per_sample", p.tp_comm_bytes_per_sample},
           {"tp_forward_all_reduce_bytes_per_sample", p.tp_forward_all_reduce_bytes_per_sample},
-          {"tp_backward_all_reduce_bytes_per_sample", p.tp_backward_all_reduce_bytes_per_sample}};
+          {"tp_backward_all_reduce_bytes_per_sample", p.tp_backward_all_reduce_bytes_per_sample},
+          {"forward_seconds_per_sample", p.forward_seconds_per_sample},
+          {"backward_seconds_per_sample", p.backward_seconds_per_sample},
+          {"forward_kernels", p.forward_kernels},
+          {"backward_kernels", p.backward_kernels},
+          {"tp_loss_forward_seconds_per_sample", p.tp_loss_forward_seconds_per_sample},
+          {"tp_loss_backward_seconds_per_sample", p.tp_loss_backward_seconds_per_sample}};
 }
 
 json LayerModelJson(const cost::LayerModel& m) {

@@ -66,31 +66,43 @@ def shard_range(n: int, tp: int, rank: int):
     return min(rank * per, n), min((rank + 1) * per, n)
 
 
-class _VocabParallelCrossEntropy(torch.autograd.Function):
-    """Megatron's vocab_parallel_cross_entropy: each TP rank holds logits of its vocabulary range; three
-    all-reduces over the TP group of one fp32 value per token (max logit, the target's logit, the sum
-    of exps) give every rank the per-token loss; the backward pass is local (softmax - one-hot)."""
+def vocab_parallel_loss_forward(logits: torch.Tensor, target: torch.Tensor, start: int, all_reduce):
+    """Megatron's vocab_parallel_cross_entropy forward on a TP rank's logits of its vocabulary range
+    (columns start ...): three all-reduces over the TP group (`all_reduce(t, op)`) of one fp32 value per
+    token (max logit, the target's logit, the sum of exps) give every rank the per-token loss. Returns
+    it and what the backward pass needs (kiwi prices these kernels: CostModel::VocabParallelCrossEntropyTime;
+    `kiwi profile` times them as vocab_parallel_cross_entropy)."""
+    logits = logits.float()
+    logits_max = all_reduce(logits.amax(dim=-1), torch.distributed.ReduceOp.MAX)  # amax: no indices, 8x faster here
+    logits = logits - logits_max.unsqueeze(-1)
+    outside = (target < start) | (target >= start + logits.shape[-1])
+    local = (target - start).masked_fill(outside, 0)
+    predicted = logits.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
+    predicted = all_reduce(predicted, torch.distributed.ReduceOp.SUM)
+    exp = logits.exp()
+    sum_exp = all_reduce(exp.sum(dim=-1), torch.distributed.ReduceOp.SUM)
+    return torch.log(sum_exp) - predicted, (exp / sum_exp.unsqueeze(-1), outside, local)
 
+
+def vocab_parallel_loss_backward(saved, grad: torch.Tensor) -> torch.Tensor:
+    """The logits' gradient, local to the rank: (softmax - one-hot of the target) x the loss's gradient,
+    made in the saved softmax's memory (as Megatron-LM does; the saved tensors are used once)."""
+    softmax, outside, local = saved
+    g = softmax
+    g.scatter_add_(-1, local.unsqueeze(-1), -(~outside).to(g.dtype).unsqueeze(-1))
+    return g.mul_(grad.unsqueeze(-1))
+
+
+class _VocabParallelCrossEntropy(torch.autograd.Function):
     @staticmethod
     def forward(ctx, logits, target, tp: TpContext, start: int):
-        logits = logits.float()
-        logits_max = tp.all_reduce(logits.max(dim=-1)[0], op=torch.distributed.ReduceOp.MAX)
-        logits = logits - logits_max.unsqueeze(-1)
-        outside = (target < start) | (target >= start + logits.shape[-1])
-        local = (target - start).masked_fill(outside, 0)
-        predicted = logits.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0)
-        predicted = tp.all_reduce(predicted)
-        exp = logits.exp()
-        sum_exp = tp.all_reduce(exp.sum(dim=-1))
-        ctx.save_for_backward(exp / sum_exp.unsqueeze(-1), outside, local)
-        return torch.log(sum_exp) - predicted
+        loss, saved = vocab_parallel_loss_forward(logits, target, start, lambda t, op: tp.all_reduce(t, op=op))
+        ctx.save_for_backward(*saved)
+        return loss
 
     @staticmethod
     def backward(ctx, grad):
-        softmax, outside, local = ctx.saved_tensors
-        g = softmax.clone()
-        g.scatter_add_(-1, local.unsqueeze(-1), -(~outside).to(g.dtype).unsqueeze(-1))
-        return g * grad.unsqueeze(-1), None, None, None
+        return vocab_parallel_loss_backward(ctx.saved_tensors, grad), None, None, None
 
 
 def vocab_parallel_cross_entropy(logits: torch.Tensor, target: torch.Tensor, tp: TpContext, start: int) -> torch.Tensor:
