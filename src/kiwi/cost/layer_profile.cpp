@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <iterator>
 #include <span>
 #include <unordered_map>
 
@@ -189,14 +190,9 @@ std::vector<int64_t> BackwardTransients(const ir::Graph& graph, const ir::LayerV
 void AddVocabParallelLoss(const ir::Graph& graph, std::span<const ir::NodeId> forward, std::span<const ir::NodeId> backward,
                           int64_t logits_bytes, int64_t graph_batch, const CostModel& cost_model, LayerProfile& p) {
   const auto fused = [&](std::span<const ir::NodeId> ids, auto is_loss) {
-    PassWork w;
-    for (ir::NodeId id : ids) {
-      const ir::Node& node = graph.node(id);
-      if (!is_loss(node)) continue;
-      w.seconds += cost_model.ComputeTime(node);
-      if (cost_model.LaunchesKernel(node)) ++w.kernels;
-    }
-    return w;
+    std::vector<ir::NodeId> loss;
+    std::copy_if(ids.begin(), ids.end(), std::back_inserter(loss), [&](ir::NodeId id) { return is_loss(graph.node(id)); });
+    return SumPass(graph, loss, cost_model);
   };
   const PassWork f = fused(forward, [](const ir::Node& n) { return n.kind == ir::OpKind::kLoss; });
   const PassWork b = fused(backward, [](const ir::Node& n) { return n.op == "nll_loss_grad" || n.op == "cross_entropy_grad"; });
