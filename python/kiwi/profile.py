@@ -166,15 +166,27 @@ def _kernel_timer(device: str) -> Callable[[Any, float], float]:
     return _cuda_kernel_timer() if device.startswith("cuda") else _timer(device)
 
 
-def _median_call_seconds(fn: Callable[[], Any], calls: int, sync: Callable[[], Any]) -> float:
-    """The median over BATCHES batches of `calls` calls of one call's time."""
+def _median_call_seconds(fn: Callable[[], Any], calls: int, sync: Callable[[], Any],
+                         before: Optional[Callable[[], Any]] = None) -> float:
+    """The median over BATCHES batches of `calls` calls of one call's time; with `before`, each call
+    follows it and only the calls are timed."""
     batches = []
     for _ in range(BATCHES):
-        t0 = time.perf_counter()
+        if before is None:
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            sync()
+            batches.append((time.perf_counter() - t0) / calls)
+            continue
+        spent = 0.0
         for _ in range(calls):
+            before()
+            t0 = time.perf_counter()
             fn()
-        sync()
-        batches.append((time.perf_counter() - t0) / calls)
+            sync()
+            spent += time.perf_counter() - t0
+        batches.append(spent / calls)
     return statistics.median(batches)
 
 
@@ -583,16 +595,7 @@ def _collective_seconds(fn: Callable[[], Any], nbytes: int, device: str) -> floa
         torch.cuda.synchronize()
         return _median_call_seconds(fn, calls, torch.cuda.synchronize)
     fn()
-    batches = []
-    for _ in range(BATCHES):
-        spent = 0.0
-        for _ in range(calls):
-            _busy(COMPUTE_BETWEEN_COLLECTIVES)
-            t0 = time.perf_counter()
-            fn()
-            spent += time.perf_counter() - t0
-        batches.append(spent / calls)
-    return statistics.median(batches)
+    return _median_call_seconds(fn, calls, lambda: None, before=lambda: _busy(COMPUTE_BETWEEN_COLLECTIVES))
 
 
 def measure_collectives(grid: Dict[str, Any], rank: int, world: int, device: str, quiet: bool) -> List[Dict[str, Any]]:
