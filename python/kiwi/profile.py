@@ -64,27 +64,35 @@ MAX_SETS = 64
 
 class OperandPool:
     """Random values in one POOL_BYTES buffer per dtype; operand sets are views at successive offsets,
-    so that cycling through them streams from memory the way a training step does."""
+    so that cycling through them streams from memory the way a training step does. Operands a kernel
+    writes (`written`: their indices in `shapes`) are views of a second buffer of the same layout, so that
+    what one kernel writes is never what a later one reads: GEMM outputs fed back as inputs grew the
+    values to inf and NaN, on which a CPU's exp runs 3x slower than on a model's values."""
 
     def __init__(self, dev):
         self.dev = dev
         self.pools: Dict[Any, Any] = {}
+        self.scratch: Dict[Any, Any] = {}
 
-    def sets(self, shapes: Sequence[Sequence[int]], dtype) -> List[List[Any]]:
+    def _buffer(self, buffers: Dict[Any, Any], dtype, fill: Callable[..., Any]) -> Any:
         import torch
-        if dtype not in self.pools:
-            numel = POOL_BYTES * 8 // torch.finfo(dtype).bits
-            self.pools[dtype] = torch.randn(numel, device=self.dev).to(dtype)
-        pool = self.pools[dtype]
+        if dtype not in buffers:
+            buffers[dtype] = fill(POOL_BYTES * 8 // torch.finfo(dtype).bits, device=self.dev).to(dtype)
+        return buffers[dtype]
+
+    def sets(self, shapes: Sequence[Sequence[int]], dtype, written: Sequence[int] = ()) -> List[List[Any]]:
+        import torch
+        pool = self._buffer(self.pools, dtype, torch.randn)
         sizes = [_numel(s) for s in shapes]
         per_set = sum(sizes)
         if per_set > pool.numel():  # larger than the pool: one fresh set
             return [[torch.randn(*s, device=self.dev).to(dtype) for s in shapes]]
+        scratch = self._buffer(self.scratch, dtype, torch.empty) if written else None
         out = []
         for i in range(min(MAX_SETS, pool.numel() // per_set)):
             offset, views = i * per_set, []
-            for shape, size in zip(shapes, sizes):
-                views.append(pool[offset:offset + size].view(*shape))
+            for j, (shape, size) in enumerate(zip(shapes, sizes)):
+                views.append((scratch if j in written else pool)[offset:offset + size].view(*shape))
                 offset += size
             out.append(views)
         return out
@@ -294,7 +302,7 @@ def _gemm_kernels(pool: OperandPool, m: int, n: int, k: int, dtype) -> List[tupl
     dY^T @ x -> [n, k], in the IR's [k, n] orientation (depth m)."""
     import torch
     # Each set has its own output buffers: a step writes every result to memory the caches do not hold.
-    sets = pool.sets([(m, k), (n, k), (m, n), (m, n), (m, k), (n, k)], dtype)
+    sets = pool.sets([(m, k), (n, k), (m, n), (m, n), (m, k), (n, k)], dtype, written=(3, 4, 5))
     return [("matmul", (m, n, k), [lambda x=x, w=w, y=y: torch.matmul(x, w.t(), out=y) for x, w, _, y, _, _ in sets]),
             ("matmul_grad_a", (m, k, n),
              [lambda dy=dy, w=w, dx=dx: torch.matmul(dy, w, out=dx) for _, w, dy, _, dx, _ in sets]),

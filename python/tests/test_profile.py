@@ -77,6 +77,24 @@ def test_collectives_are_timed_after_compute(monkeypatch):
     assert timed[1::2] == [("call", 0)] * (len(timed) // 2) and len(timed) == 2 * 40 * kp.BATCHES
 
 
+def test_kernels_never_read_what_earlier_kernels_wrote(monkeypatch):
+    """GEMMs write their outputs apart from the operands later kernels read: fed back, the values grew
+    to inf and NaN over the grid, and a CPU ran the memory-bound ops on them up to 3x slower."""
+    monkeypatch.setattr(kp, "POOL_BYTES", 1 << 20)
+    pool = kp.OperandPool(torch.device("cpu"))
+    kernels = kp._gemm_kernels(pool, 32, 48, 16, torch.float32)
+    before = pool.pools[torch.float32].clone()
+    for _ in range(3):
+        for _, _, calls in kernels:
+            for call in calls:
+                call()
+    assert torch.equal(pool.pools[torch.float32], before)
+    assert torch.isfinite(pool.scratch[torch.float32]).all()  # the outputs were written there
+    x, w, dy, y, dx, dw = pool.sets([(32, 16), (48, 16), (32, 48), (32, 48), (32, 16), (48, 16)], torch.float32,
+                                    written=(3, 4, 5))[0]
+    assert torch.allclose(y, x @ w.t(), atol=1e-4) and torch.allclose(dw, dy.t() @ x, atol=1e-4)
+
+
 def test_a_profile_changes_the_predictions(measured, cnn):
     path, _ = measured
     model, x, y = cnn
