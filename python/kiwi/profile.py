@@ -87,7 +87,7 @@ class OperandPool:
         per_set = sum(sizes)
         if per_set > pool.numel():  # larger than the pool: one fresh set
             return [[torch.randn(*s, device=self.dev).to(dtype) for s in shapes]]
-        scratch = self._buffer(self.scratch, dtype, torch.empty) if written else None
+        scratch = self._buffer(self.scratch, dtype, torch.zeros) if written else None
         out = []
         for i in range(min(MAX_SETS, pool.numel() // per_set)):
             offset, views = i * per_set, []
