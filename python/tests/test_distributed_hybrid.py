@@ -122,6 +122,24 @@ def test_the_runtime_steps_and_kiwi_prices_the_plans_optimizer(tmp_path):
         parse_args(["--plan", "x.json", "--optimizer", "lamb"])
 
 
+def test_the_runtime_steps_the_optimizer_kiwi_prices():
+    """Each name the runtime takes makes the optimizer kiwi models under that name: plain SGD has no
+    momentum buffer (kiwi counts no state for "sgd"), Adam no multi-tensor temporaries."""
+    import torch
+    from kiwi.torch.capture import OptimizerSpec
+    from kiwi.torch.distributed.trainer import TrainOptions, make_optimizer
+    for name in ("adam", "fused_adam", "sgd"):
+        params = [torch.zeros(4, requires_grad=True)]
+        optimizer = make_optimizer(params, TrainOptions(optimizer=name))
+        assert OptimizerSpec.of(optimizer) == OptimizerSpec.of(name), name
+        params[0].grad = torch.ones(4)
+        optimizer.step()
+        states = sum(1 for s in optimizer.state.values() for v in s.values() if torch.is_tensor(v) and v.numel() > 1)
+        assert states == (2 if "adam" in name else 0), name  # Adam's two moments; none for SGD
+    with pytest.raises(ValueError, match="optimizer: must be sgd, adam or fused_adam, got 'lamb'"):
+        make_optimizer([torch.zeros(1, requires_grad=True)], TrainOptions(optimizer="lamb"))
+
+
 def test_the_report_splits_measured_time_beside_kiwis():
     from kiwi.torch.distributed.compare import time_split_table
     report = {"simulated": {"iteration_seconds": 0.03, "compute_seconds": 0.01, "communication_seconds": 0.015,

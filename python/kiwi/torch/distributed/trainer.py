@@ -8,6 +8,8 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from kiwi.torch import caching_allocator
+from kiwi.torch.capture import OptimizerSpec
+from kiwi.torch.costs import make_optimizer as make_torch_optimizer
 from kiwi.torch.distributed import model as gpt
 from kiwi.torch.distributed.comm_counter import CommCounter
 from kiwi.torch.distributed.data_parallel import GradSync
@@ -20,7 +22,7 @@ from kiwi.torch.distributed.units import Unit
 @dataclasses.dataclass
 class TrainOptions:
     iterations: int = 3
-    optimizer: str = "sgd"        # "sgd" (momentum 0.9), "adam" or "fused_adam" (Adam(fused=True))
+    optimizer: str = "sgd"        # "sgd" (plain, no momentum), "adam" or "fused_adam" (Adam(fused=True))
     lr: float = 0.05
     seed: int = 0
     bucket_bytes: int = 25 << 20  # DP all-reduce buckets (PyTorch DDP's default size)
@@ -35,11 +37,11 @@ def median_after_first(values: List[float]) -> float:
 
 
 def make_optimizer(params: List[torch.Tensor], o: TrainOptions) -> torch.optim.Optimizer:
-    if o.optimizer in ("adam", "fused_adam"):
-        return torch.optim.Adam(params, lr=o.lr, fused=True if o.optimizer == "fused_adam" else None)
-    if o.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=o.lr, momentum=0.9)
-    raise ValueError(f"optimizer: must be sgd, adam or fused_adam, got {o.optimizer!r}")
+    """The optimizer kiwi prices for the plan's name, made as kiwi.torch makes it (plain SGD is kiwi's
+    "sgd": no momentum state)."""
+    if o.optimizer not in ("adam", "fused_adam", "sgd"):
+        raise ValueError(f"optimizer: must be sgd, adam or fused_adam, got {o.optimizer!r}")
+    return make_torch_optimizer(OptimizerSpec.of(o.optimizer), params, lr=o.lr)
 
 
 def _strategies(plan: HybridPlan, stage: int):
