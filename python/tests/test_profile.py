@@ -92,7 +92,8 @@ def test_kernels_never_read_what_earlier_kernels_wrote(monkeypatch):
     # The outputs are in the second buffer, each the product of its set's operands.
     x, w, dy, y, dx, dw = pool.sets([(32, 16), (48, 16), (32, 48), (32, 48), (32, 16), (48, 16)], torch.float32,
                                     written=(3, 4, 5))[-1]
-    assert all(t.untyped_storage().data_ptr() == pool.scratch[torch.float32].untyped_storage().data_ptr() for t in (y, dx, dw))
+    scratch = pool.scratch[torch.float32].untyped_storage().data_ptr()
+    assert all(t.untyped_storage().data_ptr() == scratch for t in (y, dx, dw))
     assert torch.allclose(y, x @ w.t(), atol=1e-4) and torch.allclose(dx, dy @ w, atol=1e-4)
     assert torch.allclose(dw, dy.t() @ x, atol=1e-4)
 
