@@ -48,9 +48,12 @@ class ProfileError(Exception):
     """Bad arguments or a device that cannot be profiled (exit code 2)."""
 
 
+_STARTED = time.perf_counter()  # progress lines say how long the profile has run (minutes on a GPU)
+
+
 def _log(quiet: bool, line: str) -> None:
     if not quiet:
-        print(f"kiwi profile: {line}", file=sys.stderr, flush=True)
+        print(f"kiwi profile: [{time.perf_counter() - _STARTED:6.1f} s] {line}", file=sys.stderr, flush=True)
 
 
 # A training step's ops find their operands out of the caches (written long before, by other ops):
@@ -671,6 +674,8 @@ def profile(device: str = "cpu", grid: str = "default", dtypes: Optional[Sequenc
         raise ProfileError(f"--threads: must be at least 1 (got {threads})")
     if device.startswith("cuda") and processes > torch.cuda.device_count():
         raise ProfileError(f"--processes: {processes} needs as many CUDA devices, {torch.cuda.device_count()} visible")
+    global _STARTED
+    _STARTED = time.perf_counter()
     doc: Dict[str, Any] = {"kiwi_profile_version": 1, "unit": "s"}
     if processes == 1:
         torch.set_num_threads(threads)

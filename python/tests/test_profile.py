@@ -1,6 +1,7 @@
 """`kiwi profile`: measures this machine with PyTorch; its file changes kiwi's predictions."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -20,7 +21,9 @@ def measured(tmp_path_factory):
     out = tmp_path_factory.mktemp("profile") / "cpu2.json"
     run = kiwi.cli("profile", "--grid", "small", "--processes", "2", "--out", str(out))
     assert run.returncode == 0, run.stderr
-    assert "kiwi profile: wrote" in run.stderr and "gemm f32" in run.stderr  # progress lines
+    # progress lines, each with the time the profile has run
+    assert re.search(r"^kiwi profile: \[ *\d+\.\d s\] gemm f32", run.stderr, re.MULTILINE), run.stderr
+    assert re.search(r"^kiwi profile: \[ *\d+\.\d s\] wrote ", run.stderr, re.MULTILINE), run.stderr
     return out, json.loads(out.read_text())
 
 
