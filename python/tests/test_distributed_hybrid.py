@@ -161,7 +161,7 @@ def test_the_vocabulary_parallel_loss_is_cross_entropy_and_kiwi_prices_it_under_
     logits where F.cross_entropy's counts 1, a backward of 2 where its two kernels count 4."""
     import torch.nn.functional as F
     from kiwi.torch.distributed import compare
-    from kiwi.torch.distributed.tensor_parallel import vocab_parallel_loss_backward, vocab_parallel_loss_forward
+    from kiwi.torch.distributed.vocab_parallel_loss import vocab_parallel_loss_backward, vocab_parallel_loss_forward
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(6, 11, generator=gen, requires_grad=True)
     target = torch.randint(0, 11, (6,), generator=gen)

@@ -34,6 +34,21 @@ def test_the_python_command_takes_profile():
     assert "--processes" in run.stdout and "--grid" in run.stdout
 
 
+def test_profiles_a_machine_where_kiwi_cannot_be_imported(tmp_path):
+    # A GPU machine with torch alone: bench/gpu_step_bench.py loads profile.py by its path, and every
+    # measurement must run without `import kiwi` (the memory-bound ops once imported the runtime's loss
+    # from kiwi.torch.distributed, and the H200's profile would have died after its GEMMs).
+    out = tmp_path / "torch-only.json"
+    code = ("import importlib.util, sys; sys.modules['kiwi'] = None; "  # `import kiwi` raises ImportError
+            f"spec = importlib.util.spec_from_file_location('p', {kp.__file__!r}); "
+            "m = importlib.util.module_from_spec(spec); spec.loader.exec_module(m); "
+            f"sys.exit(m.main(['--grid', 'small', '--quiet', '--out', {str(out)!r}]))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    device = json.loads(out.read_text())["device"]
+    assert device["op_bandwidth_gbps"]["vocab_parallel_cross_entropy"] > 0
+
+
 def test_the_file_has_every_measurement(measured):
     _, doc = measured
     device = doc["device"]
