@@ -98,3 +98,30 @@ def test_rank_environment_is_restored_and_checked(monkeypatch):
     with pytest.raises(ValueError, match="allocator: 'jemalloc'"):
         with rank_environment("gloo", "jemalloc"):
             pass
+
+
+def test_the_vocabulary_that_runs_is_the_one_kiwi_prices(tmp_path):
+    # `--vocab 1000` (or the plan's model_flags.vocab) sizes the runtime's embedding and head and kiwi's
+    # model alike: the DP all-reduce of their gradients, measured on 4 gloo ranks, is kiwi's count. Before,
+    # the runtime took --vocab and kiwi priced GPT-2's 50,257 words.
+    import json
+    import subprocess
+    import sys
+
+    from kiwi.torch.distributed import compare
+    from kiwi.torch.distributed.comm_counter import DP_ALL_REDUCE
+    from kiwi.torch.distributed.plan import load_plan
+    path, out = tmp_path / "plan.json", tmp_path / "run.json"
+    path.write_text(json.dumps(make_plan(DP, micro_batches=1).to_kiwi_plan()))
+    run = subprocess.run([sys.executable, "-m", "kiwi.torch.distributed", "--plan", str(path), "--nproc", "4",
+                          "--iterations", "2", "--vocab", "1000", "--optimizer", "sgd", "--no-memory",
+                          "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr
+    doc = json.loads(out.read_text())
+    plan = load_plan(str(path))
+    predicted = compare.predicted_unit_bytes(doc["report"], plan)[DP_ALL_REDUCE]
+    assert predicted["embed"] == (1000 + 8) * 32 * 4  # word and position embeddings, fp32
+    assert predicted["head"] >= 32 * 1000 * 4  # the LM head's weights (and the final layernorm)
+    for r in doc["results"]:
+        measured = compare.measured_unit_bytes(r["comm"][-1])[DP_ALL_REDUCE]
+        assert {u: measured[u] for u in ("embed", "head")} == {u: predicted[u] for u in ("embed", "head")}

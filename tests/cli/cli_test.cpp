@@ -258,6 +258,29 @@ TEST(Cli, AttentionKernelIsRecordedInThePlanAndChecked) {
   }
 }
 
+// --vocab is part of the model: a plan records it and replays on the same vocabulary (nanoGPT's 50,304
+// against GPT-2's 50,257: two vocab x hidden matrices more); image models refuse it in one line.
+TEST(Cli, VocabularyIsRecordedInThePlan) {
+  const std::string path = (TempDir() / "vocab_plan.json").string();
+  const std::string model = "--model gpt --layers 2 --hidden 256 --heads 4 --seq 128 --batch 8 ";
+  auto padded = RunKiwi("plan " + model + "--vocab 50304 --json --out " + path);
+  ASSERT_EQ(padded.exit_code, 0) << padded.err;
+  EXPECT_NE(testing::Slurp(path).find("\"vocab\": 50304"), std::string::npos) << testing::Slurp(path);
+  auto sim = RunKiwi("simulate " + path + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_TRUE(sim.Json()["claims"]["peak_memory_bytes_matches"].get<bool>());
+  auto plain = RunKiwi("graph " + model + "--json");
+  auto wider = RunKiwi("graph " + model + "--vocab 50304 --json");
+  ASSERT_EQ(wider.exit_code, 0) << wider.err;
+  // fp32 weights and Adam's two moments: 12 bytes a parameter
+  EXPECT_EQ(wider.Json()["persistent_bytes"].get<int64_t>() - plain.Json()["persistent_bytes"].get<int64_t>(),
+            2 * 47 * 256 * 12);
+  auto vit = RunKiwi("plan --model vit --vocab 10");
+  EXPECT_EQ(vit.exit_code, 2);
+  EXPECT_EQ(CountLines(vit.err), 1) << vit.err;
+  EXPECT_NE(vit.err.find("--vocab"), std::string::npos) << vit.err;
+}
+
 TEST(Cli, SimulateOperatorPlanOnAGraphFile) {
   if (!std::filesystem::exists(kRemat + "vgg16_b256_train.json")) GTEST_SKIP() << "no ../shared/benchmarks";
   const std::string plan = WriteTemp("empty_op_plan.json", R"({"kiwi_plan_version": 1, "operator": {}})");

@@ -93,6 +93,7 @@ TEST(HfConfig, ErrorsNameTheField) {
                         "intermediate_size": 128})").find("num_hidden_layers: 10001 layers is too many"),
             std::string::npos);
   EXPECT_FALSE(ParseHfConfig(kGpt2, "gpt2.json", {.layers = 3}).ok());
+  EXPECT_FALSE(ParseHfConfig(kGpt2, "gpt2.json", {.vocab = 50304}).ok());  // the config's vocab_size rules
 }
 
 // Found by fuzz/hf_config_fuzzer (issue 18): sizes that read well but do not fit together were

@@ -72,6 +72,18 @@ TEST(LoadModel, OverridesApplyOnTop) {
   EXPECT_FALSE(LoadModel("llama2-7b", Overrides().DType(ir::DType::kF32))->training.master_weights);
 }
 
+TEST(LoadModel, VocabularyOverrideResizesEmbeddingAndHead) {
+  // GPT's untied embedding and LM head each hold vocab x hidden weights: 50,257 -> 50,304 words (nanoGPT's
+  // padding to a multiple of 64) adds 2 x 47 x 1024 parameters.
+  Result<ModelSpec> gpt = LoadModel("gpt");
+  Result<ModelSpec> padded = LoadModel("gpt", Overrides().Vocab(50304));
+  ASSERT_TRUE(padded.ok()) << padded.error().message;
+  EXPECT_EQ(Config(*gpt).vocab, 50257);
+  EXPECT_EQ(Config(*padded).vocab, 50304);
+  EXPECT_EQ(ClosedFormParameterCount(Config(*padded)) - ClosedFormParameterCount(Config(*gpt)), 2 * 47 * 1024);
+  EXPECT_EQ(Config(*LoadModel("llama2-7b", Overrides().Vocab(128256))).vocab, 128256);
+}
+
 TEST(LoadModel, FamilySpecificLayerOverrides) {
   const TransformerConfig t5 = Config(*LoadModel("t5-large-32", Overrides().Layers(8)));
   EXPECT_EQ(t5.layers, 4);
@@ -111,6 +123,10 @@ TEST(LoadModel, BadOverridesNameTheFlag) {
   ExpectBadInput("swin", Overrides().Ffn(64), "--ffn");
   ExpectBadInput("vit-huge-32", Overrides().Seq(64), "--seq");
   ExpectBadInput("mlp", Overrides().Heads(4), "--heads");
+  ExpectBadInput("gpt", Overrides().Vocab(0), "--vocab: must be positive, got 0");
+  ExpectBadInput("vit-huge-32", Overrides().Vocab(1000), "--vocab: not applicable to model vit-huge-32");
+  ExpectBadInput("swin", Overrides().Vocab(1000), "--vocab");
+  ExpectBadInput("mlp", Overrides().Vocab(1000), "--vocab: not applicable to model mlp");
   ExpectBadInput("gpt-5", {}, "--model: unknown model 'gpt-5'");
 }
 

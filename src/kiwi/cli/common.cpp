@@ -40,6 +40,8 @@ void ModelFlags::Add(CLI::App* app, const std::string& default_model) {
   app->add_option("--seq", flags.seq, "sequence length")->check(WholeNumber());
   app->add_option("--batch", flags.batch, "global batch size")->check(WholeNumber());
   app->add_option("--ffn", flags.ffn, "feed-forward size (default 4 x hidden)")->check(WholeNumber());
+  app->add_option("--vocab", flags.vocab, "vocabulary of a language model (default: the preset's; gpt: GPT-2's 50,257)")
+      ->check(WholeNumber());
   app->add_option("--dtype", flags.dtype, "fp32 | bf16 | fp16 (default: the preset's)");
   app->add_option("--optimizer", flags.optimizer, "adam | fused_adam | sgd (default: the preset's)");
   app->add_option("--attention", flags.attention,
@@ -65,6 +67,7 @@ Result<models::ModelOverrides> ModelFlags::Overrides() const {
   o.seq = flags.seq;
   o.batch = flags.batch;
   o.ffn = flags.ffn;
+  o.vocab = flags.vocab;
   if (!flags.dtype.empty()) {
     std::optional<ir::DType> d = ir::ParseDType(flags.dtype);
     if (!d || !ir::IsFloating(*d) || *d == ir::DType::kF64)

@@ -15,7 +15,7 @@
 
 namespace kiwi::cli {
 
-// --model NAME and the size flags of CONTRACT.md (--layers --hidden --heads --seq --batch --ffn
+// --model NAME and the size flags of CONTRACT.md (--layers --hidden --heads --seq --batch --ffn --vocab
 // --dtype --optimizer), held in the form a plan records them (plan::ModelFlags).
 struct ModelFlags {
   std::string model;

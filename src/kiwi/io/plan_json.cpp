@@ -209,7 +209,7 @@ Result<plan::Claims> ReadClaims(const Json& doc, const JsonPath& root) {
   return c;
 }
 
-constexpr std::string_view kModelSizeFlags[] = {"layers", "hidden", "heads", "seq", "batch", "ffn"};
+constexpr std::string_view kModelSizeFlags[] = {"layers", "hidden", "heads", "seq", "batch", "ffn", "vocab"};
 
 std::optional<int64_t>* SizeFlag(plan::ModelFlags& f, std::string_view key) {
   if (key == "layers") return &f.layers;
@@ -217,13 +217,15 @@ std::optional<int64_t>* SizeFlag(plan::ModelFlags& f, std::string_view key) {
   if (key == "heads") return &f.heads;
   if (key == "seq") return &f.seq;
   if (key == "batch") return &f.batch;
-  return &f.ffn;
+  if (key == "ffn") return &f.ffn;
+  return &f.vocab;
 }
 
 Result<plan::ModelFlags> ReadModelFlags(const Json& value, const JsonPath& at) {
   KIWI_RETURN_IF_ERROR(CheckObject(value, at));
   KIWI_RETURN_IF_ERROR(
-      CheckKnownKeys(value, at, {"layers", "hidden", "heads", "seq", "batch", "ffn", "dtype", "optimizer", "attention"}));
+      CheckKnownKeys(value, at,
+                     {"layers", "hidden", "heads", "seq", "batch", "ffn", "vocab", "dtype", "optimizer", "attention"}));
   plan::ModelFlags f;
   for (std::string_view key : kModelSizeFlags) {
     if (FindField(value, key) == nullptr) continue;

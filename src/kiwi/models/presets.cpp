@@ -126,6 +126,7 @@ Status CheckOverrideValues(const ModelOverrides& o) {
   KIWI_RETURN_IF_ERROR(CheckPositive("--seq", o.seq));
   KIWI_RETURN_IF_ERROR(CheckPositive("--batch", o.batch));
   KIWI_RETURN_IF_ERROR(CheckPositive("--ffn", o.ffn));
+  KIWI_RETURN_IF_ERROR(CheckPositive("--vocab", o.vocab));
   if (o.optimizer && *o.optimizer == ir::Optimizer::kNone) return BadInput("--optimizer: must be adam, fused_adam or sgd");
   return Status::Ok();
 }
@@ -171,6 +172,7 @@ Status ApplyTransformer(const Preset& preset, const ModelOverrides& o, Transform
   const bool image_model = c.family == Family::kVit || c.family == Family::kSwin;
   if (o.seq && image_model) return NotApplicable(name, "--seq", "its tokens are (image / patch)^2");
   if (o.ffn && c.family == Family::kSwin) return NotApplicable(name, "--ffn", "Swin's MLP is 4x each stage");
+  if (o.vocab && image_model) return NotApplicable(name, "--vocab", "an image model has classes, not words");
   if (o.layers && c.family == Family::kT5) KIWI_RETURN_IF_ERROR(ApplyT5Layers(name, *o.layers, c));
   if (o.layers && c.family == Family::kSwin) KIWI_RETURN_IF_ERROR(ApplySwinLayers(name, *o.layers, c));
   if (o.layers && c.family != Family::kT5 && c.family != Family::kSwin) c.layers = *o.layers;
@@ -185,6 +187,7 @@ Status ApplyTransformer(const Preset& preset, const ModelOverrides& o, Transform
   if (o.seq) c.seq = *o.seq;
   if (o.batch) c.batch = *o.batch;
   if (o.ffn) c.ffn = *o.ffn;
+  if (o.vocab) c.vocab = *o.vocab;
   if (!o.ffn && preset.ffn_follows_hidden && c.family == Family::kLlama) c.ffn = LlamaFfn(c.hidden);
   if (!o.ffn && preset.ffn_follows_hidden && c.family != Family::kLlama) c.ffn = 0;  // 4 * hidden
   if (o.dtype) c.dtype = *o.dtype;
@@ -198,6 +201,7 @@ Status ApplyMlp(const std::string& name, const ModelOverrides& o, MlpConfig& c) 
   if (o.heads) return NotApplicable(name, "--heads", "an MLP has no attention");
   if (o.attention) return NotApplicable(name, "--attention", "an MLP has no attention");
   if (o.seq) return NotApplicable(name, "--seq", "an MLP has no sequence");
+  if (o.vocab) return NotApplicable(name, "--vocab", "an MLP has no vocabulary");
   if (o.layers || o.hidden || o.ffn) {
     const int layers = o.layers.value_or(static_cast<int>(c.widths.size()) - 1);
     const int64_t outer = o.hidden.value_or(c.widths.front());

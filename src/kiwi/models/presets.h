@@ -26,7 +26,7 @@ inline constexpr int kMaxLayers = 10000;
 // Overrides users give on the command line (--layers, --hidden, ...); unset fields keep the preset's.
 struct ModelOverrides {
   std::optional<int> layers = {};
-  std::optional<int64_t> hidden = {}, heads = {}, seq = {}, batch = {}, ffn = {};
+  std::optional<int64_t> hidden = {}, heads = {}, seq = {}, batch = {}, ffn = {}, vocab = {};
   std::optional<ir::DType> dtype = {};
   std::optional<ir::Optimizer> optimizer = {};
   std::optional<AttentionKernel> attention = {};  // transformers only

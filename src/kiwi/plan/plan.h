@@ -70,7 +70,7 @@ struct Claims {
 // The size flags a model-zoo model was built with on top of its preset (`kiwi plan --model gpt
 // --layers 8 ...`), so that a plan replays on exactly the model it was made for.
 struct ModelFlags {
-  std::optional<int64_t> layers, hidden, heads, seq, batch, ffn;
+  std::optional<int64_t> layers, hidden, heads, seq, batch, ffn, vocab;
   std::string dtype;      // "" = the preset's
   std::string optimizer;  // "" = the preset's
   std::string attention;  // "" = auto (models::AttentionKernel)

@@ -21,7 +21,8 @@ def parse_args(argv):
     p.add_argument("--model", default=None, help="kiwi model preset of the plan (default: the plan's; gpt only)")
     for flag in ("layers", "hidden", "heads", "seq", "ffn"):
         p.add_argument(f"--{flag}", type=int, default=None, help="model size (default: the plan's model_flags)")
-    p.add_argument("--vocab", type=int, default=50257, help="vocabulary (kiwi's gpt: 50257)")
+    p.add_argument("--vocab", type=int, default=None,
+                   help="vocabulary (default: the plan's model_flags, else kiwi's gpt: 50257)")
     p.add_argument("--cluster", default=None, help="cluster kiwi predicts for (default: the plan's)")
     p.add_argument("--profile", default=None,
                    help="device profile kiwi predicts with (`kiwi profile --processes N` on this machine)")
@@ -47,7 +48,7 @@ def model_config(args, plan):
         raise PlanError(f"{plan.source}: model: '{model}': the distributed runtime builds kiwi's gpt only")
     plan.model = model
     flags = dict(plan.model_flags)
-    for k in ("layers", "hidden", "heads", "seq", "ffn"):
+    for k in ("layers", "hidden", "heads", "seq", "ffn", "vocab"):  # kiwi predicts the model that runs
         if getattr(args, k) is not None:
             flags[k] = getattr(args, k)
     flags["optimizer"] = args.optimizer or flags.get("optimizer") or "adam"
@@ -57,7 +58,7 @@ def model_config(args, plan):
     defaults = GptConfig(layers=len(plan.layers), hidden=1024, heads=16, seq=1024)  # kiwi's gpt defaults
     config = GptConfig(layers=flags.get("layers", defaults.layers), hidden=flags.get("hidden", defaults.hidden),
                        heads=flags.get("heads", defaults.heads), seq=flags.get("seq", defaults.seq),
-                       vocab=args.vocab, ffn=flags.get("ffn", 0))
+                       vocab=flags.get("vocab", defaults.vocab), ffn=flags.get("ffn", 0))
     config.check()
     if config.layers != len(plan.layers):
         raise PlanError(f"{plan.source}: layers: the plan has {len(plan.layers)} strategies, the model {config.layers} layers")

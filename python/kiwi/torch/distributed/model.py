@@ -22,7 +22,7 @@ class GptConfig:
     hidden: int = 64
     heads: int = 4
     seq: int = 16
-    vocab: int = 50257  # kiwi's gpt (no flag changes it)
+    vocab: int = 50257  # kiwi's gpt (--vocab changes it)
     ffn: int = 0         # 0: 4 * hidden
 
     @property
@@ -32,6 +32,8 @@ class GptConfig:
     def check(self) -> None:
         if self.hidden % self.heads:
             raise ValueError(f"model: heads: {self.heads} does not divide hidden {self.hidden}")
+        if self.vocab < 1:
+            raise ValueError(f"model: vocab: must be positive (got {self.vocab})")
 
 
 # Layer parameters: (name, shape, how Megatron splits it under TP: column dim, row dim or None).
