@@ -137,6 +137,33 @@ TEST(BuildLayerModel, KernelsPerPassCountTheLayersWorkingNodes) {
   }
 }
 
+// With a per-op overhead k (a CPU profile's kernel time), each pass's overhead is k per working node,
+// apart from the per-sample work, and the two add up to the ops' ComputeTime at the graph's batch.
+TEST(BuildLayerModel, PerOpOverheadIsSplitFromThePerSampleWork) {
+  cost::CostModelOptions options;
+  options.kernel_overhead = 1e-5;
+  const cost::CostModel cm(TestDevice(), options);
+  for (int64_t batch : {1, 4}) {
+    const ir::Graph g = SmallGpt(batch);
+    Result<LayerModel> m = BuildLayerModel(g, batch, cm);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    Result<ir::LayerView> view = ir::BuildLayerView(g);
+    ASSERT_TRUE(view.ok());
+    const LayerProfile& layer = m->layers[0];
+    double forward = 0.0;
+    for (ir::NodeId id : view->layers[0].forward) forward += cm.ComputeTime(g.node(id));
+    EXPECT_NEAR(layer.forward_overhead_seconds, 1e-5 * layer.forward_kernels, 1e-15);
+    EXPECT_NEAR(layer.backward_overhead_seconds, 1e-5 * layer.backward_kernels, 1e-15);
+    EXPECT_NEAR(layer.forward_seconds_per_sample * static_cast<double>(batch) + layer.forward_overhead_seconds,
+                forward, 1e-12);
+    EXPECT_GT(layer.forward_seconds_per_sample, 0.0);
+  }
+  // Without an overhead, none is split out.
+  Result<LayerModel> plain = BuildLayerModel(SmallGpt(4), 4, cost::CostModel(TestDevice()));
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->layers[0].forward_overhead_seconds, 0.0);
+}
+
 // Korthikanti et al. 2023, eq. 2: a GPT middle layer in 16-bit saves 34sbh + 5as^2b, of which Megatron TP
 // keeps 10sbh whole on every rank (norm inputs, column-parallel inputs, the masks after the row-parallel
 // linears); one TP rank's activations of one micro-batch are sbh(10 + 24/t + 5as/(ht)) for t = 1, 2, 4, 8,

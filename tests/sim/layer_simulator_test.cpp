@@ -281,6 +281,29 @@ TEST(SimulateLayerPlan, SmallMicroBatchesAreLaunchBound) {
   EXPECT_NEAR(Simulate(model, UniformPlan({.tp = 1, .dp = 1}, 16, 16), cluster).summary.iteration_seconds, 0.192, kEps);
 }
 
+// A CPU's per-op dispatch (LayerProfile::forward_overhead_seconds) is paid by every pass of every
+// micro-batch on every TP rank: it was in the per-sample times, so TP 2 or 4 micro-batches divided it.
+TEST(SimulateLayerPlan, PerOpOverheadIsPaidWholeByEveryRankAndMicroBatch) {
+  LayerModel model = FourLayers();
+  for (LayerProfile& p : model.layers) {
+    p.forward_overhead_seconds = 5e-3;
+    p.backward_overhead_seconds = 7e-3;
+  }
+  // One device, 16 samples in one micro-batch: 4 x (16 x 3 ms + 12 ms).
+  const LayerSimResult one = Simulate(model, UniformPlan({.tp = 1, .dp = 1}, 16, 1), TestCluster(1, 1));
+  EXPECT_NEAR(one.summary.time.compute, 4 * (0.048 + 0.012), kEps);
+  // 4 micro-batches of 4: the work is the same, the overhead paid 4 times.
+  const LayerSimResult four = Simulate(model, UniformPlan({.tp = 1, .dp = 1}, 16, 4), TestCluster(1, 1));
+  EXPECT_NEAR(four.summary.time.compute, 4 * (0.048 + 4 * 0.012), kEps);
+  // TP 2 halves the work, not the overhead.
+  const LayerSimResult tp = Simulate(model, UniformPlan({.tp = 2, .dp = 1}, 16, 1), TestCluster(1, 2));
+  EXPECT_NEAR(tp.summary.time.compute, 4 * (0.024 + 0.012), kEps);
+  // Checkpointing runs the forward pass, and its overhead, again.
+  const LayerSimResult ckpt =
+      Simulate(model, UniformPlan({.tp = 1, .dp = 1, .checkpoint = true}, 16, 1), TestCluster(1, 1));
+  EXPECT_NEAR(ckpt.summary.time.recompute, 4 * (0.016 + 0.005), kEps);
+}
+
 TEST(SimulateLayerPlan, TensorParallelAllReducesHideBehindLaunches) {
   cost::Cluster cluster = TestCluster(1, 2);
   cluster.device.kernel_launch_seconds = 1e-3;

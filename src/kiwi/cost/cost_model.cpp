@@ -91,6 +91,13 @@ double CostModel::KernelOverhead() const {
   return options_.kernel_overhead;
 }
 
+double CostModel::OverheadIn(const ir::Node& node) const {
+  if (IsNotComputed(node.kind)) return 0.0;
+  if (options_.use_measured_costs && (profile_.Find(node.name) || node.measured_cost)) return 0.0;
+  if (node.flops <= 0.0 && node.bytes_accessed <= 0) return 0.0;
+  return KernelOverhead();
+}
+
 std::optional<GemmShape> CostModel::GemmShapeOf(const ir::Node& node, double work_fraction) {
   const ir::Shape& shape = node.output.shape;
   if (node.flops <= 0.0 || shape.size() < 2) return std::nullopt;
@@ -155,7 +162,8 @@ CostModel::PassTime CostModel::VocabParallelCrossEntropyTime(int64_t logits_byte
   const int kernels = backward ? 5 : 14;
   const double seconds = backward ? MemoryBoundTime("vocab_parallel_cross_entropy_grad", counted, 1.0)
                                   : MemoryBoundTime("vocab_parallel_cross_entropy", counted, 4.0);
-  return {seconds + kernels * KernelOverhead(), kernels};
+  const double overhead = kernels * KernelOverhead();
+  return {seconds + overhead, kernels, overhead};
 }
 
 double CostModel::MemoryBoundTime(const std::string& op, double counted_bytes, double traffic) const {

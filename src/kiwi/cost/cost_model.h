@@ -115,6 +115,11 @@ class CostModel {
   // Seconds added to every executed op: the profile's kernel time when ops run one after another.
   double KernelOverhead() const;
 
+  // The part of ComputeTime(node, f) that is per execution and does not scale with f: KernelOverhead()
+  // where ComputeTime adds it (not for ops measured by name, which carry their own). A pass of an op
+  // split k ways, or run on a micro-batch, still pays it whole.
+  double OverheadIn(const ir::Node& node) const;
+
   // Megatron-LM's vocabulary-parallel cross-entropy (Shoeybi et al. 2019, §3) on one device's
   // `logits_bytes` of fp32 logits [tokens, vocabulary shard], its three all-reduces apart, one pass:
   // the seconds and the kernels it launches. Its bytes are counted as the logits read and the softmax
@@ -127,6 +132,7 @@ class CostModel {
   struct PassTime {
     double seconds = 0.0;
     int kernels = 0;
+    double overhead = 0.0;  // the part of seconds its kernels pay whatever the logits (kernels x KernelOverhead())
   };
   PassTime VocabParallelCrossEntropyTime(int64_t logits_bytes, bool backward) const;
 

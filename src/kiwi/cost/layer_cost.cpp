@@ -176,7 +176,8 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
 void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& cost) {
   const LayerProfile& p = l.profile;
   const LayerCommunication comm = LayerCommunicationOf(l);
-  // §V: compute time = batch x per-sample time; TP splits the layer's work tp ways. Megatron's TP
+  // §V: compute time = batch x per-sample time; TP splits the layer's work tp ways, not its per-op
+  // overhead (LayerProfile::forward_overhead_seconds: every rank runs every op). Megatron's TP
   // all-reduces run on the compute stream between the layer's kernels. Each TP rank launches all of
   // the layer's kernels and its all-reduces, and a pass takes at least those launches
   // (CostModel::LaunchBoundTime): launch time beyond the device's work counts as compute.
@@ -190,9 +191,13 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
                                   static_cast<int64_t>(comm.tp_forward_all_reduces.size());
   const int64_t backward_kernels = p.backward_kernels + (split ? p.tp_loss_backward_kernels : 0) +
                                    static_cast<int64_t>(comm.tp_backward_all_reduces.size());
-  const double forward = cost_model.LaunchBoundTime(forward_per_sample * share + tp_forward, forward_kernels) - tp_forward;
+  const double forward_overhead = p.forward_overhead_seconds + (split ? p.tp_loss_forward_overhead_seconds : 0.0);
+  const double backward_overhead = p.backward_overhead_seconds + (split ? p.tp_loss_backward_overhead_seconds : 0.0);
+  const double forward =
+      cost_model.LaunchBoundTime(forward_per_sample * share + forward_overhead + tp_forward, forward_kernels) - tp_forward;
   const double backward =
-      cost_model.LaunchBoundTime(backward_per_sample * share + tp_backward, backward_kernels) - tp_backward;
+      cost_model.LaunchBoundTime(backward_per_sample * share + backward_overhead + tp_backward, backward_kernels) -
+      tp_backward;
   cost.compute += forward + backward;
   cost.communication += tp_forward + tp_backward;
   double backward_compute = backward;

@@ -16,11 +16,13 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// One pass over `ops` for the whole graph batch: the seconds one device spends and the kernels it
-// launches. The optimizer update runs once per iteration, not per sample, so it is left out
-// (Galvatron-BMW §V times layers per sample).
+// One pass over `ops` for the whole graph batch: the seconds one device spends on the work (which
+// scales with the batch), the per-op overhead it pays whatever the batch (CostModel::OverheadIn), and
+// the kernels it launches. The optimizer update runs once per iteration, not per sample, so it is left
+// out (Galvatron-BMW §V times layers per sample).
 struct PassWork {
   double seconds = 0.0;
+  double overhead = 0.0;
   int kernels = 0;
 };
 
@@ -29,13 +31,15 @@ PassWork SumPass(const ir::Graph& graph, std::span<const ir::NodeId> ops, const 
   for (ir::NodeId id : ops) {
     const ir::Node& node = graph.node(id);
     if (node.kind == ir::OpKind::kOptimizer) continue;
-    work.seconds += cost_model.ComputeTime(node);
+    const double overhead = cost_model.OverheadIn(node);
+    work.seconds += cost_model.ComputeTime(node) - overhead;
+    work.overhead += overhead;
     if (cost_model.LaunchesKernel(node)) ++work.kernels;
   }
   return work;
 }
 
-// Per-sample times and per-micro-batch kernels of a layer's (or other part's) two passes.
+// Per-sample times and per-micro-batch overheads and kernels of a layer's (or other part's) two passes.
 void FillPasses(const ir::Graph& graph, std::span<const ir::NodeId> forward, std::span<const ir::NodeId> backward,
                 int64_t graph_batch, const CostModel& cost_model, LayerProfile& p) {
   const double batch = static_cast<double>(graph_batch);
@@ -43,6 +47,8 @@ void FillPasses(const ir::Graph& graph, std::span<const ir::NodeId> forward, std
   const PassWork b = SumPass(graph, backward, cost_model);
   p.forward_seconds_per_sample = f.seconds / batch;
   p.backward_seconds_per_sample = b.seconds / batch;
+  p.forward_overhead_seconds = f.overhead;
+  p.backward_overhead_seconds = b.overhead;
   p.forward_kernels = f.kernels;
   p.backward_kernels = b.kernels;
 }
@@ -199,8 +205,10 @@ void AddVocabParallelLoss(const ir::Graph& graph, std::span<const ir::NodeId> fo
   const CostModel::PassTime vf = cost_model.VocabParallelCrossEntropyTime(logits_bytes, false);
   const CostModel::PassTime vb = cost_model.VocabParallelCrossEntropyTime(logits_bytes, true);
   const double batch = static_cast<double>(graph_batch);
-  p.tp_loss_forward_seconds_per_sample = (vf.seconds - f.seconds) / batch;
-  p.tp_loss_backward_seconds_per_sample = (vb.seconds - b.seconds) / batch;
+  p.tp_loss_forward_seconds_per_sample = (vf.seconds - vf.overhead - f.seconds) / batch;
+  p.tp_loss_backward_seconds_per_sample = (vb.seconds - vb.overhead - b.seconds) / batch;
+  p.tp_loss_forward_overhead_seconds = vf.overhead - f.overhead;
+  p.tp_loss_backward_overhead_seconds = vb.overhead - b.overhead;
   p.tp_loss_forward_kernels = vf.kernels - f.kernels;
   p.tp_loss_backward_kernels = vb.kernels - b.kernels;
 }

@@ -23,6 +23,11 @@ struct LayerProfile {
   int64_t backward_transient_bytes_per_sample = 0;
   double forward_seconds_per_sample = 0.0;   // one device, no parallelism
   double backward_seconds_per_sample = 0.0;
+  // What each pass of one micro-batch pays per op whatever its size and the TP degree (every rank runs
+  // every op): a CPU's eager dispatch (CostModel::OverheadIn), not in the per-sample seconds. Without
+  // it split out, a layer at TP 2 or micro-batch 1/m of the batch was priced half or 1/m of it.
+  double forward_overhead_seconds = 0.0;
+  double backward_overhead_seconds = 0.0;
   int forward_kernels = 0;                   // kernels one forward pass of one micro-batch launches
   int backward_kernels = 0;                  // (whatever the micro-batch and TP degree)
   int64_t tp_comm_bytes_per_sample = 0;      // bytes all-reduced by Megatron TP in one forward pass
@@ -43,6 +48,8 @@ struct LayerProfile {
   // per sample on one device (seconds) and per micro-batch (kernels); 0 for the other parts and at TP 1.
   double tp_loss_forward_seconds_per_sample = 0.0;
   double tp_loss_backward_seconds_per_sample = 0.0;
+  double tp_loss_forward_overhead_seconds = 0.0;
+  double tp_loss_backward_overhead_seconds = 0.0;
   int tp_loss_forward_kernels = 0;
   int tp_loss_backward_kernels = 0;
 
