@@ -110,9 +110,13 @@ TEST(BuildLayerModel, CountsParameterTensorsAndOptimizerInputsPerParameter) {
 }
 
 // A layer's kernels are its forward and backward nodes that do work (parameters, views with no bytes
-// and the optimizer update launch nothing), the same whatever the graph's batch.
-TEST(BuildLayerModel, KernelsPerPassCountTheLayersWorkingNodes) {
-  const cost::CostModel cm(TestDevice());
+// and the optimizer update launch nothing), the same whatever the graph's batch. With a per-op overhead
+// k (a CPU profile's kernel time) each pass pays k per kernel apart from its per-sample work, and the
+// two add up to the ops' ComputeTime at the graph's batch.
+TEST(BuildLayerModel, KernelsPerPassCountTheLayersWorkingNodesAndPayTheOverhead) {
+  cost::CostModelOptions options;
+  options.kernel_overhead = 1e-5;
+  const cost::CostModel cm(TestDevice(), options);
   for (int64_t batch : {1, 4}) {
     const ir::Graph g = SmallGpt(batch);
     Result<LayerModel> m = BuildLayerModel(g, batch, cm);
@@ -128,6 +132,11 @@ TEST(BuildLayerModel, KernelsPerPassCountTheLayersWorkingNodes) {
       }
       EXPECT_EQ(m->layers[i].forward_kernels, forward);
       EXPECT_EQ(m->layers[i].backward_kernels, backward);
+      EXPECT_NEAR(m->layers[i].forward_overhead_seconds, 1e-5 * forward, 1e-15);
+      EXPECT_NEAR(m->layers[i].backward_overhead_seconds, 1e-5 * backward, 1e-15);
+      double work = 0.0;
+      for (ir::NodeId id : view->layers[i].forward) work += cm.ComputeTime(g.node(id));
+      EXPECT_NEAR(m->layers[i].forward_seconds_per_sample * static_cast<double>(batch) + 1e-5 * forward, work, 1e-12);
       // A GPT layer: layernorms, 4 linears, attention's matmuls, softmax, dropouts, GELU, residuals.
       EXPECT_GE(m->layers[i].forward_kernels, 15);
       EXPECT_GT(m->layers[i].backward_kernels, m->layers[i].forward_kernels);
@@ -137,31 +146,12 @@ TEST(BuildLayerModel, KernelsPerPassCountTheLayersWorkingNodes) {
   }
 }
 
-// With a per-op overhead k (a CPU profile's kernel time), each pass's overhead is k per working node,
-// apart from the per-sample work, and the two add up to the ops' ComputeTime at the graph's batch.
-TEST(BuildLayerModel, PerOpOverheadIsSplitFromThePerSampleWork) {
-  cost::CostModelOptions options;
-  options.kernel_overhead = 1e-5;
-  const cost::CostModel cm(TestDevice(), options);
-  for (int64_t batch : {1, 4}) {
-    const ir::Graph g = SmallGpt(batch);
-    Result<LayerModel> m = BuildLayerModel(g, batch, cm);
-    ASSERT_TRUE(m.ok()) << m.error().message;
-    Result<ir::LayerView> view = ir::BuildLayerView(g);
-    ASSERT_TRUE(view.ok());
-    const LayerProfile& layer = m->layers[0];
-    double forward = 0.0;
-    for (ir::NodeId id : view->layers[0].forward) forward += cm.ComputeTime(g.node(id));
-    EXPECT_NEAR(layer.forward_overhead_seconds, 1e-5 * layer.forward_kernels, 1e-15);
-    EXPECT_NEAR(layer.backward_overhead_seconds, 1e-5 * layer.backward_kernels, 1e-15);
-    EXPECT_NEAR(layer.forward_seconds_per_sample * static_cast<double>(batch) + layer.forward_overhead_seconds,
-                forward, 1e-12);
-    EXPECT_GT(layer.forward_seconds_per_sample, 0.0);
-  }
-  // Without an overhead, none is split out.
+// Without a per-op overhead (no CPU profile), none is split from the per-sample work.
+TEST(BuildLayerModel, NoOverheadWithoutAKernelTime) {
   Result<LayerModel> plain = BuildLayerModel(SmallGpt(4), 4, cost::CostModel(TestDevice()));
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(plain->layers[0].forward_overhead_seconds, 0.0);
+  EXPECT_EQ(plain->layers[0].backward_overhead_seconds, 0.0);
 }
 
 // Korthikanti et al. 2023, eq. 2: a GPT middle layer in 16-bit saves 34sbh + 5as^2b, of which Megatron TP
