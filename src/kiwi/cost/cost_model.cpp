@@ -92,10 +92,15 @@ double CostModel::KernelOverhead() const {
 }
 
 double CostModel::OverheadIn(const ir::Node& node) const {
-  if (IsNotComputed(node.kind)) return 0.0;
-  if (options_.use_measured_costs && (profile_.Find(node.name) || node.measured_cost)) return 0.0;
+  if (IsNotComputed(node.kind) || MeasuredByName(node)) return 0.0;
   if (node.flops <= 0.0 && node.bytes_accessed <= 0) return 0.0;
   return KernelOverhead();
+}
+
+std::optional<double> CostModel::MeasuredByName(const ir::Node& node) const {
+  if (!options_.use_measured_costs) return std::nullopt;
+  if (std::optional<double> seconds = profile_.Find(node.name)) return seconds;
+  return node.measured_cost;
 }
 
 std::optional<GemmShape> CostModel::GemmShapeOf(const ir::Node& node, double work_fraction) {
@@ -120,10 +125,7 @@ std::optional<GemmShape> CostModel::GemmShapeOf(const ir::Node& node, double wor
 
 double CostModel::ComputeTime(const ir::Node& node, double work_fraction) const {
   if (IsNotComputed(node.kind)) return 0.0;
-  if (options_.use_measured_costs) {
-    if (std::optional<double> seconds = profile_.Find(node.name)) return *seconds * work_fraction;
-    if (node.measured_cost) return *node.measured_cost * work_fraction;
-  }
+  if (std::optional<double> seconds = MeasuredByName(node)) return *seconds * work_fraction;
   if (node.flops <= 0.0 && node.bytes_accessed <= 0) return 0.0;  // nothing executes, no launch
   if (std::optional<double> measured = MeasuredGemmTime(node, work_fraction)) return *measured;
   if (std::optional<double> measured = MeasuredAttentionTime(node, work_fraction)) return *measured;

@@ -144,6 +144,9 @@ class CostModel {
   }
 
  private:
+  // The op's whole time measured by its name (the profile's "ops", then Node::measured_cost) when
+  // options.use_measured_costs: ComputeTime scales it, OverheadIn adds nothing to it.
+  std::optional<double> MeasuredByName(const ir::Node& node) const;
   std::optional<double> MeasuredGemmTime(const ir::Node& node, double work_fraction) const;
   // A fused attention op at the profile's rate for its direction and shape: the op's output is
   // [batch and heads..., seq, head_dim] (for every attention op and gradient of a self-attention),
