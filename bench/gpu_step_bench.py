@@ -15,7 +15,7 @@ process so that no allocator state carries over; --profile-out then profiles the
 --device cuda`):
 
     python3 bench/gpu_step_bench.py measure --out steps.json --profile-out h200.json
-    python3 bench/gpu_step_bench.py profile --out h200.json   # the profile alone (8-10 min on an H200)
+    python3 bench/gpu_step_bench.py profile --out h200.json   # the profile alone (about 4.5 min on an H200)
     python3 bench/gpu_step_bench.py measure --fused --out fused-steps.json   # fused attention's rows
 
 Compare, here (kiwi's layer-level simulator on a one-GPU cluster with the device's datasheet figures,
@@ -305,7 +305,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     b.add_argument("--vocab", type=int, default=VOCAB, help="vocabulary size (default GPT-2's 50,257)")
     b.add_argument("--seq", type=int, default=1024)
     b.add_argument("--attention", choices=["materialized", "fused"], default="materialized")
-    pr = sub.add_parser("profile", help="only the device profile (kiwi profile --device cuda), about 8-10 min on an "
+    pr = sub.add_parser("profile", help="only the device profile (kiwi profile --device cuda), about 4.5 min on an "
                                         "H200 with both dtypes: a device call of its own")
     pr.add_argument("--out", required=True)
     c = sub.add_parser("compare", help="kiwi's predictions beside a measurement file")
