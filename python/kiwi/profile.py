@@ -272,6 +272,37 @@ def _autograd_chain(dev) -> Callable[[], None]:
     return chain
 
 
+# A small GPT kiwi's loader builds again as IR (cli/cost_model_loader.cpp) to calibrate the per-op time
+# of eager training: small enough that its work is a few percent of its time, whole enough to run what a
+# training step runs (views, transposes, addmm, layer norms, softmax, the loss, autograd's engine).
+REFERENCE_STEP = {"model": "gpt", "layers": 2, "hidden": 8, "heads": 2, "seq": 4, "batch": 2, "vocab": 64}
+
+
+def _reference_step() -> Optional[Callable[[], None]]:
+    """Forward and backward of REFERENCE_STEP on a CPU, run by the distributed runtime's model functions
+    (no dropout, no optimizer step; gradients dropped before each pass, as a step's zero_grad does);
+    None where kiwi's runtime cannot be imported."""
+    try:
+        from kiwi.torch.distributed.model import (GptConfig, embed_forward, full_parameters, head_forward,
+                                                  layer_forward, synthetic_batch)
+    except ImportError:
+        return None
+    r = REFERENCE_STEP
+    config = GptConfig(layers=r["layers"], hidden=r["hidden"], heads=r["heads"], seq=r["seq"], vocab=r["vocab"])
+    parts = full_parameters(config)
+    params = [t.requires_grad_(True) for part in parts.values() for t in part.values()]
+    ids, labels = synthetic_batch(config, r["batch"], 0)
+
+    def step() -> None:
+        for t in params:
+            t.grad = None
+        x = embed_forward(parts["embed"], ids)
+        for i in range(config.layers):
+            x = layer_forward(parts[str(i)], x, config.heads)
+        head_forward(parts["head"], x, labels, ids.numel()).backward()
+    return step
+
+
 def _with_gradients(params):
     """Copies of `params` with copies of their gradients (a second optimizer steps them apart)."""
     out = [p.detach().clone().requires_grad_(True) for p in params]
@@ -515,6 +546,12 @@ def measure_compute(device: str, grid: Dict[str, Any], dtypes: Sequence[str], qu
     barrier()
     kernel_time = timed(_autograd_chain(dev), min_s) / (2 * CHAIN)
     _log(quiet, f"kernel time {kernel_time * 1e6:.2f} us per op (forward and backward, autograd on)")
+    reference = _reference_step() if dev.type == "cpu" else None
+    if reference is not None:
+        barrier()
+        reference_seconds = timed(reference, min_s)
+        _log(quiet, f"reference training pass {reference_seconds * 1e3:.2f} ms (gpt, {REFERENCE_STEP['layers']} "
+                    f"layers, hidden {REFERENCE_STEP['hidden']}: kiwi calibrates its per-op time from it)")
     barrier()
     per_tensor = {name: timed(step, min_s) / (TINY_PARAMETERS * reads)
                   for name, reads, step in _tiny_optimizer_steps(dev)}
@@ -561,7 +598,8 @@ def measure_compute(device: str, grid: Dict[str, Any], dtypes: Sequence[str], qu
             "op_bandwidth_gbps": op_bandwidth, "optimizer_time_per_tensor": per_tensor,
             # A GPU's host issues kernels ahead of the device; a CPU runs each op after the last.
             "overhead": "launch_bound" if dev.type == "cuda" else "additive", "gemm": gemm, "conv": conv,
-            "attention": attention}
+            "attention": attention,
+            **({"reference_step": dict(REFERENCE_STEP, time=reference_seconds)} if reference is not None else {})}
 
 
 def _collective(op: str, numel: int, group, group_size: int, rank: int, device: str) -> Callable[[], Any]:

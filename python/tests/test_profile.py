@@ -47,6 +47,7 @@ def test_profiles_a_machine_where_kiwi_cannot_be_imported(tmp_path):
     assert run.returncode == 0, run.stderr
     device = json.loads(out.read_text())["device"]
     assert device["op_bandwidth_gbps"]["vocab_parallel_cross_entropy"] > 0
+    assert "reference_step" not in device  # timed by kiwi's runtime, which is not there: the chain's time stands
 
 
 def test_the_file_has_every_measurement(measured):
@@ -62,6 +63,11 @@ def test_the_file_has_every_measurement(measured):
     assert {"relu", "gelu_grad", "max_pool", "layernorm", "adam", "fused_adam", "cross_entropy", "nll_loss_grad",
             "cross_entropy_grad"} <= set(device["op_bandwidth_gbps"])  # torch 2.13 has a fused CPU Adam
     assert set(device["optimizer_time_per_tensor"]) == {"adam", "fused_adam", "sgd"}
+    # The small GPT's training pass kiwi calibrates its per-op time from: a few hundred ops, each at least
+    # the chain's time.
+    reference = dict(device["reference_step"])
+    assert reference.pop("time") > 100 * device["kernel_time"]
+    assert reference == kp.REFERENCE_STEP
     # Fused attention: each shape forward and backward, causal or not, with and without dropout.
     shapes = kp.attention_shapes(kp.GRIDS["small"], "cpu")
     assert len(device["attention"]) == 8 * len(shapes) > 0

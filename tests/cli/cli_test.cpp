@@ -201,6 +201,46 @@ TEST(Cli, ProfileTimesChangePredictions) {
   EXPECT_NE(r.err.find("unit"), std::string::npos) << r.err;
 }
 
+// A CPU profile's reference training pass sets the per-op time every op pays (cli/cost_model_loader.h):
+// the longer the pass took, the more each op costs; a reference kiwi cannot build is bad input.
+TEST(Cli, AProfilesReferencePassCalibratesThePerOpTime) {
+  const auto profile = [](const std::string& name, const std::string& reference) {
+    const std::string path = (TempDir() / name).string();
+    std::ofstream(path) << R"({"kiwi_profile_version": 1, "unit": "s", "device": {"kernel_time": 1e-6, )"
+                        << R"("memory_bandwidth_gbps": 10)" << reference << "}}";
+    return path;
+  };
+  const std::string sizes = R"("model": "gpt", "layers": 2, "hidden": 8, "seq": 4, "batch": 2, "vocab": 64, )";
+  const std::string chain = profile("chain.json", "");
+  const std::string fast = profile("fast_pass.json", R"(, "reference_step": {)" + sizes + R"("heads": 2, "time": 1e-3})");
+  const std::string slow = profile("slow_pass.json", R"(, "reference_step": {)" + sizes + R"("heads": 2, "time": 2e-3})");
+  const std::string model = "graph --model gpt --layers 4 --hidden 16 --heads 2 --seq 8 --batch 4 --json --profile ";
+  struct Priced {
+    double compute = 0.0, per_op = 0.0;
+  };
+  const auto priced = [&](const std::string& path) {
+    auto r = RunKiwi(model + path);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const auto j = r.Json();
+    return Priced{j["compute_cost"].get<double>(), j["per_op_seconds"].get<double>()};
+  };
+  const Priced at_chain = priced(chain), at_fast = priced(fast), at_slow = priced(slow);
+  EXPECT_DOUBLE_EQ(at_chain.per_op, 1e-6);  // no reference pass: the chain's kernel time
+  // The reference's ops pay what its pass took beyond their work: 1 ms more pass time is 1 ms / ops more
+  // per op (a few hundred ops), and the model's compute grows by that times its own ops.
+  EXPECT_GT(at_fast.per_op, at_chain.per_op);
+  const double ops_in_reference = 1e-3 / (at_slow.per_op - at_fast.per_op);
+  EXPECT_GT(ops_in_reference, 100.0);
+  EXPECT_LT(ops_in_reference, 400.0);
+  EXPECT_GT(at_fast.compute, at_chain.compute);
+  EXPECT_GT(at_slow.compute - at_fast.compute, 1e-3);  // the model has more ops than the reference
+  const std::string bad = profile("bad_pass.json", R"(, "reference_step": {)" + sizes + R"("heads": 3, "time": 1e-3})");
+  auto r = RunKiwi(model + bad);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(CountLines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find(bad + ": device.reference_step: "), std::string::npos) << r.err;
+}
+
 TEST(Cli, ImpossibleBudgetExitsThreeWithTheSmallestKnownBudget) {
   auto r = RunKiwi("plan --memory 1MiB");
   EXPECT_EQ(r.exit_code, 3);

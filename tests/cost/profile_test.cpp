@@ -219,6 +219,26 @@ TEST(ProfiledCostModel, GemmsTakeTheMeasuredRatePlusTheKernelTime) {
   ExpectSeconds(cm.ComputeTime(half), flops / 0.75e12 + 1e-6);
 }
 
+// The per-op time of eager training calibrated from the reference pass (DeviceProfile::step_op_seconds)
+// is what every priced op pays on a CPU; the profile's own samples are still stripped of its kernel time.
+TEST(ProfiledCostModel, TheCalibratedPerOpTimeIsPaidAndTheSamplesKeepTheirRate) {
+  Profile p;
+  p.device.gemm = {Gemm("matmul", 128, 32, 64, 3e-5)};
+  p.device.kernel_seconds = 1e-6;
+  p.device.step_op_seconds = 4e-6;
+  const CostModel cm(TestDevice(), {}, p);
+  const ir::Node mm = Op(OpKind::kMatmul, "matmul", {128, 32}, 2.0 * 128 * 32 * 64, 1000);
+  ExpectSeconds(cm.ComputeTime(mm), 3e-5 - 1e-6 + 4e-6);
+  ExpectSeconds(cm.OverheadIn(mm), 4e-6);
+  const ir::Node relu = Op(OpKind::kElementwise, "relu", {10}, 10, 80);
+  ExpectSeconds(cm.ComputeTime(relu), 80 / 8e10 + 4e-6);
+  // A GPU's host issues kernels ahead of the device: no per-op time is added there, calibrated or not.
+  p.device.overhead = OverheadKind::kLaunchBound;
+  const CostModel gpu(TestDevice(), {}, p);
+  ExpectSeconds(gpu.ComputeTime(relu), 80 / 8e10);
+  EXPECT_EQ(gpu.OverheadIn(relu), 0.0);
+}
+
 TEST(ProfiledCostModel, FusedAttentionAtTheMeasuredRateOfItsDirection) {
   // q, k, v of [2, 4, 256, 32]: batch x heads = 8; causal, dropout 0.1, as a GPT preset's layer.
   const double forward_flops = 0.5 * 4.0 * 8 * 256 * 256 * 32;

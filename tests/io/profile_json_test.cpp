@@ -52,6 +52,8 @@ TEST(ProfileJson, VersionAndUnknownFields) {
 constexpr const char* kDeviceProfile = R"({"kiwi_profile_version": 1, "unit": "us",
   "device": {"name": "cpu", "kernel_time": 2, "memory_bandwidth_gbps": 20, "overhead": "additive",
              "op_bandwidth_gbps": {"relu": 12.5, "adam": 4},
+             "reference_step": {"model": "gpt", "layers": 2, "hidden": 8, "heads": 2, "seq": 4, "batch": 2,
+                                "vocab": 64, "time": 900},
              "gemm": [{"op": "matmul_grad_a", "m": 64, "n": 32, "k": 16, "dtype": "f32", "time": 10},
                       {"m": 8, "n": 8, "k": 8, "dtype": "bf16", "time": 1}],
              "conv": [{"op": "conv2d", "m": 512, "n": 16, "k": 27, "dtype": "f32", "time": 40}],
@@ -71,6 +73,16 @@ TEST(ProfileJson, ReadsADeviceProfile) {
   EXPECT_EQ(d.overhead, cost::OverheadKind::kAdditive);
   EXPECT_DOUBLE_EQ(d.op_bandwidth.at("relu"), 12.5e9);
   EXPECT_DOUBLE_EQ(d.op_bandwidth.at("adam"), 4e9);
+  ASSERT_TRUE(d.reference_step.has_value());
+  EXPECT_EQ(d.reference_step->model, "gpt");
+  EXPECT_EQ(d.reference_step->layers, 2);
+  EXPECT_EQ(d.reference_step->hidden, 8);
+  EXPECT_EQ(d.reference_step->heads, 2);
+  EXPECT_EQ(d.reference_step->seq, 4);
+  EXPECT_EQ(d.reference_step->batch, 2);
+  EXPECT_EQ(d.reference_step->vocab, 64);
+  EXPECT_DOUBLE_EQ(d.reference_step->seconds, 9e-4);
+  EXPECT_FALSE(d.step_op_seconds.has_value());  // the loader calibrates it (cli/cost_model_loader.h)
   ASSERT_EQ(d.gemm.size(), 2u);
   EXPECT_EQ(d.gemm[0].op, "matmul_grad_a");
   EXPECT_EQ(d.gemm[0].m, 64);
@@ -118,6 +130,23 @@ TEST(ProfileJson, DeviceProfileErrorsNameTheField) {
                  {"p.json: device.attention[0].dropout: must be in [0, 1)"});
   ExpectBadInput(ParseProfileJson(doc(attention + R"("dtype": "bf16"}]})"), "p.json"),
                  {"p.json: device.attention[0].time"});
+  const std::string step = R"({"reference_step": {"model": "gpt", "layers": 2, "hidden": 8, "heads": 2, "seq": 4, )";
+  ExpectBadInput(ParseProfileJson(doc(step + R"("batch": 2, "vocab": 64, "time": 0}})"), "p.json"),
+                 {"p.json: device.reference_step.time: must be positive"});
+  ExpectBadInput(ParseProfileJson(doc(step + R"("batch": 0, "vocab": 64, "time": 1}})"), "p.json"),
+                 {"p.json: device.reference_step.batch:"});
+  ExpectBadInput(ParseProfileJson(doc(step + R"("vocab": 64, "time": 1}})"), "p.json"),
+                 {"p.json: device.reference_step.batch: missing"});
+  ExpectBadInput(ParseProfileJson(doc(step + R"("batch": 2, "vocab": 64, "time": 1, "dropout": 0}})"), "p.json"),
+                 {"p.json: device.reference_step.dropout: unknown field"});
+  ExpectBadInput(ParseProfileJson(doc(R"({"reference_step": {"model": "bert", "layers": 1, "hidden": 8, "heads": 2, )"
+                                      R"("seq": 4, "batch": 2, "vocab": 64, "time": 1}})"), "p.json"),
+                 {"p.json: device.reference_step.model: must be \"gpt\" (got \"bert\")"});
+  ExpectBadInput(ParseProfileJson(doc(R"({"reference_step": {"model": "gpt", "layers": 65, "hidden": 8, "heads": 2, )"
+                                      R"("seq": 4, "batch": 2, "vocab": 64, "time": 1}})"), "p.json"),
+                 {"p.json: device.reference_step.layers:"});
+  ExpectBadInput(ParseProfileJson(doc(R"({"reference_step": [1]})"), "p.json"),
+                 {"p.json: device.reference_step: must be a JSON object (got an array)"});
   ExpectBadInput(
       ParseProfileJson(doc(R"({"attention": [{"op": "softmax", "batch_heads": 1, "seq": 8, "head_dim": 8}]})"), "p.json"),
       {"p.json: device.attention[0].op: must be \"attention\" or \"attention_grad\""});

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "kiwi/cli/cost_model_loader.h"
 #include "kiwi/cost/cluster.h"
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/file_io.h"
@@ -123,7 +124,7 @@ Result<cost::CostModel> CostFlags::Make(const cost::Cluster& cluster, const cost
     if (!read) return read.error();
     measured = *std::move(read);
   }
-  return cost::CostModel(cluster.device, options, std::move(measured));
+  return MakeCostModel(cluster, options, std::move(measured), profile);
 }
 
 CLI::Validator WholeNumber() {

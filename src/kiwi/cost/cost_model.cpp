@@ -85,17 +85,24 @@ CostModel::CostModel(DeviceSpec device, CostModelOptions options, Profile profil
     device_.kernel_launch_seconds = *measured.kernel_seconds;
 }
 
-double CostModel::KernelOverhead() const {
+double CostModel::SampleOverhead() const {
   const DeviceProfile& measured = profile_.device;
   if (measured.kernel_seconds && measured.overhead == OverheadKind::kAdditive) return *measured.kernel_seconds;
   return options_.kernel_overhead;
 }
 
-double CostModel::OverheadIn(const ir::Node& node) const {
-  if (IsNotComputed(node.kind) || MeasuredByName(node)) return 0.0;
-  if (node.flops <= 0.0 && node.bytes_accessed <= 0) return 0.0;
-  return KernelOverhead();
+double CostModel::KernelOverhead() const {
+  const DeviceProfile& measured = profile_.device;
+  if (measured.step_op_seconds && measured.overhead == OverheadKind::kAdditive) return *measured.step_op_seconds;
+  return SampleOverhead();
 }
+
+bool CostModel::PaysOpOverhead(const ir::Node& node) const {
+  if (IsNotComputed(node.kind) || MeasuredByName(node)) return false;
+  return node.flops > 0.0 || node.bytes_accessed > 0;
+}
+
+double CostModel::OverheadIn(const ir::Node& node) const { return PaysOpOverhead(node) ? KernelOverhead() : 0.0; }
 
 std::optional<double> CostModel::MeasuredByName(const ir::Node& node) const {
   if (!options_.use_measured_costs) return std::nullopt;
@@ -187,11 +194,10 @@ std::optional<double> CostModel::MeasuredGemmTime(const ir::Node& node, double w
   if (table.empty()) return std::nullopt;
   const std::optional<GemmShape> shape = GemmShapeOf(node, work_fraction);
   if (!shape) return std::nullopt;
-  const double overhead = KernelOverhead();
   const std::optional<double> rate =
-      InterpolatedGemmRate(table, node.op, shape->m, shape->n, shape->k, node.output.dtype, overhead);
+      InterpolatedGemmRate(table, node.op, shape->m, shape->n, shape->k, node.output.dtype, SampleOverhead());
   if (!rate || *rate <= 0.0) return std::nullopt;
-  return node.flops * work_fraction / *rate + overhead;
+  return node.flops * work_fraction / *rate + KernelOverhead();
 }
 
 std::optional<double> CostModel::MeasuredAttentionTime(const ir::Node& node, double work_fraction) const {
@@ -203,12 +209,11 @@ std::optional<double> CostModel::MeasuredAttentionTime(const ir::Node& node, dou
   const double rows = static_cast<double>(node.output.NumElements()) / static_cast<double>(seq * head_dim) * work_fraction;
   const int64_t batch_heads = std::max<int64_t>(1, std::llround(rows));
   const bool backward = node.op != "attention" && !node.op.empty();  // attention_grad_{q,k,v}
-  const double overhead = KernelOverhead();
   const std::optional<double> rate =
       InterpolatedAttentionRate(table, backward, batch_heads, seq, head_dim, node.attrs.causal,
-                                node.attrs.dropout_p > 0.0, node.output.dtype, overhead);
+                                node.attrs.dropout_p > 0.0, node.output.dtype, SampleOverhead());
   if (!rate || *rate <= 0.0) return std::nullopt;
-  return node.flops * work_fraction / *rate + overhead;
+  return node.flops * work_fraction / *rate + KernelOverhead();
 }
 
 // tiles = ceil(rows / 128) x ceil(cols / 128) over the output (leading dims flattened into rows);

@@ -46,8 +46,8 @@ class CostModel {
   // Measured first (profile by name, then Node::measured_cost, both scaled by work_fraction); then a
   // GEMM-like op with samples in the profile's device tables: flops / interpolated rate + overhead;
   // else roofline: max(flops / (peak(dtype) * eff(kind)), bytes / bandwidth) + overhead, where the
-  // bandwidth is the profile's measured one, else mem_bw * mem_eff, and the overhead the profile's
-  // kernel time on a device that runs ops one after another (CPU), else options.kernel_overhead. An
+  // bandwidth is the profile's measured one, else mem_bw * mem_eff, and the overhead KernelOverhead()
+  // (a CPU profile's calibrated per-op time or kernel time, else options.kernel_overhead). An
   // optimizer node: OptimizerStepTime of its bytes and inputs.
   // Persistent nodes (parameters, optimizer state) and inputs cost 0: they are not computed.
   double ComputeTime(const ir::Node& node, double work_fraction = 1.0) const;
@@ -112,12 +112,18 @@ class CostModel {
   // profile's or the device's bandwidth; plus the profile's time per tensor and the kernel overhead.
   double OptimizerStepTime(std::string_view optimizer, double input_bytes, double input_tensors) const;
 
-  // Seconds added to every executed op: the profile's kernel time when ops run one after another.
+  // Seconds added to every executed op when ops run one after another (an additive profile): the
+  // per-op time of eager training calibrated from the profile's reference step where the loader set
+  // it (DeviceProfile::step_op_seconds), else the profile's kernel time; else options.kernel_overhead.
   double KernelOverhead() const;
 
+  // Whether ComputeTime adds KernelOverhead() to the op: an op that computes or moves bytes and is not
+  // measured by name (a measured time carries its own).
+  bool PaysOpOverhead(const ir::Node& node) const;
+
   // The part of ComputeTime(node, f) that is per execution and does not scale with f: KernelOverhead()
-  // where ComputeTime adds it (not for ops measured by name, which carry their own). A pass of an op
-  // split k ways, or run on a micro-batch, still pays it whole.
+  // where the op pays it (PaysOpOverhead). A pass of an op split k ways, or run on a micro-batch, still
+  // pays it whole.
   double OverheadIn(const ir::Node& node) const;
 
   // Megatron-LM's vocabulary-parallel cross-entropy (Shoeybi et al. 2019, §3) on one device's
@@ -148,6 +154,9 @@ class CostModel {
   // options.use_measured_costs: ComputeTime scales it, OverheadIn adds nothing to it.
   std::optional<double> MeasuredByName(const ir::Node& node) const;
   std::optional<double> MeasuredGemmTime(const ir::Node& node, double work_fraction) const;
+  // The per-call time inside the profile's own GEMM and attention samples (its kernel time on an
+  // additive device, timed by the same loop), stripped from them to get their rates.
+  double SampleOverhead() const;
   // A fused attention op at the profile's rate for its direction and shape: the op's output is
   // [batch and heads..., seq, head_dim] (for every attention op and gradient of a self-attention),
   // its batch and heads scaled by work_fraction; nullopt without attention samples.

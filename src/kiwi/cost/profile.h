@@ -60,6 +60,17 @@ struct CollectiveSample {
 // (CostModel::LaunchBoundTime) instead.
 enum class OverheadKind : uint8_t { kAdditive, kLaunchBound };
 
+// A small model's eager training pass (forward and backward, no optimizer step, no dropout) as
+// `kiwi profile` timed it on a CPU: kiwi's `gpt` at these sizes, run by the distributed runtime's
+// model functions (python/kiwi/torch/distributed/model.py). The loader prices the same model's IR and
+// calibrates the per-op time of eager training from it (CalibratedStepOpSeconds).
+struct ReferenceStep {
+  std::string model = "gpt";
+  int layers = 1;
+  int64_t hidden = 8, heads = 2, seq = 4, batch = 2, vocab = 64;
+  double seconds = 0.0;
+};
+
 struct DeviceProfile {
   std::string name;                             // what measured it: "cpu (1 thread)", "NVIDIA H100 80GB HBM3"
   std::vector<GemmSample> gemm;                 // matmul / batched matmul
@@ -73,12 +84,17 @@ struct DeviceProfile {
   // state: the IR step's inputs) beyond its traffic: PyTorch's per-parameter loop of small kernels.
   std::map<std::string, double> optimizer_tensor_seconds;
   std::optional<double> kernel_seconds;         // time of an op that does (almost) nothing
+  std::optional<ReferenceStep> reference_step;  // a CPU's timed training pass of a small model
+  // The per-op time of an eager training step beyond the op's work, calibrated from reference_step by
+  // the loader (cli::MakeCostModel); on an additive device it replaces kernel_seconds as the per-op
+  // cost of every priced op, while kernel_seconds still strips the profile's own samples.
+  std::optional<double> step_op_seconds;
   OverheadKind overhead = OverheadKind::kAdditive;
   std::vector<CollectiveSample> collectives;
 
   bool empty() const {
     return gemm.empty() && conv.empty() && attention.empty() && !memory_bandwidth && op_bandwidth.empty() &&
-           optimizer_tensor_seconds.empty() && !kernel_seconds && collectives.empty();
+           optimizer_tensor_seconds.empty() && !kernel_seconds && !reference_step && collectives.empty();
   }
 };
 

@@ -174,8 +174,39 @@ Result<std::map<std::string, double>> ReadNumbersByName(const Json& object, cons
   return out;
 }
 
+// "reference_step": {"model": "gpt", "layers", "hidden", "heads", "seq", "batch", "vocab", "time"}: a small
+// model's timed training pass (cost::ReferenceStep), its time in the file's unit.
+Result<cost::ReferenceStep> ReadReferenceStep(const Json& device, const JsonPath& device_at, double scale) {
+  Result<const Json*> object = ObjectField(device, device_at, "reference_step");
+  if (!object) return object.error();
+  const Json& r = **object;
+  const JsonPath at = device_at.Key("reference_step");
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(r, at, {"model", "layers", "hidden", "heads", "seq", "batch", "vocab", "time"}));
+  cost::ReferenceStep step;
+  Result<std::string> model = StringField(r, at, "model");
+  if (!model) return model.error();
+  if (*model != "gpt") return at.BadKey("model", fmt::format("must be \"gpt\" (got \"{}\")", *model));
+  step.model = *model;
+  // A small model: its IR is built and priced each time the profile is loaded.
+  Result<int64_t> layers = IntField(r, at, "layers", IntRange{1, 64});
+  if (!layers) return layers.error();
+  step.layers = static_cast<int>(*layers);
+  constexpr IntRange kSize{1, 1 << 16};
+  for (auto [key, field] : {std::pair<std::string_view, int64_t*>{"hidden", &step.hidden}, {"heads", &step.heads},
+                            {"seq", &step.seq}, {"batch", &step.batch}, {"vocab", &step.vocab}}) {
+    Result<int64_t> v = IntField(r, at, key, kSize);
+    if (!v) return v.error();
+    *field = *v;
+  }
+  Result<double> t = NumberField(r, at, "time", 0.0);
+  if (!t) return t.error();
+  if (*t <= 0.0) return at.BadKey("time", "must be positive");
+  step.seconds = *t * scale;
+  return step;
+}
+
 // "device": {"name", "gemm", "conv", "attention", "memory_bandwidth_gbps", "op_bandwidth_gbps", "optimizer_time_per_tensor",
-// "kernel_time", "overhead"}.
+// "kernel_time", "reference_step", "overhead"}.
 Result<cost::DeviceProfile> ReadDevice(const Json& doc, const JsonPath& root, double scale) {
   cost::DeviceProfile device;
   if (!FindField(doc, "device")) return device;
@@ -185,7 +216,7 @@ Result<cost::DeviceProfile> ReadDevice(const Json& doc, const JsonPath& root, do
   const JsonPath at = root.Key("device");
   KIWI_RETURN_IF_ERROR(
       CheckKnownKeys(d, at, {"name", "gemm", "conv", "attention", "memory_bandwidth_gbps", "op_bandwidth_gbps",
-                             "optimizer_time_per_tensor", "kernel_time", "overhead"}));
+                             "optimizer_time_per_tensor", "kernel_time", "reference_step", "overhead"}));
   Result<std::string> name = StringFieldOr(d, at, "name", "");
   if (!name) return name.error();
   device.name = *name;
@@ -214,6 +245,11 @@ Result<cost::DeviceProfile> ReadDevice(const Json& doc, const JsonPath& root, do
     Result<double> t = NumberField(d, at, "kernel_time", 0.0);
     if (!t) return t.error();
     device.kernel_seconds = *t * scale;
+  }
+  if (FindField(d, "reference_step")) {
+    Result<cost::ReferenceStep> step = ReadReferenceStep(d, at, scale);
+    if (!step) return step.error();
+    device.reference_step = *step;
   }
   Result<std::string> overhead = StringFieldOr(d, at, "overhead", "additive");
   if (!overhead) return overhead.error();

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kiwi/cli/common.h"
+#include "kiwi/cli/cost_model_loader.h"
 #include "kiwi/cost/cluster.h"
 #include "kiwi/cost/cost_model.h"
 #include "kiwi/cost/layer_profile.h"
@@ -45,7 +46,7 @@ Result<cost::CostModel> MakeCostModel(const cost::Cluster& cluster, const Target
   if (target.profile.empty() || target.profile.front() != '{') return cli::CostFlags{target.profile}.Make(cluster);
   Result<cost::Profile> read = io::ParseProfileJson(target.profile, "profile");
   if (!read) return read.error();
-  return cost::CostModel(cluster.device, {}, std::move(*read));
+  return cli::MakeCostModel(cluster, {}, std::move(*read), "profile");
 }
 
 // A parsed graph, its cluster and a cost model on the cluster's device: what most calls need.

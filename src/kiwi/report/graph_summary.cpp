@@ -32,6 +32,7 @@ Result<GraphSummary> SummarizeGraph(const ir::Graph& graph, const cost::CostMode
   if (!sim) return sim.error();
   s.checkpoint_all_peak_bytes = sim->peak_memory_bytes;
   s.compute_cost = sim->time.total();
+  s.per_op_seconds = cost_model.KernelOverhead();
   return s;
 }
 
@@ -46,7 +47,8 @@ nlohmann::json ToJson(const GraphSummary& s) {
           {"compute_cost_unit", s.measured_costs ? "as measured in the graph file" : "seconds"},
           {"persistent_bytes", s.persistent_bytes},
           {"saved_activation_bytes", s.saved_activation_bytes},
-          {"layers", s.layers}};
+          {"layers", s.layers},
+          {"per_op_seconds", s.per_op_seconds}};
 }
 
 std::string ToText(const GraphSummary& s) {
@@ -59,6 +61,8 @@ std::string ToText(const GraphSummary& s) {
   out += fmt::format("  checkpoint-all peak     {} ({} bytes)\n", FormatBytes(s.checkpoint_all_peak_bytes),
                      s.checkpoint_all_peak_bytes);
   out += fmt::format("  compute cost            {}\n", cost);
+  if (s.per_op_seconds > 0.0)
+    out += fmt::format("  per-op time             {} (each op, beyond its work)\n", FormatSeconds(s.per_op_seconds));
   if (s.persistent_bytes > 0)
     out += fmt::format("  parameters + optimizer  {}\n", FormatBytes(s.persistent_bytes));
   out += fmt::format("  saved for backward      {}\n", FormatBytes(s.saved_activation_bytes));

@@ -24,6 +24,7 @@ struct GraphSummary {
   int64_t saved_activation_bytes = 0;     // forward tensors read by the backward pass
   int64_t layers = 0;                     // distinct Node::layer values >= 0
   bool measured_costs = false;            // every computed node has a measured cost
+  double per_op_seconds = 0.0;            // what each priced op pays beyond its work (CostModel::KernelOverhead)
 };
 
 Result<GraphSummary> SummarizeGraph(const ir::Graph& graph, const cost::CostModel& cost_model);
