@@ -122,6 +122,30 @@ def test_the_runtime_steps_and_kiwi_prices_the_plans_optimizer(tmp_path):
         parse_args(["--plan", "x.json", "--optimizer", "lamb"])
 
 
+def test_kiwi_prices_the_runtime_without_dropout():
+    """The runtime's GPT has no dropout (model.py), whatever the plan says: kiwi prices the model that runs,
+    without dropout masks saved for backward."""
+    import json
+
+    from kiwi import _kiwi
+    from kiwi.torch.distributed.__main__ import model_config, parse_args
+    from kiwi.torch.distributed.plan import parse_plan
+    doc = {"kiwi_plan_version": 1, "model": "gpt", "model_flags": {"layers": 2, "hidden": 32, "heads": 4, "seq": 8,
+                                                                   "dropout": 0.1},
+           "layer": {"layers": [{"tp": 1, "dp": 4}] * 2, "global_batch": 8}}  # cpu4.json's 4 devices
+    plan = parse_plan(doc, "x.json")
+    model_config(parse_args(["--plan", "x.json"]), plan)
+    assert plan.model_flags["dropout"] == 0.0
+
+    def activations(flags):
+        report = json.loads(_kiwi.layer_plan_report(json.dumps({**plan.to_kiwi_plan(), "model_flags": flags}),
+                                                    CLUSTER, ""))
+        return report["model"]["layers"][0]["activation_bytes_per_sample"]
+    # A layer's three 1-byte masks per sample: two of [seq, hidden] and the probabilities' [heads, seq, seq],
+    # and the dropped probabilities kept beside the softmax's output (fp32).
+    assert activations(doc["model_flags"]) - activations(plan.model_flags) == 2 * 8 * 32 + 4 * 8 * 8 + 4 * (4 * 8 * 8)
+
+
 def test_the_runtime_steps_the_optimizer_kiwi_prices():
     """Each name the runtime takes makes the optimizer kiwi models under that name: plain SGD has no
     momentum buffer (kiwi counts no state for "sgd"), Adam no multi-tensor temporaries."""

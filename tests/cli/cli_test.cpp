@@ -321,6 +321,33 @@ TEST(Cli, VocabularyIsRecordedInThePlan) {
   EXPECT_NE(vit.err.find("--vocab"), std::string::npos) << vit.err;
 }
 
+// --dropout 0 (a model trained without dropout, as the distributed runtime and Llama-style recipes do):
+// the plan records it, its replay prices the same model, and no dropout mask is saved for backward.
+TEST(Cli, DropoutIsRecordedInThePlan) {
+  const std::string path = (TempDir() / "dropout_plan.json").string();
+  const std::string model = "--model gpt --layers 2 --hidden 256 --heads 4 --seq 128 --batch 8 ";
+  auto none = RunKiwi("plan " + model + "--dropout 0 --json --out " + path);
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_NE(testing::Slurp(path).find("\"dropout\": 0"), std::string::npos) << testing::Slurp(path);
+  auto sim = RunKiwi("simulate " + path + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_TRUE(sim.Json()["claims"]["peak_memory_bytes_matches"].get<bool>());
+  auto with = RunKiwi("graph " + model + "--json");
+  auto without = RunKiwi("graph " + model + "--dropout 0 --json");
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  // Saved for backward with dropout: per layer 1-byte masks of [8, 128, 256] (the attention output's and
+  // the MLP's) and of the [8, 4, 128, 128] probabilities, and the dropped probabilities in fp32 (the
+  // context's batched matmul reads them, the softmax's backward its own output); the embeddings' mask.
+  EXPECT_EQ(with.Json()["saved_activation_bytes"].get<int64_t>() - without.Json()["saved_activation_bytes"].get<int64_t>(),
+            2 * (2 * 8 * 128 * 256 + 8 * 4 * 128 * 128 + 4 * 8 * 4 * 128 * 128) + 8 * 128 * 256);
+  for (const std::string bad : {"--dropout 1", "--dropout -0.5"}) {
+    auto r = RunKiwi("graph " + model + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_EQ(CountLines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find("--dropout: must be in [0, 1)"), std::string::npos) << r.err;
+  }
+}
+
 TEST(Cli, SimulateOperatorPlanOnAGraphFile) {
   if (!std::filesystem::exists(kRemat + "vgg16_b256_train.json")) GTEST_SKIP() << "no ../shared/benchmarks";
   const std::string plan = WriteTemp("empty_op_plan.json", R"({"kiwi_plan_version": 1, "operator": {}})");

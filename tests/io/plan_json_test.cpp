@@ -84,6 +84,7 @@ TEST(PlanJson, RoundTripsExactly) {
   p->model_flags.layers = 8;
   p->model_flags.batch = 32;
   p->model_flags.vocab = 50304;
+  p->model_flags.dropout = 0.0;
   p->model_flags.dtype = "bf16";
   p->op->shardings[7] = {ir::ShardingSpec{}, {}, ir::AxisBit(0) | ir::AxisBit(1), ""};  // replicated scalar
   const std::string text = WritePlanJson(*p);

@@ -14,6 +14,7 @@ struct Overrides {
   Overrides& Batch(int64_t v) { o.batch = v; return *this; }
   Overrides& Ffn(int64_t v) { o.ffn = v; return *this; }
   Overrides& Vocab(int64_t v) { o.vocab = v; return *this; }
+  Overrides& Dropout(double v) { o.dropout = v; return *this; }
   Overrides& DType(ir::DType v) { o.dtype = v; return *this; }
   Overrides& Optimizer(ir::Optimizer v) { o.optimizer = v; return *this; }
   Overrides& Attention(AttentionKernel v) { o.attention = v; return *this; }

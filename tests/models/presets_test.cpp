@@ -72,6 +72,36 @@ TEST(LoadModel, OverridesApplyOnTop) {
   EXPECT_FALSE(LoadModel("llama2-7b", Overrides().DType(ir::DType::kF32))->training.master_weights);
 }
 
+// --dropout 0 builds the model without its dropout sites (masks and their multiplications, both passes);
+// another probability keeps every site at that probability (the fused attention's own dropout included).
+TEST(LoadModel, DropoutOverrideRemovesOrSetsEverySite) {
+  const auto count = [](const ir::Graph& g, auto pred) {
+    return std::count_if(g.nodes().begin(), g.nodes().end(), pred);
+  };
+  const auto masks = [&](const ir::Graph& g) {
+    return count(g, [](const ir::Node& n) { return n.kind == ir::OpKind::kRandom; });
+  };
+  const auto small = [](double p) {
+    return Overrides().Layers(2).Hidden(64).Heads(4).Seq(16).Batch(2).Vocab(128).Dropout(p);
+  };
+  Result<ir::Graph> with = BuildTrainingGraph(*LoadModel("gpt", Overrides().Layers(2).Hidden(64).Heads(4).Seq(16)
+                                                                   .Batch(2).Vocab(128)));
+  Result<ir::Graph> without = BuildTrainingGraph(*LoadModel("gpt", small(0.0)));
+  ASSERT_TRUE(with.ok() && without.ok());
+  EXPECT_EQ(masks(*with), 1 + 3 * 2);  // the embeddings', then per layer: attention probabilities, two outputs
+  EXPECT_EQ(masks(*without), 0);
+  // Each site: its mask, the forward multiplication and the backward one.
+  EXPECT_EQ(with->size() - without->size(), 3 * (1 + 3 * 2));
+  EXPECT_TRUE(ir::VerifyGraph(*without).ok());
+  Result<ModelSpec> fused = LoadModel("gpt", small(0.2).DType(ir::DType::kBF16));
+  ASSERT_TRUE(fused.ok()) << fused.error().message;
+  EXPECT_DOUBLE_EQ(Config(*fused).dropout_p, 0.2);
+  Result<ir::Graph> g = BuildTrainingGraph(*fused);
+  ASSERT_TRUE(g.ok());
+  EXPECT_GT(count(*g, [](const ir::Node& n) { return n.kind == ir::OpKind::kAttention && n.attrs.dropout_p == 0.2; }), 0);
+  EXPECT_EQ(count(*g, [](const ir::Node& n) { return n.attrs.dropout_p != 0.0 && n.attrs.dropout_p != 0.2; }), 0);
+}
+
 TEST(LoadModel, VocabularyOverrideResizesEmbeddingAndHead) {
   // GPT's untied embedding and LM head each hold vocab x hidden weights: 50,257 -> 50,304 words (nanoGPT's
   // padding to a multiple of 64) adds 2 x 47 x 1024 parameters.
@@ -127,6 +157,9 @@ TEST(LoadModel, BadOverridesNameTheFlag) {
   ExpectBadInput("vit-huge-32", Overrides().Vocab(1000), "--vocab: not applicable to model vit-huge-32");
   ExpectBadInput("swin", Overrides().Vocab(1000), "--vocab");
   ExpectBadInput("mlp", Overrides().Vocab(1000), "--vocab: not applicable to model mlp");
+  ExpectBadInput("gpt", Overrides().Dropout(1.0), "--dropout: must be in [0, 1), got 1");
+  ExpectBadInput("gpt", Overrides().Dropout(-0.1), "--dropout: must be in [0, 1)");
+  ExpectBadInput("mlp", Overrides().Dropout(0.0), "--dropout: not applicable to model mlp");
   ExpectBadInput("gpt-5", {}, "--model: unknown model 'gpt-5'");
 }
 

@@ -43,6 +43,8 @@ void ModelFlags::Add(CLI::App* app, const std::string& default_model) {
   app->add_option("--ffn", flags.ffn, "feed-forward size (default 4 x hidden)")->check(WholeNumber());
   app->add_option("--vocab", flags.vocab, "vocabulary of a language model (default: the preset's; gpt: GPT-2's 50,257)")
       ->check(WholeNumber());
+  app->add_option("--dropout", flags.dropout,
+                  "dropout probability of a transformer at every site, 0 for none (default: the preset's; gpt: 0.1)");
   app->add_option("--dtype", flags.dtype, "fp32 | bf16 | fp16 (default: the preset's)");
   app->add_option("--optimizer", flags.optimizer, "adam | fused_adam | sgd (default: the preset's)");
   app->add_option("--attention", flags.attention,
@@ -69,6 +71,7 @@ Result<models::ModelOverrides> ModelFlags::Overrides() const {
   o.batch = flags.batch;
   o.ffn = flags.ffn;
   o.vocab = flags.vocab;
+  o.dropout = flags.dropout;
   if (!flags.dtype.empty()) {
     std::optional<ir::DType> d = ir::ParseDType(flags.dtype);
     if (!d || !ir::IsFloating(*d) || *d == ir::DType::kF64)

@@ -16,7 +16,7 @@
 namespace kiwi::cli {
 
 // --model NAME and the size flags of CONTRACT.md (--layers --hidden --heads --seq --batch --ffn --vocab
-// --dtype --optimizer), held in the form a plan records them (plan::ModelFlags).
+// --dropout --dtype --optimizer), held in the form a plan records them (plan::ModelFlags).
 struct ModelFlags {
   std::string model;
   plan::ModelFlags flags;

@@ -225,13 +225,20 @@ Result<plan::ModelFlags> ReadModelFlags(const Json& value, const JsonPath& at) {
   KIWI_RETURN_IF_ERROR(CheckObject(value, at));
   KIWI_RETURN_IF_ERROR(
       CheckKnownKeys(value, at,
-                     {"layers", "hidden", "heads", "seq", "batch", "ffn", "vocab", "dtype", "optimizer", "attention"}));
+                     {"layers", "hidden", "heads", "seq", "batch", "ffn", "vocab", "dropout", "dtype", "optimizer",
+                      "attention"}));
   plan::ModelFlags f;
   for (std::string_view key : kModelSizeFlags) {
     if (FindField(value, key) == nullptr) continue;
     Result<int64_t> v = IntField(value, at, key, kDegreeRange);
     if (!v) return v.error();
     *SizeFlag(f, key) = *v;
+  }
+  if (FindField(value, "dropout") != nullptr) {
+    Result<double> p = NumberField(value, at, "dropout", 0.0);
+    if (!p) return p.error();
+    if (*p >= 1.0) return at.BadKey("dropout", fmt::format("must be in [0, 1), got {}", *p));
+    f.dropout = *p;
   }
   Result<std::string> dtype = StringFieldOr(value, at, "dtype", "");
   if (!dtype) return dtype.error();
@@ -250,6 +257,7 @@ OrderedJson ModelFlagsJson(const plan::ModelFlags& flags) {
   plan::ModelFlags f = flags;
   for (std::string_view key : kModelSizeFlags)
     if (const std::optional<int64_t>& v = *SizeFlag(f, key)) j[std::string(key)] = *v;
+  if (f.dropout) j["dropout"] = *f.dropout;
   if (!f.dtype.empty()) j["dtype"] = f.dtype;
   if (!f.optimizer.empty()) j["optimizer"] = f.optimizer;
   if (!f.attention.empty()) j["attention"] = f.attention;

@@ -20,8 +20,6 @@ namespace kiwi::models::detail {
 using ir::NodeId;
 using ir::Shape;
 
-// Megatron-LM's dropout probability for every dropout site.
-inline constexpr double kDropoutP = 0.1;
 inline constexpr int64_t kImageChannels = 3;  // ViT/Swin RGB input
 inline constexpr int64_t kT5Buckets = 32;     // T5's relative_attention_num_buckets
 

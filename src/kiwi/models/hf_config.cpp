@@ -195,7 +195,7 @@ Status ApplyPrecision(const Config& c, const ModelOverrides& o, ModelSpec& spec)
 }  // namespace
 
 Result<ModelSpec> ParseHfConfig(std::string_view text, const std::string& source, const ModelOverrides& o) {
-  if (o.layers || o.hidden || o.heads || o.ffn || o.vocab)
+  if (o.layers || o.hidden || o.heads || o.ffn || o.vocab || o.dropout)
     return BadInput(fmt::format("{}: the sizes come from the config; only --batch, --seq, --dtype, --optimizer, --attention apply", source));
   if (JsonDeeperThan(text))
     return BadInput(fmt::format("{}: JSON nested deeper than {} levels (an HF config is flat)", source, kMaxJsonDepth));

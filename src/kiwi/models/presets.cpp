@@ -128,6 +128,8 @@ Status CheckOverrideValues(const ModelOverrides& o) {
   KIWI_RETURN_IF_ERROR(CheckPositive("--ffn", o.ffn));
   KIWI_RETURN_IF_ERROR(CheckPositive("--vocab", o.vocab));
   if (o.optimizer && *o.optimizer == ir::Optimizer::kNone) return BadInput("--optimizer: must be adam, fused_adam or sgd");
+  if (o.dropout && !(*o.dropout >= 0.0 && *o.dropout < 1.0))
+    return BadInput(fmt::format("--dropout: must be in [0, 1), got {}", *o.dropout));
   return Status::Ok();
 }
 
@@ -188,6 +190,10 @@ Status ApplyTransformer(const Preset& preset, const ModelOverrides& o, Transform
   if (o.batch) c.batch = *o.batch;
   if (o.ffn) c.ffn = *o.ffn;
   if (o.vocab) c.vocab = *o.vocab;
+  if (o.dropout) {
+    c.dropout = *o.dropout > 0.0;
+    if (c.dropout) c.dropout_p = *o.dropout;
+  }
   if (!o.ffn && preset.ffn_follows_hidden && c.family == Family::kLlama) c.ffn = LlamaFfn(c.hidden);
   if (!o.ffn && preset.ffn_follows_hidden && c.family != Family::kLlama) c.ffn = 0;  // 4 * hidden
   if (o.dtype) c.dtype = *o.dtype;
@@ -202,6 +208,7 @@ Status ApplyMlp(const std::string& name, const ModelOverrides& o, MlpConfig& c) 
   if (o.attention) return NotApplicable(name, "--attention", "an MLP has no attention");
   if (o.seq) return NotApplicable(name, "--seq", "an MLP has no sequence");
   if (o.vocab) return NotApplicable(name, "--vocab", "an MLP has no vocabulary");
+  if (o.dropout) return NotApplicable(name, "--dropout", "kiwi's MLP has no dropout");
   if (o.layers || o.hidden || o.ffn) {
     const int layers = o.layers.value_or(static_cast<int>(c.widths.size()) - 1);
     const int64_t outer = o.hidden.value_or(c.widths.front());

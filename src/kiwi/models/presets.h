@@ -30,6 +30,7 @@ struct ModelOverrides {
   std::optional<ir::DType> dtype = {};
   std::optional<ir::Optimizer> optimizer = {};
   std::optional<AttentionKernel> attention = {};  // transformers only
+  std::optional<double> dropout = {};  // transformers only: the probability at every site, 0 for none
 };
 
 // A family name (gpt, bert, t5, vit, swin, llama, mlp) or a preset, with overrides applied.

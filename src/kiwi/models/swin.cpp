@@ -112,7 +112,7 @@ Status ValidateSwin(const TransformerConfig& c) {
 Result<ir::Graph> BuildSwinForward(const TransformerConfig& c) {
   GraphBuilder gb("swin", c.dtype);
   const std::vector<SwinStage> stages = SwinStages(c);
-  const double p = c.dropout ? kDropoutP : 0.0;
+  const double p = c.dropout ? c.dropout_p : 0.0;
   gb.Enter(-1, "embed");
   NodeId x = c.embeddings ? Dropout(gb, "dropout", PatchEmbedding(gb, c, stages[0]), p)
                           : gb.Input("hidden", c.dtype, {c.batch, stages[0].resolution * stages[0].resolution,

@@ -33,7 +33,7 @@ NodeId LossHead(GraphBuilder& gb, NodeId logits) {
 
 namespace {
 
-double DropoutP(const TransformerConfig& c) { return c.dropout ? kDropoutP : 0.0; }
+double DropoutP(const TransformerConfig& c) { return c.dropout ? c.dropout_p : 0.0; }
 
 LayerOptions StandardLayer(const TransformerConfig& c, NormKind norm, bool pre_norm, Activation act, bool bias) {
   LayerOptions o;

@@ -49,6 +49,7 @@ struct TransformerConfig {
   std::vector<int> stage_depths;    // Swin: layers per stage (sum = layers)
   ir::DType dtype = ir::DType::kF32;
   bool dropout = true;       // GPT/BERT/T5/ViT train with dropout; Llama without
+  double dropout_p = 0.1;    // the probability at every dropout site when `dropout`: Megatron-LM's default
   bool embeddings = true;    // include embeddings, final norm, head and loss (false: layers + loss only)
   AttentionKernel attention = AttentionKernel::kAuto;
 };

@@ -71,6 +71,7 @@ struct Claims {
 // --layers 8 ...`), so that a plan replays on exactly the model it was made for.
 struct ModelFlags {
   std::optional<int64_t> layers, hidden, heads, seq, batch, ffn, vocab;
+  std::optional<double> dropout;  // the probability at every dropout site (0: none); unset = the preset's
   std::string dtype;      // "" = the preset's
   std::string optimizer;  // "" = the preset's
   std::string attention;  // "" = auto (models::AttentionKernel)

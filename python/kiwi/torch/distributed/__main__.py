@@ -52,6 +52,7 @@ def model_config(args, plan):
         if getattr(args, k) is not None:
             flags[k] = getattr(args, k)
     flags["optimizer"] = args.optimizer or flags.get("optimizer") or "adam"
+    flags["dropout"] = 0.0  # the runtime's model has none (model.py): kiwi prices no dropout sites
     plan.model_flags = flags
     if "batch" not in flags:
         flags["batch"] = plan.global_batch
