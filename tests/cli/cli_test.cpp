@@ -300,15 +300,23 @@ TEST(Cli, AttentionKernelIsRecordedInThePlanAndChecked) {
 
 // --vocab is part of the model: a plan records it and replays on the same vocabulary (nanoGPT's 50,304
 // against GPT-2's 50,257: two vocab x hidden matrices more); image models refuse it in one line.
-TEST(Cli, VocabularyIsRecordedInThePlan) {
-  const std::string path = (TempDir() / "vocab_plan.json").string();
-  const std::string model = "--model gpt --layers 2 --hidden 256 --heads 4 --seq 128 --batch 8 ";
-  auto padded = RunKiwi("plan " + model + "--vocab 50304 --json --out " + path);
-  ASSERT_EQ(padded.exit_code, 0) << padded.err;
-  EXPECT_NE(testing::Slurp(path).find("\"vocab\": 50304"), std::string::npos) << testing::Slurp(path);
+constexpr const char* kSmallGpt = "--model gpt --layers 2 --hidden 256 --heads 4 --seq 128 --batch 8 ";
+
+// A model flag a plan must record: `kiwi plan` with it writes `fragment` into the plan file, and the
+// plan replays (`kiwi simulate`) on the same model, its claimed peak matching.
+void ExpectRecordedAndReplayed(const std::string& flag, const std::string& fragment) {
+  const std::string path = (TempDir() / "model_flag_plan.json").string();
+  auto made = RunKiwi(std::string("plan ") + kSmallGpt + flag + " --json --out " + path);
+  ASSERT_EQ(made.exit_code, 0) << made.err;
+  EXPECT_NE(testing::Slurp(path).find(fragment), std::string::npos) << testing::Slurp(path);
   auto sim = RunKiwi("simulate " + path + " --json");
   ASSERT_EQ(sim.exit_code, 0) << sim.err;
   EXPECT_TRUE(sim.Json()["claims"]["peak_memory_bytes_matches"].get<bool>());
+}
+
+TEST(Cli, VocabularyIsRecordedInThePlan) {
+  ExpectRecordedAndReplayed("--vocab 50304", "\"vocab\": 50304");
+  const std::string model = kSmallGpt;
   auto plain = RunKiwi("graph " + model + "--json");
   auto wider = RunKiwi("graph " + model + "--vocab 50304 --json");
   ASSERT_EQ(wider.exit_code, 0) << wider.err;
@@ -324,14 +332,8 @@ TEST(Cli, VocabularyIsRecordedInThePlan) {
 // --dropout 0 (a model trained without dropout, as the distributed runtime and Llama-style recipes do):
 // the plan records it, its replay prices the same model, and no dropout mask is saved for backward.
 TEST(Cli, DropoutIsRecordedInThePlan) {
-  const std::string path = (TempDir() / "dropout_plan.json").string();
-  const std::string model = "--model gpt --layers 2 --hidden 256 --heads 4 --seq 128 --batch 8 ";
-  auto none = RunKiwi("plan " + model + "--dropout 0 --json --out " + path);
-  ASSERT_EQ(none.exit_code, 0) << none.err;
-  EXPECT_NE(testing::Slurp(path).find("\"dropout\": 0"), std::string::npos) << testing::Slurp(path);
-  auto sim = RunKiwi("simulate " + path + " --json");
-  ASSERT_EQ(sim.exit_code, 0) << sim.err;
-  EXPECT_TRUE(sim.Json()["claims"]["peak_memory_bytes_matches"].get<bool>());
+  ExpectRecordedAndReplayed("--dropout 0", "\"dropout\": 0");
+  const std::string model = kSmallGpt;
   auto with = RunKiwi("graph " + model + "--json");
   auto without = RunKiwi("graph " + model + "--dropout 0 --json");
   ASSERT_EQ(without.exit_code, 0) << without.err;
