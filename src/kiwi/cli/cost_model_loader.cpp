@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <utility>
-#include <variant>
 
 #include "kiwi/cost/step_op_calibration.h"
 #include "kiwi/models/presets.h"
@@ -22,9 +21,9 @@ Result<ir::Graph> ReferenceGraph(const cost::ReferenceStep& step) {
   sizes.batch = step.batch;
   sizes.vocab = step.vocab;
   sizes.dtype = ir::DType::kF32;
+  sizes.dropout = 0.0;
   Result<models::ModelSpec> spec = models::LoadModel(step.model, sizes);
   if (!spec) return spec.error();
-  std::get<models::TransformerConfig>(spec->config).dropout = false;
   return models::BuildTrainingGraph(*spec);
 }
 
