@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "kiwi/cost/activation_memory.h"
+#include "kiwi/cost/pass_work.h"
 #include "kiwi/ir/backward.h"
 #include "kiwi/ir/layers.h"
 
@@ -16,35 +17,12 @@ namespace {
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-// One pass over `ops` for the whole graph batch: the seconds one device spends on the work (which
-// scales with the batch), the per-op overhead it pays whatever the batch (CostModel::OverheadIn), and
-// the kernels it launches. The optimizer update runs once per iteration, not per sample, so it is left
-// out (Galvatron-BMW §V times layers per sample).
-struct PassWork {
-  double seconds = 0.0;
-  double overhead = 0.0;
-  int kernels = 0;
-};
-
-PassWork SumPass(const ir::Graph& graph, std::span<const ir::NodeId> ops, const CostModel& cost_model) {
-  PassWork work;
-  for (ir::NodeId id : ops) {
-    const ir::Node& node = graph.node(id);
-    if (node.kind == ir::OpKind::kOptimizer) continue;
-    const double overhead = cost_model.OverheadIn(node);
-    work.seconds += cost_model.ComputeTime(node) - overhead;
-    work.overhead += overhead;
-    if (cost_model.LaunchesKernel(node)) ++work.kernels;
-  }
-  return work;
-}
-
 // Per-sample times and per-micro-batch overheads and kernels of a layer's (or other part's) two passes.
 void FillPasses(const ir::Graph& graph, std::span<const ir::NodeId> forward, std::span<const ir::NodeId> backward,
                 int64_t graph_batch, const CostModel& cost_model, LayerProfile& p) {
   const double batch = static_cast<double>(graph_batch);
-  const PassWork f = SumPass(graph, forward, cost_model);
-  const PassWork b = SumPass(graph, backward, cost_model);
+  const PassWork f = SumPassWork(graph, forward, cost_model);
+  const PassWork b = SumPassWork(graph, backward, cost_model);
   p.forward_seconds_per_sample = f.seconds / batch;
   p.backward_seconds_per_sample = b.seconds / batch;
   p.forward_overhead_seconds = f.overhead;
@@ -198,7 +176,7 @@ void AddVocabParallelLoss(const ir::Graph& graph, std::span<const ir::NodeId> fo
   const auto fused = [&](std::span<const ir::NodeId> ids, auto is_loss) {
     std::vector<ir::NodeId> loss;
     std::copy_if(ids.begin(), ids.end(), std::back_inserter(loss), [&](ir::NodeId id) { return is_loss(graph.node(id)); });
-    return SumPass(graph, loss, cost_model);
+    return SumPassWork(graph, loss, cost_model);
   };
   const PassWork f = fused(forward, [](const ir::Node& n) { return n.kind == ir::OpKind::kLoss; });
   const PassWork b = fused(backward, [](const ir::Node& n) { return n.op == "nll_loss_grad" || n.op == "cross_entropy_grad"; });

@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
+#include <vector>
+
+#include "kiwi/cost/pass_work.h"
 
 namespace kiwi::cost {
 
@@ -10,15 +14,11 @@ Result<double> CalibratedStepOpSeconds(const ir::Graph& reference, double measur
                                        const CostModel& priced_by) {
   if (!(measured_seconds > 0.0))
     return BadInput(fmt::format("the reference pass's time must be positive (got {})", measured_seconds));
-  double work = 0.0;
-  int64_t ops = 0;
-  for (const ir::Node& node : reference.nodes()) {
-    if (node.kind == ir::OpKind::kOptimizer) continue;
-    work += priced_by.ComputeTime(node) - priced_by.OverheadIn(node);
-    if (priced_by.PaysOpOverhead(node)) ++ops;
-  }
-  if (ops == 0) return BadInput("the reference model has no op that pays a per-op time");
-  return std::max(measured_seconds - work, 0.0) / static_cast<double>(ops);
+  std::vector<ir::NodeId> all(static_cast<size_t>(reference.size()));
+  std::iota(all.begin(), all.end(), 0);
+  const PassWork pass = SumPassWork(reference, all, priced_by);  // the optimizer step left out
+  if (pass.priced_ops == 0) return BadInput("the reference model has no op that pays a per-op time");
+  return std::max(measured_seconds - pass.seconds, 0.0) / static_cast<double>(pass.priced_ops);
 }
 
 }  // namespace kiwi::cost

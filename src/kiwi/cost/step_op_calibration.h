@@ -12,9 +12,8 @@
 namespace kiwi::cost {
 
 // (measured_seconds - work) / ops over the forward and backward ops of `reference` (its optimizer step
-// left out, as the reference pass leaves it out), where work is what `priced_by` gives each op beyond
-// its per-op overhead (ComputeTime - OverheadIn; an op measured by name counts whole as work) and ops
-// counts those that pay the overhead (CostModel::PaysOpOverhead). 0 when the measured pass is no
+// left out, as the reference pass leaves it out): SumPassWork's seconds and priced ops, the work being
+// what `priced_by` gives each op beyond its per-op overhead (an op measured by name counts whole). 0 when the measured pass is no
 // longer than its priced work; kBadInput when `reference` has no such op or the time is not positive.
 Result<double> CalibratedStepOpSeconds(const ir::Graph& reference, double measured_seconds,
                                        const CostModel& priced_by);
