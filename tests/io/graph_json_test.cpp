@@ -142,6 +142,34 @@ TEST(KiwiGraphJson, RoundTripsEveryFieldExactly) {
   EXPECT_EQ(WriteGraphJson(*back), text);
 }
 
+TEST(KiwiGraphJson, OperandsStoragesRoundTripsAndOtherValuesAreRefused) {
+  // A captured program: mm reads x [2, 8, 8] through a folded view, which kiwi's matmul rule refuses.
+  const std::string text = R"({"kiwi_graph_version": 1, "name": "cap", "operands": "storages", "nodes": [
+    {"id": 0, "name": "x", "kind": "input", "dtype": "f32", "shape": [2, 8, 8]},
+    {"id": 1, "name": "w", "kind": "parameter", "dtype": "f32", "shape": [4, 8]},
+    {"id": 2, "name": "mm", "kind": "matmul", "op": "aten.mm.default", "dtype": "f32", "shape": [16, 4],
+     "inputs": [0, 1], "flops": 1024}]})";
+  Result<ir::Graph> g = ParseGraphJson(text, "cap.json");
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  EXPECT_EQ(g->operands(), ir::Operands::kStorages);
+  const std::string written = WriteGraphJson(*g);
+  EXPECT_NE(written.find(R"("operands": "storages")"), std::string::npos) << written;
+  Result<ir::Graph> back = ParseGraphJson(written, "rt.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->operands(), ir::Operands::kStorages);
+  EXPECT_EQ(WriteGraphJson(*back), written);
+  // Without the field the same nodes are kiwi's operators, and the matmul rule applies.
+  const std::string field = R"("operands": "storages", )";
+  std::string tensors = text;
+  tensors.replace(tensors.find(field), field.size(), "");
+  ExpectBadInput(ParseGraphJson(tensors, "cap.json"), {"cap.json", "mm"});
+  std::string bad = text;
+  bad.replace(bad.find("storages"), 8, "views");
+  ExpectBadInput(ParseGraphJson(bad, "cap.json"), {"cap.json", "operands", "views"});
+  // A kiwi graph does not write the field at all: files written before it stay byte-identical.
+  EXPECT_EQ(WriteGraphJson(EveryFieldGraph()).find("operands"), std::string::npos);
+}
+
 TEST(KiwiGraphJson, RoundTripsAModelZooTrainingGraph) {
   models::TransformerConfig config;
   config.layers = 2;

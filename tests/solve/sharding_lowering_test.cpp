@@ -175,6 +175,12 @@ void ExpectBadInput(const Result<LoweredSharding>& r, const std::string& field) 
   EXPECT_EQ(r.error().message.find('\n'), std::string::npos);
 }
 
+TEST(ShardingLowering, RefusesAGraphCapturedFromPyTorch) {
+  ir::Graph g = test_util::MatmulGraph(8, 16, 4);
+  g.set_operands(ir::Operands::kStorages);
+  ExpectBadInput(LowerToShardingProblem(g, Costs(), Mesh2x4(), {}), "operator sharding needs kiwi's own operators");
+}
+
 TEST(ShardingLowering, BadMeshesAndOptionsAreBadInput) {
   const ir::Graph g = test_util::MatmulGraph(8, 16, 4);
   ir::DeviceMesh mesh = Mesh2x4();

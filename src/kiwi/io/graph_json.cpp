@@ -173,7 +173,7 @@ Result<ir::Node> ReadKiwiNode(const Json& j, const JsonPath& at, size_t index, i
 
 Result<ir::Graph> ReadKiwiGraph(const Json& doc, const std::string& source) {
   const JsonPath at(source);
-  KIWI_RETURN_IF_ERROR(CheckKnownKeys(doc, at, {kVersionKey, "name", "nodes", "order"}));
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(doc, at, {kVersionKey, "name", "operands", "nodes", "order"}));
   KIWI_RETURN_IF_ERROR(CheckVersion(doc, at, kVersionKey, kGraphVersion));
   Result<std::string> name = StringFieldOr(doc, at, "name", "");
   if (!name) return name.error();
@@ -182,6 +182,11 @@ Result<ir::Graph> ReadKiwiGraph(const Json& doc, const std::string& source) {
   const auto n = static_cast<int64_t>((*nodes)->size());
   if (n > std::numeric_limits<int32_t>::max()) return at.BadKey("nodes", "too many nodes");
   ir::Graph g(std::move(*name));
+  Result<std::string> operands = StringFieldOr(doc, at, "operands", "tensors");
+  if (!operands) return operands.error();
+  if (*operands != "tensors" && *operands != "storages")
+    return at.BadKey("operands", fmt::format("must be \"tensors\" or \"storages\" (got \"{}\")", *operands));
+  g.set_operands(*operands == "storages" ? ir::Operands::kStorages : ir::Operands::kTensors);
   for (size_t i = 0; i < (*nodes)->size(); ++i) {
     Result<ir::Node> node = ReadKiwiNode((**nodes)[i], at.Key("nodes").Index(i), i, n);
     if (!node) return node.error();
@@ -305,6 +310,7 @@ std::string WriteGraphJson(const ir::Graph& graph) {
   OrderedJson doc;
   doc[kVersionKey] = kGraphVersion;
   doc["name"] = graph.name();
+  if (graph.operands() == ir::Operands::kStorages) doc["operands"] = "storages";
   doc["nodes"] = OrderedJson::array();
   for (const ir::Node& n : graph.nodes()) doc["nodes"].push_back(NodeJson(n));
   if (graph.has_explicit_order()) doc["order"] = graph.order();

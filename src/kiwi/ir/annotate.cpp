@@ -221,6 +221,7 @@ double OpFlops(const Graph& graph, const Node& node) {
 }
 
 void AnnotateFlopsAndBytes(Graph& graph) {
+  if (graph.operands() == Operands::kStorages) return;  // the capture measured them with torch's FLOP counter
   for (NodeId id = 0; id < graph.size(); ++id) {
     const Node& node = graph.node(id);
     if (node.kind == OpKind::kOpaque) continue;

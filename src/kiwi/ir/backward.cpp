@@ -273,6 +273,7 @@ std::string_view OptimizerName(Optimizer optimizer) {
 Result<Graph> BuildTrainingGraph(const Graph& forward, const TrainingOptions& options) {
   const std::string source = forward.name().empty() ? "forward graph" : forward.name();
   KIWI_RETURN_IF_ERROR(VerifyGraph(forward, source));
+  KIWI_RETURN_IF_ERROR(RequireTensorOperands(forward, "the backward graph builder"));
   const Result<NodeId> loss = FindLoss(forward, source);
   if (!loss) return loss.error();
   BackwardState s{forward, forward, {}, {}, {}, {}};

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <numeric>
 
+#include <fmt/format.h>
+
 namespace kiwi::ir {
 
 NodeId Graph::Add(Node node) {
@@ -16,6 +18,13 @@ std::vector<NodeId> Graph::order() const {
   std::vector<NodeId> ids(nodes_.size());
   std::iota(ids.begin(), ids.end(), 0);
   return ids;
+}
+
+Status RequireTensorOperands(const Graph& graph, std::string_view what) {
+  if (graph.operands() == Operands::kTensors) return Status::Ok();
+  return BadInput(fmt::format("{}: {} needs kiwi's own operators; this graph was captured from PyTorch "
+                              "(\"operands\": \"storages\"): plan its rematerialization, or build the model in kiwi",
+                              graph.name().empty() ? "graph" : graph.name(), what));
 }
 
 int64_t Graph::NumEdges() const {

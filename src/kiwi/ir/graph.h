@@ -16,10 +16,12 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiwi/ir/op_kind.h"
 #include "kiwi/ir/tensor.h"
+#include "kiwi/util/result.h"
 
 namespace kiwi::ir {
 
@@ -62,6 +64,14 @@ struct Node {
   bool is_persistent() const { return kind == OpKind::kParameter || kind == OpKind::kOptimizerState; }
 };
 
+// What a node's inputs are. kTensors: kiwi's own operators, whose operand shapes the verifier checks
+// per kind (verify_rules.cpp). kStorages: a program captured from PyTorch (kiwi.torch.capture_joint),
+// where a node is an ATen operator or one version of a storage it writes, and its inputs are the
+// storages it reads, views folded into their base: the shapes were computed by PyTorch's own meta
+// functions, so only the graph's structure is checked, and kiwi's gradient rules and operator
+// sharding (which need its operators' shapes) refuse such a graph.
+enum class Operands { kTensors, kStorages };
+
 class Graph {
  public:
   explicit Graph(std::string name = "") : name_(std::move(name)) {}
@@ -84,6 +94,9 @@ class Graph {
   bool has_explicit_order() const { return !order_.empty(); }
   void set_order(std::vector<NodeId> order) { order_ = std::move(order); }
 
+  Operands operands() const { return operands_; }
+  void set_operands(Operands operands) { operands_ = operands; }
+
   int64_t NumEdges() const;                         // sum of input-list lengths
   std::vector<std::vector<NodeId>> Consumers() const;  // consumers[i]: nodes reading i, ascending, unique
   int64_t NumNodes(Pass pass) const;
@@ -92,6 +105,11 @@ class Graph {
   std::string name_;
   std::vector<Node> nodes_;
   std::vector<NodeId> order_;  // empty = ids ascending
+  Operands operands_ = Operands::kTensors;
 };
+
+// BadInput naming `what` when `graph` holds storages, not kiwi's operators: for the passes that need
+// operator shapes (gradient rules, the layer view, operator sharding).
+Status RequireTensorOperands(const Graph& graph, std::string_view what);
 
 }  // namespace kiwi::ir

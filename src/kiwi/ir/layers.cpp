@@ -56,6 +56,7 @@ bool IsBoundary(const Graph& g, const Node& n, const std::vector<NodeId>& reader
 
 Result<LayerView> BuildLayerView(const Graph& training) {
   const std::string source = training.name().empty() ? "graph" : training.name();
+  KIWI_RETURN_IF_ERROR(RequireTensorOperands(training, "the layer view"));
   int32_t max_layer = -1;
   for (const Node& n : training.nodes()) {
     if (n.layer < -1)

@@ -168,6 +168,7 @@ Result<LoweredSharding> LowerToShardingProblem(const ir::Graph& graph, const cos
   KIWI_RETURN_IF_ERROR(CheckMesh(mesh));
   KIWI_RETURN_IF_ERROR(CheckOptions(options));
   KIWI_RETURN_IF_ERROR(ir::VerifyGraph(graph, "graph"));
+  KIWI_RETURN_IF_ERROR(ir::RequireTensorOperands(graph, "operator sharding"));
   LoweredSharding l;
   l.mesh_shape = mesh.Shape();
   l.seconds_per_unit = options.seconds_per_unit;
