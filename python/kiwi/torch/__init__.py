@@ -8,9 +8,15 @@ measure it (docs/pytorch.md).
     loss = F.cross_entropy(fast(x), y); loss.backward()      # gradients equal to model's
     fast.train_step((x,), y, optimizer)                      # the step as planned (micro-batches...)
     print(plan.predicted_peak_bytes, plan.predicted_seconds)
+
+    cap = kt.capture_joint(model, (x,), labels=y)            # any model make_fx traces: autograd's own graph
+    step = kt.apply_joint(kt.plan_joint(cap, fraction=0.6))  # kiwi's schedule, run op by op
+    loss = step(x, labels=y); optimizer.step()               # fills .grad as backward() does
 """
 from kiwi.torch.capture import Captured, OptimizerSpec, capture
 from kiwi.torch.chunked_optimizer import chunked_step
+from kiwi.torch.joint_capture import JointCapture, capture_joint
+from kiwi.torch.joint_plan import JointPlan, JointStep, apply_joint, plan_joint
 from kiwi.torch.errors import CaptureError, InfeasibleError, PlanError, TraceError, UnsupportedOpError
 from kiwi.torch.measure import StepMeasurement, measure_step, prime_optimizer, step_tensors, training_step
 from kiwi.torch.planning import (RematPlan, apply_remat, droppable_tensors, floor, plan_from_dropped, plan_remat,
@@ -22,5 +28,6 @@ __all__ = [
     "Captured", "OptimizerSpec", "capture", "CaptureError", "InfeasibleError", "PlanError", "TraceError",
     "UnsupportedOpError", "StepMeasurement", "measure_step", "prime_optimizer", "step_tensors", "training_step",
     "RematPlan", "apply_remat", "droppable_tensors", "floor", "plan_from_dropped", "plan_remat", "predict",
-    "RematModule", "StepConfig", "chunked_step",
+    "RematModule", "StepConfig", "chunked_step", "JointCapture", "capture_joint", "JointPlan", "JointStep",
+    "apply_joint", "plan_joint",
 ]

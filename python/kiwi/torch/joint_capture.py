@@ -1,0 +1,465 @@
+"""Generic capture: a training step's joint forward + backward ATen graph, as torch.compile's AOTAutograd
+sees it, written as a kiwi graph of storages.
+
+`make_fx` traces `loss = loss_fn(model(inputs)); grads = torch.autograd.grad(loss, params)` with
+FakeTensors (no memory, no compute): the forward is the model's ATen ops, the backward is autograd's own.
+Every ATen op becomes kiwi nodes by what it does to memory, found from the FakeTensors' storages:
+
+- an op that makes new storages (most ops) gives one node per new storage; the first carries the op's
+  FLOPs (torch's FLOP counter) and bytes, the others (layer norm's mean and rstd...) are its outputs,
+  and the first reads a workspace node holding the op's temporaries (measured) and, since they all
+  exist while the op runs, the other outputs' bytes;
+- a view (view, transpose, slice, expand, `_unsafe_view`, split's pieces...) makes no node: whoever reads
+  it reads its base's storage ("operands": "storages" in kiwi's graph format);
+- an in-place op on an activation (dropout's `bernoulli_`, `relu_`) writes a new version of the storage:
+  one node, run out of place (on a copy) so that every node is a value, and the old version is freed
+  after its last reader; an in-place op on a parameter, buffer or input (batch norm's running
+  statistics) writes it in place: a one-byte node that prices the op.
+
+The graph ends with `step.outputs`, which reads what the step hands back (loss, gradients) and what its
+caller holds all step (the inputs), so that the schedule keeps them to the end."""
+import dataclasses
+import operator
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils.flop_counter import flop_registry
+
+import kiwi
+from kiwi.torch.aten_kinds import kiwi_kind, kiwi_op
+from kiwi.torch.errors import CaptureError, TraceError
+
+_DTYPES = {torch.float64: "f64", torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16",
+           torch.int64: "i64", torch.int32: "i32", torch.uint8: "u8", torch.bool: "u8", torch.int8: "u8"}
+
+
+# Ops that write an argument their schema does not mark as written: batch norm's running statistics
+# in training mode (the argument positions).
+_UNANNOTATED_WRITES = {"native_batch_norm": (3, 4), "cudnn_batch_norm": (3, 4), "miopen_batch_norm": (3, 4)}
+
+
+@dataclasses.dataclass
+class Produced:
+    """What computing one kiwi node does: run `fx` (an op node) and keep one of its effects."""
+    fx: torch.fx.Node
+    what: str                       # "output" (a new storage), "version" (an activation written), "write",
+                                    # "workspace" (the op's temporaries: counted, never a tensor of kiwi's)
+    index: int = 0                  # "output": position among the op's flattened outputs
+    storage: int = -1               # the storage made or written
+
+
+@dataclasses.dataclass
+class Storage:
+    """One storage of the traced step: who made it (root), and its kiwi node per version."""
+    root: Tuple[torch.fx.Node, Optional[int]]   # the FX node (and output index) whose tensor is the storage
+    nbytes: int
+    persistent: bool                             # a placeholder: parameter, buffer, input, constant
+    nodes: List[int] = dataclasses.field(default_factory=list)   # kiwi node of each version, in order
+
+
+@dataclasses.dataclass
+class JointCapture:
+    """A captured training step: the traced joint graph, kiwi's storage graph of it, and how they match."""
+    model: torch.nn.Module
+    gm: torch.fx.GraphModule
+    graph: Dict[str, Any]                 # kiwi graph JSON, "operands": "storages"
+    produced: List[Optional[Produced]]    # per kiwi node: what computes it (None: placeholder, step.outputs)
+    storages: List[Storage]
+    storage_of: Dict[torch.fx.Node, int]  # FX tensor node -> storage
+    chain: Dict[torch.fx.Node, List[torch.fx.Node]]   # FX node -> view ops from its storage's root to it
+    reads: Dict[torch.fx.Node, Dict[int, int]]        # op node -> {storage: kiwi node of the version it reads}
+    placeholders: List[torch.fx.Node]
+    param_names: List[str]
+    buffer_names: List[str]
+    input_spec: Any                       # pytree spec of (args, kwargs)
+    input_leaves: List[Any]               # the example inputs' leaves (tensors are placeholders)
+    outputs_node: int                     # kiwi id of step.outputs
+    loss_fn: Callable[..., Any]
+    cluster: Any
+    profile: Any = None
+    workspaces: Dict[str, int] = dataclasses.field(default_factory=dict)   # FX op name -> temporaries (bytes)
+
+    @property
+    def name(self) -> str:
+        return self.graph["name"]
+
+
+def _loss_of(output: Any, labels: Any, loss: Union[str, Callable[..., Any], None]) -> torch.Tensor:
+    if callable(loss):
+        return loss(output, labels) if labels is not None else loss(output)
+    if labels is not None and loss == "cross_entropy":
+        logits = output.logits if hasattr(output, "logits") else output
+        return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1))
+    if hasattr(output, "loss") and isinstance(output.loss, torch.Tensor):
+        return output.loss                                      # HuggingFace models given labels
+    if isinstance(output, (tuple, list)) and output and isinstance(output[0], torch.Tensor):
+        output = output[0]
+    if isinstance(output, torch.Tensor) and output.numel() == 1:
+        return output.reshape(())
+    raise CaptureError("loss: the model's output is not a scalar loss; pass labels= (cross-entropy) or loss=fn")
+
+
+def _trace(model: torch.nn.Module, args: Tuple[Any, ...], kwargs: Dict[str, Any], labels: Any,
+           loss: Union[str, Callable[..., Any], None]):
+    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    buffers = list(model.named_buffers())
+    leaves, spec = pytree.tree_flatten((args, kwargs, labels))
+    tensor_at = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]
+    p_names, b_names = [n for n, _ in params], [n for n, _ in buffers]
+
+    def step(p_values, b_values, in_values):
+        filled = list(leaves)
+        for i, v in zip(tensor_at, in_values):
+            filled[i] = v
+        a, kw, lab = pytree.tree_unflatten(filled, spec)
+        state = dict(zip(p_names, p_values))
+        state.update(zip(b_names, b_values))
+        out = torch.func.functional_call(model, state, a, kw, strict=False, tie_weights=True)
+        value = _loss_of(out, lab, loss)
+        grads = torch.autograd.grad(value, p_values, allow_unused=True)
+        return value, grads
+
+    p_values = [p.detach().requires_grad_(True) for _, p in params]
+    b_values = [b.detach() for _, b in buffers]
+    in_values = [leaves[i].detach() for i in tensor_at]
+    try:
+        gm = make_fx(step, tracing_mode="fake", _allow_non_fake_inputs=True)(p_values, b_values, in_values)
+    except CaptureError:
+        raise
+    except Exception as e:  # torch's own tracing errors: data-dependent control flow, unsupported Python
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise TraceError(f"make_fx cannot trace {type(model).__name__}: {type(e).__name__}: {first}") from None
+    return gm, p_names, b_names, spec, leaves
+
+
+def _tensors(value: Any) -> List[Optional[torch.Tensor]]:
+    """An FX node's value as a flat list of its tensor outputs (None where an output is not a tensor)."""
+    flat = pytree.tree_leaves(value) if isinstance(value, (tuple, list)) else [value]
+    return [v if isinstance(v, torch.Tensor) else None for v in flat]
+
+
+def _dtype_shape(t: torch.Tensor, nbytes: int) -> Tuple[str, List[int]]:
+    """A storage as a kiwi tensor: its tensor's dtype and shape when they cover it, else u8[bytes]."""
+    dtype = _DTYPES.get(t.dtype)
+    if dtype is not None and t.numel() * t.element_size() == nbytes and all(d >= 1 for d in t.shape):
+        return dtype, [int(d) for d in t.shape]
+    return "u8", [max(int(nbytes), 1)]
+
+
+def _flops(n: torch.fx.Node) -> float:
+    packet = getattr(n.target, "overloadpacket", None)
+    if packet not in flop_registry:
+        return 0.0
+    args, kwargs = pytree.tree_map_only(torch.fx.Node, lambda a: a.meta.get("val"), (n.args, n.kwargs))
+    try:
+        return float(flop_registry[packet](*args, **kwargs, out_val=n.meta.get("val")))
+    except Exception:  # a formula that does not take this overload's arguments: the op is priced by bytes
+        return 0.0
+
+
+class _GraphBuilder:
+    """Walks the traced joint graph once and writes kiwi's storage graph."""
+
+    def __init__(self, gm: torch.fx.GraphModule, name: str, workspaces: Dict[str, int]):
+        self.gm = gm
+        self.workspaces = workspaces
+        self.nodes: List[Dict[str, Any]] = []
+        self.produced: List[Optional[Produced]] = []
+        self.storages: List[Storage] = []
+        self.by_ref: Dict[Any, int] = {}
+        self.storage_of: Dict[torch.fx.Node, int] = {}
+        self.chain: Dict[torch.fx.Node, List[torch.fx.Node]] = {}
+        self.reads: Dict[torch.fx.Node, Dict[int, int]] = {}
+        self.name = name
+
+    def add(self, name: str, kind: str, op: str, dtype: str, shape: List[int], inputs: List[int],
+            backward: bool, produced: Optional[Produced], flops: float = 0.0, nbytes: int = 0) -> int:
+        node = {"id": len(self.nodes), "name": name, "kind": kind, "op": op, "dtype": dtype, "shape": shape,
+                "inputs": inputs}
+        if backward:
+            node["pass"] = "backward"
+        if flops > 0:
+            node["flops"] = flops
+        if nbytes > 0:
+            node["bytes_accessed"] = int(nbytes)
+        self.nodes.append(node)
+        self.produced.append(produced)
+        return node["id"]
+
+    def new_storage(self, t: torch.Tensor, root: Tuple[torch.fx.Node, Optional[int]], persistent: bool) -> int:
+        ref = StorageWeakRef(t.untyped_storage())
+        self.by_ref[ref] = len(self.storages)
+        self.storages.append(Storage(root, int(t.untyped_storage().nbytes()), persistent))
+        return len(self.storages) - 1
+
+    def find(self, t: torch.Tensor) -> Optional[int]:
+        return self.by_ref.get(StorageWeakRef(t.untyped_storage()))
+
+    def same_as(self, n: torch.fx.Node, first: torch.fx.Node) -> None:
+        """Placeholder n is the same tensor as `first` (labels that are the input ids): one storage."""
+        self.storage_of[n] = self.storage_of[first]
+        self.chain[n] = []
+
+    def placeholder(self, n: torch.fx.Node, kind: str, op: str) -> None:
+        t = n.meta["val"]
+        s = self.new_storage(t, (n, None), persistent=True)
+        dtype, shape = _dtype_shape(t, self.storages[s].nbytes)
+        self.storages[s].nodes.append(self.add(n.name, kind, op, dtype, shape, [], False, None))
+        self.storage_of[n] = s
+        self.chain[n] = []
+
+    def current(self, s: int) -> List[int]:
+        """The kiwi nodes a reader of storage s depends on: its latest version (and, for a persistent
+        storage written in place, the placeholder besides the write)."""
+        nodes = self.storages[s].nodes
+        return [nodes[0], nodes[-1]] if self.storages[s].persistent and len(nodes) > 1 else [nodes[-1]]
+
+    def op(self, n: torch.fx.Node, backward: bool) -> None:
+        arg_nodes = [a for a in pytree.tree_leaves((n.args, n.kwargs)) if isinstance(a, torch.fx.Node)]
+        if n.target is operator.getitem:
+            self.getitem(n)
+            return
+        outs = _tensors(n.meta.get("val"))
+        read_storages: List[int] = []
+        for a in arg_nodes:
+            for t in _tensors(a.meta.get("val")):
+                s = self.find(t) if t is not None else None
+                if s is not None and s not in read_storages:
+                    read_storages.append(s)
+        self.reads[n] = {s: self.storages[s].nodes[-1] for s in read_storages}
+        inputs = sorted({v for s in read_storages for v in self.current(s)})
+        written = self.written_storages(n)
+        fresh = [(i, t) for i, t in enumerate(outs) if t is not None and self.find(t) is None]
+        # A view: its output's storage is one it reads, it writes nothing, it makes nothing.
+        if not fresh and not written:
+            self.alias(n, outs, arg_nodes)
+            return
+        kind, op = kiwi_kind(n.target), kiwi_op(n.target, backward)
+        tuple_out = isinstance(n.meta.get("val"), (tuple, list))
+        effects: List[Tuple[str, int, int, str, List[int], int]] = []   # what, index, storage, dtype, shape, bytes
+        for i, t in fresh:
+            st = self.new_storage(t, (n, i if tuple_out else None), False)
+            effects.append(("output", i, st, *_dtype_shape(t, self.storages[st].nbytes), self.storages[st].nbytes))
+        for st in written:
+            if self.storages[st].persistent:   # written in place: no new memory
+                effects.append(("write", 0, st, "u8", [1], 0))
+            else:
+                root_t = _root_tensor(self.storages[st].root)
+                effects.append(("version", 0, st, *_dtype_shape(root_t, self.storages[st].nbytes),
+                                self.storages[st].nbytes))
+        read_bytes = sum(self.storages[x].nbytes for x in read_storages)
+        out_bytes = sum(e[5] for e in effects)
+        # While the op runs, its temporaries and all its outputs exist at once; kiwi's nodes have one
+        # output each, so the first node also reads a workspace holding the temporaries and the other
+        # outputs' bytes (those outputs become kiwi nodes right after it).
+        transient = self.workspaces.get(n.name, 0) + out_bytes - effects[0][5]
+        first_inputs = list(inputs)
+        if transient > 0:
+            first_inputs.append(self.add(f"{n.name}.workspace", "opaque", "workspace", "u8", [transient], [],
+                                         backward, Produced(n, "workspace")))
+        for k, (what, i, st, dtype, shape, nbytes) in enumerate(effects):
+            if k == 0:
+                v = self.add(n.name, kind, op, dtype, shape, first_inputs, backward, Produced(n, what, i, st),
+                             _flops(n), read_bytes + out_bytes)
+            else:
+                suffix = f"out{i}" if what == "output" else f"writes{st}"
+                v = self.add(f"{n.name}.{suffix}", "opaque", f"{op}.output", dtype, shape, inputs, backward,
+                             Produced(n, what, i, st))
+            self.storages[st].nodes.append(v)
+        # The op's own tensor outputs: fresh ones are their storages' roots; the others alias an argument.
+        if isinstance(n.meta.get("val"), torch.Tensor):
+            t = n.meta["val"]
+            s = self.find(t)
+            self.storage_of[n] = s
+            if fresh:
+                self.chain[n] = []
+            else:  # an in-place op returns (a view of) the argument it wrote
+                parent = self.aliased_arg(n, t, arg_nodes)
+                self.chain[n] = list(self.chain[parent]) if parent is not None else []
+
+    def written_storages(self, n: torch.fx.Node) -> List[int]:
+        schema = getattr(n.target, "_schema", None)
+        if schema is None:
+            return []
+        out: List[int] = []
+        unannotated = _UNANNOTATED_WRITES.get(getattr(getattr(n.target, "overloadpacket", None), "__name__", ""), ())
+        for i, arg in enumerate(schema.arguments):
+            if (arg.alias_info is None or not arg.alias_info.is_write) and i not in unannotated:
+                continue
+            value = n.args[i] if i < len(n.args) else n.kwargs.get(arg.name)
+            for a in pytree.tree_leaves(value):
+                if isinstance(a, torch.fx.Node):
+                    for t in _tensors(a.meta.get("val")):
+                        s = self.find(t) if t is not None else None
+                        if s is not None and s not in out:
+                            out.append(s)
+        return out
+
+    def aliased_arg(self, n: torch.fx.Node, t: torch.Tensor, arg_nodes: List[torch.fx.Node]) -> Optional[torch.fx.Node]:
+        s = self.find(t)
+        for a in arg_nodes:
+            v = a.meta.get("val")
+            if isinstance(v, torch.Tensor) and self.find(v) == s:
+                return a
+        return None
+
+    def alias(self, n: torch.fx.Node, outs: List[Optional[torch.Tensor]], arg_nodes: List[torch.fx.Node]) -> None:
+        """A view (or a list of views): no kiwi node; its chain is its parent's plus itself."""
+        val = n.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            parent = self.aliased_arg(n, val, arg_nodes)
+            if parent is None:
+                return
+            self.storage_of[n] = self.find(val)
+            self.chain[n] = self.chain.get(parent, []) + [n]
+        elif isinstance(val, (tuple, list)) and outs:
+            for a in arg_nodes:  # split, unbind, chunk: the pieces are views of one argument
+                v = a.meta.get("val")
+                if isinstance(v, torch.Tensor) and any(t is not None and self.find(t) == self.find(v) for t in outs):
+                    self.chain[n] = self.chain.get(a, []) + [n]
+                    return
+
+    def getitem(self, n: torch.fx.Node) -> None:
+        parent, index = n.args[0], n.args[1]
+        t = n.meta.get("val")
+        if not isinstance(t, torch.Tensor):
+            return
+        s = self.find(t)
+        self.storage_of[n] = s
+        st = self.storages[s] if s is not None else None
+        if st is not None and st.root == (parent, index):
+            st.root = (n, None)   # the piece itself is the storage's tensor from here on
+            self.chain[n] = []
+        elif parent in self.chain:
+            self.chain[n] = self.chain[parent] + [n]
+        else:
+            self.chain[n] = []
+
+
+def _same_input(leaves: List[Any], k: int) -> Optional[int]:
+    """The first earlier input tensor that is the same tensor as input k (the same storage, offset, shape
+    and strides), so that both are one storage; None if there is none."""
+    tensors = [leaf for leaf in leaves if isinstance(leaf, torch.Tensor)]
+    t = tensors[k]
+    for j in range(k):
+        u = tensors[j]
+        if (u.untyped_storage().data_ptr() == t.untyped_storage().data_ptr() and u.storage_offset() == t.storage_offset()
+                and u.shape == t.shape and u.stride() == t.stride() and u.dtype == t.dtype):
+            return j
+    return None
+
+
+def _root_tensor(root: Tuple[torch.fx.Node, Optional[int]]) -> torch.Tensor:
+    node, index = root
+    val = node.meta["val"]
+    return val if index is None else pytree.tree_leaves(val)[index]
+
+
+def capture_joint(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[Any], Dict[str, Any]],
+                  labels: Any = None, loss: Union[str, Callable[..., Any], None] = "cross_entropy",
+                  kwargs: Optional[Dict[str, Any]] = None, cluster: Any = None,
+                  profile: Any = None, workspaces: str = "measured") -> JointCapture:
+    """Captures one training step of `model` (forward, loss, autograd's backward) generically.
+
+    example_inputs: a tensor, a tuple of positional arguments, or a dict of keyword arguments.
+    labels + loss="cross_entropy": the loss is cross-entropy of the model's output (its `.logits` for
+    HuggingFace models) against labels; loss=fn: fn(output, labels); loss=None or no labels: the model
+    returns its loss (a scalar, a tuple starting with it, or an object with `.loss`: HuggingFace models
+    given `labels` in their keyword arguments).
+    workspaces="measured" runs the step once for real (checkpoint-all) to measure each op's temporaries,
+    which kiwi counts while the op runs; "none" captures without running anything (FakeTensors only)."""
+    if not isinstance(model, torch.nn.Module):
+        raise CaptureError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
+    if isinstance(example_inputs, torch.Tensor):
+        args: Tuple[Any, ...] = (example_inputs,)
+    elif isinstance(example_inputs, dict):
+        args, kwargs = (), {**example_inputs, **(kwargs or {})}
+    else:
+        args = tuple(example_inputs)
+    if loss is not None and not callable(loss) and loss != "cross_entropy":
+        raise CaptureError(f"loss: '{loss}' is not 'cross_entropy', a function or None")
+    if not any(p.requires_grad for p in model.parameters()):
+        raise CaptureError(f"model: {type(model).__name__} has no parameter that requires a gradient")
+    lab = labels if loss is not None else None
+    gm, p_names, b_names, spec, leaves = _trace(model, args, dict(kwargs or {}), lab, loss)
+    from kiwi.torch.costs import local_cluster
+    cap = _build(model, gm, p_names, b_names, spec, leaves, loss, cluster or local_cluster("cpu"), profile, {})
+    if workspaces == "measured":
+        cap = _build(model, gm, p_names, b_names, spec, leaves, loss, cap.cluster, profile, measure_workspaces(cap))
+    elif workspaces != "none":
+        raise CaptureError(f"workspaces: '{workspaces}' is not 'measured' or 'none'")
+    return cap
+
+
+def _build(model, gm, p_names, b_names, spec, leaves, loss, cluster, profile, workspaces: Dict[str, int]
+           ) -> JointCapture:
+    b = _GraphBuilder(gm, type(model).__name__, workspaces)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    n_params, n_buffers = len(p_names), len(b_names)
+    for i, n in enumerate(placeholders):
+        if i < n_params:
+            b.placeholder(n, "parameter", "parameter")
+        elif i < n_params + n_buffers:
+            b.placeholder(n, "parameter", "buffer")
+        else:
+            twin = _same_input(leaves, i - n_params - n_buffers)
+            if twin is not None:
+                b.same_as(n, placeholders[n_params + n_buffers + twin])
+            else:
+                b.placeholder(n, "input", "input")
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    loss_node = output.args[0][0]
+    backward = False
+    for n in gm.graph.nodes:
+        if n.op == "get_attr":
+            val = getattr(gm, n.target)
+            if isinstance(val, torch.Tensor):
+                n.meta.setdefault("val", val)
+                b.placeholder(n, "parameter", "constant")
+        elif n.op == "call_function":
+            b.op(n, backward)
+            if n is loss_node:
+                backward = True
+    held = {b.storage_of[n] for n in pytree.tree_leaves(output.args) if isinstance(n, torch.fx.Node)
+            and n in b.storage_of}
+    held |= {b.storage_of[n] for n in placeholders[n_params + n_buffers:]}
+    outputs = b.add("step.outputs", "opaque", "step_outputs", "u8", [1],
+                    sorted({v for s in held for v in b.current(s)}), True, None)
+    graph = {"kiwi_graph_version": 1, "name": b.name, "operands": "storages", "nodes": b.nodes}
+    try:
+        kiwi.parse_graph(graph, f"captured {b.name}")   # kiwi's verifier: a failure here is a bug of this capture
+    except kiwi.BadInputError as e:
+        raise CaptureError(f"internal error: the captured graph does not verify: {e}") from None
+    return JointCapture(model, gm, graph, b.produced, b.storages, b.storage_of, b.chain, b.reads, placeholders,
+                        p_names, b_names, spec, leaves, outputs, loss, cluster, profile, dict(workspaces))
+
+
+def measure_workspaces(cap: JointCapture) -> Dict[str, int]:
+    """Each op's temporaries: bytes its run allocated above what it left allocated (oneDNN's reordered
+    convolution operands, a softmax's scratch), from one real step (checkpoint-all) under the profiler.
+    The model's buffers and the random-number generator are left as they were."""
+    from kiwi.torch.joint_run import JointRunner, checkpoint_all
+    from kiwi.torch.measure import measure_step
+    runner = JointRunner(cap)
+    saved = {k: v.detach().clone() for k, v in cap.model.named_buffers()}
+    state = torch.get_rng_state()
+    schedule = checkpoint_all(cap)
+    try:
+        runner.run(schedule)   # a first run pays one-time allocations (kernel caches), not an op's temporaries
+        m = measure_step(lambda: runner.run(schedule, ranges=True), [], ranges=True)
+    finally:
+        torch.set_rng_state(state)
+        with torch.no_grad():
+            for k, v in cap.model.named_buffers():
+                v.copy_(saved[k])
+    out: Dict[str, int] = {}
+    for name, r in m.ranges.items():
+        v = int(name[len("kiwi::"):])
+        extra = r.peak - max(r.level_after, r.level_before)
+        if extra > 0 and cap.produced[v] is not None:
+            out[cap.produced[v].fx.name] = int(extra)
+    return out

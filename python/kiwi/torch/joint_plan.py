@@ -1,0 +1,151 @@
+"""Plans a generically captured training step (kiwi.torch.joint_capture) for a memory budget with kiwi's
+rematerialization solvers, and applies the plan in an ordinary training loop.
+
+The plan is a kiwi schedule over the captured storage graph; JointRunner runs it op by op, so what is
+resident at each moment is what the schedule says, and the simulator's peak is the prediction."""
+import dataclasses
+import json
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+import torch
+import torch.utils._pytree as pytree
+
+import kiwi
+from kiwi.torch.errors import InfeasibleError, PlanError
+from kiwi.torch.joint_capture import JointCapture
+from kiwi.torch.joint_run import JointRunner, checkpoint_all
+
+# Python numbers PyTorch wraps as 8-byte tensors for an instant (a scale, an epsilon) are in no node:
+# plans leave this much of the budget free for them.
+SCALAR_SLACK = 256
+
+
+@dataclasses.dataclass
+class JointPlan:
+    """A schedule of one captured step and the simulator's account of it."""
+    capture: JointCapture
+    budget_bytes: int
+    solver: str
+    schedule: List[Dict[str, Any]]
+    predicted_peak_bytes: int
+    predicted_seconds: float
+    baseline_peak_bytes: int        # checkpoint-all: every tensor kept until its last reader
+    baseline_seconds: float
+    solve_seconds: float = 0.0
+
+    def recomputed(self) -> List[str]:
+        """Names of the nodes the schedule computes more than once."""
+        seen, again = set(), []
+        for s in self.schedule:
+            if s["op"] == "compute":
+                if s["node"] in seen and s["node"] not in again:
+                    again.append(s["node"])
+                seen.add(s["node"])
+        return [self.capture.graph["nodes"][v]["name"] for v in again]
+
+    def to_json(self) -> Dict[str, Any]:
+        """A kiwi plan file (docs/plan-format.md) for the captured graph."""
+        return kiwi.make_plan(self.schedule, graph=self.capture.name, solver=self.solver,
+                              peak_memory_bytes=self.predicted_peak_bytes, iteration_seconds=self.predicted_seconds)
+
+    def save(self, path: str) -> None:
+        kiwi.write_plan(self.to_json(), path)
+
+
+def planning_graph(cap: JointCapture) -> Dict[str, Any]:
+    """The graph the solvers search: the captured one with each node's cost made explicit, where an
+    op's second and later outputs (layer norm's mean and rstd, max-pool's indices) cost what re-running
+    the op costs: computing one alone runs the whole op again. Node ids are unchanged."""
+    costs = kiwi.graph_summary(cap.graph, cap.cluster, cap.profile)["node_costs"]
+    graph = json.loads(json.dumps(cap.graph))
+    first_of: Dict[Any, int] = {}
+    for v, p in enumerate(cap.produced):
+        if p is not None and p.what != "workspace":
+            first_of.setdefault(p.fx, v)
+    for v, node in enumerate(graph["nodes"]):
+        p = cap.produced[v]
+        node["cost"] = float(costs[v])
+        if p is None or p.what == "workspace":
+            continue
+        node["cost"] = float(costs[first_of[p.fx]])
+    return graph
+
+
+def _simulate(cap: JointCapture, schedule: List[Dict[str, Any]]) -> Dict[str, Any]:
+    return kiwi.simulate(cap.graph, kiwi.make_plan(schedule), cap.cluster, cap.profile)
+
+
+def plan_joint(cap: JointCapture, budget: Union[int, str, None] = None, fraction: Optional[float] = None,
+               solver: str = "heuristic", time_limit: float = 30.0) -> JointPlan:
+    """The cheapest schedule kiwi finds whose simulated peak fits `budget` (bytes or "2GiB"), or
+    `fraction` of the checkpoint-all peak (with SCALAR_SLACK). A budget no schedule fits raises InfeasibleError naming
+    the smallest budget kiwi has a schedule for."""
+    if (budget is None) == (fraction is None):
+        raise PlanError("plan_joint: give exactly one of budget= and fraction=")
+    base = checkpoint_all(cap)
+    sim0 = _simulate(cap, base)
+    peak0, secs0 = int(sim0["peak_memory_bytes"]), float(sim0["iteration_seconds"])
+    if fraction is not None:
+        if not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0:
+            raise PlanError(f"fraction: must be in (0, 1], got {fraction!r}")
+        limit = int((peak0 + SCALAR_SLACK) * fraction)   # of what checkpoint-all needs, scalars included
+    else:
+        limit = kiwi.parse_bytes(budget, "budget")
+    if peak0 <= limit - SCALAR_SLACK:
+        return JointPlan(cap, limit, "checkpoint-all", base, peak0, secs0, peak0, secs0)
+    r = kiwi.solve_remat(planning_graph(cap), limit - SCALAR_SLACK, solver, cap.cluster, time_limit, check=False,
+                         profile=cap.profile)
+    if not r.feasible:
+        smallest = r.smallest_known_budget_bytes + SCALAR_SLACK if r.smallest_known_budget_bytes > 0 else None
+        error = InfeasibleError(
+            f"budget {kiwi.format_bytes(limit)} ({limit} bytes): no schedule of {cap.name} fits"
+            + (f"; the smallest budget kiwi can satisfy is {kiwi.format_bytes(smallest)} ({smallest} bytes)"
+               if smallest else "") + f" (memory lower bound {r.memory_lower_bound_bytes} bytes)")
+        error.smallest_budget_bytes = smallest
+        raise error
+    sim = _simulate(cap, r.schedule)
+    return JointPlan(cap, limit, r.solver, r.schedule, int(sim["peak_memory_bytes"]), float(sim["iteration_seconds"]),
+                     peak0, secs0, r.solve_seconds)
+
+
+class JointStep:
+    """A training step that runs `plan`: call it with the step's inputs (as captured: the positional
+    arguments, or the keyword dict, and the labels) and it fills each trainable parameter's `.grad`
+    (adding to it, as backward() does) and returns the loss; then call your optimizer."""
+
+    def __init__(self, plan: Union[JointPlan, JointCapture]):
+        self.capture = plan.capture if isinstance(plan, JointPlan) else plan
+        self.schedule = plan.schedule if isinstance(plan, JointPlan) else checkpoint_all(plan)
+        self.runner = JointRunner(self.capture)
+
+    def __call__(self, *args: Any, labels: Any = None, **kwargs: Any) -> torch.Tensor:
+        cap = self.capture
+        inputs: Optional[Sequence[Any]] = None
+        if args or kwargs or labels is not None:
+            a = args[0] if len(args) == 1 and isinstance(args[0], dict) else args
+            a, kw = ((), dict(a)) if isinstance(a, dict) else (tuple(a), kwargs)
+            leaves, spec = pytree.tree_flatten((a, kw, labels))
+            if spec != cap.input_spec:
+                raise PlanError(f"inputs: their structure {spec} differs from the captured step's {cap.input_spec}")
+            inputs = [t for t in leaves if isinstance(t, torch.Tensor)]
+            for t, c in zip(inputs, [c for c in cap.input_leaves if isinstance(c, torch.Tensor)]):
+                if t.shape != c.shape or t.dtype != c.dtype:
+                    raise PlanError(f"inputs: a tensor of shape {tuple(t.shape)} {t.dtype} where the step was "
+                                    f"captured with {tuple(c.shape)} {c.dtype}: capture again for new shapes")
+        loss, grads = self.runner.run(self.schedule, inputs)
+        named = dict(cap.model.named_parameters())
+        with torch.no_grad():
+            for name, g in zip(cap.param_names, grads):
+                if g is None:
+                    continue
+                p = named[name]
+                if p.grad is None:
+                    p.grad = g if g.is_contiguous() else g.contiguous()
+                else:
+                    p.grad.add_(g)
+        return loss
+
+
+def apply_joint(plan: Union[JointPlan, JointCapture]) -> JointStep:
+    """The training step of `plan` (a JointCapture alone: checkpoint-all, i.e. no rematerialization)."""
+    return JointStep(plan)

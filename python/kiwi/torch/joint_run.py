@@ -1,0 +1,243 @@
+"""Runs a captured training step (kiwi.torch.joint_capture) exactly as a kiwi schedule says: each
+`compute` runs the node's ATen op on the real tensors, each `free` drops the node's storage, and a
+node computed again is recomputed from the versions its schedule keeps. The values are the traced
+step's (autograd's own backward, the same kernels in the same order): gradients are bit-identical to
+`torch.autograd.grad` of the unmodified model where no op is recomputed out of its order, and random
+ops (dropout) replay the generator state of their first run when recomputed."""
+import operator
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+from torch.autograd.profiler import record_function
+
+from kiwi.torch.aten_kinds import is_random
+from kiwi.torch.errors import PlanError
+from kiwi.torch.joint_capture import JointCapture, Produced
+
+
+_NOTHING = torch.empty(0, dtype=torch.uint8)   # the value of nodes that hold no tensor of their own
+
+
+class JointRunner:
+    """Replays schedules of one JointCapture on the model's current parameters and buffers."""
+
+    def __init__(self, cap: JointCapture):
+        self.cap = cap
+        self.params = dict(cap.model.named_parameters())
+        self.buffers = dict(cap.model.named_buffers())
+        self.storage_of_node = {v: s for s, st in enumerate(cap.storages) for v in st.nodes}
+        self.effects: Dict[torch.fx.Node, List[Tuple[int, Produced]]] = {}
+        for w, p in enumerate(cap.produced):
+            if p is not None:
+                self.effects.setdefault(p.fx, []).append((w, p))
+
+    def run(self, schedule: Sequence[Dict[str, Any]], inputs: Optional[Sequence[Any]] = None, ranges: bool = False
+            ) -> Tuple[torch.Tensor, List[Optional[torch.Tensor]]]:
+        """One step under `schedule` (kiwi's [{"op": "compute"|"free", "node": id}]): the loss and the
+        gradients of the model's trainable parameters (None where a parameter is unused). `inputs`:
+        the tensor leaves of (args, kwargs, labels) in capture order; default the example inputs.
+        `ranges`: each op runs in a profiler range "kiwi::<node id>" (measure.measure_step(ranges=True))."""
+        cap = self.cap
+        retain = _retained_outputs(cap, self.effects, schedule)
+        recomputed = _recomputed_ops(cap, schedule)
+        env: Dict[int, torch.Tensor] = {}
+        pending: Dict[int, torch.Tensor] = {}
+        computed: Dict[int, int] = {}
+        rng: Dict[torch.fx.Node, Any] = {}
+        ran: set = set()
+        leaves = [leaf for leaf in cap.input_leaves if isinstance(leaf, torch.Tensor)] if inputs is None else list(inputs)
+        values = [self.params[n].detach() for n in cap.param_names] + \
+                 [self.buffers[n] for n in cap.buffer_names] + [t.detach() for t in leaves]
+        if len(values) != len(cap.placeholders):
+            raise PlanError(f"inputs: {len(leaves)} tensors given, the step was captured with "
+                            f"{len(cap.placeholders) - len(cap.param_names) - len(cap.buffer_names)}")
+        placeholder_value = dict(zip(cap.placeholders, values))
+        outputs_value: Dict[str, Any] = {}
+        with torch.no_grad():
+            for i, step in enumerate(schedule):
+                v = int(step["node"])
+                if step["op"] == "free":
+                    env.pop(v, None)
+                    continue
+                computed[v] = computed.get(v, 0) + 1
+                if v == cap.outputs_node:
+                    outputs_value = self._outputs(env, placeholder_value)
+                    env[v] = _NOTHING
+                    continue
+                produced = cap.produced[v]
+                if produced is None:   # a placeholder: the model's tensor
+                    if v not in self.storage_of_node:
+                        raise PlanError(f"schedule[{i}]: node {v} is not in the captured step")
+                    node = cap.storages[self.storage_of_node[v]].root[0]
+                    env[v] = placeholder_value[node] if node in placeholder_value else getattr(cap.gm, node.target)
+                    continue
+                if v in pending:
+                    env[v] = pending.pop(v)
+                    continue
+                if produced.what == "workspace":   # the op allocates it itself; kiwi only counts it
+                    env[v] = _NOTHING
+                    continue
+                again = produced.fx in ran   # the op ran before in this step: its writes go to copies
+                ran.add(produced.fx)
+                if ranges:
+                    with record_function(f"kiwi::{v}"):
+                        made = self._run_op(produced.fx, env, placeholder_value, rng, again, recomputed)
+                else:
+                    made = self._run_op(produced.fx, env, placeholder_value, rng, again, recomputed)
+                for w, value in made.items():
+                    if w == v:
+                        env[v] = value
+                    elif w in retain.get(i, ()):
+                        pending[w] = value   # the op's other storages, until the schedule computes them
+                    del value
+                del made
+        if not outputs_value:
+            raise PlanError("schedule: never computes step.outputs")
+        return outputs_value["loss"], outputs_value["grads"]
+
+    def _value(self, fx: torch.fx.Node, reader: Optional[torch.fx.Node], env: Dict[int, torch.Tensor],
+               placeholders: Dict[torch.fx.Node, Any], base: Optional[torch.Tensor] = None) -> Any:
+        """The value `reader` sees for its argument `fx`: the version of fx's storage it reads, viewed
+        through fx's chain of views (`base`: that storage's tensor, given when it is a fresh copy)."""
+        cap = self.cap
+        s = cap.storage_of.get(fx)
+        if s is None:
+            if fx.op == "placeholder":
+                return placeholders[fx]
+            raise PlanError(f"internal: the capture has no storage for '{fx.name}'")
+        st = cap.storages[s]
+        if base is None:
+            if st.persistent:
+                base = placeholders.get(st.root[0])
+                if base is None:
+                    base = getattr(cap.gm, st.root[0].target)
+            else:
+                version = cap.reads[reader][s] if reader is not None else st.nodes[-1]
+                base = self._resident(version, reader, env)
+        return self._replay(cap.chain.get(fx, []), base, env, placeholders)
+
+    def _resident(self, version: int, reader: Optional[torch.fx.Node], env: Dict[int, torch.Tensor]) -> torch.Tensor:
+        if version not in env:
+            raise PlanError(f"schedule: {reader.name if reader is not None else 'the step'} reads "
+                            f"'{self.cap.graph['nodes'][version]['name']}', which is not resident")
+        return env[version]
+
+    def _replay(self, chain: List[torch.fx.Node], value: Any, env, placeholders) -> Any:
+        for view in chain:
+            if view.target is operator.getitem:
+                value = value[view.args[1]]
+                continue
+            parent = self._alias_parent(view)
+            args, kwargs = pytree.tree_map_only(
+                torch.fx.Node, lambda a, p=parent, cur=value: cur if a is p else self._const(a, placeholders),
+                (view.args, view.kwargs))
+            value = view.target(*args, **kwargs)
+        return value
+
+    def _alias_parent(self, view: torch.fx.Node) -> Optional[torch.fx.Node]:
+        prev = [a for a in pytree.tree_leaves((view.args, view.kwargs)) if isinstance(a, torch.fx.Node)]
+        return prev[0] if prev else None
+
+    def _const(self, a: torch.fx.Node, placeholders):
+        if a.op == "placeholder":
+            return placeholders[a]
+        raise PlanError(f"internal: view argument {a.name} is not the viewed tensor")
+
+    def _run_op(self, fx: torch.fx.Node, env, placeholders, rng, again: bool, recomputed) -> Dict[int, torch.Tensor]:
+        cap = self.cap
+        copies: Dict[int, torch.Tensor] = {}   # storage written -> its new version (a copy)
+        produced_here = self.effects[fx]
+        for w, p in produced_here:
+            if p.what == "version":
+                copies[p.storage] = self._resident(cap.reads[fx][p.storage], fx, env).clone()
+            elif p.what == "write" and again:   # re-running a write into a parameter or buffer: into a copy
+                st = cap.storages[p.storage]
+                copies[p.storage] = self._value(st.root[0], None, env, placeholders).clone()
+
+        def arg(a: torch.fx.Node):
+            s = cap.storage_of.get(a)
+            if s is not None and s in copies:
+                return self._value(a, fx, env, placeholders, base=copies[s])
+            return self._value(a, fx, env, placeholders)
+
+        args, kwargs = pytree.tree_map_only(torch.fx.Node, arg, (fx.args, fx.kwargs))
+        if fx in recomputed and is_random(fx.target, fx.args, fx.kwargs):
+            # The generator's state of the first run, kept for the recomputations as Python bytes: host
+            # memory outside PyTorch's allocator (5,056 bytes on a CPU), as a CUDA generator's 16-byte
+            # state is outside the device's.
+            if fx not in rng:
+                rng[fx] = torch.get_rng_state().numpy().tobytes()
+                result = fx.target(*args, **kwargs)
+            else:
+                with torch.random.fork_rng(devices=[]):
+                    torch.set_rng_state(torch.frombuffer(bytearray(rng[fx]), dtype=torch.uint8))
+                    result = fx.target(*args, **kwargs)
+        else:
+            result = fx.target(*args, **kwargs)
+        del args, kwargs
+        outs = [result] if not isinstance(result, (tuple, list)) else pytree.tree_leaves(result)
+        made: Dict[int, torch.Tensor] = {}
+        for w, p in produced_here:
+            if p.what == "output":
+                made[w] = outs[p.index]
+            elif p.what == "version":
+                made[w] = copies[p.storage]
+            elif p.what == "write":
+                made[w] = _NOTHING
+        return made
+
+    def _outputs(self, env, placeholders) -> Dict[str, Any]:
+        output = next(n for n in self.cap.gm.graph.nodes if n.op == "output")
+        loss_fx, grads_fx = output.args[0][0], output.args[0][1:]
+
+        def value(a):
+            if not isinstance(a, torch.fx.Node):
+                return a
+            s = self.cap.storage_of[a]
+            st = self.cap.storages[s]
+            base = None if st.persistent else env.get(st.nodes[-1])
+            if base is None and not st.persistent:
+                raise PlanError(f"schedule: '{a.name}' (a step output) is not resident at step.outputs")
+            return self._value(a, None, env, placeholders, base=base)
+
+        return {"loss": value(loss_fx), "grads": [value(g) for g in grads_fx]}
+
+
+def _recomputed_ops(cap: JointCapture, schedule: Sequence[Dict[str, Any]]) -> set:
+    """The FX ops one of whose nodes the schedule computes more than once."""
+    counts: Dict[int, int] = {}
+    for step in schedule:
+        if step["op"] == "compute":
+            counts[int(step["node"])] = counts.get(int(step["node"]), 0) + 1
+    return {cap.produced[v].fx for v, k in counts.items()
+            if k > 1 and 0 <= v < len(cap.produced) and cap.produced[v] is not None}
+
+
+def _retained_outputs(cap: JointCapture, effects, schedule: Sequence[Dict[str, Any]]) -> Dict[int, set]:
+    """For each step that runs an op: its other outputs that the schedule computes next (frees aside),
+    kept until then, as kiwi counts them; the others are dropped at once, so that no tensor lives
+    that the schedule does not count."""
+    out: Dict[int, set] = {}
+    for i, step in enumerate(schedule):
+        v = int(step["node"])
+        if step["op"] != "compute" or not 0 <= v < len(cap.produced) or cap.produced[v] is None:
+            continue
+        fx = cap.produced[v].fx
+        mine = {w for w, p in effects.get(fx, []) if w != v and p.what != "workspace"}
+        for later in schedule[i + 1:]:
+            w = int(later["node"])
+            if later["op"] == "free":
+                continue
+            if w not in mine:
+                break
+            out.setdefault(i, set()).add(w)
+    return out
+
+
+def checkpoint_all(cap: JointCapture) -> List[Dict[str, Any]]:
+    """Every node once, in order, freed after its last reader (kiwi's checkpoint-all schedule)."""
+    import kiwi
+    return kiwi.solve_remat(cap.graph, 1 << 62, "checkpoint-all", cap.cluster, check=False).schedule
