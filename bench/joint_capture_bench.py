@@ -1,0 +1,126 @@
+"""The generic capture (kiwi.torch.capture_joint) on the HuggingFace models of kiwi.torch.hf_zoo: for each
+model and each budget (100%, 80%, 60% of the checkpoint-all peak, or the smallest budget kiwi knows
+works when that is higher), kiwi's plan is run and measured against its prediction and against
+unmodified training.
+
+    .venv/bin/python bench/joint_capture_bench.py [--models gpt2,llama] [--repeats 5] [--profile cpu.json]
+
+Columns: capture seconds (trace + one measured step for the workspaces), nodes of kiwi's graph, the
+budget, predicted and measured peak (torch.profiler's CPU allocator events over the step, plus what is
+resident), recomputations, gradients against torch.autograd.grad of the unmodified model ("=" bit for
+bit, else the largest difference relative to the gradient's largest magnitude), predicted step time
+(kiwi's analytic model on this CPU, and with --profile a `kiwi profile` device profile), the
+plan's measured median time (runner), and an eager forward + backward of the model for scale."""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "python"))
+
+import torch  # noqa: E402
+
+import kiwi  # noqa: E402
+import kiwi.torch as kt  # noqa: E402
+from kiwi.torch import hf_zoo  # noqa: E402
+from kiwi.torch.joint_run import JointRunner  # noqa: E402
+from kiwi.torch.measure import measure_step  # noqa: E402
+
+
+def _plan(cap, fraction):
+    try:
+        return kt.plan_joint(cap, fraction=fraction), ""
+    except kiwi.InfeasibleError as e:
+        if e.smallest_budget_bytes is None:
+            raise
+        return kt.plan_joint(cap, budget=e.smallest_budget_bytes), " (smallest)"
+
+
+def _grad_check(grads, ref):
+    worst = 0.0
+    for g, r in zip(grads, ref):
+        if g is None or torch.equal(g, r):
+            continue
+        worst = max(worst, ((g - r).abs().max() / max(r.abs().max().item(), 1e-30)).item())
+    return "=" if worst == 0.0 else f"{worst:.0e}"
+
+
+def bench(name, repeats, profile):
+    import transformers
+    transformers.logging.set_verbosity_error()
+    model, inputs = hf_zoo.build(name)
+    t0 = time.perf_counter()
+    cap = kt.capture_joint(model, inputs, loss=None)
+    capture_s = time.perf_counter() - t0
+    params = [p for p in model.parameters() if p.requires_grad]
+    saved = {k: v.clone() for k, v in model.named_buffers()}
+
+    def restore():
+        with torch.no_grad():
+            for k, v in model.named_buffers():
+                v.copy_(saved[k])
+
+    torch.manual_seed(1)
+    ref = torch.autograd.grad(model(**inputs).loss, params, allow_unused=True)
+    restore()
+    eager = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        torch.autograd.grad(model(**inputs).loss, params, allow_unused=True)
+        eager.append(time.perf_counter() - t)
+    restore()
+    resident = list(model.parameters()) + list(model.buffers()) + list(inputs.values())
+    runner = JointRunner(cap)
+    rows = []
+    for fraction in (1.0, 0.8, 0.6):
+        plan, note = _plan(cap, fraction)
+        box = {}
+
+        def step():
+            torch.manual_seed(1)
+            box["out"] = runner.run(plan.schedule)
+
+        m = measure_step(step, resident)
+        restore()
+        _, grads = box.pop("out")
+        times = []
+        for _ in range(repeats):
+            t = time.perf_counter()
+            runner.run(plan.schedule)
+            times.append(time.perf_counter() - t)
+        restore()
+        with_profile = ""
+        if profile:
+            sim = kiwi.simulate(cap.graph, kiwi.make_plan(plan.schedule), cap.cluster, profile)
+            with_profile = f" {sim['iteration_seconds'] * 1e3:.1f} |"
+        err = (plan.predicted_peak_bytes - m.peak_bytes) / m.peak_bytes
+        rows.append(f"| {name} | {len(cap.graph['nodes'])} | {capture_s:.1f} | {fraction:.0%}{note} | "
+                    f"{plan.budget_bytes / 2**20:.2f} | {plan.predicted_peak_bytes / 2**20:.2f} | "
+                    f"{m.peak_bytes / 2**20:.2f} | {err:+.2%} | {len(plan.recomputed())} | {_grad_check(grads, ref)} | "
+                    f"{plan.predicted_seconds * 1e3:.1f} |{with_profile} {statistics.median(times) * 1e3:.1f} | "
+                    f"{statistics.median(eager) * 1e3:.1f} |")
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(hf_zoo.names()))
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--profile", default=None, help="a `kiwi profile` device profile of this machine")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    prof = " predicted ms (profile) |" if args.profile else ""
+    print("| model | nodes | capture s | budget | budget MiB | predicted MiB | measured MiB | error | recomputed | "
+          f"gradients | predicted ms (analytic) |{prof} measured ms | eager fwd+bwd ms |")
+    print("|---" * (14 if args.profile else 13) + "|")
+    for name in args.models.split(","):
+        try:
+            for row in bench(name, args.repeats, args.profile):
+                print(row, flush=True)
+        except Exception as e:  # a bench row, not a crash: say which model and why
+            print(f"| {name} | failed: {type(e).__name__}: {str(e).splitlines()[0][:200]} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
