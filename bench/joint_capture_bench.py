@@ -4,13 +4,17 @@ works when that is higher), kiwi's plan is run and measured against its predicti
 unmodified training.
 
     .venv/bin/python bench/joint_capture_bench.py [--models gpt2,llama] [--repeats 5] [--profile cpu.json]
+                                                  [--optimizer adam|sgd]
 
 Columns: capture seconds (trace + one measured step for the workspaces), nodes of kiwi's graph, the
 budget, predicted and measured peak (torch.profiler's CPU allocator events over the step, plus what is
 resident), recomputations, gradients against torch.autograd.grad of the unmodified model ("=" bit for
 bit, else the largest difference relative to the gradient's largest magnitude), predicted step time
 (kiwi's analytic model on this CPU, and with --profile a `kiwi profile` device profile), the
-plan's measured median time (runner), and an eager forward + backward of the model for scale."""
+plan's measured median time (runner), and an eager forward + backward of the model for scale.
+With --optimizer the optimizer's step is part of the captured step (its state resident, its step run
+by the plan); the gradients column is then "-" (they go into the optimizer) and "eager" is
+forward + backward + optimizer step."""
 import argparse
 import os
 import statistics
@@ -46,12 +50,18 @@ def _grad_check(grads, ref):
     return "=" if worst == 0.0 else f"{worst:.0e}"
 
 
-def bench(name, repeats, profile):
+def bench(name, repeats, profile, optimizer):
     import transformers
+    from kiwi.torch.measure import step_tensors
     transformers.logging.set_verbosity_error()
     model, inputs = hf_zoo.build(name)
+    opt = None
+    if optimizer == "adam":
+        opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    elif optimizer == "sgd":
+        opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
     t0 = time.perf_counter()
-    cap = kt.capture_joint(model, inputs, loss=None)
+    cap = kt.capture_joint(model, inputs, loss=None, optimizer=opt)
     capture_s = time.perf_counter() - t0
     params = [p for p in model.parameters() if p.requires_grad]
     saved = {k: v.clone() for k, v in model.named_buffers()}
@@ -67,10 +77,15 @@ def bench(name, repeats, profile):
     eager = []
     for _ in range(repeats):
         t = time.perf_counter()
-        torch.autograd.grad(model(**inputs).loss, params, allow_unused=True)
+        if opt is None:
+            torch.autograd.grad(model(**inputs).loss, params, allow_unused=True)
+        else:
+            model(**inputs).loss.backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
         eager.append(time.perf_counter() - t)
     restore()
-    resident = list(model.parameters()) + list(model.buffers()) + list(inputs.values())
+    resident = step_tensors(model, opt, list(inputs.values()))
     runner = JointRunner(cap)
     rows = []
     for fraction in (1.0, 0.8, 0.6):
@@ -97,7 +112,8 @@ def bench(name, repeats, profile):
         err = (plan.predicted_peak_bytes - m.peak_bytes) / m.peak_bytes
         rows.append(f"| {name} | {len(cap.graph['nodes'])} | {capture_s:.1f} | {fraction:.0%}{note} | "
                     f"{plan.budget_bytes / 2**20:.2f} | {plan.predicted_peak_bytes / 2**20:.2f} | "
-                    f"{m.peak_bytes / 2**20:.2f} | {err:+.2%} | {len(plan.recomputed())} | {_grad_check(grads, ref)} | "
+                    f"{m.peak_bytes / 2**20:.2f} | {err:+.2%} | {len(plan.recomputed())} | "
+                    f"{_grad_check(grads, ref) if opt is None else '-'} | "
                     f"{plan.predicted_seconds * 1e3:.1f} |{with_profile} {statistics.median(times) * 1e3:.1f} | "
                     f"{statistics.median(eager) * 1e3:.1f} |")
     return rows
@@ -108,6 +124,8 @@ def main():
     ap.add_argument("--models", default=",".join(hf_zoo.names()))
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--profile", default=None, help="a `kiwi profile` device profile of this machine")
+    ap.add_argument("--optimizer", choices=["adam", "sgd"], default=None,
+                    help="make the optimizer's step part of the captured step")
     args = ap.parse_args()
     torch.set_num_threads(1)
     prof = " predicted ms (profile) |" if args.profile else ""
@@ -116,7 +134,7 @@ def main():
     print("|---" * (14 if args.profile else 13) + "|")
     for name in args.models.split(","):
         try:
-            for row in bench(name, args.repeats, args.profile):
+            for row in bench(name, args.repeats, args.profile, args.optimizer):
                 print(row, flush=True)
         except Exception as e:  # a bench row, not a crash: say which model and why
             print(f"| {name} | failed: {type(e).__name__}: {str(e).splitlines()[0][:200]} |", flush=True)

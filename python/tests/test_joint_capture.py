@@ -238,3 +238,79 @@ def test_workspaces_none_captures_without_running_the_model():
         assert torch.equal(v, before[k]), k
     measured = kt.capture_joint(model, (x,), labels=y)
     assert any("convolution" in name for name in measured.workspaces), measured.workspaces
+
+
+class RefusedByTheFxPath(nn.Module):
+    """The constructs kiwi's fx path refused in torchvision's models (issue 17): ReLU6 (MobileNetV2),
+    Hardswish (MobileNetV3), torch.cat (DenseNet, Inception), ceil_mode pooling (SqueezeNet, GoogLeNet),
+    grouped convolution (ResNeXt, RegNet), channel shuffle's view/transpose (ShuffleNet)."""
+
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.grouped = nn.Conv2d(8, 8, 3, padding=1, groups=4)
+        self.branch = nn.Conv2d(8, 8, 1)
+        self.pool = nn.MaxPool2d(3, stride=2, ceil_mode=True)
+        self.head = nn.Linear(16, 5)
+
+    def forward(self, x):
+        y = nn.functional.relu6(self.stem(x))
+        z = nn.functional.hardswish(self.grouped(y))
+        b, c, h, w = z.shape
+        z = z.view(b, 4, c // 4, h, w).transpose(1, 2).reshape(b, c, h, w)   # channel shuffle
+        y = torch.cat([z, self.branch(y)], dim=1)
+        y = self.pool(y)
+        return self.head(y.mean(dim=(2, 3)))
+
+
+def test_constructs_the_fx_path_refused_are_captured_planned_and_run():
+    torch.manual_seed(0)
+    model = RefusedByTheFxPath()
+    x, y = torch.randn(4, 3, 15, 15), torch.randint(0, 5, (4,))
+    cap = kt.capture_joint(model, (x,), labels=y)
+    ref_loss, ref, _ = _reference(model, lambda: nn.functional.cross_entropy(model(x), y))
+    plan = _plan_or_smallest(cap, 0.6)
+    resident = list(model.parameters()) + [x, y]
+    m, (loss, grads) = _measured(cap, plan, resident)
+    assert m.peak_bytes <= plan.budget_bytes
+    assert abs(plan.predicted_peak_bytes - m.peak_bytes) <= 0.03 * m.peak_bytes
+    assert torch.equal(loss, ref_loss)
+    _check_grads(grads, ref)
+
+
+@pytest.mark.parametrize("make_optimizer", [lambda ps: torch.optim.Adam(ps, lr=1e-3),
+                                            lambda ps: torch.optim.SGD(ps, lr=1e-2, momentum=0.9)])
+def test_the_optimizers_step_inside_the_plan(make_optimizer):
+    """The optimizer in the captured step: its state resident, its temporaries counted, its step run
+    by the plan; two steps train exactly as loss.backward(); optimizer.step() does."""
+    from kiwi.torch.measure import step_tensors
+    model, inputs = hf_zoo.build("gpt2")
+    twin, _ = hf_zoo.build("gpt2")
+    twin.load_state_dict(model.state_dict())
+    opt, opt_twin = make_optimizer(model.parameters()), make_optimizer(twin.parameters())
+    cap = kt.capture_joint(model, inputs, loss=None, optimizer=opt)
+    nodes = cap.graph["nodes"]
+    assert sum(n["kind"] == "optimizer_state" for n in nodes) > 0 and nodes[-2]["kind"] == "optimizer"
+    from kiwi.torch.measure import prime_optimizer
+    prime_optimizer(opt_twin)
+    plan = _plan_or_smallest(cap, 0.7)
+    step = kt.apply_joint(plan)
+    for k in range(2):
+        torch.manual_seed(5)
+        if k == 0:   # the first step measured: the whole step, the optimizer's state resident
+            box = {}
+            m = measure_step(lambda: box.setdefault("loss", step(inputs)), step_tensors(model, opt, inputs.values()))
+            assert m.peak_bytes <= plan.budget_bytes
+            assert abs(plan.predicted_peak_bytes - m.peak_bytes) <= 0.03 * m.peak_bytes
+        else:
+            step(inputs)
+        torch.manual_seed(5)
+        twin(**inputs).loss.backward()
+        opt_twin.step()
+        opt_twin.zero_grad(set_to_none=True)
+    for (name, p), q in zip(model.named_parameters(), twin.parameters()):
+        assert torch.equal(p, q), name
+        assert p.grad is None
+    with pytest.raises(kt.CaptureError, match="not a trainable parameter"):
+        kt.capture_joint(model, inputs, loss=None, optimizer=torch.optim.SGD([torch.zeros(3, requires_grad=True)],
+                                                                             lr=0.1))

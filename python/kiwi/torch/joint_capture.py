@@ -47,7 +47,8 @@ class Produced:
     """What computing one kiwi node does: run `fx` (an op node) and keep one of its effects."""
     fx: torch.fx.Node
     what: str                       # "output" (a new storage), "version" (an activation written), "write",
-                                    # "workspace" (the op's temporaries: counted, never a tensor of kiwi's)
+                                    # "workspace" (the op's temporaries: counted, never a tensor of kiwi's),
+                                    # "optimizer" (the optimizer's step; fx is the graph's output node)
     index: int = 0                  # "output": position among the op's flattened outputs
     storage: int = -1               # the storage made or written
 
@@ -82,6 +83,7 @@ class JointCapture:
     cluster: Any
     profile: Any = None
     workspaces: Dict[str, int] = dataclasses.field(default_factory=dict)   # FX op name -> temporaries (bytes)
+    optimizer: Optional[torch.optim.Optimizer] = None   # its step is the graph's node "optimizer"
 
     @property
     def name(self) -> str:
@@ -198,6 +200,44 @@ class _GraphBuilder:
 
     def find(self, t: torch.Tensor) -> Optional[int]:
         return self.by_ref.get(StorageWeakRef(t.untyped_storage()))
+
+    def optimizer_states(self, optimizer: torch.optim.Optimizer,
+                         params: List[Tuple[str, torch.Tensor]]) -> Dict[str, List[int]]:
+        """The optimizer's state as nodes resident from the step's start (PyTorch keeps it between
+        steps), per parameter name."""
+        states: Dict[str, List[int]] = {}
+        stepped = {id(q) for group in optimizer.param_groups for q in group["params"]}
+        for name, p in params:
+            if id(p) not in stepped:
+                continue
+            states[name] = []
+            for key, value in optimizer.state.get(p, {}).items():
+                if isinstance(value, torch.Tensor):
+                    dtype, shape = _dtype_shape(value, value.numel() * value.element_size())
+                    states[name].append(self.add(f"{name}.{key}", "optimizer_state", key, dtype, shape, [], False,
+                                                 None, nbytes=0))
+        return states
+
+    def optimizer_step(self, kind: str, output: torch.fx.Node, states: Dict[str, List[int]],
+                       params: List[Tuple[str, torch.fx.Node, Optional[torch.fx.Node]]], workspace: int) -> int:
+        """The optimizer's step after the backward: a workspace for its temporaries and a node reading
+        parameters, gradients and state. `params`: (name, placeholder, its gradient's FX node or None)."""
+        inputs: List[int] = []
+        traffic = 0
+        for name, placeholder, grad in params:
+            if grad is None or name not in states:
+                continue
+            for fx in (placeholder, grad):
+                inputs += self.current(self.storage_of[fx])
+                traffic += self.storages[self.storage_of[fx]].nbytes
+            for v in states[name]:
+                inputs.append(v)
+                traffic += _node_bytes(self.nodes[v])
+        if workspace > 0:
+            inputs.append(self.add("optimizer.workspace", "opaque", "workspace", "u8", [workspace], [], True,
+                                   Produced(output, "workspace")))
+        return self.add("optimizer", "optimizer", kind, "u8", [1], sorted(set(inputs)), True,
+                        Produced(output, "optimizer"), 0.0, traffic)
 
     def same_as(self, n: torch.fx.Node, first: torch.fx.Node) -> None:
         """Placeholder n is the same tensor as `first` (labels that are the input ids): one storage."""
@@ -353,6 +393,13 @@ def _same_input(leaves: List[Any], k: int) -> Optional[int]:
     return None
 
 
+def _node_bytes(node: Dict[str, Any]) -> int:
+    size = {"f64": 8, "i64": 8, "f32": 4, "i32": 4, "bf16": 2, "f16": 2, "u8": 1}[node["dtype"]]
+    for d in node["shape"]:
+        size *= d
+    return size
+
+
 def _root_tensor(root: Tuple[torch.fx.Node, Optional[int]]) -> torch.Tensor:
     node, index = root
     val = node.meta["val"]
@@ -362,7 +409,8 @@ def _root_tensor(root: Tuple[torch.fx.Node, Optional[int]]) -> torch.Tensor:
 def capture_joint(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Sequence[Any], Dict[str, Any]],
                   labels: Any = None, loss: Union[str, Callable[..., Any], None] = "cross_entropy",
                   kwargs: Optional[Dict[str, Any]] = None, cluster: Any = None,
-                  profile: Any = None, workspaces: str = "measured") -> JointCapture:
+                  profile: Any = None, workspaces: str = "measured",
+                  optimizer: Optional[torch.optim.Optimizer] = None) -> JointCapture:
     """Captures one training step of `model` (forward, loss, autograd's backward) generically.
 
     example_inputs: a tensor, a tuple of positional arguments, or a dict of keyword arguments.
@@ -371,7 +419,11 @@ def capture_joint(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Se
     returns its loss (a scalar, a tuple starting with it, or an object with `.loss`: HuggingFace models
     given `labels` in their keyword arguments).
     workspaces="measured" runs the step once for real (checkpoint-all) to measure each op's temporaries,
-    which kiwi counts while the op runs; "none" captures without running anything (FakeTensors only)."""
+    which kiwi counts while the op runs; "none" captures without running anything (FakeTensors only).
+    optimizer: a torch.optim optimizer (Adam, AdamW, SGD) over the model's parameters makes its step
+    part of the captured step (the plan's step then calls it); its state is created first if it has
+    none (one step on zero gradients, the parameters left as they were). Without it the step ends
+    with the gradients, and your optimizer runs after it."""
     if not isinstance(model, torch.nn.Module):
         raise CaptureError(f"model: expected a torch.nn.Module, got {type(model).__name__}")
     if isinstance(example_inputs, torch.Tensor):
@@ -384,19 +436,42 @@ def capture_joint(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Se
         raise CaptureError(f"loss: '{loss}' is not 'cross_entropy', a function or None")
     if not any(p.requires_grad for p in model.parameters()):
         raise CaptureError(f"model: {type(model).__name__} has no parameter that requires a gradient")
+    opt_kind = _check_optimizer(model, optimizer)
     lab = labels if loss is not None else None
     gm, p_names, b_names, spec, leaves = _trace(model, args, dict(kwargs or {}), lab, loss)
     from kiwi.torch.costs import local_cluster
-    cap = _build(model, gm, p_names, b_names, spec, leaves, loss, cluster or local_cluster("cpu"), profile, {})
+    cap = _build(model, gm, p_names, b_names, spec, leaves, loss, cluster or local_cluster("cpu"), profile, {},
+                 optimizer, opt_kind)
     if workspaces == "measured":
-        cap = _build(model, gm, p_names, b_names, spec, leaves, loss, cap.cluster, profile, measure_workspaces(cap))
+        cap = _build(model, gm, p_names, b_names, spec, leaves, loss, cap.cluster, profile, measure_workspaces(cap),
+                     optimizer, opt_kind)
     elif workspaces != "none":
         raise CaptureError(f"workspaces: '{workspaces}' is not 'measured' or 'none'")
     return cap
 
 
-def _build(model, gm, p_names, b_names, spec, leaves, loss, cluster, profile, workspaces: Dict[str, int]
-           ) -> JointCapture:
+def _check_optimizer(model: torch.nn.Module, optimizer: Any) -> Optional[str]:
+    """The optimizer's kind for kiwi's cost model, after checking it steps only the model's parameters."""
+    if optimizer is None:
+        return None
+    from kiwi.torch.capture import OptimizerSpec
+    from kiwi.torch.measure import prime_optimizer
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise CaptureError(f"optimizer: expected a torch.optim.Optimizer, got {type(optimizer).__name__}")
+    spec = OptimizerSpec.of(optimizer)
+    mine = {id(p) for p in model.parameters() if p.requires_grad}
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if id(p) not in mine:
+                raise CaptureError(f"optimizer: it steps a tensor of shape {tuple(p.shape)} that is not a "
+                                   f"trainable parameter of {type(model).__name__}")
+    if not optimizer.state:
+        prime_optimizer(optimizer)
+    return spec.kind
+
+
+def _build(model, gm, p_names, b_names, spec, leaves, loss, cluster, profile, workspaces: Dict[str, int],
+           optimizer: Optional[torch.optim.Optimizer] = None, opt_kind: Optional[str] = None) -> JointCapture:
     b = _GraphBuilder(gm, type(model).__name__, workspaces)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     n_params, n_buffers = len(p_names), len(b_names)
@@ -413,6 +488,8 @@ def _build(model, gm, p_names, b_names, spec, leaves, loss, cluster, profile, wo
                 b.placeholder(n, "input", "input")
     output = next(n for n in gm.graph.nodes if n.op == "output")
     loss_node = output.args[0][0]
+    named = dict(model.named_parameters())
+    states = b.optimizer_states(optimizer, [(name, named[name]) for name in p_names]) if optimizer is not None else {}
     backward = False
     for n in gm.graph.nodes:
         if n.op == "get_attr":
@@ -424,8 +501,17 @@ def _build(model, gm, p_names, b_names, spec, leaves, loss, cluster, profile, wo
             b.op(n, backward)
             if n is loss_node:
                 backward = True
-    held = {b.storage_of[n] for n in pytree.tree_leaves(output.args) if isinstance(n, torch.fx.Node)
-            and n in b.storage_of}
+    grads = list(output.args[0][1:])
+    if optimizer is not None:
+        from kiwi.torch.costs import optimizer_workspace
+        params = [(name, placeholders[i], grads[i]) for i, name in enumerate(p_names)]
+        stepped = [named[name] for name, _, g in params if g is not None and name in states]
+        ws = workspaces.get(output.name, optimizer_workspace(stepped, opt_kind, False))
+        b.optimizer_step(opt_kind, output, states, params, ws)
+        held_fx = [loss_node]   # the gradients end in the optimizer's step
+    else:
+        held_fx = [n for n in pytree.tree_leaves(output.args) if isinstance(n, torch.fx.Node)]
+    held = {b.storage_of[n] for n in held_fx if n in b.storage_of}
     held |= {b.storage_of[n] for n in placeholders[n_params + n_buffers:]}
     outputs = b.add("step.outputs", "opaque", "step_outputs", "u8", [1],
                     sorted({v for s in held for v in b.current(s)}), True, None)
@@ -435,7 +521,7 @@ def _build(model, gm, p_names, b_names, spec, leaves, loss, cluster, profile, wo
     except kiwi.BadInputError as e:
         raise CaptureError(f"internal error: the captured graph does not verify: {e}") from None
     return JointCapture(model, gm, graph, b.produced, b.storages, b.storage_of, b.chain, b.reads, placeholders,
-                        p_names, b_names, spec, leaves, outputs, loss, cluster, profile, dict(workspaces))
+                        p_names, b_names, spec, leaves, outputs, loss, cluster, profile, dict(workspaces), optimizer)
 
 
 def measure_workspaces(cap: JointCapture) -> Dict[str, int]:
@@ -446,6 +532,10 @@ def measure_workspaces(cap: JointCapture) -> Dict[str, int]:
     from kiwi.torch.measure import measure_step
     runner = JointRunner(cap)
     saved = {k: v.detach().clone() for k, v in cap.model.named_buffers()}
+    if cap.optimizer is not None:   # the runs step it: parameters and state are put back afterwards
+        import copy
+        saved.update({k: v.detach().clone() for k, v in cap.model.named_parameters()})
+        opt_state = copy.deepcopy(cap.optimizer.state_dict())
     state = torch.get_rng_state()
     schedule = checkpoint_all(cap)
     try:
@@ -454,8 +544,11 @@ def measure_workspaces(cap: JointCapture) -> Dict[str, int]:
     finally:
         torch.set_rng_state(state)
         with torch.no_grad():
-            for k, v in cap.model.named_buffers():
-                v.copy_(saved[k])
+            for k, v in list(cap.model.named_buffers()) + list(cap.model.named_parameters()):
+                if k in saved:
+                    v.copy_(saved[k])
+        if cap.optimizer is not None:
+            cap.optimizer.load_state_dict(opt_state)
     out: Dict[str, int] = {}
     for name, r in m.ranges.items():
         v = int(name[len("kiwi::"):])

@@ -110,8 +110,9 @@ def plan_joint(cap: JointCapture, budget: Union[int, str, None] = None, fraction
 
 class JointStep:
     """A training step that runs `plan`: call it with the step's inputs (as captured: the positional
-    arguments, or the keyword dict, and the labels) and it fills each trainable parameter's `.grad`
-    (adding to it, as backward() does) and returns the loss; then call your optimizer."""
+    arguments, or the keyword dict, and the labels) and it returns the loss. Captured without an
+    optimizer, it fills each trainable parameter's `.grad` (adding to it, as backward() does): then
+    call your optimizer. Captured with one, the step includes the optimizer's step."""
 
     def __init__(self, plan: Union[JointPlan, JointCapture]):
         self.capture = plan.capture if isinstance(plan, JointPlan) else plan

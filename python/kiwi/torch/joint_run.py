@@ -4,6 +4,7 @@ node computed again is recomputed from the versions its schedule keeps. The valu
 step's (autograd's own backward, the same kernels in the same order): gradients are bit-identical to
 `torch.autograd.grad` of the unmodified model where no op is recomputed out of its order, and random
 ops (dropout) replay the generator state of their first run when recomputed."""
+import contextlib
 import operator
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
@@ -13,6 +14,7 @@ import torch.utils._pytree as pytree
 
 from torch.autograd.profiler import record_function
 
+from kiwi.torch.arg_templates import ArgTemplate
 from kiwi.torch.aten_kinds import is_random
 from kiwi.torch.errors import PlanError
 from kiwi.torch.joint_capture import JointCapture, Produced
@@ -29,6 +31,7 @@ class JointRunner:
         self.params = dict(cap.model.named_parameters())
         self.buffers = dict(cap.model.named_buffers())
         self.storage_of_node = {v: s for s, st in enumerate(cap.storages) for v in st.nodes}
+        self.templates: Dict[torch.fx.Node, ArgTemplate] = {}
         self.effects: Dict[torch.fx.Node, List[Tuple[int, Produced]]] = {}
         for w, p in enumerate(cap.produced):
             if p is not None:
@@ -45,9 +48,9 @@ class JointRunner:
         recomputed = _recomputed_ops(cap, schedule)
         env: Dict[int, torch.Tensor] = {}
         pending: Dict[int, torch.Tensor] = {}
-        computed: Dict[int, int] = {}
         rng: Dict[torch.fx.Node, Any] = {}
         ran: set = set()
+        stepped = False
         leaves = [leaf for leaf in cap.input_leaves if isinstance(leaf, torch.Tensor)] if inputs is None else list(inputs)
         values = [self.params[n].detach() for n in cap.param_names] + \
                  [self.buffers[n] for n in cap.buffer_names] + [t.detach() for t in leaves]
@@ -62,12 +65,14 @@ class JointRunner:
                 if step["op"] == "free":
                     env.pop(v, None)
                     continue
-                computed[v] = computed.get(v, 0) + 1
                 if v == cap.outputs_node:
                     outputs_value = self._outputs(env, placeholder_value)
                     env[v] = _NOTHING
                     continue
                 produced = cap.produced[v]
+                if produced is None and cap.graph["nodes"][v]["kind"] == "optimizer_state":
+                    env[v] = _NOTHING   # the optimizer holds it
+                    continue
                 if produced is None:   # a placeholder: the model's tensor
                     if v not in self.storage_of_node:
                         raise PlanError(f"schedule[{i}]: node {v} is not in the captured step")
@@ -80,12 +85,16 @@ class JointRunner:
                 if produced.what == "workspace":   # the op allocates it itself; kiwi only counts it
                     env[v] = _NOTHING
                     continue
+                if produced.what == "optimizer":
+                    if stepped:
+                        raise PlanError(f"schedule[{i}]: computes the optimizer's step twice")
+                    with _range(ranges, v):
+                        stepped = self._optimizer_step(env, placeholder_value)
+                    env[v] = _NOTHING
+                    continue
                 again = produced.fx in ran   # the op ran before in this step: its writes go to copies
                 ran.add(produced.fx)
-                if ranges:
-                    with record_function(f"kiwi::{v}"):
-                        made = self._run_op(produced.fx, env, placeholder_value, rng, again, recomputed)
-                else:
+                with _range(ranges, v):
                     made = self._run_op(produced.fx, env, placeholder_value, rng, again, recomputed)
                 for w, value in made.items():
                     if w == v:
@@ -96,7 +105,24 @@ class JointRunner:
                 del made
         if not outputs_value:
             raise PlanError("schedule: never computes step.outputs")
+        if cap.optimizer is not None and not stepped:
+            raise PlanError("schedule: never computes the optimizer's step")
         return outputs_value["loss"], outputs_value["grads"]
+
+    def _optimizer_step(self, env, placeholders) -> bool:
+        """The captured optimizer's step on the gradients the schedule holds; they are dropped after it
+        (as `zero_grad(set_to_none=True)` would), so the schedule's free of them frees them."""
+        named = dict(self.cap.model.named_parameters())
+        output = next(n for n in self.cap.gm.graph.nodes if n.op == "output")
+        params = []
+        for name, g in zip(self.cap.param_names, output.args[0][1:]):
+            if isinstance(g, torch.fx.Node):
+                named[name].grad = self._grad_value(g, env, placeholders)
+                params.append(named[name])
+        self.cap.optimizer.step()
+        for p in params:
+            p.grad = None
+        return True
 
     def _value(self, fx: torch.fx.Node, reader: Optional[torch.fx.Node], env: Dict[int, torch.Tensor],
                placeholders: Dict[torch.fx.Node, Any], base: Optional[torch.Tensor] = None) -> Any:
@@ -125,21 +151,22 @@ class JointRunner:
                             f"'{self.cap.graph['nodes'][version]['name']}', which is not resident")
         return env[version]
 
+    def _template(self, fx: torch.fx.Node) -> ArgTemplate:
+        t = self.templates.get(fx)
+        if t is None:
+            t = self.templates[fx] = ArgTemplate(fx)
+        return t
+
     def _replay(self, chain: List[torch.fx.Node], value: Any, env, placeholders) -> Any:
+        """`value` viewed through `chain`: each view's first tensor argument is the one it views."""
         for view in chain:
             if view.target is operator.getitem:
                 value = value[view.args[1]]
                 continue
-            parent = self._alias_parent(view)
-            args, kwargs = pytree.tree_map_only(
-                torch.fx.Node, lambda a, p=parent, cur=value: cur if a is p else self._const(a, placeholders),
-                (view.args, view.kwargs))
+            t = self._template(view)
+            args, kwargs = t.fill([value] + [self._const(a, placeholders) for a in t.nodes[1:]])
             value = view.target(*args, **kwargs)
         return value
-
-    def _alias_parent(self, view: torch.fx.Node) -> Optional[torch.fx.Node]:
-        prev = [a for a in pytree.tree_leaves((view.args, view.kwargs)) if isinstance(a, torch.fx.Node)]
-        return prev[0] if prev else None
 
     def _const(self, a: torch.fx.Node, placeholders):
         if a.op == "placeholder":
@@ -163,7 +190,8 @@ class JointRunner:
                 return self._value(a, fx, env, placeholders, base=copies[s])
             return self._value(a, fx, env, placeholders)
 
-        args, kwargs = pytree.tree_map_only(torch.fx.Node, arg, (fx.args, fx.kwargs))
+        template = self._template(fx)
+        args, kwargs = template.fill([arg(a) for a in template.nodes])
         if fx in recomputed and is_random(fx.target, fx.args, fx.kwargs):
             # The generator's state of the first run, kept for the recomputations as Python bytes: host
             # memory outside PyTorch's allocator (5,056 bytes on a CPU), as a CUDA generator's 16-byte
@@ -194,16 +222,24 @@ class JointRunner:
         loss_fx, grads_fx = output.args[0][0], output.args[0][1:]
 
         def value(a):
-            if not isinstance(a, torch.fx.Node):
-                return a
-            s = self.cap.storage_of[a]
-            st = self.cap.storages[s]
-            base = None if st.persistent else env.get(st.nodes[-1])
-            if base is None and not st.persistent:
-                raise PlanError(f"schedule: '{a.name}' (a step output) is not resident at step.outputs")
-            return self._value(a, None, env, placeholders, base=base)
+            return a if not isinstance(a, torch.fx.Node) else self._grad_value(a, env, placeholders)
 
+        if self.cap.optimizer is not None:   # the gradients went into the optimizer's step
+            return {"loss": value(loss_fx), "grads": [None for _ in grads_fx]}
         return {"loss": value(loss_fx), "grads": [value(g) for g in grads_fx]}
+
+    def _grad_value(self, a: torch.fx.Node, env, placeholders) -> torch.Tensor:
+        """A step output's value (the loss, a gradient): its storage's last version."""
+        st = self.cap.storages[self.cap.storage_of[a]]
+        base = None if st.persistent else env.get(st.nodes[-1])
+        if base is None and not st.persistent:
+            raise PlanError(f"schedule: '{a.name}' (a step output) is not resident when the step reads it")
+        return self._value(a, None, env, placeholders, base=base)
+
+
+def _range(ranges: bool, v: int):
+    """The profiler range of node v's op when measuring ranges, else nothing."""
+    return record_function(f"kiwi::{v}") if ranges else contextlib.nullcontext()
 
 
 def _recomputed_ops(cap: JointCapture, schedule: Sequence[Dict[str, Any]]) -> set:
@@ -227,10 +263,10 @@ def _retained_outputs(cap: JointCapture, effects, schedule: Sequence[Dict[str, A
             continue
         fx = cap.produced[v].fx
         mine = {w for w, p in effects.get(fx, []) if w != v and p.what != "workspace"}
-        for later in schedule[i + 1:]:
-            w = int(later["node"])
-            if later["op"] == "free":
+        for j in range(i + 1, len(schedule)):
+            if schedule[j]["op"] == "free":
                 continue
+            w = int(schedule[j]["node"])
             if w not in mine:
                 break
             out.setdefault(i, set()).add(w)
