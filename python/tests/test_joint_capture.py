@@ -314,3 +314,37 @@ def test_the_optimizers_step_inside_the_plan(make_optimizer):
     with pytest.raises(kt.CaptureError, match="not a trainable parameter"):
         kt.capture_joint(model, inputs, loss=None, optimizer=torch.optim.SGD([torch.zeros(3, requires_grad=True)],
                                                                              lr=0.1))
+
+
+def test_an_output_recomputed_alone_counts_the_whole_op_it_re_runs():
+    """Layer norm's mean, freed and recomputed alone before the backward: the runner re-runs the op,
+    whose output (as large as its input) exists for that instant; the prediction counts it."""
+    from kiwi.torch.joint_plan import _predicted
+    from kiwi.torch.joint_run import rerun_transients
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 1024), nn.LayerNorm(1024), nn.Linear(1024, 4))
+    x, y = torch.randn(512, 16), torch.randint(0, 4, (512,))
+    cap = kt.capture_joint(model, (x,), labels=y)
+    nodes = cap.graph["nodes"]
+    mean = next(v for v, n in enumerate(nodes) if n["name"] == "native_layer_norm.out1")
+    reader = next(v for v, n in enumerate(nodes) if mean in n["inputs"])
+    sched = []
+    for s in checkpoint_all(cap):
+        if s == {"op": "compute", "node": reader}:
+            sched.append({"op": "compute", "node": mean})   # again, alone
+        sched.append(s)
+        if s == {"op": "compute", "node": mean} and len(sched) > 1 and sched.count(s) == 1:
+            sched.append({"op": "free", "node": mean})
+    transients = rerun_transients(cap, sched)
+    assert len(transients) == 1 and list(transients.values())[0] >= 512 * 1024 * 4   # the op's normalized output
+    (step, extra), = transients.items()
+    timeline = kiwi.simulate(cap.graph, kiwi.make_plan(sched), cap.cluster)["timeline"]
+    ref_loss, ref, _ = _reference(model, lambda: nn.functional.cross_entropy(model(x), y))
+    runner, box = JointRunner(cap), {}
+    m = measure_step(lambda: box.setdefault("out", runner.run(sched, ranges=True)), list(model.parameters()) + [x, y],
+                     ranges=True)
+    instant = m.resident_bytes + m.ranges[f"kiwi::{mean}"].peak   # the re-run (its first computation was kept)
+    assert abs(timeline[step] + extra - instant) <= 0.03 * instant
+    assert timeline[step] < 0.8 * instant   # the simulator's count alone misses the re-run's bytes
+    assert _predicted(cap, sched)[0] >= timeline[step] + extra
+    _check_grads(box["out"][1], ref)

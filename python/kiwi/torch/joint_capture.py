@@ -232,7 +232,7 @@ class _GraphBuilder:
                 traffic += self.storages[self.storage_of[fx]].nbytes
             for v in states[name]:
                 inputs.append(v)
-                traffic += _node_bytes(self.nodes[v])
+                traffic += node_bytes(self.nodes[v])
         if workspace > 0:
             inputs.append(self.add("optimizer.workspace", "opaque", "workspace", "u8", [workspace], [], True,
                                    Produced(output, "workspace")))
@@ -393,7 +393,8 @@ def _same_input(leaves: List[Any], k: int) -> Optional[int]:
     return None
 
 
-def _node_bytes(node: Dict[str, Any]) -> int:
+def node_bytes(node: Dict[str, Any]) -> int:
+    """Bytes of a kiwi graph node's output."""
     size = {"f64": 8, "i64": 8, "f32": 4, "i32": 4, "bf16": 2, "f16": 2, "u8": 1}[node["dtype"]]
     for d in node["shape"]:
         size *= d

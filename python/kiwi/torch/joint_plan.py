@@ -5,7 +5,7 @@ The plan is a kiwi schedule over the captured storage graph; JointRunner runs it
 resident at each moment is what the schedule says, and the simulator's peak is the prediction."""
 import dataclasses
 import json
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.utils._pytree as pytree
@@ -13,7 +13,7 @@ import torch.utils._pytree as pytree
 import kiwi
 from kiwi.torch.errors import InfeasibleError, PlanError
 from kiwi.torch.joint_capture import JointCapture
-from kiwi.torch.joint_run import JointRunner, checkpoint_all
+from kiwi.torch.joint_run import JointRunner, checkpoint_all, rerun_transients
 
 # Python numbers PyTorch wraps as 8-byte tensors for an instant (a scale, an epsilon) are in no node:
 # plans leave this much of the budget free for them.
@@ -53,11 +53,14 @@ class JointPlan:
 
 
 def planning_graph(cap: JointCapture) -> Dict[str, Any]:
-    """The graph the solvers search: the captured one with each node's cost made explicit, where an
-    op's second and later outputs (layer norm's mean and rstd, max-pool's indices) cost what re-running
-    the op costs: computing one alone runs the whole op again. Node ids are unchanged."""
+    """The graph the solvers search: the captured one with each node's cost made explicit, where
+    computing an op's second or later output alone (layer norm's mean, a convolution's weight
+    gradient) costs ten forward passes: it re-runs the whole op, whose other outputs and temporaries
+    then exist for an instant that no node counts, so kiwi computes those outputs with the op or keeps
+    them. Node ids are unchanged (a schedule found here replays on the captured graph)."""
     costs = kiwi.graph_summary(cap.graph, cap.cluster, cap.profile)["node_costs"]
     graph = json.loads(json.dumps(cap.graph))
+    forward = sum(c for n, c in zip(graph["nodes"], costs) if n.get("pass", "forward") == "forward")
     first_of: Dict[Any, int] = {}
     for v, p in enumerate(cap.produced):
         if p is not None and p.what != "workspace":
@@ -65,9 +68,8 @@ def planning_graph(cap: JointCapture) -> Dict[str, Any]:
     for v, node in enumerate(graph["nodes"]):
         p = cap.produced[v]
         node["cost"] = float(costs[v])
-        if p is None or p.what == "workspace":
-            continue
-        node["cost"] = float(costs[first_of[p.fx]])
+        if p is not None and p.what != "workspace" and first_of[p.fx] != v:
+            node["cost"] = float(costs[first_of[p.fx]]) + 10.0 * max(forward, 1e-9)
     return graph
 
 
@@ -93,19 +95,40 @@ def plan_joint(cap: JointCapture, budget: Union[int, str, None] = None, fraction
         limit = kiwi.parse_bytes(budget, "budget")
     if peak0 <= limit - SCALAR_SLACK:
         return JointPlan(cap, limit, "checkpoint-all", base, peak0, secs0, peak0, secs0)
-    r = kiwi.solve_remat(planning_graph(cap), limit - SCALAR_SLACK, solver, cap.cluster, time_limit, check=False,
-                         profile=cap.profile)
-    if not r.feasible:
-        smallest = r.smallest_known_budget_bytes + SCALAR_SLACK if r.smallest_known_budget_bytes > 0 else None
-        error = InfeasibleError(
-            f"budget {kiwi.format_bytes(limit)} ({limit} bytes): no schedule of {cap.name} fits"
-            + (f"; the smallest budget kiwi can satisfy is {kiwi.format_bytes(smallest)} ({smallest} bytes)"
-               if smallest else "") + f" (memory lower bound {r.memory_lower_bound_bytes} bytes)")
-        error.smallest_budget_bytes = smallest
-        raise error
-    sim = _simulate(cap, r.schedule)
-    return JointPlan(cap, limit, r.solver, r.schedule, int(sim["peak_memory_bytes"]), float(sim["iteration_seconds"]),
-                     peak0, secs0, r.solve_seconds)
+    search = planning_graph(cap)
+    target, spent, best = limit - SCALAR_SLACK, 0.0, None
+    for _ in range(3):   # ask again for less when an op re-run for one output overshoots
+        r = kiwi.solve_remat(search, max(target, 0), solver, cap.cluster, time_limit, check=False,
+                             profile=cap.profile)
+        spent += r.solve_seconds
+        if not r.feasible:
+            break
+        peak, seconds = _predicted(cap, r.schedule)
+        if peak <= limit - SCALAR_SLACK:
+            return JointPlan(cap, limit, r.solver, r.schedule, peak, seconds, peak0, secs0, spent)
+        best = peak if best is None else min(best, peak)
+        target -= peak - (limit - SCALAR_SLACK)
+    if best is None and r.smallest_known_budget_bytes > 0:   # the schedule behind the solver's smallest peak
+        at = kiwi.solve_remat(search, r.smallest_known_budget_bytes, solver, cap.cluster, time_limit, check=False,
+                              profile=cap.profile)
+        best = _predicted(cap, at.schedule)[0] if at.feasible else None
+    smallest = best + SCALAR_SLACK if best is not None else None
+    error = InfeasibleError(
+        f"budget {kiwi.format_bytes(limit)} ({limit} bytes): no schedule of {cap.name} fits"
+        + (f"; the smallest budget kiwi can satisfy is {kiwi.format_bytes(smallest)} ({smallest} bytes)"
+           if smallest else "") + f" (memory lower bound {r.memory_lower_bound_bytes} bytes)")
+    error.smallest_budget_bytes = smallest
+    raise error
+
+
+def _predicted(cap: JointCapture, schedule: List[Dict[str, Any]]) -> Tuple[int, float]:
+    """The simulator's peak and time of a schedule, with the instants where the runner re-runs an op
+    for one of its later outputs (rerun_transients) added to the bytes resident then."""
+    sim = _simulate(cap, schedule)
+    peak = int(sim["peak_memory_bytes"])
+    for step, extra in rerun_transients(cap, schedule).items():
+        peak = max(peak, int(sim["timeline"][step]) + extra)
+    return peak, float(sim["iteration_seconds"])
 
 
 class JointStep:

@@ -17,7 +17,7 @@ from torch.autograd.profiler import record_function
 from kiwi.torch.arg_templates import ArgTemplate
 from kiwi.torch.aten_kinds import is_random
 from kiwi.torch.errors import PlanError
-from kiwi.torch.joint_capture import JointCapture, Produced
+from kiwi.torch.joint_capture import JointCapture, Produced, node_bytes
 
 
 _NOTHING = torch.empty(0, dtype=torch.uint8)   # the value of nodes that hold no tensor of their own
@@ -270,6 +270,35 @@ def _retained_outputs(cap: JointCapture, effects, schedule: Sequence[Dict[str, A
             if w not in mine:
                 break
             out.setdefault(i, set()).add(w)
+    return out
+
+
+def rerun_transients(cap: JointCapture, schedule: Sequence[Dict[str, Any]]) -> Dict[int, int]:
+    """Steps at which the runner computes an op's second or later output alone (not kept from the op's
+    run just before) and so re-runs the whole op: the bytes that exist for that instant beyond the
+    output kept (the op's temporaries and its other outputs, dropped at once), which no node counts."""
+    effects: Dict[Any, List[Tuple[int, Produced]]] = {}
+    for w, p in enumerate(cap.produced):
+        if p is not None:
+            effects.setdefault(p.fx, []).append((w, p))
+    retain = _retained_outputs(cap, effects, schedule)
+    nodes = cap.graph["nodes"]
+    pending: set = set()
+    out: Dict[int, int] = {}
+    for i, step in enumerate(schedule):
+        v = int(step["node"])
+        if step["op"] != "compute" or not 0 <= v < len(cap.produced) or cap.produced[v] is None:
+            continue
+        p = cap.produced[v]
+        if v in pending:
+            pending.discard(v)
+            continue
+        if p.what in ("workspace", "optimizer"):
+            continue
+        pending |= retain.get(i, set())
+        mine = [w for w, q in effects[p.fx] if q.what in ("output", "version")]
+        if mine and mine[0] != v:
+            out[i] = cap.workspaces.get(p.fx.name, 0) + sum(node_bytes(nodes[w]) for w in mine if w != v)
     return out
 
 
