@@ -84,6 +84,8 @@ class JointCapture:
     profile: Any = None
     workspaces: Dict[str, int] = dataclasses.field(default_factory=dict)   # FX op name -> temporaries (bytes)
     optimizer: Optional[torch.optim.Optimizer] = None   # its step is the graph's node "optimizer"
+    # Every schedule plan_joint found for this capture: (predicted peak, seconds, solver, schedule).
+    known_schedules: List[Tuple[int, float, str, List[Dict[str, Any]]]] = dataclasses.field(default_factory=list)
 
     @property
     def name(self) -> str:

@@ -96,7 +96,7 @@ def plan_joint(cap: JointCapture, budget: Union[int, str, None] = None, fraction
     if peak0 <= limit - SCALAR_SLACK:
         return JointPlan(cap, limit, "checkpoint-all", base, peak0, secs0, peak0, secs0)
     search = planning_graph(cap)
-    target, spent, best = limit - SCALAR_SLACK, 0.0, None
+    target, spent = limit - SCALAR_SLACK, 0.0
     for _ in range(3):   # ask again for less when an op re-run for one output overshoots
         r = kiwi.solve_remat(search, max(target, 0), solver, cap.cluster, time_limit, check=False,
                              profile=cap.profile)
@@ -104,15 +104,22 @@ def plan_joint(cap: JointCapture, budget: Union[int, str, None] = None, fraction
         if not r.feasible:
             break
         peak, seconds = _predicted(cap, r.schedule)
+        cap.known_schedules.append((peak, seconds, r.solver, r.schedule))
         if peak <= limit - SCALAR_SLACK:
             return JointPlan(cap, limit, r.solver, r.schedule, peak, seconds, peak0, secs0, spent)
-        best = peak if best is None else min(best, peak)
         target -= peak - (limit - SCALAR_SLACK)
-    if best is None and r.smallest_known_budget_bytes > 0:   # the schedule behind the solver's smallest peak
+    if r.smallest_known_budget_bytes > 0:   # the schedule behind the solver's smallest peak
         at = kiwi.solve_remat(search, r.smallest_known_budget_bytes, solver, cap.cluster, time_limit, check=False,
                               profile=cap.profile)
-        best = _predicted(cap, at.schedule)[0] if at.feasible else None
-    smallest = best + SCALAR_SLACK if best is not None else None
+        if at.feasible:
+            cap.known_schedules.append((*_predicted(cap, at.schedule), at.solver, at.schedule))
+    # A heuristic asked for less may miss what it found when asked for more: every schedule found for
+    # this capture is a plan, and the smallest of them is the smallest budget kiwi knows.
+    fits = [k for k in cap.known_schedules if k[0] <= limit - SCALAR_SLACK]
+    if fits:
+        peak, seconds, name, schedule = min(fits, key=lambda k: (k[1], k[0]))
+        return JointPlan(cap, limit, name, schedule, peak, seconds, peak0, secs0, spent)
+    smallest = min(k[0] for k in cap.known_schedules) + SCALAR_SLACK if cap.known_schedules else None
     error = InfeasibleError(
         f"budget {kiwi.format_bytes(limit)} ({limit} bytes): no schedule of {cap.name} fits"
         + (f"; the smallest budget kiwi can satisfy is {kiwi.format_bytes(smallest)} ({smallest} bytes)"
