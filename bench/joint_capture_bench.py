@@ -28,17 +28,14 @@ import torch  # noqa: E402
 import kiwi  # noqa: E402
 import kiwi.torch as kt  # noqa: E402
 from kiwi.torch import hf_zoo  # noqa: E402
+from kiwi.torch.joint_plan import plan_joint_or_smallest  # noqa: E402
 from kiwi.torch.joint_run import JointRunner  # noqa: E402
 from kiwi.torch.measure import measure_step  # noqa: E402
 
 
 def _plan(cap, fraction):
-    try:
-        return kt.plan_joint(cap, fraction=fraction), ""
-    except kiwi.InfeasibleError as e:
-        if e.smallest_budget_bytes is None:
-            raise
-        return kt.plan_joint(cap, budget=e.smallest_budget_bytes), " (smallest)"
+    plan, reached = plan_joint_or_smallest(cap, fraction)
+    return plan, "" if reached else " (smallest)"
 
 
 def _grad_check(grads, ref):

@@ -10,6 +10,7 @@ import torch.nn as nn  # noqa: E402
 import kiwi  # noqa: E402
 import kiwi.torch as kt  # noqa: E402
 from conftest import SmallCnn  # noqa: E402
+from kiwi.torch.joint_plan import plan_joint_or_smallest  # noqa: E402
 from kiwi.torch.joint_run import JointRunner, checkpoint_all  # noqa: E402
 from kiwi.torch.measure import measure_step  # noqa: E402
 
@@ -48,11 +49,7 @@ def _check_grads(grads, ref, tolerance=0.0):
 
 def _plan_or_smallest(cap, fraction):
     """The plan at `fraction` of the peak, or at the smallest budget kiwi knows works when that is higher."""
-    try:
-        return kt.plan_joint(cap, fraction=fraction)
-    except kiwi.InfeasibleError as e:
-        assert e.smallest_budget_bytes is not None, str(e)
-        return kt.plan_joint(cap, budget=e.smallest_budget_bytes)   # must work: kiwi said so
+    return plan_joint_or_smallest(cap, fraction)[0]
 
 
 def _measured(cap, plan, resident):

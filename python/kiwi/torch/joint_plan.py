@@ -128,6 +128,18 @@ def plan_joint(cap: JointCapture, budget: Union[int, str, None] = None, fraction
     raise error
 
 
+def plan_joint_or_smallest(cap: JointCapture, fraction: float, solver: str = "heuristic",
+                           time_limit: float = 30.0) -> Tuple[JointPlan, bool]:
+    """plan_joint at `fraction` of the checkpoint-all peak or, where that is below what kiwi can
+    reach, at the smallest budget it knows; and whether the fraction was reached."""
+    try:
+        return plan_joint(cap, fraction=fraction, solver=solver, time_limit=time_limit), True
+    except InfeasibleError as e:
+        if e.smallest_budget_bytes is None:
+            raise
+        return plan_joint(cap, budget=e.smallest_budget_bytes, solver=solver, time_limit=time_limit), False
+
+
 def _predicted(cap: JointCapture, schedule: List[Dict[str, Any]]) -> Tuple[int, float]:
     """The simulator's peak and time of a schedule, with the instants where the runner re-runs an op
     for one of its later outputs (rerun_transients) added to the bytes resident then."""
