@@ -16,7 +16,7 @@ measure it (docs/pytorch.md).
 from kiwi.torch.capture import Captured, OptimizerSpec, capture
 from kiwi.torch.chunked_optimizer import chunked_step
 from kiwi.torch.joint_capture import JointCapture, capture_joint
-from kiwi.torch.joint_plan import JointPlan, JointStep, apply_joint, plan_joint
+from kiwi.torch.joint_plan import JointPlan, JointStep, apply_joint, plan_joint, plan_joint_or_smallest
 from kiwi.torch.errors import CaptureError, InfeasibleError, PlanError, TraceError, UnsupportedOpError
 from kiwi.torch.measure import StepMeasurement, measure_step, prime_optimizer, step_tensors, training_step
 from kiwi.torch.planning import (RematPlan, apply_remat, droppable_tensors, floor, plan_from_dropped, plan_remat,
@@ -29,5 +29,5 @@ __all__ = [
     "UnsupportedOpError", "StepMeasurement", "measure_step", "prime_optimizer", "step_tensors", "training_step",
     "RematPlan", "apply_remat", "droppable_tensors", "floor", "plan_from_dropped", "plan_remat", "predict",
     "RematModule", "StepConfig", "chunked_step", "JointCapture", "capture_joint", "JointPlan", "JointStep",
-    "apply_joint", "plan_joint",
+    "apply_joint", "plan_joint", "plan_joint_or_smallest",
 ]
