@@ -10,7 +10,8 @@ from typing import Any, Dict, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from kiwi.torch.semantics import Workspace, node_bytes
+from kiwi.torch.dtypes import node_bytes
+from kiwi.torch.semantics import Workspace
 
 def _rate(fn, flops: float, device: str, repeats: int = 3) -> float:
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)

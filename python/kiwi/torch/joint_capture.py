@@ -31,10 +31,8 @@ from torch.utils.flop_counter import flop_registry
 
 import kiwi
 from kiwi.torch.aten_kinds import kiwi_kind, kiwi_op
+from kiwi.torch.dtypes import KIWI_DTYPES, node_bytes
 from kiwi.torch.errors import CaptureError, TraceError
-
-_DTYPES = {torch.float64: "f64", torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16",
-           torch.int64: "i64", torch.int32: "i32", torch.uint8: "u8", torch.bool: "u8", torch.int8: "u8"}
 
 
 # Ops that write an argument their schema does not mark as written: batch norm's running statistics
@@ -148,7 +146,7 @@ def _tensors(value: Any) -> List[Optional[torch.Tensor]]:
 
 def _dtype_shape(t: torch.Tensor, nbytes: int) -> Tuple[str, List[int]]:
     """A storage as a kiwi tensor: its tensor's dtype and shape when they cover it, else u8[bytes]."""
-    dtype = _DTYPES.get(t.dtype)
+    dtype = KIWI_DTYPES.get(t.dtype)
     if dtype is not None and t.numel() * t.element_size() == nbytes and all(d >= 1 for d in t.shape):
         return dtype, [int(d) for d in t.shape]
     return "u8", [max(int(nbytes), 1)]
@@ -393,14 +391,6 @@ def _same_input(leaves: List[Any], k: int) -> Optional[int]:
                 and u.shape == t.shape and u.stride() == t.stride() and u.dtype == t.dtype):
             return j
     return None
-
-
-def node_bytes(node: Dict[str, Any]) -> int:
-    """Bytes of a kiwi graph node's output."""
-    size = {"f64": 8, "i64": 8, "f32": 4, "i32": 4, "bf16": 2, "f16": 2, "u8": 1}[node["dtype"]]
-    for d in node["shape"]:
-        size *= d
-    return size
 
 
 def _root_tensor(root: Tuple[torch.fx.Node, Optional[int]]) -> torch.Tensor:

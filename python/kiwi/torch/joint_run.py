@@ -16,8 +16,9 @@ from torch.autograd.profiler import record_function
 
 from kiwi.torch.arg_templates import ArgTemplate
 from kiwi.torch.aten_kinds import is_random
+from kiwi.torch.dtypes import node_bytes
 from kiwi.torch.errors import PlanError
-from kiwi.torch.joint_capture import JointCapture, Produced, node_bytes
+from kiwi.torch.joint_capture import JointCapture, Produced
 
 
 _NOTHING = torch.empty(0, dtype=torch.uint8)   # the value of nodes that hold no tensor of their own

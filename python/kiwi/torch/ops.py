@@ -12,17 +12,14 @@ import torch.fx
 import torch.nn as nn
 import torch.nn.functional as F
 
+from kiwi.torch.dtypes import KIWI_DTYPES
 from kiwi.torch.errors import UnsupportedOpError
 from kiwi.torch.tracing import NodeRecord
 
-_DTYPES = {torch.float64: "f64", torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16",
-           torch.int64: "i64", torch.int32: "i32", torch.uint8: "u8", torch.bool: "u8", torch.int8: "u8"}
-
-
 def kiwi_dtype(dtype: torch.dtype, what: str) -> str:
-    if dtype not in _DTYPES:
+    if dtype not in KIWI_DTYPES:
         raise UnsupportedOpError(f"{what}: dtype {dtype} has no kiwi equivalent (f64, f32, bf16, f16, i64, i32, u8)")
-    return _DTYPES[dtype]
+    return KIWI_DTYPES[dtype]
 
 
 class ForwardBuilder:

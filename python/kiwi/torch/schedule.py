@@ -14,7 +14,8 @@ Policy (runtime.py implements the same, step for step):
 """
 from typing import Dict, List, Set, Tuple
 
-from kiwi.torch.semantics import Bundle, Group, Structure, node_bytes
+from kiwi.torch.dtypes import node_bytes
+from kiwi.torch.semantics import Bundle, Group, Structure
 
 
 class _Run:

@@ -21,9 +21,9 @@ reads the inputs and buffers, which the caller holds for the whole step."""
 import dataclasses
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+from kiwi.torch.dtypes import node_bytes
 from kiwi.torch.tracing import NodeRecord
 
-_DTYPE_BYTES = {"f64": 8, "f32": 4, "bf16": 2, "f16": 2, "i64": 8, "i32": 4, "u8": 1}
 
 
 @dataclasses.dataclass
@@ -173,14 +173,6 @@ def _bundle(ed: GraphEditor, fx: str, records, value_of, companions, fx_args, wo
     elif b.workspace is not None:
         b.workspace_end = ed.add(name + ".workspace_end", "opaque", "workspace_end", 1, [b.workspace, k], False, scope)
     return b
-
-
-def node_bytes(node: dict) -> int:
-    """Bytes of a kiwi graph node's tensor (dtype x shape)."""
-    size = _DTYPE_BYTES[node["dtype"]]
-    for d in node["shape"]:
-        size *= d
-    return size
 
 
 def _group(ed: GraphEditor, fx: str, k: int, members: List[int], bundle: Optional[Bundle], records, value_of,

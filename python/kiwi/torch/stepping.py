@@ -19,8 +19,9 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import kiwi
 from kiwi.torch.capture import LOSS_NODE
+from kiwi.torch.dtypes import node_bytes
 from kiwi.torch.schedule import droppable, memory_floor, realize
-from kiwi.torch.semantics import GraphEditor, node_bytes
+from kiwi.torch.semantics import GraphEditor
 
 # The chunk a chunked optimizer step updates at a time: at most 16 MiB (small next to any budget), an
 # eighth of the largest parameter on small models, and not so small that Python's per-chunk work shows.
