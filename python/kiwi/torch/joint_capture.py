@@ -19,6 +19,7 @@ Every ATen op becomes kiwi nodes by what it does to memory, found from the FakeT
 The graph ends with `step.outputs`, which reads what the step hands back (loss, gradients) and what its
 caller holds all step (the inputs), so that the schedule keeps them to the end."""
 import dataclasses
+import functools
 import operator
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -88,6 +89,20 @@ class JointCapture:
     @property
     def name(self) -> str:
         return self.graph["name"]
+
+    @functools.cached_property
+    def effects(self) -> Dict[torch.fx.Node, List[Tuple[int, Produced]]]:
+        """Per FX op (the graph's output node for the optimizer's step): the kiwi nodes it makes, in order."""
+        out: Dict[torch.fx.Node, List[Tuple[int, Produced]]] = {}
+        for v, p in enumerate(self.produced):
+            if p is not None:
+                out.setdefault(p.fx, []).append((v, p))
+        return out
+
+    @functools.cached_property
+    def output_node(self) -> torch.fx.Node:
+        """The traced step's output: (loss, gradient per trainable parameter or None)."""
+        return next(n for n in self.gm.graph.nodes if n.op == "output")
 
 
 def _loss_of(output: Any, labels: Any, loss: Union[str, Callable[..., Any], None]) -> torch.Tensor:

@@ -13,7 +13,7 @@ import torch.utils._pytree as pytree
 import kiwi
 from kiwi.torch.errors import InfeasibleError, PlanError
 from kiwi.torch.joint_capture import JointCapture
-from kiwi.torch.joint_run import JointRunner, checkpoint_all, rerun_transients
+from kiwi.torch.joint_run import JointRunner, checkpoint_all, recomputed_nodes, rerun_transients
 
 # Python numbers PyTorch wraps as 8-byte tensors for an instant (a scale, an epsilon) are in no node:
 # plans leave this much of the budget free for them.
@@ -35,13 +35,7 @@ class JointPlan:
 
     def recomputed(self) -> List[str]:
         """Names of the nodes the schedule computes more than once."""
-        seen, again = set(), []
-        for s in self.schedule:
-            if s["op"] == "compute":
-                if s["node"] in seen and s["node"] not in again:
-                    again.append(s["node"])
-                seen.add(s["node"])
-        return [self.capture.graph["nodes"][v]["name"] for v in again]
+        return [self.capture.graph["nodes"][v]["name"] for v in recomputed_nodes(self.schedule)]
 
     def to_json(self) -> Dict[str, Any]:
         """A kiwi plan file (docs/plan-format.md) for the captured graph."""
@@ -61,15 +55,12 @@ def planning_graph(cap: JointCapture) -> Dict[str, Any]:
     costs = kiwi.graph_summary(cap.graph, cap.cluster, cap.profile)["node_costs"]
     graph = json.loads(json.dumps(cap.graph))
     forward = sum(c for n, c in zip(graph["nodes"], costs) if n.get("pass", "forward") == "forward")
-    first_of: Dict[Any, int] = {}
-    for v, p in enumerate(cap.produced):
-        if p is not None and p.what != "workspace":
-            first_of.setdefault(p.fx, v)
     for v, node in enumerate(graph["nodes"]):
-        p = cap.produced[v]
         node["cost"] = float(costs[v])
-        if p is not None and p.what != "workspace" and first_of[p.fx] != v:
-            node["cost"] = float(costs[first_of[p.fx]]) + 10.0 * max(forward, 1e-9)
+    for made in cap.effects.values():
+        first, *later = [v for v, p in made if p.what != "workspace"]
+        for v in later:
+            graph["nodes"][v]["cost"] = float(costs[first]) + 10.0 * max(forward, 1e-9)
     return graph
 
 
@@ -176,12 +167,11 @@ class JointStep:
                     raise PlanError(f"inputs: a tensor of shape {tuple(t.shape)} {t.dtype} where the step was "
                                     f"captured with {tuple(c.shape)} {c.dtype}: capture again for new shapes")
         loss, grads = self.runner.run(self.schedule, inputs)
-        named = dict(cap.model.named_parameters())
         with torch.no_grad():
             for name, g in zip(cap.param_names, grads):
                 if g is None:
                     continue
-                p = named[name]
+                p = self.runner.params[name]
                 if p.grad is None:
                     p.grad = g if g.is_contiguous() else g.contiguous()
                 else:

@@ -18,7 +18,7 @@ from kiwi.torch.arg_templates import ArgTemplate
 from kiwi.torch.aten_kinds import is_random
 from kiwi.torch.dtypes import node_bytes
 from kiwi.torch.errors import PlanError
-from kiwi.torch.joint_capture import JointCapture, Produced
+from kiwi.torch.joint_capture import JointCapture
 
 
 _NOTHING = torch.empty(0, dtype=torch.uint8)   # the value of nodes that hold no tensor of their own
@@ -33,10 +33,6 @@ class JointRunner:
         self.buffers = dict(cap.model.named_buffers())
         self.storage_of_node = {v: s for s, st in enumerate(cap.storages) for v in st.nodes}
         self.templates: Dict[torch.fx.Node, ArgTemplate] = {}
-        self.effects: Dict[torch.fx.Node, List[Tuple[int, Produced]]] = {}
-        for w, p in enumerate(cap.produced):
-            if p is not None:
-                self.effects.setdefault(p.fx, []).append((w, p))
 
     def run(self, schedule: Sequence[Dict[str, Any]], inputs: Optional[Sequence[Any]] = None, ranges: bool = False
             ) -> Tuple[torch.Tensor, List[Optional[torch.Tensor]]]:
@@ -45,7 +41,7 @@ class JointRunner:
         the tensor leaves of (args, kwargs, labels) in capture order; default the example inputs.
         `ranges`: each op runs in a profiler range "kiwi::<node id>" (measure.measure_step(ranges=True))."""
         cap = self.cap
-        retain = _retained_outputs(cap, self.effects, schedule)
+        retain = _retained_outputs(cap, schedule)
         recomputed = _recomputed_ops(cap, schedule)
         env: Dict[int, torch.Tensor] = {}
         pending: Dict[int, torch.Tensor] = {}
@@ -113,13 +109,11 @@ class JointRunner:
     def _optimizer_step(self, env, placeholders) -> bool:
         """The captured optimizer's step on the gradients the schedule holds; they are dropped after it
         (as `zero_grad(set_to_none=True)` would), so the schedule's free of them frees them."""
-        named = dict(self.cap.model.named_parameters())
-        output = next(n for n in self.cap.gm.graph.nodes if n.op == "output")
         params = []
-        for name, g in zip(self.cap.param_names, output.args[0][1:]):
+        for name, g in zip(self.cap.param_names, self.cap.output_node.args[0][1:]):
             if isinstance(g, torch.fx.Node):
-                named[name].grad = self._grad_value(g, env, placeholders)
-                params.append(named[name])
+                self.params[name].grad = self._grad_value(g, env, placeholders)
+                params.append(self.params[name])
         self.cap.optimizer.step()
         for p in params:
             p.grad = None
@@ -177,7 +171,7 @@ class JointRunner:
     def _run_op(self, fx: torch.fx.Node, env, placeholders, rng, again: bool, recomputed) -> Dict[int, torch.Tensor]:
         cap = self.cap
         copies: Dict[int, torch.Tensor] = {}   # storage written -> its new version (a copy)
-        produced_here = self.effects[fx]
+        produced_here = cap.effects[fx]
         for w, p in produced_here:
             if p.what == "version":
                 copies[p.storage] = self._resident(cap.reads[fx][p.storage], fx, env).clone()
@@ -219,8 +213,7 @@ class JointRunner:
         return made
 
     def _outputs(self, env, placeholders) -> Dict[str, Any]:
-        output = next(n for n in self.cap.gm.graph.nodes if n.op == "output")
-        loss_fx, grads_fx = output.args[0][0], output.args[0][1:]
+        loss_fx, grads_fx = self.cap.output_node.args[0][0], self.cap.output_node.args[0][1:]
 
         def value(a):
             return a if not isinstance(a, torch.fx.Node) else self._grad_value(a, env, placeholders)
@@ -243,17 +236,26 @@ def _range(ranges: bool, v: int):
     return record_function(f"kiwi::{v}") if ranges else contextlib.nullcontext()
 
 
-def _recomputed_ops(cap: JointCapture, schedule: Sequence[Dict[str, Any]]) -> set:
-    """The FX ops one of whose nodes the schedule computes more than once."""
-    counts: Dict[int, int] = {}
+def recomputed_nodes(schedule: Sequence[Dict[str, Any]]) -> List[int]:
+    """The nodes a schedule computes more than once, in the order of their first recomputation."""
+    seen: set = set()
+    again: Dict[int, None] = {}
     for step in schedule:
         if step["op"] == "compute":
-            counts[int(step["node"])] = counts.get(int(step["node"]), 0) + 1
-    return {cap.produced[v].fx for v, k in counts.items()
-            if k > 1 and 0 <= v < len(cap.produced) and cap.produced[v] is not None}
+            v = int(step["node"])
+            if v in seen:
+                again[v] = None
+            seen.add(v)
+    return list(again)
 
 
-def _retained_outputs(cap: JointCapture, effects, schedule: Sequence[Dict[str, Any]]) -> Dict[int, set]:
+def _recomputed_ops(cap: JointCapture, schedule: Sequence[Dict[str, Any]]) -> set:
+    """The FX ops one of whose nodes the schedule computes more than once."""
+    return {cap.produced[v].fx for v in recomputed_nodes(schedule)
+            if 0 <= v < len(cap.produced) and cap.produced[v] is not None}
+
+
+def _retained_outputs(cap: JointCapture, schedule: Sequence[Dict[str, Any]]) -> Dict[int, set]:
     """For each step that runs an op: its other outputs that the schedule computes next (frees aside),
     kept until then, as kiwi counts them; the others are dropped at once, so that no tensor lives
     that the schedule does not count."""
@@ -263,7 +265,7 @@ def _retained_outputs(cap: JointCapture, effects, schedule: Sequence[Dict[str, A
         if step["op"] != "compute" or not 0 <= v < len(cap.produced) or cap.produced[v] is None:
             continue
         fx = cap.produced[v].fx
-        mine = {w for w, p in effects.get(fx, []) if w != v and p.what != "workspace"}
+        mine = {w for w, p in cap.effects.get(fx, []) if w != v and p.what != "workspace"}
         for j in range(i + 1, len(schedule)):
             if schedule[j]["op"] == "free":
                 continue
@@ -278,11 +280,7 @@ def rerun_transients(cap: JointCapture, schedule: Sequence[Dict[str, Any]]) -> D
     """Steps at which the runner computes an op's second or later output alone (not kept from the op's
     run just before) and so re-runs the whole op: the bytes that exist for that instant beyond the
     output kept (the op's temporaries and its other outputs, dropped at once), which no node counts."""
-    effects: Dict[Any, List[Tuple[int, Produced]]] = {}
-    for w, p in enumerate(cap.produced):
-        if p is not None:
-            effects.setdefault(p.fx, []).append((w, p))
-    retain = _retained_outputs(cap, effects, schedule)
+    retain = _retained_outputs(cap, schedule)
     nodes = cap.graph["nodes"]
     pending: set = set()
     out: Dict[int, int] = {}
@@ -297,7 +295,7 @@ def rerun_transients(cap: JointCapture, schedule: Sequence[Dict[str, Any]]) -> D
         if p.what in ("workspace", "optimizer"):
             continue
         pending |= retain.get(i, set())
-        mine = [w for w, q in effects[p.fx] if q.what in ("output", "version")]
+        mine = [w for w, q in cap.effects[p.fx] if q.what in ("output", "version")]
         if mine and mine[0] != v:
             out[i] = cap.workspaces.get(p.fx.name, 0) + sum(node_bytes(nodes[w]) for w in mine if w != v)
     return out
