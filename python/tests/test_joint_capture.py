@@ -204,6 +204,8 @@ def test_errors_are_one_line_and_name_the_problem():
         kt.capture_joint(frozen, (torch.randn(3, 4),), labels=torch.tensor([0, 1, 0]))
     with pytest.raises(kt.CaptureError, match="loss: 'mse'"):
         kt.capture_joint(nn.Linear(4, 2), (torch.randn(3, 4),), loss="mse")
+    with pytest.raises(kt.CaptureError, match="workspaces: 'profiled' is not"):   # refused before tracing
+        kt.capture_joint(Branchy(), (torch.randn(3, 4),), labels=torch.tensor([0, 1, 0]), workspaces="profiled")
     with pytest.raises(kt.CaptureError, match="not a scalar loss"):
         kt.capture_joint(nn.Linear(4, 2), (torch.randn(3, 4),), loss=None)
 

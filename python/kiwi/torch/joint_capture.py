@@ -442,6 +442,8 @@ def capture_joint(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Se
         args = tuple(example_inputs)
     if loss is not None and not callable(loss) and loss != "cross_entropy":
         raise CaptureError(f"loss: '{loss}' is not 'cross_entropy', a function or None")
+    if workspaces not in ("measured", "none"):
+        raise CaptureError(f"workspaces: '{workspaces}' is not 'measured' or 'none'")
     if not any(p.requires_grad for p in model.parameters()):
         raise CaptureError(f"model: {type(model).__name__} has no parameter that requires a gradient")
     opt_kind = _check_optimizer(model, optimizer)
@@ -453,8 +455,6 @@ def capture_joint(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Se
     if workspaces == "measured":
         cap = _build(model, gm, p_names, b_names, spec, leaves, loss, cap.cluster, profile, measure_workspaces(cap),
                      optimizer, opt_kind)
-    elif workspaces != "none":
-        raise CaptureError(f"workspaces: '{workspaces}' is not 'measured' or 'none'")
     return cap
 
 
