@@ -28,6 +28,7 @@ import torch  # noqa: E402
 import kiwi  # noqa: E402
 import kiwi.torch as kt  # noqa: E402
 from kiwi.torch import hf_zoo  # noqa: E402
+from kiwi.torch.bench import largest_relative_difference  # noqa: E402
 from kiwi.torch.joint_plan import plan_joint_or_smallest  # noqa: E402
 from kiwi.torch.joint_run import JointRunner  # noqa: E402
 from kiwi.torch.measure import measure_step  # noqa: E402
@@ -39,11 +40,7 @@ def _plan(cap, fraction):
 
 
 def _grad_check(grads, ref):
-    worst = 0.0
-    for g, r in zip(grads, ref):
-        if g is None or torch.equal(g, r):
-            continue
-        worst = max(worst, ((g - r).abs().max() / max(r.abs().max().item(), 1e-30)).item())
+    worst = largest_relative_difference(grads, ref)
     return "=" if worst == 0.0 else f"{worst:.0e}"
 
 

@@ -107,8 +107,14 @@ class Harness:
         if self.reference is None:
             self.reference = [g.detach().clone() for g in grads]
             return 0.0
-        return max(float((a - b).abs().max()) / max(float(b.abs().max()), 1e-30)
-                   for a, b in zip(grads, self.reference))
+        return largest_relative_difference(grads, self.reference)
+
+
+def largest_relative_difference(grads: Sequence[Optional[torch.Tensor]], reference: Sequence[torch.Tensor]) -> float:
+    """The largest difference of a gradient from its reference, relative to the reference's largest
+    magnitude: 0.0 is bit for bit (gradients that are None are skipped)."""
+    return max((float((a - b).abs().max()) / max(float(b.abs().max()), 1e-30)
+                for a, b in zip(grads, reference) if a is not None), default=0.0)
 
 
 def _ckpt_forward(seq: nn.Sequential, segments: int) -> Callable[[torch.Tensor], torch.Tensor]:
