@@ -239,6 +239,26 @@ def test_workspaces_none_captures_without_running_the_model():
     assert any("convolution" in name for name in measured.workspaces), measured.workspaces
 
 
+class Attention(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(16, 48)
+
+    def forward(self, x):   # x: [batch, seq, 16], 4 heads of 4
+        q, k, v = self.qkv(x).view(x.shape[0], x.shape[1], 3, 4, 4).permute(2, 0, 3, 1, 4)
+        return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True).sum(dim=(1, 3))
+
+
+def test_the_cpus_fused_attention_is_counted_by_torchs_attention_formula():
+    x, y = torch.randn(2, 8, 16), torch.randint(0, 8, (2,))
+    cap = kt.capture_joint(Attention(), (x,), labels=y, workspaces="none")
+    attention = [n for n in cap.graph["nodes"] if n["kind"] == "attention"]
+    assert [n["op"] for n in attention] == ["attention", "attention_grad_q"], [n["name"] for n in attention]
+    b, h, s, d = 2, 4, 8, 4
+    assert attention[0]["flops"] == 4 * b * h * s * s * d   # QK^T and PV, as torch's counter (no causal half)
+    assert attention[1]["flops"] == 2.5 * attention[0]["flops"]   # its backward: five products
+
+
 class RefusedByTheFxPath(nn.Module):
     """The constructs kiwi's fx path refused in torchvision's models (issue 17): ReLU6 (MobileNetV2),
     Hardswish (MobileNetV3), torch.cat (DenseNet, Inception), ceil_mode pooling (SqueezeNet, GoogLeNet),

@@ -28,7 +28,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils.flop_counter import flop_registry
+from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 import kiwi
 from kiwi.torch.aten_kinds import kiwi_kind, kiwi_op
@@ -167,13 +167,30 @@ def _dtype_shape(t: torch.Tensor, nbytes: int) -> Tuple[str, List[int]]:
     return "u8", [max(int(nbytes), 1)]
 
 
+def _shape(t: Any) -> Tuple[int, ...]:
+    return tuple(t.shape)
+
+
+# Ops torch's FLOP counter has no formula for, counted with its formula of the same computation: the
+# CPU's fused attention, forward (query, key, value, ...) and backward (grad_out, query, key, value, ...).
+_FLOPS_AS = {
+    "_scaled_dot_product_flash_attention_for_cpu":
+        lambda q, k, v, *rest, **kw: sdpa_flop_count(_shape(q), _shape(k), _shape(v)),
+    "_scaled_dot_product_flash_attention_for_cpu_backward":
+        lambda g, q, k, v, *rest, **kw: sdpa_backward_flop_count(_shape(g), _shape(q), _shape(k), _shape(v)),
+}
+
+
 def _flops(n: torch.fx.Node) -> float:
     packet = getattr(n.target, "overloadpacket", None)
-    if packet not in flop_registry:
+    formula = flop_registry.get(packet)
+    if formula is None:
+        formula = _FLOPS_AS.get(getattr(packet, "__name__", ""))
+    if formula is None:
         return 0.0
     args, kwargs = pytree.tree_map_only(torch.fx.Node, lambda a: a.meta.get("val"), (n.args, n.kwargs))
     try:
-        return float(flop_registry[packet](*args, **kwargs, out_val=n.meta.get("val")))
+        return float(formula(*args, **kwargs, out_val=n.meta.get("val")))
     except Exception:  # a formula that does not take this overload's arguments: the op is priced by bytes
         return 0.0
 
