@@ -9,9 +9,12 @@ unmodified training.
 Columns: capture seconds (trace + one measured step for the workspaces), nodes of kiwi's graph, the
 budget, predicted and measured peak (torch.profiler's CPU allocator events over the step, plus what is
 resident), recomputations, gradients against torch.autograd.grad of the unmodified model ("=" bit for
-bit, else the largest difference relative to the gradient's largest magnitude), predicted step time
-(kiwi's analytic model on this CPU, and with --profile a `kiwi profile` device profile), the
-plan's measured median time (runner), and an eager forward + backward of the model for scale.
+bit, else the largest difference relative to the gradient's largest magnitude), the predicted step
+time (the simulator's, from each op's time measured at capture) against the plan's measured median
+time (runner) and its error, how much slower than the model's 100% plan the plan is predicted and
+measured to be, the same plan priced by kiwi's cost model instead (analytic, and with --profile a
+`kiwi profile` device profile), and an eager forward + backward of the model for scale. The timed
+runs go round-robin (eager, then each plan, per repeat) so that the machine's drift moves them alike.
 With --optimizer the optimizer's step is part of the captured step (its state resident, its step run
 by the plan); the gradients column is then "-" (they go into the optimizer) and "eager" is
 forward + backward + optimizer step."""
@@ -44,6 +47,12 @@ def _grad_check(grads, ref):
     return "=" if worst == 0.0 else f"{worst:.0e}"
 
 
+def _modelled_seconds(cap, schedule, profile):
+    """The schedule's step time priced by kiwi's cost model (the capture's measured op times left out)."""
+    graph = dict(cap.graph, nodes=[{k: v for k, v in n.items() if k != "cost"} for n in cap.graph["nodes"]])
+    return kiwi.simulate(graph, kiwi.make_plan(schedule), cap.cluster, profile)["iteration_seconds"]
+
+
 def bench(name, repeats, profile, optimizer):
     import transformers
     from kiwi.torch.measure import step_tensors
@@ -68,20 +77,18 @@ def bench(name, repeats, profile, optimizer):
     torch.manual_seed(1)
     ref = torch.autograd.grad(model(**inputs).loss, params, allow_unused=True)
     restore()
-    eager = []
-    for _ in range(repeats):
-        t = time.perf_counter()
+
+    def eager():
         if opt is None:
             torch.autograd.grad(model(**inputs).loss, params, allow_unused=True)
         else:
             model(**inputs).loss.backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-        eager.append(time.perf_counter() - t)
-    restore()
+
     resident = step_tensors(model, opt, list(inputs.values()))
     runner = JointRunner(cap)
-    rows = []
+    plans, memory = [], []
     for fraction in (1.0, 0.8, 0.6):
         plan, note = _plan(cap, fraction)
         box = {}
@@ -92,40 +99,49 @@ def bench(name, repeats, profile, optimizer):
 
         m = measure_step(step, resident)
         restore()
-        _, grads = box.pop("out")
-        times = []
-        for _ in range(repeats):
+        plans.append((fraction, note, plan))
+        memory.append((m.peak_bytes, box.pop("out")[1]))
+    # Timed round-robin (eager, then each plan, per repeat): the machine's speed drifts by 10-20% over
+    # seconds here, and drift then moves every column alike.
+    times = [[] for _ in range(len(plans) + 1)]
+    for _ in range(repeats):
+        for k, run in enumerate([eager] + [lambda p=p: runner.run(p.schedule) for _, _, p in plans]):
             t = time.perf_counter()
-            runner.run(plan.schedule)
-            times.append(time.perf_counter() - t)
-        restore()
-        with_profile = ""
-        if profile:
-            sim = kiwi.simulate(cap.graph, kiwi.make_plan(plan.schedule), cap.cluster, profile)
-            with_profile = f" {sim['iteration_seconds'] * 1e3:.1f} |"
-        err = (plan.predicted_peak_bytes - m.peak_bytes) / m.peak_bytes
+            run()
+            times[k].append(time.perf_counter() - t)
+    restore()
+    medians = [statistics.median(t) for t in times]
+    rows = []
+    for k, ((fraction, note, plan), (peak, grads)) in enumerate(zip(plans, memory)):
+        measured = medians[k + 1]
+        modelled = _modelled_seconds(cap, plan.schedule, None)
+        with_profile = f" {_modelled_seconds(cap, plan.schedule, profile) * 1e3:.1f} |" if profile else ""
+        err = (plan.predicted_peak_bytes - peak) / peak
+        slower = (plan.predicted_seconds / plans[0][2].predicted_seconds - 1, measured / medians[1] - 1)
         rows.append(f"| {name} | {len(cap.graph['nodes'])} | {capture_s:.1f} | {fraction:.0%}{note} | "
                     f"{plan.budget_bytes / 2**20:.2f} | {plan.predicted_peak_bytes / 2**20:.2f} | "
-                    f"{m.peak_bytes / 2**20:.2f} | {err:+.2%} | {len(plan.recomputed())} | "
+                    f"{peak / 2**20:.2f} | {err:+.2%} | {len(plan.recomputed())} | "
                     f"{_grad_check(grads, ref) if opt is None else '-'} | "
-                    f"{plan.predicted_seconds * 1e3:.1f} |{with_profile} {statistics.median(times) * 1e3:.1f} | "
-                    f"{statistics.median(eager) * 1e3:.1f} |")
+                    f"{plan.predicted_seconds * 1e3:.1f} | {measured * 1e3:.1f} | "
+                    f"{(plan.predicted_seconds - measured) / measured:+.1%} | {slower[0]:+.1%} / {slower[1]:+.1%} | "
+                    f"{modelled * 1e3:.1f} |{with_profile} {medians[0] * 1e3:.1f} |")
     return rows
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default=",".join(hf_zoo.names()))
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--repeats", type=int, default=11)
     ap.add_argument("--profile", default=None, help="a `kiwi profile` device profile of this machine")
     ap.add_argument("--optimizer", choices=["adam", "sgd"], default=None,
                     help="make the optimizer's step part of the captured step")
     args = ap.parse_args()
     torch.set_num_threads(1)
-    prof = " predicted ms (profile) |" if args.profile else ""
+    prof = " cost model ms (profile) |" if args.profile else ""
     print("| model | nodes | capture s | budget | budget MiB | predicted MiB | measured MiB | error | recomputed | "
-          f"gradients | predicted ms (analytic) |{prof} measured ms | eager fwd+bwd ms |")
-    print("|---" * (14 if args.profile else 13) + "|")
+          f"gradients | predicted ms | measured ms | error | slower than 100%, predicted / measured | "
+          f"cost model ms (analytic) |{prof} eager fwd+bwd ms |")
+    print("|---" * (17 if args.profile else 16) + "|")
     for name in args.models.split(","):
         try:
             for row in bench(name, args.repeats, args.profile, args.optimizer):

@@ -11,8 +11,9 @@ same CPython as kiwi's build:
     PYTHONPATH=build/python /tmp/tv/bin/python bench/torchvision_coverage_bench.py [--models resnet18,vgg11]
         [--fraction 0.6] [--batch 2] [--max-params 100e6]
 
-Models above --max-params parameters are captured without running anything (workspaces="none") and
-planned, not run (their steps take minutes on a 2-core CPU). Images are 128 x 128 (224 x 224 where a
+Op times come from kiwi's cost model (times="model": a coverage bench of memory and gradients; measuring
+every op's time would run each model's step 13 times at capture). Models above --max-params parameters
+are captured without running anything (workspaces="none") and planned, not run (their steps take minutes on a 2-core CPU). Images are 128 x 128 (224 x 224 where a
 model fixes its input size: ViT, MaxViT; 299 x 299 for Inception v3)."""
 import argparse
 import os
@@ -56,7 +57,7 @@ def row(name, args):
     count = sum(p.numel() for p in params)
     t0 = time.perf_counter()
     run = count <= args.max_params
-    cap = kt.capture_joint(model, (x,), labels=y, workspaces="measured" if run else "none")
+    cap = kt.capture_joint(model, (x,), labels=y, workspaces="measured" if run else "none", times="model")
     plan, note = _plan(cap, args.fraction)
     seconds = time.perf_counter() - t0
     head = f"| {name} | {count / 1e6:.1f} | {len(cap.graph['nodes'])} | {seconds:.1f} | {args.fraction:.0%}{note} |"

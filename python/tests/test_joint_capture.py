@@ -232,7 +232,7 @@ def test_workspaces_none_captures_without_running_the_model():
     x, y = torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     cap = kt.capture_joint(model, (x,), labels=y, workspaces="none")
-    assert cap.workspaces == {}
+    assert cap.workspaces == {} and cap.seconds == {}
     for k, v in model.state_dict().items():
         assert torch.equal(v, before[k]), k
     measured = kt.capture_joint(model, (x,), labels=y)
@@ -257,6 +257,32 @@ def test_the_cpus_fused_attention_is_counted_by_torchs_attention_formula():
     b, h, s, d = 2, 4, 8, 4
     assert attention[0]["flops"] == 4 * b * h * s * s * d   # QK^T and PV, as torch's counter (no causal half)
     assert attention[1]["flops"] == 2.5 * attention[0]["flops"]   # its backward: five products
+
+
+def test_measured_op_times_are_what_the_simulator_prices():
+    torch.manual_seed(0)
+    model = SmallCnn().train()
+    x, y = torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,))
+    cap = kt.capture_joint(model, (x,), labels=y)   # times="measured" by default with measured workspaces
+    nodes = cap.graph["nodes"]
+    ops = {p.fx.name for p in cap.produced if p is not None}
+    assert set(cap.seconds) == ops and all(t > 0 for t in cap.seconds.values())
+    for v, p in enumerate(cap.produced):   # the op's first node has its time, its other nodes none
+        if p is not None:
+            first = next(w for w, q in cap.effects[p.fx] if q.what != "workspace") if p.what != "optimizer" else v
+            assert nodes[v]["cost"] == (cap.seconds[p.fx.name] if v == first else 0.0), nodes[v]["name"]
+    for fraction in (1.0, 0.6):   # the simulator's time is the sum of the times of what the plan computes
+        plan = _plan_or_smallest(cap, fraction)
+        computed = sum(nodes[int(s["node"])].get("cost", 0.0) for s in plan.schedule if s["op"] == "compute")
+        assert plan.predicted_seconds == pytest.approx(computed, rel=1e-9)
+    assert plan.recomputed() and plan.predicted_seconds > plan.baseline_seconds
+    modelled = kt.capture_joint(model, (x,), labels=y, times="model")
+    assert modelled.seconds == {} and not any("cost" in n for n in modelled.graph["nodes"])
+    assert modelled.workspaces   # still measured
+    timed = kt.capture_joint(model, (x,), labels=y, workspaces="none", times="measured")
+    assert timed.workspaces == {} and set(timed.seconds) == ops
+    with pytest.raises(kt.CaptureError, match="times: 'profile' is not 'measured' or 'model'"):
+        kt.capture_joint(model, (x,), labels=y, times="profile")
 
 
 class RefusedByTheFxPath(nn.Module):

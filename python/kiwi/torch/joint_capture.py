@@ -83,6 +83,7 @@ class JointCapture:
     profile: Any = None
     workspaces: Dict[str, int] = dataclasses.field(default_factory=dict)   # FX op name -> temporaries (bytes)
     optimizer: Optional[torch.optim.Optimizer] = None   # its step is the graph's node "optimizer"
+    seconds: Dict[str, float] = dataclasses.field(default_factory=dict)   # FX op name -> measured time
     # Every schedule plan_joint found for this capture: (predicted peak, seconds, solver, schedule).
     known_schedules: List[Tuple[int, float, str, List[Dict[str, Any]]]] = dataclasses.field(default_factory=list)
 
@@ -198,9 +199,10 @@ def _flops(n: torch.fx.Node) -> float:
 class _GraphBuilder:
     """Walks the traced joint graph once and writes kiwi's storage graph."""
 
-    def __init__(self, gm: torch.fx.GraphModule, name: str, workspaces: Dict[str, int]):
+    def __init__(self, gm: torch.fx.GraphModule, name: str, workspaces: Dict[str, int], seconds: Dict[str, float]):
         self.gm = gm
         self.workspaces = workspaces
+        self.seconds = seconds
         self.nodes: List[Dict[str, Any]] = []
         self.produced: List[Optional[Produced]] = []
         self.storages: List[Storage] = []
@@ -211,7 +213,8 @@ class _GraphBuilder:
         self.name = name
 
     def add(self, name: str, kind: str, op: str, dtype: str, shape: List[int], inputs: List[int],
-            backward: bool, produced: Optional[Produced], flops: float = 0.0, nbytes: int = 0) -> int:
+            backward: bool, produced: Optional[Produced], flops: float = 0.0, nbytes: int = 0,
+            cost: Optional[float] = None) -> int:
         node = {"id": len(self.nodes), "name": name, "kind": kind, "op": op, "dtype": dtype, "shape": shape,
                 "inputs": inputs}
         if backward:
@@ -220,6 +223,8 @@ class _GraphBuilder:
             node["flops"] = flops
         if nbytes > 0:
             node["bytes_accessed"] = int(nbytes)
+        if cost is not None:
+            node["cost"] = float(cost)
         self.nodes.append(node)
         self.produced.append(produced)
         return node["id"]
@@ -265,11 +270,12 @@ class _GraphBuilder:
             for v in states[name]:
                 inputs.append(v)
                 traffic += node_bytes(self.nodes[v])
+        seconds = self.seconds.get(output.name)
         if workspace > 0:
             inputs.append(self.add("optimizer.workspace", "opaque", "workspace", "u8", [workspace], [], True,
-                                   Produced(output, "workspace")))
+                                   Produced(output, "workspace"), cost=None if seconds is None else 0.0))
         return self.add("optimizer", "optimizer", kind, "u8", [1], sorted(set(inputs)), True,
-                        Produced(output, "optimizer"), 0.0, traffic)
+                        Produced(output, "optimizer"), 0.0, traffic, seconds)
 
     def same_as(self, n: torch.fx.Node, first: torch.fx.Node) -> None:
         """Placeholder n is the same tensor as `first` (labels that are the input ids): one storage."""
@@ -329,18 +335,22 @@ class _GraphBuilder:
         # output each, so the first node also reads a workspace holding the temporaries and the other
         # outputs' bytes (those outputs become kiwi nodes right after it).
         transient = self.workspaces.get(n.name, 0) + out_bytes - effects[0][5]
+        # Measured times: the op's first node carries the op's time, its workspace and other outputs
+        # none (one run of the op makes them all).
+        seconds = self.seconds.get(n.name)
+        rest = None if seconds is None else 0.0
         first_inputs = list(inputs)
         if transient > 0:
             first_inputs.append(self.add(f"{n.name}.workspace", "opaque", "workspace", "u8", [transient], [],
-                                         backward, Produced(n, "workspace")))
+                                         backward, Produced(n, "workspace"), cost=rest))
         for k, (what, i, st, dtype, shape, nbytes) in enumerate(effects):
             if k == 0:
                 v = self.add(n.name, kind, op, dtype, shape, first_inputs, backward, Produced(n, what, i, st),
-                             _flops(n), read_bytes + out_bytes)
+                             _flops(n), read_bytes + out_bytes, seconds)
             else:
                 suffix = f"out{i}" if what == "output" else f"writes{st}"
                 v = self.add(f"{n.name}.{suffix}", "opaque", f"{op}.output", dtype, shape, inputs, backward,
-                             Produced(n, what, i, st))
+                             Produced(n, what, i, st), cost=rest)
             self.storages[st].nodes.append(v)
         # The op's own tensor outputs: fresh ones are their storages' roots; the others alias an argument.
         if isinstance(n.meta.get("val"), torch.Tensor):
@@ -435,7 +445,7 @@ def capture_joint(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Se
                   labels: Any = None, loss: Union[str, Callable[..., Any], None] = "cross_entropy",
                   kwargs: Optional[Dict[str, Any]] = None, cluster: Any = None,
                   profile: Any = None, workspaces: str = "measured",
-                  optimizer: Optional[torch.optim.Optimizer] = None) -> JointCapture:
+                  optimizer: Optional[torch.optim.Optimizer] = None, times: Optional[str] = None) -> JointCapture:
     """Captures one training step of `model` (forward, loss, autograd's backward) generically.
 
     example_inputs: a tensor, a tuple of positional arguments, or a dict of keyword arguments.
@@ -443,8 +453,12 @@ def capture_joint(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Se
     HuggingFace models) against labels; loss=fn: fn(output, labels); loss=None or no labels: the model
     returns its loss (a scalar, a tuple starting with it, or an object with `.loss`: HuggingFace models
     given `labels` in their keyword arguments).
-    workspaces="measured" runs the step once for real (checkpoint-all) to measure each op's temporaries,
-    which kiwi counts while the op runs; "none" captures without running anything (FakeTensors only).
+    workspaces="measured" runs the step for real (checkpoint-all; measure_step_costs) to measure each op's
+    temporaries, which kiwi counts while the op runs; "none" captures without running anything
+    (FakeTensors only, unless times="measured").
+    times="measured" (the default when workspaces are measured) gives each op the time it took in
+    those runs (kiwi graph's node "cost", seconds), so that a plan's predicted step time is the
+    runner's on this machine; "model" leaves the times to kiwi's cost model (`cluster`, `profile`).
     optimizer: a torch.optim optimizer (Adam, AdamW, SGD) over the model's parameters makes its step
     part of the captured step (the plan's step then calls it); its state is created first if it has
     none (one step on zero gradients, the parameters left as they were). Without it the step ends
@@ -461,6 +475,10 @@ def capture_joint(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Se
         raise CaptureError(f"loss: '{loss}' is not 'cross_entropy', a function or None")
     if workspaces not in ("measured", "none"):
         raise CaptureError(f"workspaces: '{workspaces}' is not 'measured' or 'none'")
+    if times is None:
+        times = "measured" if workspaces == "measured" else "model"
+    if times not in ("measured", "model"):
+        raise CaptureError(f"times: '{times}' is not 'measured' or 'model'")
     if not any(p.requires_grad for p in model.parameters()):
         raise CaptureError(f"model: {type(model).__name__} has no parameter that requires a gradient")
     opt_kind = _check_optimizer(model, optimizer)
@@ -468,10 +486,12 @@ def capture_joint(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Se
     gm, p_names, b_names, spec, leaves = _trace(model, args, dict(kwargs or {}), lab, loss)
     from kiwi.torch.costs import local_cluster
     cap = _build(model, gm, p_names, b_names, spec, leaves, loss, cluster or local_cluster("cpu"), profile, {},
-                 optimizer, opt_kind)
-    if workspaces == "measured":
-        cap = _build(model, gm, p_names, b_names, spec, leaves, loss, cap.cluster, profile, measure_workspaces(cap),
-                     optimizer, opt_kind)
+                 {}, optimizer, opt_kind)
+    if workspaces == "measured" or times == "measured":
+        measured = measure_step_costs(cap)
+        cap = _build(model, gm, p_names, b_names, spec, leaves, loss, cap.cluster, profile,
+                     measured.workspaces if workspaces == "measured" else {},
+                     measured.seconds if times == "measured" else {}, optimizer, opt_kind)
     return cap
 
 
@@ -496,8 +516,9 @@ def _check_optimizer(model: torch.nn.Module, optimizer: Any) -> Optional[str]:
 
 
 def _build(model, gm, p_names, b_names, spec, leaves, loss, cluster, profile, workspaces: Dict[str, int],
-           optimizer: Optional[torch.optim.Optimizer] = None, opt_kind: Optional[str] = None) -> JointCapture:
-    b = _GraphBuilder(gm, type(model).__name__, workspaces)
+           seconds: Dict[str, float], optimizer: Optional[torch.optim.Optimizer] = None,
+           opt_kind: Optional[str] = None) -> JointCapture:
+    b = _GraphBuilder(gm, type(model).__name__, workspaces, seconds)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     n_params, n_buffers = len(p_names), len(b_names)
     for i, n in enumerate(placeholders):
@@ -546,26 +567,48 @@ def _build(model, gm, p_names, b_names, spec, leaves, loss, cluster, profile, wo
     except kiwi.BadInputError as e:
         raise CaptureError(f"internal error: the captured graph does not verify: {e}") from None
     return JointCapture(model, gm, graph, b.produced, b.storages, b.storage_of, b.chain, b.reads, placeholders,
-                        p_names, b_names, spec, leaves, outputs, loss, cluster, profile, dict(workspaces), optimizer)
+                        p_names, b_names, spec, leaves, outputs, loss, cluster, profile, dict(workspaces), optimizer,
+                        dict(seconds))
 
 
-def measure_workspaces(cap: JointCapture) -> Dict[str, int]:
-    """Each op's temporaries: bytes its run allocated above what it left allocated (oneDNN's reordered
-    convolution operands, a softmax's scratch), from one real step (checkpoint-all) under the profiler.
-    The model's buffers and the random-number generator are left as they were."""
+@dataclasses.dataclass
+class StepCosts:
+    """What running a captured step measured, per FX op name: temporaries (bytes) and time (seconds)."""
+    workspaces: Dict[str, int]
+    seconds: Dict[str, float]
+
+
+def measure_step_costs(cap: JointCapture, repeats: int = 5) -> StepCosts:
+    """Each op's temporaries (bytes its run allocated above what it left allocated: oneDNN's reordered
+    convolution operands, a softmax's scratch) and its time, from real steps (checkpoint-all) after
+    three warm-up steps: `repeats` steps under the profiler, one range per op, then as many unprofiled ones.
+    An op's time is its median over the profiled steps, scaled so that all ops sum to the median
+    unprofiled step (the profiler's ranges add their own time; the runner's bookkeeping between ops
+    is spread over them). The model's buffers, parameters, optimizer and random-number generator are
+    left as they were."""
+    import copy
+    import statistics
+    import time
     from kiwi.torch.joint_run import JointRunner, checkpoint_all
     from kiwi.torch.measure import measure_step
     runner = JointRunner(cap)
     saved = {k: v.detach().clone() for k, v in cap.model.named_buffers()}
     if cap.optimizer is not None:   # the runs step it: parameters and state are put back afterwards
-        import copy
         saved.update({k: v.detach().clone() for k, v in cap.model.named_parameters()})
         opt_state = copy.deepcopy(cap.optimizer.state_dict())
     state = torch.get_rng_state()
     schedule = checkpoint_all(cap)
+    profiled, plain = [], []
     try:
-        runner.run(schedule)   # a first run pays one-time allocations (kernel caches), not an op's temporaries
-        m = measure_step(lambda: runner.run(schedule, ranges=True), [], ranges=True)
+        for _ in range(3):   # first runs pay one-time costs (kernel caches, the allocator's growth)
+            runner.run(schedule)
+        for _ in range(max(1, repeats)):
+            profiled.append(measure_step(lambda: runner.run(schedule, ranges=True), [], ranges=True))
+        runner.run(schedule)   # the profiler's own allocations out of the caches
+        for _ in range(max(1, repeats)):
+            t0 = time.perf_counter()
+            runner.run(schedule)
+            plain.append(time.perf_counter() - t0)
     finally:
         torch.set_rng_state(state)
         with torch.no_grad():
@@ -574,10 +617,18 @@ def measure_workspaces(cap: JointCapture) -> Dict[str, int]:
                     v.copy_(saved[k])
         if cap.optimizer is not None:
             cap.optimizer.load_state_dict(opt_state)
-    out: Dict[str, int] = {}
-    for name, r in m.ranges.items():
+    workspaces: Dict[str, int] = {}
+    for name, r in profiled[0].ranges.items():
         v = int(name[len("kiwi::"):])
         extra = r.peak - max(r.level_after, r.level_before)
         if extra > 0 and cap.produced[v] is not None:
-            out[cap.produced[v].fx.name] = int(extra)
-    return out
+            workspaces[cap.produced[v].fx.name] = int(extra)
+    times: Dict[str, float] = {}
+    for name in profiled[0].ranges:
+        v = int(name[len("kiwi::"):])
+        if cap.produced[v] is not None:
+            times[cap.produced[v].fx.name] = statistics.median(m.ranges[name].seconds for m in profiled
+                                                               if name in m.ranges)
+    total = sum(times.values())
+    scale = statistics.median(plain) / total if total > 0 else 1.0
+    return StepCosts(workspaces, {k: t * scale for k, t in times.items()})
