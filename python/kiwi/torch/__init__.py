@@ -12,6 +12,8 @@ measure it (docs/pytorch.md).
     cap = kt.capture_joint(model, (x,), labels=y)            # any model make_fx traces: autograd's own graph
     step = kt.apply_joint(kt.plan_joint(cap, fraction=0.6))  # kiwi's schedule, run op by op
     loss = step(x, labels=y); optimizer.step()               # fills .grad as backward() does
+
+    compiled, partitioner = kt.compile_with_plan(model, fraction=0.6)   # torch.compile, kiwi's partition
 """
 from kiwi.torch.capture import Captured, OptimizerSpec, capture
 from kiwi.torch.chunked_optimizer import chunked_step
@@ -29,5 +31,14 @@ __all__ = [
     "UnsupportedOpError", "StepMeasurement", "measure_step", "prime_optimizer", "step_tensors", "training_step",
     "RematPlan", "apply_remat", "droppable_tensors", "floor", "plan_from_dropped", "plan_remat", "predict",
     "RematModule", "StepConfig", "chunked_step", "JointCapture", "capture_joint", "JointPlan", "JointStep",
-    "apply_joint", "plan_joint", "plan_joint_or_smallest",
+    "apply_joint", "plan_joint", "plan_joint_or_smallest", "compile_with_plan", "KiwiPartitioner",
 ]
+
+
+def __getattr__(name):
+    # kiwi.torch.compiled subclasses Inductor's partitioner hook: importing Inductor takes about a second,
+    # so it is imported when first asked for.
+    if name in ("compile_with_plan", "KiwiPartitioner"):
+        from kiwi.torch import compiled
+        return getattr(compiled, name)
+    raise AttributeError(f"module 'kiwi.torch' has no attribute '{name}'")

@@ -1,0 +1,172 @@
+"""kiwi's plans against PyTorch's own memory-saving tools at equal memory, on this CPU.
+
+For each model (GPT-2 and Llama from their HuggingFace configs, 4 layers; ResNet-50 from its config),
+each of PyTorch's configurations is measured for its peak and step time:
+- "checkpoint": per-block checkpointing (HuggingFace's `activation_checkpointing_enable(every_n_layers=k)`,
+  i.e. torch.utils.checkpoint around every k-th block, non-reentrant), k = none, 2, 1;
+- "compile": `torch.compile(model)` (Inductor) with `torch._functorch.config.activation_memory_budget`
+  at each of --budgets (its min-cut partitioner recomputes what its knapsack picks);
+- "kiwi-compile": `torch.compile(model)` with kiwi's partitioner (kiwi.torch.compiled.KiwiPartitioner)
+  at each of --fractions of kiwi's checkpoint-all peak of the joint graph: kiwi's plan decides what the
+  compiled backward recomputes.
+kiwi then plans the same step (kt.capture_joint of the unmodified model) with that measured peak as its
+budget (or the smallest budget kiwi knows, when that is higher) and runs it eagerly (kt.apply_joint).
+Every step is forward + backward (torch.autograd.grad), one intra-op thread; times are medians of
+repeats that alternate PyTorch's step and kiwi's.
+
+    .venv/bin/python bench/joint_vs_pytorch_bench.py [--repeats 7] [--models gpt2,llama,resnet50]
+                                                     [--tools checkpoint,compile,kiwi-compile]
+                                                     [--budgets 1,0.6,0.3,0] [--fractions 0.8,0.6,0.4]"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "python"))
+
+import torch  # noqa: E402
+
+import kiwi  # noqa: E402
+import kiwi.torch as kt  # noqa: E402
+from kiwi.torch.joint_run import JointRunner  # noqa: E402
+from kiwi.torch.measure import measure_step  # noqa: E402
+
+LAYERS, HIDDEN, HEADS, SEQ, BATCH, VOCAB, IMAGE = 4, 256, 4, 256, 4, 1024, 64
+
+
+def build(name):
+    import transformers as tf
+    tf.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    if name == "gpt2":
+        model = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=LAYERS, n_embd=HIDDEN, n_head=HEADS, vocab_size=VOCAB,
+                                                 n_positions=SEQ))
+    elif name == "llama":
+        model = tf.LlamaForCausalLM(tf.LlamaConfig(hidden_size=HIDDEN, num_hidden_layers=LAYERS,
+                                                   num_attention_heads=HEADS, num_key_value_heads=HEADS // 2,
+                                                   intermediate_size=4 * HIDDEN, vocab_size=VOCAB,
+                                                   max_position_embeddings=SEQ))
+    elif name == "resnet50":
+        model = tf.ResNetForImageClassification(tf.ResNetConfig(num_labels=10))   # ResNet-50's layers
+        return model.train(), {"pixel_values": torch.randn(BATCH, 3, IMAGE, IMAGE),
+                               "labels": torch.randint(0, 10, (BATCH,))}
+    else:
+        raise SystemExit(f"--models: unknown model '{name}' (gpt2, llama, resnet50)")
+    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
+    return model.train(), {"input_ids": ids, "labels": ids}
+
+
+def eager_step(model, batch):
+    params = [p for p in model.parameters() if p.requires_grad]
+    return lambda: torch.autograd.grad(model(**batch).loss, params)
+
+
+def compiled_step(model, batch, budget=1.0, fraction=None):
+    """torch.compile's step, with the activation memory budget or, given a fraction, kiwi's partitioner;
+    compiled (the first call) here. Returns the step, the compile seconds and kiwi's partitioner."""
+    import torch._functorch.config as functorch_config
+    from kiwi.torch.compiled import compile_with_plan
+    torch._dynamo.reset()
+    partitioner = None
+    if fraction is None:
+        compiled = torch.compile(model)
+    else:
+        compiled, partitioner = compile_with_plan(model, fraction=fraction)
+    params = [p for p in model.parameters() if p.requires_grad]
+    step = lambda: torch.autograd.grad(compiled(**batch).loss, params)   # noqa: E731
+    with functorch_config.patch(activation_memory_budget=budget):
+        t = time.perf_counter()
+        step()
+        return step, time.perf_counter() - t, partitioner
+
+
+def measure_pair(theirs, ours, resident, repeats):
+    """Peak of each step, then the median times of `repeats` alternating runs of the two."""
+    peaks = []
+    for step in (theirs, ours):
+        step()  # warm-up
+        peaks.append(measure_step(step, resident).peak_bytes)
+    times = ([], [])
+    for _ in range(repeats):
+        for k, step in enumerate((theirs, ours)):
+            t = time.perf_counter()
+            step()
+            times[k].append(time.perf_counter() - t)
+    return peaks, [statistics.median(t) for t in times]
+
+
+def configurations(model, batch, tools, budgets, fractions):
+    """(label, PyTorch's step, setup seconds) per configuration, set up just before it is measured."""
+    if "checkpoint" in tools and getattr(model, "supports_gradient_checkpointing", False):
+        for label, every in [("no checkpointing", None), ("checkpoint every 2 blocks", 2),
+                             ("checkpoint every block", 1)]:
+            if every is not None:
+                model.activation_checkpointing_enable(every_n_layers=every)
+            yield label, eager_step(model, batch), 0.0
+            if every is not None:
+                model.activation_checkpointing_disable()
+    if "compile" in tools:
+        for budget in budgets:
+            step, seconds, _ = compiled_step(model, batch, budget)
+            yield f"torch.compile, memory budget {budget:g}", step, seconds
+    if "kiwi-compile" in tools:
+        for fraction in fractions:
+            step, seconds, partitioner = compiled_step(model, batch, fraction=fraction)
+            recomputed = sum(len(r.recomputed) for r in partitioner.reports)
+            yield f"torch.compile, kiwi's partition at {fraction:.0%} ({recomputed} ops recomputed)", step, seconds
+
+
+def bench(name, repeats, tools, budgets, fractions):
+    model, batch = build(name)
+    resident = list(model.parameters()) + list(model.buffers()) + list(batch.values())
+    saved = {k: v.clone() for k, v in model.named_buffers()}
+    cap = kt.capture_joint(model, batch, loss=None)
+    runner = JointRunner(cap)
+    rows = []
+    for label, theirs, setup in configurations(model, batch, tools, budgets, fractions):
+        peak = measure_step(theirs, resident).peak_bytes
+        plan, reached = _plan_at(cap, peak)
+        (peak, k_peak), (secs, k_secs) = measure_pair(theirs, lambda: runner.run(plan.schedule), resident, repeats)
+        with torch.no_grad():   # batch-norm statistics as captured
+            for k, v in model.named_buffers():
+                v.copy_(saved[k])
+        note = "" if reached else " (smallest kiwi knows)"
+        rows.append(f"| {name} | {label} | {setup:.0f} | {peak / 2**20:.1f} | {secs * 1e3:.0f} | "
+                    f"{k_peak / 2**20:.1f}{note} | {k_secs * 1e3:.0f} | {len(plan.recomputed())} | "
+                    f"{secs / k_secs:.2f}x |")
+    return rows
+
+
+def _plan_at(cap, peak):
+    """kiwi's plan with PyTorch's measured peak as its budget, or at the smallest budget kiwi knows."""
+    try:
+        return kt.plan_joint(cap, budget=peak), True
+    except kiwi.InfeasibleError as e:
+        if e.smallest_budget_bytes is None:
+            raise
+        return kt.plan_joint(cap, budget=e.smallest_budget_bytes), False
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="gpt2,llama,resnet50")
+    ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--tools", default="checkpoint,compile,kiwi-compile")
+    ap.add_argument("--budgets", default="1,0.6,0.3,0", help="torch.compile's activation memory budgets")
+    ap.add_argument("--fractions", default="0.8,0.6,0.4", help="kiwi's partition: of its checkpoint-all peak")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    tools = args.tools.split(",")
+    budgets = [float(b) for b in args.budgets.split(",")]
+    fractions = [float(f) for f in args.fractions.split(",")]
+    print("| model | configuration | compile s | its peak MiB | its step ms | kiwi eager: peak MiB (budget: that peak) | "
+          "kiwi eager: step ms | kiwi eager recomputes | its time / kiwi eager's |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in args.models.split(","):
+        for row in bench(name, args.repeats, tools, budgets, fractions):
+            print(row, flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""kiwi's rematerialization inside torch.compile: a partitioner for Inductor's joint graph.
+
+torch.compile's AOTAutograd traces the training step as one functional joint graph (forward +
+backward) and a partitioner splits it into the forward and backward graphs Inductor compiles: which
+forward values are saved for the backward, and which the backward recomputes. By default that is the
+min-cut partitioner, with `torch._functorch.config.activation_memory_budget` choosing what to
+recompute by a knapsack. `KiwiPartitioner` (Inductor's `custom_partitioner_fn`) decides it with kiwi:
+
+1. the joint graph becomes kiwi's graph of storages (kiwi.torch.joint_capture's builder: the graph is
+   functional, so every op makes new storages), priced by kiwi's cost model for this device;
+2. kiwi's rematerialization solver plans it at the budget (a fraction of its checkpoint-all peak, or
+   bytes);
+3. a compiled graph can only save a forward value or recompute it in the backward, so the plan is
+   read as such: a forward op the plan computes more than once is recomputed in the backward
+   (`CheckpointPolicy.MUST_RECOMPUTE`, as selective activation checkpointing tags it), and PyTorch's
+   min-cut partitioner splits the graph with those tags. The other ops are left to it: it saves what
+   the backward reads and recomputes what costs nothing once fused (an elementwise op whose output is
+   larger than its inputs), which is why it is not told to save them.
+
+Inductor then fuses and schedules each graph; kiwi's storage model of the joint graph is not what
+Inductor's fused kernels allocate, so the compiled step's memory is measured, not predicted (see
+docs/pytorch.md)."""
+import dataclasses
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.fx
+import torch.utils._pytree as pytree
+
+import kiwi
+from kiwi.torch.errors import PlanError
+
+
+@dataclasses.dataclass
+class PartitionReport:
+    """What KiwiPartitioner decided for one joint graph."""
+    nodes: int                  # kiwi nodes of the joint graph
+    budget_bytes: int           # the budget kiwi planned for (kiwi's storage model)
+    baseline_peak_bytes: int    # checkpoint-all (nothing recomputed) in kiwi's storage model
+    planned_peak_bytes: int
+    reached: bool               # False: the budget was below what kiwi can reach; planned at its smallest
+    recomputed: List[str]       # forward ops tagged MUST_RECOMPUTE
+    forward_ops: int            # forward ops of the joint graph
+
+
+def _custom_partitioner_base():
+    try:
+        from torch._inductor.custom_graph_pass import CustomPartitionerFn
+        return CustomPartitionerFn
+    except ImportError:   # a PyTorch without Inductor's partitioner hook
+        return object
+
+
+class KiwiPartitioner(_custom_partitioner_base()):
+    """Inductor's `custom_partitioner_fn` planned by kiwi: `fraction` of kiwi's checkpoint-all peak of
+    the joint graph, or `budget` bytes; `solver` any of kiwi.remat_solvers(). Each joint graph it
+    partitions is reported in `reports`."""
+
+    def __init__(self, fraction: Optional[float] = None, budget: Optional[int] = None, solver: str = "heuristic",
+                 time_limit: float = 30.0, cluster: Any = None):
+        if (fraction is None) == (budget is None):
+            raise PlanError("KiwiPartitioner: give exactly one of fraction= and budget=")
+        if fraction is not None and (not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0):
+            raise PlanError(f"fraction: must be in (0, 1], got {fraction!r}")
+        self.fraction, self.budget, self.solver, self.time_limit = fraction, budget, solver, time_limit
+        self.cluster = cluster
+        self.reports: List[PartitionReport] = []
+
+    def uuid(self) -> Any:
+        """Inductor's cache key: this file and the plan's parameters."""
+        from torch._inductor.custom_graph_pass import get_hash_for_files
+        return (get_hash_for_files((__file__,)), self.fraction, self.budget, self.solver)
+
+    def __call__(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
+                 ) -> Tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+        from torch._functorch import config as functorch_config
+        from torch._functorch.partitioners import min_cut_rematerialization_partition
+        from torch.utils.checkpoint import CheckpointPolicy
+        report, recompute = self.plan(gm)
+        for n in recompute:
+            n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
+        self.reports.append(report)
+        # kiwi's tags decide; the knapsack of the activation memory budget must not override them
+        with functorch_config.patch(activation_memory_budget=1.0):
+            return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+
+    def plan(self, gm: torch.fx.GraphModule) -> Tuple[PartitionReport, List[torch.fx.Node]]:
+        """kiwi's plan of the joint graph, read as the forward ops to recompute in the backward."""
+        from kiwi.torch.costs import local_cluster
+        graph, produced, backward = joint_storage_graph(gm)
+        cluster = self.cluster or local_cluster(_device_of(gm))
+        checkpoint_all = kiwi.solve_remat(graph, 1 << 62, "checkpoint-all", cluster, check=False)
+        base = int(kiwi.simulate(graph, kiwi.make_plan(checkpoint_all.schedule), cluster)["peak_memory_bytes"])
+        budget = int(base * self.fraction) if self.fraction is not None else int(self.budget)
+        r = kiwi.solve_remat(graph, budget, self.solver, cluster, self.time_limit, check=False)
+        reached = r.feasible
+        if not r.feasible:
+            if r.smallest_known_budget_bytes <= 0:
+                raise PlanError(f"kiwi has no schedule of the joint graph within {budget} bytes")
+            r = kiwi.solve_remat(graph, r.smallest_known_budget_bytes, self.solver, cluster, self.time_limit,
+                                 check=False)
+        peak = int(kiwi.simulate(graph, kiwi.make_plan(r.schedule), cluster)["peak_memory_bytes"])
+        computed: Dict[int, int] = {}
+        for step in r.schedule:
+            if step["op"] == "compute":
+                computed[int(step["node"])] = computed.get(int(step["node"]), 0) + 1
+        again = {produced[v] for v, times in computed.items() if times > 1 and produced[v] is not None}
+        forward_ops = list(dict.fromkeys(fx for fx in produced if fx is not None and fx not in backward))
+        recompute = [fx for fx in forward_ops if fx in again]
+        return (PartitionReport(len(graph["nodes"]), budget, base, peak, reached, [fx.name for fx in recompute],
+                                len(forward_ops)), recompute)
+
+
+def _device_of(gm: torch.fx.GraphModule) -> str:
+    for n in gm.graph.nodes:
+        val = n.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            return val.device.type
+    return "cpu"
+
+
+def joint_storage_graph(gm: torch.fx.GraphModule) -> Tuple[Dict[str, Any], List[Optional[torch.fx.Node]], set]:
+    """AOTAutograd's joint graph as kiwi's graph of storages: every placeholder (parameters, inputs,
+    the loss's tangent) resident, every op's new storages nodes, the graph's outputs held to the end.
+    Returns the graph, the FX op of each kiwi node (None: placeholder, step.outputs) and the set of
+    backward FX nodes (those that depend on a tangent, or that AOTAutograd tagged as backward)."""
+    from kiwi.torch.joint_capture import CaptureError, _GraphBuilder
+    b = _GraphBuilder(gm, "compiled_joint", {}, {})
+    backward: set = set()
+    for n in gm.graph.nodes:
+        if n.op == "placeholder":
+            if "tangents" in n.name:
+                backward.add(n)
+            b.placeholder(n, "input", "input")
+        elif n.op == "get_attr":
+            val = getattr(gm, n.target)
+            if isinstance(val, torch.Tensor):
+                n.meta.setdefault("val", val)
+                b.placeholder(n, "parameter", "constant")
+        elif n.op == "call_function":
+            args = [a for a in pytree.tree_leaves((n.args, n.kwargs)) if isinstance(a, torch.fx.Node)]
+            if n.meta.get("partitioner_tag") == "is_backward" or any(a in backward for a in args):
+                backward.add(n)
+            b.op(n, n in backward)
+    output = next(n for n in gm.graph.nodes if n.op == "output")
+    held = {b.storage_of[a] for a in pytree.tree_leaves(output.args) if isinstance(a, torch.fx.Node)
+            and a in b.storage_of}
+    held |= {b.storage_of[n] for n in gm.graph.nodes if n.op == "placeholder" and n in b.storage_of}
+    b.add("step.outputs", "opaque", "step_outputs", "u8", [1], sorted({v for s in held for v in b.current(s)}),
+          True, None)
+    graph = {"kiwi_graph_version": 1, "name": b.name, "operands": "storages", "nodes": b.nodes}
+    try:
+        kiwi.parse_graph(graph, "torch.compile's joint graph")
+    except kiwi.BadInputError as e:
+        raise CaptureError(f"internal error: the joint graph does not verify: {e}") from None
+    return graph, [p.fx if p is not None else None for p in b.produced], backward
+
+
+def compile_with_plan(model: torch.nn.Module, fraction: Optional[float] = None, budget: Optional[int] = None,
+                      solver: str = "heuristic", **compile_kwargs: Any) -> Tuple[Any, KiwiPartitioner]:
+    """`torch.compile(model)` whose joint graphs kiwi partitions (KiwiPartitioner); returns the compiled
+    model and the partitioner (its `reports` fill in as graphs compile, at the first call)."""
+    partitioner = KiwiPartitioner(fraction=fraction, budget=budget, solver=solver)
+    options = dict(compile_kwargs.pop("options", {}) or {})
+    options["custom_partitioner_fn"] = partitioner
+    return torch.compile(model, options=options, **compile_kwargs), partitioner
