@@ -592,6 +592,7 @@ def measure_step_costs(cap: JointCapture, repeats: int = 5) -> StepCosts:
     from kiwi.torch.joint_run import JointRunner, checkpoint_all
     from kiwi.torch.measure import measure_step
     runner = JointRunner(cap)
+    device = next((p.device.type for p in cap.model.parameters()), "cpu")
     saved = {k: v.detach().clone() for k, v in cap.model.named_buffers()}
     if cap.optimizer is not None:   # the runs step it: parameters and state are put back afterwards
         saved.update({k: v.detach().clone() for k, v in cap.model.named_parameters()})
@@ -603,11 +604,14 @@ def measure_step_costs(cap: JointCapture, repeats: int = 5) -> StepCosts:
         for _ in range(3):   # first runs pay one-time costs (kernel caches, the allocator's growth)
             runner.run(schedule)
         for _ in range(max(1, repeats)):
-            profiled.append(measure_step(lambda: runner.run(schedule, ranges=True), [], ranges=True))
+            profiled.append(measure_step(lambda: runner.run(schedule, ranges=True), [], device, ranges=True))
         runner.run(schedule)   # the profiler's own allocations out of the caches
+        sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
         for _ in range(max(1, repeats)):
+            sync()
             t0 = time.perf_counter()
             runner.run(schedule)
+            sync()
             plain.append(time.perf_counter() - t0)
     finally:
         torch.set_rng_state(state)
