@@ -29,6 +29,7 @@ import torch.utils._pytree as pytree
 
 import kiwi
 from kiwi.torch.errors import PlanError
+from kiwi.torch.joint_capture import StorageGraphBuilder
 
 
 @dataclasses.dataclass
@@ -124,8 +125,7 @@ def joint_storage_graph(gm: torch.fx.GraphModule) -> Tuple[Dict[str, Any], List[
     the loss's tangent) resident, every op's new storages nodes, the graph's outputs held to the end.
     Returns the graph, the FX op of each kiwi node (None: placeholder, step.outputs) and the set of
     backward FX nodes (those that depend on a tangent, or that AOTAutograd tagged as backward)."""
-    from kiwi.torch.joint_capture import CaptureError, _GraphBuilder
-    b = _GraphBuilder(gm, "compiled_joint", {}, {})
+    b = StorageGraphBuilder(gm, "compiled_joint", {}, {})
     backward: set = set()
     for n in gm.graph.nodes:
         if n.op == "placeholder":
@@ -133,10 +133,7 @@ def joint_storage_graph(gm: torch.fx.GraphModule) -> Tuple[Dict[str, Any], List[
                 backward.add(n)
             b.placeholder(n, "input", "input")
         elif n.op == "get_attr":
-            val = getattr(gm, n.target)
-            if isinstance(val, torch.Tensor):
-                n.meta.setdefault("val", val)
-                b.placeholder(n, "parameter", "constant")
+            b.constant(n)
         elif n.op == "call_function":
             args = [a for a in pytree.tree_leaves((n.args, n.kwargs)) if isinstance(a, torch.fx.Node)]
             if n.meta.get("partitioner_tag") == "is_backward" or any(a in backward for a in args):
@@ -146,13 +143,7 @@ def joint_storage_graph(gm: torch.fx.GraphModule) -> Tuple[Dict[str, Any], List[
     held = {b.storage_of[a] for a in pytree.tree_leaves(output.args) if isinstance(a, torch.fx.Node)
             and a in b.storage_of}
     held |= {b.storage_of[n] for n in gm.graph.nodes if n.op == "placeholder" and n in b.storage_of}
-    b.add("step.outputs", "opaque", "step_outputs", "u8", [1], sorted({v for s in held for v in b.current(s)}),
-          True, None)
-    graph = {"kiwi_graph_version": 1, "name": b.name, "operands": "storages", "nodes": b.nodes}
-    try:
-        kiwi.parse_graph(graph, "torch.compile's joint graph")
-    except kiwi.BadInputError as e:
-        raise CaptureError(f"internal error: the joint graph does not verify: {e}") from None
+    graph, _ = b.finish(held, "torch.compile's joint graph")
     return graph, [p.fx if p is not None else None for p in b.produced], backward
 
 

@@ -196,8 +196,9 @@ def _flops(n: torch.fx.Node) -> float:
         return 0.0
 
 
-class _GraphBuilder:
-    """Walks the traced joint graph once and writes kiwi's storage graph."""
+class StorageGraphBuilder:
+    """Walks a traced joint graph (make_fx's, or AOTAutograd's under torch.compile) once and writes kiwi's
+    storage graph."""
 
     def __init__(self, gm: torch.fx.GraphModule, name: str, workspaces: Dict[str, int], seconds: Dict[str, float]):
         self.gm = gm
@@ -289,6 +290,25 @@ class _GraphBuilder:
         self.storages[s].nodes.append(self.add(n.name, kind, op, dtype, shape, [], False, None))
         self.storage_of[n] = s
         self.chain[n] = []
+
+    def constant(self, n: torch.fx.Node) -> None:
+        """A get_attr node: a tensor constant of the traced module is resident like a parameter."""
+        val = getattr(self.gm, n.target)
+        if isinstance(val, torch.Tensor):
+            n.meta.setdefault("val", val)
+            self.placeholder(n, "parameter", "constant")
+
+    def finish(self, held: set, what: str) -> Tuple[Dict[str, Any], int]:
+        """The graph, ended by `step.outputs` reading the storages `held` to the end (what the step hands
+        back, what its caller holds), checked by kiwi's verifier; and step.outputs' id."""
+        outputs = self.add("step.outputs", "opaque", "step_outputs", "u8", [1],
+                           sorted({v for s in held for v in self.current(s)}), True, None)
+        graph = {"kiwi_graph_version": 1, "name": self.name, "operands": "storages", "nodes": self.nodes}
+        try:
+            kiwi.parse_graph(graph, what)
+        except kiwi.BadInputError as e:   # a failure here is a bug of kiwi's capture
+            raise CaptureError(f"internal error: {what} does not verify: {e}") from None
+        return graph, outputs
 
     def current(self, s: int) -> List[int]:
         """The kiwi nodes a reader of storage s depends on: its latest version (and, for a persistent
@@ -518,7 +538,7 @@ def _check_optimizer(model: torch.nn.Module, optimizer: Any) -> Optional[str]:
 def _build(model, gm, p_names, b_names, spec, leaves, loss, cluster, profile, workspaces: Dict[str, int],
            seconds: Dict[str, float], optimizer: Optional[torch.optim.Optimizer] = None,
            opt_kind: Optional[str] = None) -> JointCapture:
-    b = _GraphBuilder(gm, type(model).__name__, workspaces, seconds)
+    b = StorageGraphBuilder(gm, type(model).__name__, workspaces, seconds)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     n_params, n_buffers = len(p_names), len(b_names)
     for i, n in enumerate(placeholders):
@@ -539,10 +559,7 @@ def _build(model, gm, p_names, b_names, spec, leaves, loss, cluster, profile, wo
     backward = False
     for n in gm.graph.nodes:
         if n.op == "get_attr":
-            val = getattr(gm, n.target)
-            if isinstance(val, torch.Tensor):
-                n.meta.setdefault("val", val)
-                b.placeholder(n, "parameter", "constant")
+            b.constant(n)
         elif n.op == "call_function":
             b.op(n, backward)
             if n is loss_node:
@@ -559,13 +576,7 @@ def _build(model, gm, p_names, b_names, spec, leaves, loss, cluster, profile, wo
         held_fx = [n for n in pytree.tree_leaves(output.args) if isinstance(n, torch.fx.Node)]
     held = {b.storage_of[n] for n in held_fx if n in b.storage_of}
     held |= {b.storage_of[n] for n in placeholders[n_params + n_buffers:]}
-    outputs = b.add("step.outputs", "opaque", "step_outputs", "u8", [1],
-                    sorted({v for s in held for v in b.current(s)}), True, None)
-    graph = {"kiwi_graph_version": 1, "name": b.name, "operands": "storages", "nodes": b.nodes}
-    try:
-        kiwi.parse_graph(graph, f"captured {b.name}")   # kiwi's verifier: a failure here is a bug of this capture
-    except kiwi.BadInputError as e:
-        raise CaptureError(f"internal error: the captured graph does not verify: {e}") from None
+    graph, outputs = b.finish(held, f"the captured graph of {b.name}")
     return JointCapture(model, gm, graph, b.produced, b.storages, b.storage_of, b.chain, b.reads, placeholders,
                         p_names, b_names, spec, leaves, outputs, loss, cluster, profile, dict(workspaces), optimizer,
                         dict(seconds))
