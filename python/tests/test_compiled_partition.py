@@ -7,6 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 import torch.nn as nn  # noqa: E402
 
+import kiwi  # noqa: E402
 import kiwi.torch as kt  # noqa: E402
 from kiwi.torch.compiled import KiwiPartitioner, compile_with_plan, joint_storage_graph  # noqa: E402
 
@@ -89,3 +90,6 @@ def test_partitioner_errors_and_lazy_names():
         KiwiPartitioner()
     with pytest.raises(kt.PlanError, match="fraction: must be in"):
         KiwiPartitioner(fraction=0.0)
+    with pytest.raises(kiwi.BadInputError, match="budget: 'lots' is not a size"):
+        KiwiPartitioner(budget="lots")
+    assert KiwiPartitioner(budget="1MiB").budget == 1 << 20

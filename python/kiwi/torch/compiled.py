@@ -21,7 +21,7 @@ Inductor then fuses and schedules each graph; kiwi's storage model of the joint 
 Inductor's fused kernels allocate, so the compiled step's memory is measured, not predicted (see
 docs/pytorch.md)."""
 import dataclasses
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.fx
@@ -30,6 +30,7 @@ import torch.utils._pytree as pytree
 import kiwi
 from kiwi.torch.errors import PlanError
 from kiwi.torch.joint_capture import StorageGraphBuilder
+from kiwi.torch.joint_run import recomputed_nodes
 
 
 @dataclasses.dataclass
@@ -54,16 +55,17 @@ def _custom_partitioner_base():
 
 class KiwiPartitioner(_custom_partitioner_base()):
     """Inductor's `custom_partitioner_fn` planned by kiwi: `fraction` of kiwi's checkpoint-all peak of
-    the joint graph, or `budget` bytes; `solver` any of kiwi.remat_solvers(). Each joint graph it
+    the joint graph, or `budget` (bytes, or "2GiB"); `solver` any of kiwi.remat_solvers(). Each joint graph it
     partitions is reported in `reports`."""
 
-    def __init__(self, fraction: Optional[float] = None, budget: Optional[int] = None, solver: str = "heuristic",
+    def __init__(self, fraction: Optional[float] = None, budget: Union[int, str, None] = None, solver: str = "heuristic",
                  time_limit: float = 30.0, cluster: Any = None):
         if (fraction is None) == (budget is None):
             raise PlanError("KiwiPartitioner: give exactly one of fraction= and budget=")
         if fraction is not None and (not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0):
             raise PlanError(f"fraction: must be in (0, 1], got {fraction!r}")
-        self.fraction, self.budget, self.solver, self.time_limit = fraction, budget, solver, time_limit
+        self.budget = kiwi.parse_bytes(budget, "budget") if budget is not None else None
+        self.fraction, self.solver, self.time_limit = fraction, solver, time_limit
         self.cluster = cluster
         self.reports: List[PartitionReport] = []
 
@@ -101,11 +103,7 @@ class KiwiPartitioner(_custom_partitioner_base()):
             r = kiwi.solve_remat(graph, r.smallest_known_budget_bytes, self.solver, cluster, self.time_limit,
                                  check=False)
         peak = int(kiwi.simulate(graph, kiwi.make_plan(r.schedule), cluster)["peak_memory_bytes"])
-        computed: Dict[int, int] = {}
-        for step in r.schedule:
-            if step["op"] == "compute":
-                computed[int(step["node"])] = computed.get(int(step["node"]), 0) + 1
-        again = {produced[v] for v, times in computed.items() if times > 1 and produced[v] is not None}
+        again = {produced[v] for v in recomputed_nodes(r.schedule) if produced[v] is not None}
         forward_ops = list(dict.fromkeys(fx for fx in produced if fx is not None and fx not in backward))
         recompute = [fx for fx in forward_ops if fx in again]
         return (PartitionReport(len(graph["nodes"]), budget, base, peak, reached, [fx.name for fx in recompute],
@@ -147,7 +145,7 @@ def joint_storage_graph(gm: torch.fx.GraphModule) -> Tuple[Dict[str, Any], List[
     return graph, [p.fx if p is not None else None for p in b.produced], backward
 
 
-def compile_with_plan(model: torch.nn.Module, fraction: Optional[float] = None, budget: Optional[int] = None,
+def compile_with_plan(model: torch.nn.Module, fraction: Optional[float] = None, budget: Union[int, str, None] = None,
                       solver: str = "heuristic", **compile_kwargs: Any) -> Tuple[Any, KiwiPartitioner]:
     """`torch.compile(model)` whose joint graphs kiwi partitions (KiwiPartitioner); returns the compiled
     model and the partitioner (its `reports` fill in as graphs compile, at the first call)."""
