@@ -12,6 +12,8 @@ measure it (docs/pytorch.md).
     cap = kt.capture_joint(model, (x,), labels=y)            # any model make_fx traces: autograd's own graph
     step = kt.apply_joint(kt.plan_joint(cap, fraction=0.6))  # kiwi's schedule, run op by op
     loss = step(x, labels=y); optimizer.step()               # fills .grad as backward() does
+    mb = kt.plan_joint_batches(model, (x,), labels=y, fraction=0.4)   # micro-batches where one batch cannot
+    loss = kt.apply_joint_batches(mb)((x,), labels=y)
 
     compiled, partitioner = kt.compile_with_plan(model, fraction=0.6)   # torch.compile, kiwi's partition
 """
@@ -19,6 +21,7 @@ from kiwi.torch.capture import Captured, OptimizerSpec, capture
 from kiwi.torch.chunked_optimizer import chunked_step
 from kiwi.torch.joint_capture import JointCapture, capture_joint
 from kiwi.torch.joint_plan import JointPlan, JointStep, apply_joint, plan_joint, plan_joint_or_smallest
+from kiwi.torch.joint_batches import MicroBatchPlan, MicroBatchStep, apply_joint_batches, plan_joint_batches
 from kiwi.torch.errors import CaptureError, InfeasibleError, PlanError, TraceError, UnsupportedOpError
 from kiwi.torch.measure import StepMeasurement, measure_step, prime_optimizer, step_tensors, training_step
 from kiwi.torch.planning import (RematPlan, apply_remat, droppable_tensors, floor, plan_from_dropped, plan_remat,
@@ -31,7 +34,8 @@ __all__ = [
     "UnsupportedOpError", "StepMeasurement", "measure_step", "prime_optimizer", "step_tensors", "training_step",
     "RematPlan", "apply_remat", "droppable_tensors", "floor", "plan_from_dropped", "plan_remat", "predict",
     "RematModule", "StepConfig", "chunked_step", "JointCapture", "capture_joint", "JointPlan", "JointStep",
-    "apply_joint", "plan_joint", "plan_joint_or_smallest", "compile_with_plan", "KiwiPartitioner",
+    "apply_joint", "plan_joint", "plan_joint_or_smallest", "MicroBatchPlan", "MicroBatchStep",
+    "apply_joint_batches", "plan_joint_batches", "compile_with_plan", "KiwiPartitioner",
 ]
 
 

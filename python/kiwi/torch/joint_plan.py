@@ -68,6 +68,15 @@ def _simulate(cap: JointCapture, schedule: List[Dict[str, Any]]) -> Dict[str, An
     return kiwi.simulate(cap.graph, kiwi.make_plan(schedule), cap.cluster, cap.profile)
 
 
+def fraction_budget(cap: JointCapture, fraction: float, checkpoint_all_peak: Optional[int] = None) -> int:
+    """`fraction` of what the step needs without recomputation (checkpoint-all), scalars included."""
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0:
+        raise PlanError(f"fraction: must be in (0, 1], got {fraction!r}")
+    if checkpoint_all_peak is None:
+        checkpoint_all_peak = int(_simulate(cap, checkpoint_all(cap))["peak_memory_bytes"])
+    return int((checkpoint_all_peak + SCALAR_SLACK) * fraction)
+
+
 def plan_joint(cap: JointCapture, budget: Union[int, str, None] = None, fraction: Optional[float] = None,
                solver: str = "heuristic", time_limit: float = 30.0) -> JointPlan:
     """The cheapest schedule kiwi finds whose simulated peak fits `budget` (bytes or "2GiB"), or
@@ -78,12 +87,7 @@ def plan_joint(cap: JointCapture, budget: Union[int, str, None] = None, fraction
     base = checkpoint_all(cap)
     sim0 = _simulate(cap, base)
     peak0, secs0 = int(sim0["peak_memory_bytes"]), float(sim0["iteration_seconds"])
-    if fraction is not None:
-        if not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0:
-            raise PlanError(f"fraction: must be in (0, 1], got {fraction!r}")
-        limit = int((peak0 + SCALAR_SLACK) * fraction)   # of what checkpoint-all needs, scalars included
-    else:
-        limit = kiwi.parse_bytes(budget, "budget")
+    limit = fraction_budget(cap, fraction, peak0) if fraction is not None else kiwi.parse_bytes(budget, "budget")
     if peak0 <= limit - SCALAR_SLACK:
         return JointPlan(cap, limit, "checkpoint-all", base, peak0, secs0, peak0, secs0)
     search = planning_graph(cap)
@@ -147,10 +151,11 @@ class JointStep:
     optimizer, it fills each trainable parameter's `.grad` (adding to it, as backward() does): then
     call your optimizer. Captured with one, the step includes the optimizer's step."""
 
-    def __init__(self, plan: Union[JointPlan, JointCapture]):
+    def __init__(self, plan: Union[JointPlan, JointCapture], scale: float = 1.0):
         self.capture = plan.capture if isinstance(plan, JointPlan) else plan
         self.schedule = plan.schedule if isinstance(plan, JointPlan) else checkpoint_all(plan)
         self.runner = JointRunner(self.capture)
+        self.scale = scale   # the gradients are multiplied by it (1 / micro-batches: their mean)
 
     def __call__(self, *args: Any, labels: Any = None, **kwargs: Any) -> torch.Tensor:
         cap = self.capture
@@ -167,15 +172,23 @@ class JointStep:
                     raise PlanError(f"inputs: a tensor of shape {tuple(t.shape)} {t.dtype} where the step was "
                                     f"captured with {tuple(c.shape)} {c.dtype}: capture again for new shapes")
         loss, grads = self.runner.run(self.schedule, inputs)
+        scaled: set = set()
         with torch.no_grad():
             for name, g in zip(cap.param_names, grads):
                 if g is None:
                     continue
                 p = self.runner.params[name]
                 if p.grad is None:
-                    p.grad = g if g.is_contiguous() else g.contiguous()
+                    if not g.is_contiguous():
+                        g = g.contiguous()
+                    elif id(g) in scaled:   # one tensor for two parameters: scaled once already
+                        g = g.clone()
+                    if self.scale != 1.0:   # in place: the step's own tensor, no second copy
+                        g.mul_(self.scale)
+                        scaled.add(id(g))
+                    p.grad = g
                 else:
-                    p.grad.add_(g)
+                    p.grad.add_(g, alpha=self.scale)
         return loss
 
 

@@ -1,0 +1,164 @@
+"""Micro-batches on the generic path: when no schedule of the whole batch fits the budget (or one that
+fits recomputes much), the step runs as k micro-batches, each a captured step of batch / k planned by
+kiwi, with the gradients accumulated in the parameters' `.grad`.
+
+Memory: the first micro-batch is its plan's peak; from the second on the accumulated gradients are
+resident all step beside it (PyTorch keeps `.grad` between the micro-batches), and the whole batch's
+inputs are resident throughout where a micro-batch's plan counts its own slice, so kiwi plans each
+micro-batch at the budget less those bytes, and the prediction is exact as the plan's is. Time: k times
+the micro-batch's predicted step. The gradients are the mean over the micro-batches of each one's
+gradient (each micro-batch's loss is a mean over its own samples, as the whole batch's is over all of
+them), equal to the whole batch's within float tolerance: the sums run in another order. Batch norm in
+training mode computes its statistics over the micro-batch, not the batch, so a model with it is planned
+as one batch only."""
+import dataclasses
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.utils._pytree as pytree
+
+import kiwi
+from kiwi.torch.errors import InfeasibleError, PlanError
+from kiwi.torch.joint_capture import capture_joint
+from kiwi.torch.joint_capture import JointCapture
+from kiwi.torch.joint_plan import JointPlan, JointStep, fraction_budget, plan_joint
+from kiwi.torch.measure import unique_bytes
+
+
+@dataclasses.dataclass
+class MicroBatchPlan:
+    """The step as `micro_batches` captured steps of one micro-batch each, run by `plan`."""
+    plan: JointPlan                 # of one micro-batch
+    micro_batches: int
+    budget_bytes: int
+    gradient_bytes: int             # the accumulated gradients, resident from the second micro-batch on
+    other_inputs_bytes: int         # the whole batch's inputs beyond the micro-batch's slice
+    predicted_peak_bytes: int
+    predicted_seconds: float
+    considered: List[Tuple[int, Optional[int], Optional[float]]]   # (k, predicted peak, seconds); None: no fit
+
+
+def _batch_size(leaves: Sequence[Any]) -> int:
+    """The batch: the first dimension of the inputs' first tensor."""
+    for leaf in leaves:
+        if isinstance(leaf, torch.Tensor) and leaf.dim() >= 1:
+            return int(leaf.shape[0])
+    raise PlanError("micro_batches: the inputs hold no tensor with a batch dimension")
+
+
+def split_batch(example: Any, batch: int, k: int) -> List[Any]:
+    """`example` (any structure of tensors) cut into k micro-batches along dimension 0 of every tensor
+    whose first dimension is the batch; other leaves are passed whole to each."""
+    leaves, spec = pytree.tree_flatten(example)
+    parts = [[leaf.chunk(k, dim=0)[i] if isinstance(leaf, torch.Tensor) and leaf.dim() >= 1
+              and leaf.shape[0] == batch else leaf for leaf in leaves] for i in range(k)]
+    return [pytree.tree_unflatten(p, spec) for p in parts]
+
+
+def _gradient_bytes(cap: JointCapture) -> int:
+    """Bytes of the `.grad` tensors the step fills (the parameters that get a gradient)."""
+    grads = cap.output_node.args[0][1:]
+    params = dict(cap.model.named_parameters())
+    return sum(params[n].numel() * params[n].element_size() for n, g in zip(cap.param_names, grads) if g is not None)
+
+
+def _has_batch_norm(model: torch.nn.Module) -> bool:
+    return any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training for m in model.modules())
+
+
+def plan_joint_batches(model: torch.nn.Module, example_inputs: Any, labels: Any = None,
+                       loss: Any = "cross_entropy", budget: Union[int, str, None] = None,
+                       fraction: Optional[float] = None, micro_batches: Union[int, str] = "auto",
+                       solver: str = "heuristic", time_limit: float = 30.0, **capture_kwargs: Any) -> MicroBatchPlan:
+    """The fastest plan of the step at `budget` (bytes) or `fraction` (of the whole batch's
+    checkpoint-all peak) over k micro-batches: k = `micro_batches`, or with "auto" k = 1, 2, 4, ...
+    (dividing the batch) until one needs no recomputation. capture_kwargs go to capture_joint (not
+    `optimizer`: it steps once after all micro-batches, so it stays outside the step)."""
+    if "optimizer" in capture_kwargs:
+        raise PlanError("micro_batches: the optimizer steps once after the micro-batches; capture without it "
+                        "and call it after the step")
+    if (budget is None) == (fraction is None):
+        raise PlanError("plan_joint_batches: give exactly one of budget= and fraction=")
+    example = (example_inputs, labels)
+    batch = _batch_size(pytree.tree_leaves(example))
+    if micro_batches == "auto":
+        candidates = [k for k in (1 << i for i in range(16)) if k <= batch and batch % k == 0]
+        if _has_batch_norm(model):
+            candidates = [1]
+    elif isinstance(micro_batches, int) and not isinstance(micro_batches, bool) and micro_batches >= 1:
+        if batch % micro_batches:
+            raise PlanError(f"micro_batches: {micro_batches} does not divide the batch of {batch}")
+        if micro_batches > 1 and _has_batch_norm(model):
+            raise PlanError(f"micro_batches: {type(model).__name__} has batch norm in training mode, whose "
+                            f"statistics over a micro-batch differ from the batch's; use 1")
+        candidates = [micro_batches]
+    else:
+        raise PlanError(f"micro_batches: expected a positive int or 'auto', got {micro_batches!r}")
+
+    def capture(k: int) -> JointCapture:
+        inputs, labs = split_batch(example, batch, k)[0]
+        return capture_joint(model, inputs, labels=labs, loss=loss, **capture_kwargs)
+
+    captures = {}
+    if fraction is not None:   # of the whole batch's step
+        captures[1] = capture(1)
+        limit = fraction_budget(captures[1], fraction)
+    else:
+        limit = kiwi.parse_bytes(budget, "budget")
+    best: Optional[MicroBatchPlan] = None
+    considered: List[Tuple[int, Optional[int], Optional[float]]] = []
+    gradient_bytes = 0
+    whole_inputs = unique_bytes(pytree.tree_leaves(example))
+    for k in candidates:
+        cap = captures.get(k) or capture(k)
+        gradient_bytes = _gradient_bytes(cap) if k > 1 else 0
+        micro = split_batch(example, batch, k)[0]
+        others = whole_inputs - sum(t.numel() * t.element_size() for t in pytree.tree_leaves(micro)
+                                    if isinstance(t, torch.Tensor))
+        resident = gradient_bytes + max(others, 0)
+        if limit - resident <= 0:
+            considered.append((k, None, None))
+            continue
+        try:
+            plan = plan_joint(cap, budget=limit - resident, solver=solver, time_limit=time_limit)
+        except InfeasibleError:
+            considered.append((k, None, None))
+            continue
+        peak, seconds = plan.predicted_peak_bytes + resident, k * plan.predicted_seconds
+        considered.append((k, peak, seconds))
+        if best is None or seconds < best.predicted_seconds:
+            best = MicroBatchPlan(plan, k, limit, gradient_bytes, max(others, 0), peak, seconds, considered)
+        if not plan.recomputed():   # more micro-batches only add per-op time
+            break
+    if best is None:
+        raise InfeasibleError(f"budget {kiwi.format_bytes(limit)} ({limit} bytes): no plan of {type(model).__name__} "
+                              f"fits in {', '.join(str(k) for k in candidates)} micro-batches "
+                              f"(the gradients alone take {gradient_bytes} bytes from the second on)")
+    best.considered = considered
+    return best
+
+
+class MicroBatchStep:
+    """The step of a MicroBatchPlan: call it with the whole batch (as planned) and it runs the
+    micro-batches, accumulates the mean of their gradients into `.grad` and returns the mean loss."""
+
+    def __init__(self, plan: MicroBatchPlan):
+        self.plan = plan
+        self.step = JointStep(plan.plan, scale=1.0 / plan.micro_batches)
+
+    def __call__(self, example_inputs: Any, labels: Any = None) -> torch.Tensor:
+        k = self.plan.micro_batches
+        example = (example_inputs, labels)
+        losses = []
+        for inputs, labs in split_batch(example, _batch_size(pytree.tree_leaves(example)), k):
+            args = (inputs,) if isinstance(inputs, (dict, torch.Tensor)) else tuple(inputs)
+            losses.append(self.step(*args, labels=labs).detach())
+        return torch.stack(losses).mean() if k > 1 else losses[0]
+
+
+def apply_joint_batches(plan: MicroBatchPlan) -> MicroBatchStep:
+    """The training step of a MicroBatchPlan (see MicroBatchStep)."""
+    return MicroBatchStep(plan)
+
+
+__all__ = ["MicroBatchPlan", "MicroBatchStep", "apply_joint_batches", "plan_joint_batches", "split_batch"]
