@@ -168,3 +168,26 @@ def test_reused_addresses_do_not_confuse_saved_tensors():
         (ref, ref_grads, _), (got, grads, _) = run_both(model, applied, x, y)
         for a, b in zip(grads, ref_grads):
             torch.testing.assert_close(a, b, rtol=0, atol=1e-6)
+
+
+def test_garbage_of_earlier_work_freed_mid_step_does_not_lower_the_measured_peak():
+    import gc
+
+    class Cycle:
+        pass
+
+    garbage = Cycle()
+    garbage.self, garbage.tensor = garbage, torch.ones(1 << 18)   # 1 MiB freed only by the cyclic collector
+    del garbage
+    seen = []
+
+    def step():
+        seen.append(gc.isenabled())
+        x = torch.ones(1 << 16)   # 256 KiB, the step's own
+        del x
+
+    was = gc.isenabled()
+    m = measure.measure_step(step, [])
+    assert seen == [False] and gc.isenabled() == was   # the collector is off during the step only
+    assert m.peak_bytes == 4 * (1 << 16)
+    gc.collect()

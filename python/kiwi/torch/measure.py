@@ -5,7 +5,9 @@ allocations and frees; their running sum, on top of the bytes resident when the 
 (parameters, buffers, optimizer state, inputs), is the step's memory, and its maximum the peak. CUDA:
 torch.cuda.max_memory_allocated over the step. Named ranges ("kiwi::..." record_function markers)
 report the memory before, at the peak within, and the time of each part of the step."""
+import contextlib
 import dataclasses
+import gc
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
@@ -88,18 +90,33 @@ def training_step(module: Callable[..., Any], inputs: Sequence[Any], labels: Opt
 
 def measure_step(step: Callable[[], Any], resident: Sequence[torch.Tensor], device: str = "cpu",
                  ranges: bool = False) -> StepMeasurement:
-    """Runs `step` once under the profiler and returns its peak memory and time (see module doc)."""
+    """Runs `step` once under the profiler and returns its peak memory and time (see module doc).
+    Python's cyclic garbage collector is off during the step: tensors of earlier work that it would
+    free mid-step (allocated before the profiler started) would lower the level the step's own
+    allocations are counted from."""
     base = unique_bytes(resident)
-    if device.startswith("cuda"):
-        return _measure_cuda(step, base, ranges)
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-        t0, c0 = time.perf_counter(), time.process_time()
-        step()
-        seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    with _no_garbage_collection():
+        if device.startswith("cuda"):
+            return _measure_cuda(step, base, ranges)
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            t0, c0 = time.perf_counter(), time.process_time()
+            step()
+            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
     events = prof.profiler.kineto_results.events()
     m = _analyse(events, base, seconds, "cpu", ranges)
     m.cpu_seconds = cpu
     return m
+
+
+@contextlib.contextmanager
+def _no_garbage_collection():
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def _measure_cuda(step: Callable[[], Any], base: int, ranges: bool) -> StepMeasurement:
