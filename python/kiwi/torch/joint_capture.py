@@ -508,7 +508,7 @@ def capture_joint(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Se
     cap = _build(model, gm, p_names, b_names, spec, leaves, loss, cluster or local_cluster("cpu"), profile, {},
                  {}, optimizer, opt_kind)
     if workspaces == "measured" or times == "measured":
-        measured = measure_step_costs(cap)
+        measured = measure_step_costs(cap, timed=times == "measured")
         cap = _build(model, gm, p_names, b_names, spec, leaves, loss, cap.cluster, profile,
                      measured.workspaces if workspaces == "measured" else {},
                      measured.seconds if times == "measured" else {}, optimizer, opt_kind)
@@ -589,14 +589,14 @@ class StepCosts:
     seconds: Dict[str, float]
 
 
-def measure_step_costs(cap: JointCapture, repeats: int = 5) -> StepCosts:
+def measure_step_costs(cap: JointCapture, timed: bool = True, repeats: int = 5) -> StepCosts:
     """Each op's temporaries (bytes its run allocated above what it left allocated: oneDNN's reordered
-    convolution operands, a softmax's scratch) and its time, from real steps (checkpoint-all) after
-    three warm-up steps: `repeats` steps under the profiler, one range per op, then as many unprofiled ones.
-    An op's time is its median over the profiled steps, scaled so that all ops sum to the median
-    unprofiled step (the profiler's ranges add their own time; the runner's bookkeeping between ops
-    is spread over them). The model's buffers, parameters, optimizer and random-number generator are
-    left as they were."""
+    convolution operands, a softmax's scratch) and, when `timed`, its time, from real steps
+    (checkpoint-all) after warm-up steps (three; one untimed): `repeats` steps under the profiler, one
+    range per op, then as many unprofiled ones (one profiled step untimed). An op's time is its median
+    over the profiled steps, scaled so that all ops sum to the median unprofiled step (the profiler's
+    ranges add their own time; the runner's bookkeeping between ops is spread over them). The model's
+    buffers, parameters, optimizer and random-number generator are left as they were."""
     import copy
     import statistics
     import time
@@ -612,13 +612,14 @@ def measure_step_costs(cap: JointCapture, repeats: int = 5) -> StepCosts:
     schedule = checkpoint_all(cap)
     profiled, plain = [], []
     try:
-        for _ in range(3):   # first runs pay one-time costs (kernel caches, the allocator's growth)
+        for _ in range(3 if timed else 1):   # first runs pay one-time costs (kernel caches, the allocator's growth)
             runner.run(schedule)
-        for _ in range(max(1, repeats)):
+        for _ in range(max(1, repeats) if timed else 1):
             profiled.append(measure_step(lambda: runner.run(schedule, ranges=True), [], device, ranges=True))
-        runner.run(schedule)   # the profiler's own allocations out of the caches
+        if timed:
+            runner.run(schedule)   # the profiler's own allocations out of the caches
         sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-        for _ in range(max(1, repeats)):
+        for _ in range(max(1, repeats) if timed else 0):
             sync()
             t0 = time.perf_counter()
             runner.run(schedule)
@@ -638,6 +639,8 @@ def measure_step_costs(cap: JointCapture, repeats: int = 5) -> StepCosts:
         extra = r.peak - max(r.level_after, r.level_before)
         if extra > 0 and cap.produced[v] is not None:
             workspaces[cap.produced[v].fx.name] = int(extra)
+    if not timed:
+        return StepCosts(workspaces, {})
     times: Dict[str, float] = {}
     for name in profiled[0].ranges:
         v = int(name[len("kiwi::"):])
