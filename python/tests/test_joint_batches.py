@@ -64,6 +64,8 @@ def test_micro_batch_errors():
         plan_joint_batches(model, (x,), labels=y, fraction=0.5, optimizer=torch.optim.SGD(model.parameters(), 0.1))
     with pytest.raises(kt.PlanError, match="exactly one of budget= and fraction="):
         plan_joint_batches(model, (x,), labels=y)
+    with pytest.raises(kt.InfeasibleError, match="no plan of Sequential fits in 1, 2, 4, .* micro-batches"):
+        plan_joint_batches(model, (x,), labels=y, budget="100KiB", times="model")
     bn = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.Flatten(), nn.Linear(4 * 6 * 6, 2)).train()
     with pytest.raises(kt.PlanError, match="batch norm in training mode"):
         plan_joint_batches(bn, (torch.randn(4, 3, 8, 8),), labels=torch.tensor([0, 1, 0, 1]), fraction=0.5,

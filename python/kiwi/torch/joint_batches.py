@@ -131,9 +131,11 @@ def plan_joint_batches(model: torch.nn.Module, example_inputs: Any, labels: Any 
         if not plan.recomputed():   # more micro-batches only add per-op time
             break
     if best is None:
-        raise InfeasibleError(f"budget {kiwi.format_bytes(limit)} ({limit} bytes): no plan of {type(model).__name__} "
-                              f"fits in {', '.join(str(k) for k in candidates)} micro-batches "
-                              f"(the gradients alone take {gradient_bytes} bytes from the second on)")
+        error = InfeasibleError(f"budget {kiwi.format_bytes(limit)} ({limit} bytes): no plan of "
+                                f"{type(model).__name__} fits in {', '.join(str(k) for k in candidates)} "
+                                f"micro-batches (the gradients alone take {gradient_bytes} bytes from the second on)")
+        error.smallest_budget_bytes = None   # not searched across micro-batch counts
+        raise error
     best.considered = considered
     return best
 
