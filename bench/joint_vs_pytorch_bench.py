@@ -27,7 +27,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-import kiwi  # noqa: E402
 import kiwi.torch as kt  # noqa: E402
 from kiwi.torch.joint_run import JointRunner  # noqa: E402
 from kiwi.torch.measure import measure_step  # noqa: E402
@@ -81,19 +80,21 @@ def compiled_step(model, batch, budget=1.0, fraction=None):
         return step, time.perf_counter() - t, partitioner
 
 
-def measure_pair(theirs, ours, resident, repeats):
-    """Peak of each step, then the median times of `repeats` alternating runs of the two."""
-    peaks = []
-    for step in (theirs, ours):
-        step()  # warm-up
-        peaks.append(measure_step(step, resident).peak_bytes)
+def measure_peak(step, resident):
+    """The step's peak, after a warm-up run."""
+    step()
+    return measure_step(step, resident).peak_bytes
+
+
+def alternated_times(theirs, ours, repeats):
+    """Median times of `repeats` alternating runs of the two steps."""
     times = ([], [])
     for _ in range(repeats):
         for k, step in enumerate((theirs, ours)):
             t = time.perf_counter()
             step()
             times[k].append(time.perf_counter() - t)
-    return peaks, [statistics.median(t) for t in times]
+    return [statistics.median(t) for t in times]
 
 
 def configurations(model, batch, tools, budgets, fractions):
@@ -125,9 +126,11 @@ def bench(name, repeats, tools, budgets, fractions):
     runner = JointRunner(cap)
     rows = []
     for label, theirs, setup in configurations(model, batch, tools, budgets, fractions):
-        peak = measure_step(theirs, resident).peak_bytes
-        plan, reached = _plan_at(cap, peak)
-        (peak, k_peak), (secs, k_secs) = measure_pair(theirs, lambda: runner.run(plan.schedule), resident, repeats)
+        peak = measure_peak(theirs, resident)
+        plan, reached = kt.plan_joint_or_smallest(cap, budget=peak)
+        ours = lambda: runner.run(plan.schedule)   # noqa: E731
+        k_peak = measure_peak(ours, resident)
+        secs, k_secs = alternated_times(theirs, ours, repeats)
         with torch.no_grad():   # batch-norm statistics as captured
             for k, v in model.named_buffers():
                 v.copy_(saved[k])
@@ -136,16 +139,6 @@ def bench(name, repeats, tools, budgets, fractions):
                     f"{k_peak / 2**20:.1f}{note} | {k_secs * 1e3:.0f} | {len(plan.recomputed())} | "
                     f"{secs / k_secs:.2f}x |")
     return rows
-
-
-def _plan_at(cap, peak):
-    """kiwi's plan with PyTorch's measured peak as its budget, or at the smallest budget kiwi knows."""
-    try:
-        return kt.plan_joint(cap, budget=peak), True
-    except kiwi.InfeasibleError as e:
-        if e.smallest_budget_bytes is None:
-            raise
-        return kt.plan_joint(cap, budget=e.smallest_budget_bytes), False
 
 
 def main():

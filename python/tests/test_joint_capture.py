@@ -216,8 +216,11 @@ def test_errors_are_one_line_and_name_the_problem():
         kt.plan_joint(cap)
     with pytest.raises(kt.PlanError, match="fraction: must be in"):
         kt.plan_joint(cap, fraction=1.5)
-    with pytest.raises(kiwi.InfeasibleError, match="smallest budget kiwi can satisfy"):
+    with pytest.raises(kiwi.InfeasibleError, match="smallest budget kiwi can satisfy") as e:
         kt.plan_joint(cap, budget=1024)
+    smallest, reached = plan_joint_or_smallest(cap, budget=1024)   # planned at that smallest budget instead
+    assert not reached and smallest.budget_bytes == e.value.smallest_budget_bytes
+    assert smallest.predicted_peak_bytes <= smallest.budget_bytes
     step = kt.apply_joint(cap)
     with pytest.raises(kt.PlanError, match="capture again for new shapes"):
         step(torch.randn(5, 8), labels=torch.randint(0, 2, (5,)))

@@ -123,12 +123,12 @@ def plan_joint(cap: JointCapture, budget: Union[int, str, None] = None, fraction
     raise error
 
 
-def plan_joint_or_smallest(cap: JointCapture, fraction: float, solver: str = "heuristic",
-                           time_limit: float = 30.0) -> Tuple[JointPlan, bool]:
-    """plan_joint at `fraction` of the checkpoint-all peak or, where that is below what kiwi can
-    reach, at the smallest budget it knows; and whether the fraction was reached."""
+def plan_joint_or_smallest(cap: JointCapture, fraction: Optional[float] = None, solver: str = "heuristic",
+                           time_limit: float = 30.0, budget: Union[int, str, None] = None) -> Tuple[JointPlan, bool]:
+    """plan_joint at `fraction` of the checkpoint-all peak (or at `budget`) or, where that is below what
+    kiwi can reach, at the smallest budget it knows; and whether the fraction (budget) was reached."""
     try:
-        return plan_joint(cap, fraction=fraction, solver=solver, time_limit=time_limit), True
+        return plan_joint(cap, budget=budget, fraction=fraction, solver=solver, time_limit=time_limit), True
     except InfeasibleError as e:
         if e.smallest_budget_bytes is None:
             raise
