@@ -90,6 +90,8 @@ def test_partitioner_errors_and_lazy_names():
         KiwiPartitioner()
     with pytest.raises(kt.PlanError, match="fraction: must be in"):
         KiwiPartitioner(fraction=0.0)
+    with pytest.raises(kt.PlanError, match="fraction: must be in"):
+        KiwiPartitioner(fraction=True)   # the same check as plan_joint's
     with pytest.raises(kiwi.BadInputError, match="budget: 'lots' is not a size"):
         KiwiPartitioner(budget="lots")
     assert KiwiPartitioner(budget="1MiB").budget == 1 << 20

@@ -30,6 +30,7 @@ import torch.utils._pytree as pytree
 import kiwi
 from kiwi.torch.errors import PlanError
 from kiwi.torch.joint_capture import StorageGraphBuilder
+from kiwi.torch.joint_plan import check_fraction
 from kiwi.torch.joint_run import recomputed_nodes
 
 
@@ -62,8 +63,8 @@ class KiwiPartitioner(_custom_partitioner_base()):
                  time_limit: float = 30.0, cluster: Any = None):
         if (fraction is None) == (budget is None):
             raise PlanError("KiwiPartitioner: give exactly one of fraction= and budget=")
-        if fraction is not None and (not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0):
-            raise PlanError(f"fraction: must be in (0, 1], got {fraction!r}")
+        if fraction is not None:
+            check_fraction(fraction)
         self.budget = kiwi.parse_bytes(budget, "budget") if budget is not None else None
         self.fraction, self.solver, self.time_limit = fraction, solver, time_limit
         self.cluster = cluster

@@ -68,10 +68,16 @@ def _simulate(cap: JointCapture, schedule: List[Dict[str, Any]]) -> Dict[str, An
     return kiwi.simulate(cap.graph, kiwi.make_plan(schedule), cap.cluster, cap.profile)
 
 
-def fraction_budget(cap: JointCapture, fraction: float, checkpoint_all_peak: Optional[int] = None) -> int:
-    """`fraction` of what the step needs without recomputation (checkpoint-all), scalars included."""
+def check_fraction(fraction: Any) -> float:
+    """A fraction of a peak, refused in one line unless it is a number in (0, 1]."""
     if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0.0 < fraction <= 1.0:
         raise PlanError(f"fraction: must be in (0, 1], got {fraction!r}")
+    return float(fraction)
+
+
+def fraction_budget(cap: JointCapture, fraction: float, checkpoint_all_peak: Optional[int] = None) -> int:
+    """`fraction` of what the step needs without recomputation (checkpoint-all), scalars included."""
+    check_fraction(fraction)
     if checkpoint_all_peak is None:
         checkpoint_all_peak = int(_simulate(cap, checkpoint_all(cap))["peak_memory_bytes"])
     return int((checkpoint_all_peak + SCALAR_SLACK) * fraction)
