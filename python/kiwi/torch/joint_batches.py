@@ -95,13 +95,12 @@ def plan_joint_batches(model: torch.nn.Module, example_inputs: Any, labels: Any 
     else:
         raise PlanError(f"micro_batches: expected a positive int or 'auto', got {micro_batches!r}")
 
-    def capture(k: int) -> JointCapture:
-        inputs, labs = split_batch(example, batch, k)[0]
-        return capture_joint(model, inputs, labels=labs, loss=loss, **capture_kwargs)
+    def capture(micro: Tuple[Any, Any]) -> JointCapture:
+        return capture_joint(model, micro[0], labels=micro[1], loss=loss, **capture_kwargs)
 
     captures = {}
     if fraction is not None:   # of the whole batch's step
-        captures[1] = capture(1)
+        captures[1] = capture(example)
         limit = fraction_budget(captures[1], fraction)
     else:
         limit = kiwi.parse_bytes(budget, "budget")
@@ -110,9 +109,9 @@ def plan_joint_batches(model: torch.nn.Module, example_inputs: Any, labels: Any 
     gradient_bytes = 0
     whole_inputs = unique_bytes(pytree.tree_leaves(example))
     for k in candidates:
-        cap = captures.get(k) or capture(k)
-        gradient_bytes = _gradient_bytes(cap) if k > 1 else 0
         micro = split_batch(example, batch, k)[0]
+        cap = captures.get(k) or capture(micro)
+        gradient_bytes = _gradient_bytes(cap) if k > 1 else 0
         others = whole_inputs - sum(t.numel() * t.element_size() for t in pytree.tree_leaves(micro)
                                     if isinstance(t, torch.Tensor))
         resident = gradient_bytes + max(others, 0)

@@ -634,19 +634,18 @@ def measure_step_costs(cap: JointCapture, timed: bool = True, repeats: int = 5) 
         if cap.optimizer is not None:
             cap.optimizer.load_state_dict(opt_state)
     workspaces: Dict[str, int] = {}
+    times: Dict[str, float] = {}
     for name, r in profiled[0].ranges.items():
-        v = int(name[len("kiwi::"):])
+        p = cap.produced[int(name[len("kiwi::"):])]
+        if p is None:
+            continue
         extra = r.peak - max(r.level_after, r.level_before)
-        if extra > 0 and cap.produced[v] is not None:
-            workspaces[cap.produced[v].fx.name] = int(extra)
+        if extra > 0:
+            workspaces[p.fx.name] = int(extra)
+        if timed:
+            times[p.fx.name] = statistics.median(m.ranges[name].seconds for m in profiled if name in m.ranges)
     if not timed:
         return StepCosts(workspaces, {})
-    times: Dict[str, float] = {}
-    for name in profiled[0].ranges:
-        v = int(name[len("kiwi::"):])
-        if cap.produced[v] is not None:
-            times[cap.produced[v].fx.name] = statistics.median(m.ranges[name].seconds for m in profiled
-                                                               if name in m.ranges)
     total = sum(times.values())
     scale = statistics.median(plain) / total if total > 0 else 1.0
     return StepCosts(workspaces, {k: t * scale for k, t in times.items()})
