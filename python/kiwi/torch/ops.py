@@ -16,6 +16,7 @@ from kiwi.torch.dtypes import KIWI_DTYPES
 from kiwi.torch.errors import UnsupportedOpError
 from kiwi.torch.tracing import NodeRecord
 
+
 def kiwi_dtype(dtype: torch.dtype, what: str) -> str:
     if dtype not in KIWI_DTYPES:
         raise UnsupportedOpError(f"{what}: dtype {dtype} has no kiwi equivalent (f64, f32, bf16, f16, i64, i32, u8)")

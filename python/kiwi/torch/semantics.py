@@ -25,7 +25,6 @@ from kiwi.torch.dtypes import node_bytes
 from kiwi.torch.tracing import NodeRecord
 
 
-
 @dataclasses.dataclass
 class Group:
     """The autograd work of one FX node n: its kiwi backward nodes B(n) and what they need."""
