@@ -6,7 +6,7 @@ unmodified training.
     .venv/bin/python bench/joint_capture_bench.py [--models gpt2,llama] [--repeats 5] [--profile cpu.json]
                                                   [--optimizer adam|sgd]
 
-Columns: capture seconds (trace + one measured step for the workspaces), nodes of kiwi's graph, the
+Columns: capture seconds (trace + the steps that measure each op's temporaries and time), nodes of kiwi's graph, the
 budget, predicted and measured peak (torch.profiler's CPU allocator events over the step, plus what is
 resident), recomputations, gradients against torch.autograd.grad of the unmodified model ("=" bit for
 bit, else the largest difference relative to the gradient's largest magnitude), the predicted step
