@@ -396,3 +396,86 @@ def test_an_output_recomputed_alone_counts_the_whole_op_it_re_runs():
     assert timeline[step] < 0.8 * instant   # the simulator's count alone misses the re-run's bytes
     assert _predicted(cap, sched)[0] >= timeline[step] + extra
     _check_grads(box["out"][1], ref)
+
+
+def test_the_generators_state_is_saved_and_restored_per_device():
+    from kiwi.torch.joint_run import rng_state, set_rng_state
+    cpu = torch.device("cpu")
+    torch.manual_seed(3)
+    state = rng_state(cpu)
+    first = torch.rand(5)
+    set_rng_state(cpu, state)
+    assert torch.equal(torch.rand(5), first)
+    assert isinstance(state, bytes) and len(state) == torch.get_rng_state().numel()
+
+
+class _FakeCudaEvent:
+    """torch.cuda.Event's timing interface on the host clock, to check the runner's CUDA timing here."""
+    clock = 0
+
+    def __init__(self, enable_timing=False):
+        assert enable_timing
+        self.at = None
+
+    def record(self):
+        _FakeCudaEvent.clock += 1
+        self.at = _FakeCudaEvent.clock
+
+    def elapsed_time(self, end):
+        return float(end.at - self.at)
+
+
+def test_the_runner_records_cuda_events_around_each_ops_first_run(monkeypatch):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.Dropout(0.5), nn.GELU(), nn.Linear(64, 64), nn.GELU(),
+                          nn.Linear(64, 4))
+    x, y = torch.randn(16, 16), torch.randint(0, 4, (16,))
+    cap = kt.capture_joint(model, (x,), labels=y, workspaces="none")
+    plan = _plan_or_smallest(cap, 0.6)
+    assert plan.recomputed()
+    monkeypatch.setattr(torch.cuda, "Event", _FakeCudaEvent)
+    events = {}
+    JointRunner(cap).run(plan.schedule, events=events)
+    ops = {v for s in plan.schedule if s["op"] == "compute"
+           for v in [int(s["node"])] if cap.produced[v] is not None and cap.produced[v].what != "workspace"}
+    assert set(events) <= ops   # an op's other outputs come from its run, with no events of their own
+    assert {cap.produced[v].fx for v in events} == {cap.produced[v].fx for v in ops}
+    order = sorted(events.values(), key=lambda e: e[0].at)
+    for (start, end), (later, _) in zip(order, order[1:]):
+        assert start.at < end.at < later.at and start.elapsed_time(end) == 1.0   # one pair per op, none nested
+
+
+def test_the_runner_analyses_a_schedule_again_when_it_changes():
+    from kiwi.torch.joint_run import _recomputed_ops, _retained_outputs
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 64), nn.GELU(), nn.Linear(64, 64), nn.GELU(), nn.Linear(64, 4))
+    x, y = torch.randn(16, 16), torch.randint(0, 4, (16,))
+    cap = kt.capture_joint(model, (x,), labels=y, workspaces="none")
+    _, ref, _ = _reference(model, lambda: nn.functional.cross_entropy(model(x), y))
+    runner = JointRunner(cap)
+    plan = _plan_or_smallest(cap, 0.6)
+    assert plan.recomputed()
+    schedule = list(plan.schedule)
+    for edit in (lambda s: None, lambda s: s.__setitem__(slice(None), checkpoint_all(cap))):
+        edit(schedule)
+        torch.manual_seed(1)
+        _check_grads(runner.run(schedule)[1], ref)
+        assert runner._analyse(schedule) == (_retained_outputs(cap, schedule), _recomputed_ops(cap, schedule))
+    assert not runner._analyse(schedule)[1]   # checkpoint-all recomputes nothing
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_on_a_cuda_device_memory_is_predicted_and_dropout_replays():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 1024), nn.Dropout(0.1), nn.GELU(), nn.Linear(1024, 256), nn.GELU(),
+                          nn.Linear(256, 8)).cuda()
+    x, y = torch.randn(512, 256, device="cuda"), torch.randint(0, 8, (512,), device="cuda")
+    cap = kt.capture_joint(model, (x,), labels=y)
+    assert cap.cluster["name"] == "local-cuda" and cap.seconds and all(t >= 0 for t in cap.seconds.values())
+    _, ref, _ = _reference(model, lambda: nn.functional.cross_entropy(model(x), y))
+    resident = list(model.parameters()) + [x, y]
+    for fraction in (1.0, 0.6):
+        plan = _plan_or_smallest(cap, fraction)
+        m, (_, grads) = _measured(cap, plan, resident)
+        assert abs(plan.predicted_peak_bytes - m.peak_bytes) <= 0.01 * m.peak_bytes
+        _check_grads(grads, ref, 1e-6)

@@ -28,18 +28,26 @@ def _rate(fn, flops: float, device: str, repeats: int = 3) -> float:
 def local_cluster(device: str = "cpu") -> Dict[str, Any]:
     """This machine's device (the CPU, or a CUDA device) as a one-device kiwi cluster
     (docs/cluster-format.md). Peak FLOP/s is set so that kiwi's roofline efficiencies (0.75 matmul,
-    0.6 conv) reproduce a measured GEMM and convolution; bandwidth from a 64 MiB copy. Takes about a
-    quarter of a second, once per process and device."""
+    0.6 conv) reproduce measured rates; bandwidth from a copy. A CPU: one 512x512 f32 GEMM and one
+    convolution, every dtype at the f32 rate, a 64 MiB copy (about a quarter of a second). A CUDA
+    device: 4096x4096 GEMMs in f32 and in bf16 (its tensor cores; f16 taken as bf16) and a 512 MiB
+    copy, each timed over ten runs after a warm-up, since smaller problems time the launch rather
+    than the device (about a second). Once per process and device."""
     dev = torch.device(device)
-    a, b = torch.randn(512, 512, device=dev), torch.randn(512, 512, device=dev)
-    gemm = _rate(lambda: a @ b, 2 * 512 ** 3, device)
-    x, w = torch.randn(4, 64, 28, 28, device=dev), torch.randn(64, 64, 3, 3, device=dev)
-    conv = _rate(lambda: F.conv2d(x, w, padding=1), 2 * 4 * 64 * 28 * 28 * 64 * 9, device)
-    src = torch.empty(16 << 20, device=dev)
+    cuda = dev.type == "cuda"
+    n, repeats = (4096, 10) if cuda else (512, 3)
+    rates = {}
+    for name, dtype in ((("f32", torch.float32), ("bf16", torch.bfloat16)) if cuda else (("f32", torch.float32),)):
+        a, b = torch.randn(n, n, device=dev, dtype=dtype), torch.randn(n, n, device=dev, dtype=dtype)
+        rates[name] = _rate(lambda: a @ b, 2 * n ** 3, device, repeats) / 0.75
+    if not cuda:
+        x, w = torch.randn(4, 64, 28, 28, device=dev), torch.randn(64, 64, 3, 3, device=dev)
+        conv = _rate(lambda: F.conv2d(x, w, padding=1), 2 * 4 * 64 * 28 * 28 * 64 * 9, device)
+        rates["f32"] = max(rates["f32"], conv / 0.6)
+    src = torch.empty((128 if cuda else 16) << 20, device=dev)
     dst = torch.empty_like(src)
-    bandwidth = _rate(lambda: dst.copy_(src), 2 * src.numel() * 4, device) / 0.8  # kiwi assumes 80% of peak
-    peak = max(gemm / 0.75, conv / 0.6)
-    if dev.type == "cuda":
+    bandwidth = _rate(lambda: dst.copy_(src), 2 * src.numel() * 4, device, repeats) / 0.8  # kiwi assumes 80% of peak
+    if cuda:
         memory, name = torch.cuda.get_device_properties(dev).total_memory, torch.cuda.get_device_name(dev)
     else:
         try:
@@ -47,10 +55,10 @@ def local_cluster(device: str = "cpu") -> Dict[str, Any]:
         except (ValueError, OSError, AttributeError):
             memory = 16 << 30
         name = platform.processor() or platform.machine() or "cpu"
-    tflops = peak / 1e12
+    f32, bf16 = rates["f32"] / 1e12, rates.get("bf16", rates["f32"]) / 1e12
     return {"kiwi_cluster_version": 1, "name": f"local-{dev.type}",
             "device": {"name": name, "memory": int(memory), "memory_bandwidth_gbps": bandwidth / 1e9,
-                       "peak_tflops": {"f64": tflops / 2, "f32": tflops, "bf16": tflops, "f16": tflops}}}
+                       "peak_tflops": {"f64": f32 / 2, "f32": f32, "bf16": bf16, "f16": bf16}}}
 
 
 # Scalars PyTorch allocates around the loss and in the optimizer step (Python numbers wrapped as 8-byte

@@ -505,7 +505,8 @@ def capture_joint(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Se
     lab = labels if loss is not None else None
     gm, p_names, b_names, spec, leaves = _trace(model, args, dict(kwargs or {}), lab, loss)
     from kiwi.torch.costs import local_cluster
-    cap = _build(model, gm, p_names, b_names, spec, leaves, loss, cluster or local_cluster("cpu"), profile, {},
+    device = next((str(p.device) for p in model.parameters()), "cpu")
+    cap = _build(model, gm, p_names, b_names, spec, leaves, loss, cluster or local_cluster(device), profile, {},
                  {}, optimizer, opt_kind)
     if workspaces == "measured" or times == "measured":
         measured = measure_step_costs(cap, timed=times == "measured")
@@ -594,39 +595,45 @@ def measure_step_costs(cap: JointCapture, timed: bool = True, repeats: int = 5) 
     convolution operands, a softmax's scratch) and, when `timed`, its time, from real steps
     (checkpoint-all) after warm-up steps (three; one untimed): `repeats` steps under the profiler, one
     range per op, then as many unprofiled ones (one profiled step untimed). An op's time is its median
-    over the profiled steps, scaled so that all ops sum to the median unprofiled step (the profiler's
-    ranges add their own time; the runner's bookkeeping between ops is spread over them). The model's
-    buffers, parameters, optimizer and random-number generator are left as they were."""
+    over the profiled steps (on a CPU its range's wall time; on a CUDA device the time between CUDA
+    events around it, since its range times only the launch), scaled so that all ops sum to the median
+    unprofiled step (the profiler adds its own time; the runner's bookkeeping between ops is spread
+    over them). The model's buffers, parameters, optimizer and random-number generators are left as
+    they were."""
     import copy
     import statistics
     import time
     from kiwi.torch.joint_run import JointRunner, checkpoint_all
     from kiwi.torch.measure import measure_step
     runner = JointRunner(cap)
-    device = next((p.device.type for p in cap.model.parameters()), "cpu")
+    device = next((p.device for p in cap.model.parameters()), torch.device("cpu"))
+    cuda = device.type == "cuda"
     saved = {k: v.detach().clone() for k, v in cap.model.named_buffers()}
     if cap.optimizer is not None:   # the runs step it: parameters and state are put back afterwards
         saved.update({k: v.detach().clone() for k, v in cap.model.named_parameters()})
         opt_state = copy.deepcopy(cap.optimizer.state_dict())
-    state = torch.get_rng_state()
     schedule = checkpoint_all(cap)
-    profiled, plain = [], []
+    profiled, plain, events = [], [], []
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
     try:
-        for _ in range(3 if timed else 1):   # first runs pay one-time costs (kernel caches, the allocator's growth)
-            runner.run(schedule)
-        for _ in range(max(1, repeats) if timed else 1):
-            profiled.append(measure_step(lambda: runner.run(schedule, ranges=True), [], device, ranges=True))
-        if timed:
-            runner.run(schedule)   # the profiler's own allocations out of the caches
-        sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
-        for _ in range(max(1, repeats) if timed else 0):
+        with torch.random.fork_rng(devices=[device] if cuda else []):
+            for _ in range(3 if timed else 1):   # first runs pay one-time costs (kernel caches, the allocator's growth)
+                runner.run(schedule)
+            for _ in range(max(1, repeats) if timed else 1):
+                profiled.append(measure_step(lambda: runner.run(schedule, ranges=True), [], str(device), ranges=True))
+            if timed:
+                runner.run(schedule)   # the profiler's own allocations out of the caches
+            for _ in range(max(1, repeats) if timed else 0):
+                sync()
+                t0 = time.perf_counter()
+                runner.run(schedule)
+                sync()
+                plain.append(time.perf_counter() - t0)
+            for _ in range(max(1, repeats) if timed and cuda else 0):
+                events.append({})
+                runner.run(schedule, events=events[-1])
             sync()
-            t0 = time.perf_counter()
-            runner.run(schedule)
-            sync()
-            plain.append(time.perf_counter() - t0)
     finally:
-        torch.set_rng_state(state)
         with torch.no_grad():
             for k, v in list(cap.model.named_buffers()) + list(cap.model.named_parameters()):
                 if k in saved:
@@ -636,13 +643,16 @@ def measure_step_costs(cap: JointCapture, timed: bool = True, repeats: int = 5) 
     workspaces: Dict[str, int] = {}
     times: Dict[str, float] = {}
     for name, r in profiled[0].ranges.items():
-        p = cap.produced[int(name[len("kiwi::"):])]
+        v = int(name[len("kiwi::"):])
+        p = cap.produced[v]
         if p is None:
             continue
         extra = r.peak - max(r.level_after, r.level_before)
         if extra > 0:
             workspaces[p.fx.name] = int(extra)
-        if timed:
+        if timed and cuda:
+            times[p.fx.name] = statistics.median(e[v][0].elapsed_time(e[v][1]) * 1e-3 for e in events if v in e)
+        elif timed:
             times[p.fx.name] = statistics.median(m.ranges[name].seconds for m in profiled if name in m.ranges)
     if not timed:
         return StepCosts(workspaces, {})

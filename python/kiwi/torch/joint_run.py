@@ -33,16 +33,20 @@ class JointRunner:
         self.buffers = dict(cap.model.named_buffers())
         self.storage_of_node = {v: s for s, st in enumerate(cap.storages) for v in st.nodes}
         self.templates: Dict[torch.fx.Node, ArgTemplate] = {}
+        self._analysed: Optional[Tuple[Any, list, Dict[int, set], set]] = None   # the last schedule's
 
-    def run(self, schedule: Sequence[Dict[str, Any]], inputs: Optional[Sequence[Any]] = None, ranges: bool = False
-            ) -> Tuple[torch.Tensor, List[Optional[torch.Tensor]]]:
+    def run(self, schedule: Sequence[Dict[str, Any]], inputs: Optional[Sequence[Any]] = None, ranges: bool = False,
+            events: Optional[Dict[int, Tuple[Any, Any]]] = None) -> Tuple[torch.Tensor, List[Optional[torch.Tensor]]]:
         """One step under `schedule` (kiwi's [{"op": "compute"|"free", "node": id}]): the loss and the
         gradients of the model's trainable parameters (None where a parameter is unused). `inputs`:
         the tensor leaves of (args, kwargs, labels) in capture order; default the example inputs.
-        `ranges`: each op runs in a profiler range "kiwi::<node id>" (measure.measure_step(ranges=True))."""
+        `ranges`: each op runs in a profiler range "kiwi::<node id>" (measure.measure_step(ranges=True)).
+        `events` (CUDA): a dict that gets, per node id, the CUDA events recorded on the current stream
+        before and after its op's first run (the GPU's time of the op, where a profiler range has the
+        CPU's time of launching it)."""
         cap = self.cap
-        retain = _retained_outputs(cap, schedule)
-        recomputed = _recomputed_ops(cap, schedule)
+        retain, recomputed = self._analyse(schedule)
+        timed = ranges or events is not None
         env: Dict[int, torch.Tensor] = {}
         pending: Dict[int, torch.Tensor] = {}
         rng: Dict[torch.fx.Node, Any] = {}
@@ -85,13 +89,16 @@ class JointRunner:
                 if produced.what == "optimizer":
                     if stepped:
                         raise PlanError(f"schedule[{i}]: computes the optimizer's step twice")
-                    with _range(ranges, v):
+                    with _range(ranges, events, v) if timed else contextlib.nullcontext():
                         stepped = self._optimizer_step(env, placeholder_value)
                     env[v] = _NOTHING
                     continue
                 again = produced.fx in ran   # the op ran before in this step: its writes go to copies
                 ran.add(produced.fx)
-                with _range(ranges, v):
+                if timed:
+                    with _range(ranges, events, v):
+                        made = self._run_op(produced.fx, env, placeholder_value, rng, again, recomputed)
+                else:
                     made = self._run_op(produced.fx, env, placeholder_value, rng, again, recomputed)
                 for w, value in made.items():
                     if w == v:
@@ -105,6 +112,16 @@ class JointRunner:
         if cap.optimizer is not None and not stepped:
             raise PlanError("schedule: never computes the optimizer's step")
         return outputs_value["loss"], outputs_value["grads"]
+
+    def _analyse(self, schedule: Sequence[Dict[str, Any]]) -> Tuple[Dict[int, set], set]:
+        """What run() needs to know of a schedule beforehand (a walk of all of it), kept for the next
+        step on the same schedule: a training loop runs one schedule over and over."""
+        last = self._analysed
+        if last is None or last[0] is not schedule or len(last[1]) != len(schedule) or \
+                any(a is not b for a, b in zip(last[1], schedule)):
+            last = self._analysed = (schedule, list(schedule), _retained_outputs(self.cap, schedule),
+                                     _recomputed_ops(self.cap, schedule))
+        return last[2], last[3]
 
     def _optimizer_step(self, env, placeholders) -> bool:
         """The captured optimizer's step on the gradients the schedule holds; they are dropped after it
@@ -138,7 +155,8 @@ class JointRunner:
             else:
                 version = cap.reads[reader][s] if reader is not None else st.nodes[-1]
                 base = self._resident(version, reader, env)
-        return self._replay(cap.chain.get(fx, []), base, env, placeholders)
+        chain = cap.chain.get(fx)
+        return self._replay(chain, base, env, placeholders) if chain else base
 
     def _resident(self, version: int, reader: Optional[torch.fx.Node], env: Dict[int, torch.Tensor]) -> torch.Tensor:
         if version not in env:
@@ -189,14 +207,15 @@ class JointRunner:
         args, kwargs = template.fill([arg(a) for a in template.nodes])
         if fx in recomputed and is_random(fx.target, fx.args, fx.kwargs):
             # The generator's state of the first run, kept for the recomputations as Python bytes: host
-            # memory outside PyTorch's allocator (5,056 bytes on a CPU), as a CUDA generator's 16-byte
-            # state is outside the device's.
+            # memory outside PyTorch's allocator (5,056 bytes for a CPU's generator, 16 for a CUDA
+            # device's, whose state lives on the host too).
+            device = _device_of(fx)
             if fx not in rng:
-                rng[fx] = torch.get_rng_state().numpy().tobytes()
+                rng[fx] = rng_state(device)
                 result = fx.target(*args, **kwargs)
             else:
-                with torch.random.fork_rng(devices=[]):
-                    torch.set_rng_state(torch.frombuffer(bytearray(rng[fx]), dtype=torch.uint8))
+                with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+                    set_rng_state(device, rng[fx])
                     result = fx.target(*args, **kwargs)
         else:
             result = fx.target(*args, **kwargs)
@@ -231,9 +250,39 @@ class JointRunner:
         return self._value(a, None, env, placeholders, base=base)
 
 
-def _range(ranges: bool, v: int):
-    """The profiler range of node v's op when measuring ranges, else nothing."""
-    return record_function(f"kiwi::{v}") if ranges else contextlib.nullcontext()
+@contextlib.contextmanager
+def _range(ranges: bool, events: Optional[Dict[int, Tuple[Any, Any]]], v: int):
+    """Node v's op inside its profiler range (when measuring ranges) and between its CUDA events (when
+    timing them)."""
+    with record_function(f"kiwi::{v}") if ranges else contextlib.nullcontext():
+        if events is None or v in events:
+            yield
+            return
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        yield
+        end.record()
+        events[v] = (start, end)
+
+
+def _device_of(fx: torch.fx.Node) -> torch.device:
+    """The device an op runs on: its first tensor output's."""
+    t = next((t for t in pytree.tree_leaves(fx.meta.get("val")) if isinstance(t, torch.Tensor)), None)
+    return t.device if t is not None else torch.device("cpu")
+
+
+def rng_state(device: torch.device) -> bytes:
+    """The random-number generator state of `device` (the CPU's, or a CUDA device's), as bytes."""
+    state = torch.cuda.get_rng_state(device) if device.type == "cuda" else torch.get_rng_state()
+    return state.numpy().tobytes()
+
+
+def set_rng_state(device: torch.device, state: bytes) -> None:
+    t = torch.frombuffer(bytearray(state), dtype=torch.uint8)
+    if device.type == "cuda":
+        torch.cuda.set_rng_state(t, device)
+    else:
+        torch.set_rng_state(t)
 
 
 def recomputed_nodes(schedule: Sequence[Dict[str, Any]]) -> List[int]:
