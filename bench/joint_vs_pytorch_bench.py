@@ -11,12 +11,14 @@ each of PyTorch's configurations is measured for its peak and step time:
   compiled backward recomputes.
 kiwi then plans the same step (kt.capture_joint of the unmodified model) with that measured peak as its
 budget (or the smallest budget kiwi knows, when that is higher) and runs it eagerly (kt.apply_joint).
-Every step is forward + backward (torch.autograd.grad), one intra-op thread; times are medians of
-repeats that alternate PyTorch's step and kiwi's.
+Every step is forward + backward (torch.autograd.grad), one intra-op thread on a CPU; times are
+medians of repeats that alternate PyTorch's step and kiwi's.
 
     .venv/bin/python bench/joint_vs_pytorch_bench.py [--repeats 7] [--models gpt2,llama,resnet50]
                                                      [--tools checkpoint,compile,kiwi-compile]
-                                                     [--budgets 1,0.6,0.3,0] [--fractions 0.8,0.6,0.4]"""
+                                                     [--budgets 1,0.6,0.3,0] [--fractions 0.8,0.6,0.4]
+    python3 bench/joint_vs_pytorch_bench.py --device cuda --dtype bf16 --layers 6 --hidden 768 --seq 1024 \
+                                            --batch 8 --vocab 32000 ...   # on a GPU"""
 import argparse
 import os
 import statistics
@@ -31,29 +33,33 @@ import kiwi.torch as kt  # noqa: E402
 from kiwi.torch.joint_run import JointRunner  # noqa: E402
 from kiwi.torch.measure import measure_step  # noqa: E402
 
-LAYERS, HIDDEN, HEADS, SEQ, BATCH, VOCAB, IMAGE = 4, 256, 4, 256, 4, 1024, 64
+IMAGE = 64
+DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16}
 
 
-def build(name):
+def build(name, a):
+    """(model on a.device in a.dtype, training mode; its batch with labels)."""
     import transformers as tf
     tf.logging.set_verbosity_error()
     torch.manual_seed(0)
+    heads = max(1, a.hidden // 64)
     if name == "gpt2":
-        model = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=LAYERS, n_embd=HIDDEN, n_head=HEADS, vocab_size=VOCAB,
-                                                 n_positions=SEQ))
+        model = tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=a.layers, n_embd=a.hidden, n_head=heads, vocab_size=a.vocab,
+                                                 n_positions=a.seq))
     elif name == "llama":
-        model = tf.LlamaForCausalLM(tf.LlamaConfig(hidden_size=HIDDEN, num_hidden_layers=LAYERS,
-                                                   num_attention_heads=HEADS, num_key_value_heads=HEADS // 2,
-                                                   intermediate_size=4 * HIDDEN, vocab_size=VOCAB,
-                                                   max_position_embeddings=SEQ))
+        model = tf.LlamaForCausalLM(tf.LlamaConfig(hidden_size=a.hidden, num_hidden_layers=a.layers,
+                                                   num_attention_heads=heads, num_key_value_heads=max(1, heads // 2),
+                                                   intermediate_size=4 * a.hidden, vocab_size=a.vocab,
+                                                   max_position_embeddings=a.seq))
     elif name == "resnet50":
         model = tf.ResNetForImageClassification(tf.ResNetConfig(num_labels=10))   # ResNet-50's layers
-        return model.train(), {"pixel_values": torch.randn(BATCH, 3, IMAGE, IMAGE),
-                               "labels": torch.randint(0, 10, (BATCH,))}
+        batch = {"pixel_values": torch.randn(a.batch, 3, IMAGE, IMAGE, dtype=DTYPES[a.dtype]),
+                 "labels": torch.randint(0, 10, (a.batch,))}
+        return model.to(a.device, DTYPES[a.dtype]).train(), {k: v.to(a.device) for k, v in batch.items()}
     else:
         raise SystemExit(f"--models: unknown model '{name}' (gpt2, llama, resnet50)")
-    ids = torch.randint(0, VOCAB, (BATCH, SEQ))
-    return model.train(), {"input_ids": ids, "labels": ids}
+    ids = torch.randint(0, a.vocab, (a.batch, a.seq), device=a.device)
+    return model.to(a.device, DTYPES[a.dtype]).train(), {"input_ids": ids, "labels": ids}
 
 
 def eager_step(model, batch):
@@ -80,19 +86,22 @@ def compiled_step(model, batch, budget=1.0, fraction=None):
         return step, time.perf_counter() - t, partitioner
 
 
-def measure_peak(step, resident):
+def measure_peak(step, resident, device):
     """The step's peak, after a warm-up run."""
     step()
-    return measure_step(step, resident).peak_bytes
+    return measure_step(step, resident, device).peak_bytes
 
 
-def alternated_times(theirs, ours, repeats):
-    """Median times of `repeats` alternating runs of the two steps."""
+def alternated_times(theirs, ours, repeats, device):
+    """Median times of `repeats` alternating runs of the two steps (synchronized on a GPU)."""
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
     times = ([], [])
     for _ in range(repeats):
         for k, step in enumerate((theirs, ours)):
+            sync()
             t = time.perf_counter()
             step()
+            sync()
             times[k].append(time.perf_counter() - t)
     return [statistics.median(t) for t in times]
 
@@ -118,19 +127,20 @@ def configurations(model, batch, tools, budgets, fractions):
             yield f"torch.compile, kiwi's partition at {fraction:.0%} ({recomputed} ops recomputed)", step, seconds
 
 
-def bench(name, repeats, tools, budgets, fractions):
-    model, batch = build(name)
+def bench(name, args, tools, budgets, fractions):
+    repeats, device = args.repeats, args.device
+    model, batch = build(name, args)
     resident = list(model.parameters()) + list(model.buffers()) + list(batch.values())
     saved = {k: v.clone() for k, v in model.named_buffers()}
     cap = kt.capture_joint(model, batch, loss=None)
     runner = JointRunner(cap)
     rows = []
     for label, theirs, setup in configurations(model, batch, tools, budgets, fractions):
-        peak = measure_peak(theirs, resident)
+        peak = measure_peak(theirs, resident, device)
         plan, reached = kt.plan_joint_or_smallest(cap, budget=peak)
         ours = lambda: runner.run(plan.schedule)   # noqa: E731
-        k_peak = measure_peak(ours, resident)
-        secs, k_secs = alternated_times(theirs, ours, repeats)
+        k_peak = measure_peak(ours, resident, device)
+        secs, k_secs = alternated_times(theirs, ours, repeats, device)
         with torch.no_grad():   # batch-norm statistics as captured
             for k, v in model.named_buffers():
                 v.copy_(saved[k])
@@ -148,8 +158,16 @@ def main():
     ap.add_argument("--tools", default="checkpoint,compile,kiwi-compile")
     ap.add_argument("--budgets", default="1,0.6,0.3,0", help="torch.compile's activation memory budgets")
     ap.add_argument("--fractions", default="0.8,0.6,0.4", help="kiwi's partition: of its checkpoint-all peak")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", choices=sorted(DTYPES), default="f32")
+    ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--vocab", type=int, default=1024)
     args = ap.parse_args()
-    torch.set_num_threads(1)
+    if args.device == "cpu":
+        torch.set_num_threads(1)
     tools = args.tools.split(",")
     budgets = [float(b) for b in args.budgets.split(",")]
     fractions = [float(f) for f in args.fractions.split(",")]
@@ -157,7 +175,7 @@ def main():
           "kiwi eager: step ms | kiwi eager recomputes | its time / kiwi eager's |")
     print("|---|---|---|---|---|---|---|---|---|")
     for name in args.models.split(","):
-        for row in bench(name, args.repeats, tools, budgets, fractions):
+        for row in bench(name, args, tools, budgets, fractions):
             print(row, flush=True)
 
 
