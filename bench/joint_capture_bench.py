@@ -28,10 +28,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-import kiwi  # noqa: E402
 import kiwi.torch as kt  # noqa: E402
 from kiwi.torch import hf_zoo  # noqa: E402
-from kiwi.torch.bench import largest_relative_difference  # noqa: E402
+from kiwi.torch.bench import gradient_agreement, modelled_seconds  # noqa: E402
 from kiwi.torch.joint_plan import plan_joint_or_smallest  # noqa: E402
 from kiwi.torch.joint_run import JointRunner  # noqa: E402
 from kiwi.torch.measure import measure_step  # noqa: E402
@@ -40,17 +39,6 @@ from kiwi.torch.measure import measure_step  # noqa: E402
 def _plan(cap, fraction):
     plan, reached = plan_joint_or_smallest(cap, fraction)
     return plan, "" if reached else " (smallest)"
-
-
-def _grad_check(grads, ref):
-    worst = largest_relative_difference(grads, ref)
-    return "=" if worst == 0.0 else f"{worst:.0e}"
-
-
-def _modelled_seconds(cap, schedule, profile):
-    """The schedule's step time priced by kiwi's cost model (the capture's measured op times left out)."""
-    graph = dict(cap.graph, nodes=[{k: v for k, v in n.items() if k != "cost"} for n in cap.graph["nodes"]])
-    return kiwi.simulate(graph, kiwi.make_plan(schedule), cap.cluster, profile)["iteration_seconds"]
 
 
 def bench(name, repeats, profile, optimizer):
@@ -114,14 +102,14 @@ def bench(name, repeats, profile, optimizer):
     rows = []
     for k, ((fraction, note, plan), (peak, grads)) in enumerate(zip(plans, memory)):
         measured = medians[k + 1]
-        modelled = _modelled_seconds(cap, plan.schedule, None)
-        with_profile = f" {_modelled_seconds(cap, plan.schedule, profile) * 1e3:.1f} |" if profile else ""
+        modelled = modelled_seconds(cap, plan.schedule, None)
+        with_profile = f" {modelled_seconds(cap, plan.schedule, profile) * 1e3:.1f} |" if profile else ""
         err = (plan.predicted_peak_bytes - peak) / peak
         slower = (plan.predicted_seconds / plans[0][2].predicted_seconds - 1, measured / medians[1] - 1)
         rows.append(f"| {name} | {len(cap.graph['nodes'])} | {capture_s:.1f} | {fraction:.0%}{note} | "
                     f"{plan.budget_bytes / 2**20:.2f} | {plan.predicted_peak_bytes / 2**20:.2f} | "
                     f"{peak / 2**20:.2f} | {err:+.2%} | {len(plan.recomputed())} | "
-                    f"{_grad_check(grads, ref) if opt is None else '-'} | "
+                    f"{gradient_agreement(grads, ref) if opt is None else '-'} | "
                     f"{plan.predicted_seconds * 1e3:.1f} | {measured * 1e3:.1f} | "
                     f"{(plan.predicted_seconds - measured) / measured:+.1%} | {slower[0]:+.1%} / {slower[1]:+.1%} | "
                     f"{modelled * 1e3:.1f} |{with_profile} {medians[0] * 1e3:.1f} |")

@@ -30,9 +30,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import torch  # noqa: E402
 
-import kiwi  # noqa: E402
 import kiwi.torch as kt  # noqa: E402
-from kiwi.torch.bench import largest_relative_difference  # noqa: E402
+from kiwi.torch.bench import gradient_agreement, modelled_seconds  # noqa: E402
 from kiwi.torch.joint_plan import plan_joint_or_smallest  # noqa: E402
 from kiwi.torch.joint_run import JointRunner  # noqa: E402
 from kiwi.torch.measure import measure_step, step_tensors  # noqa: E402
@@ -63,17 +62,6 @@ def build(name, args):
 def _sync(device):
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-
-
-def _grads(grads, ref):
-    worst = largest_relative_difference(grads, ref)
-    return "=" if worst == 0.0 else f"{worst:.0e}"
-
-
-def _modelled(cap, schedule, profile):
-    """The schedule's step time priced by kiwi's cost model (the measured op times left out)."""
-    graph = dict(cap.graph, nodes=[{k: v for k, v in n.items() if k != "cost"} for n in cap.graph["nodes"]])
-    return kiwi.simulate(graph, kiwi.make_plan(schedule), cap.cluster, profile)["iteration_seconds"]
 
 
 def bench(name, args, profile):
@@ -147,13 +135,13 @@ def bench(name, args, profile):
         label, plan, peak, grads = c[0], c[2], c[3], c[4]
         measured = statistics.median(times[k])
         row = {"model": name, "config": label, "measured_peak_bytes": peak, "measured_seconds": measured,
-               "gradients": _grads(grads, ref), "nodes": len(cap.graph["nodes"]), "capture_seconds": capture_s}
+               "gradients": gradient_agreement(grads, ref), "nodes": len(cap.graph["nodes"]), "capture_seconds": capture_s}
         if plan is not None:
             row.update(budget_bytes=plan.budget_bytes, predicted_peak_bytes=plan.predicted_peak_bytes,
                        predicted_seconds=plan.predicted_seconds, recomputed=len(plan.recomputed()),
-                       solve_seconds=c[5], analytic_seconds=_modelled(cap, plan.schedule, None))
+                       solve_seconds=c[5], analytic_seconds=modelled_seconds(cap, plan.schedule, None))
             if profile is not None:
-                row["profile_seconds"] = _modelled(cap, plan.schedule, profile)
+                row["profile_seconds"] = modelled_seconds(cap, plan.schedule, profile)
         rows.append(row)
     return rows
 

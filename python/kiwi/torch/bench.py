@@ -117,6 +117,19 @@ def largest_relative_difference(grads: Sequence[Optional[torch.Tensor]], referen
                 for a, b in zip(grads, reference) if a is not None), default=0.0)
 
 
+def gradient_agreement(grads: Sequence[Optional[torch.Tensor]], reference: Sequence[torch.Tensor]) -> str:
+    """A bench's gradients column: "=" bit for bit, else largest_relative_difference as 1e-06."""
+    worst = largest_relative_difference(grads, reference)
+    return "=" if worst == 0.0 else f"{worst:.0e}"
+
+
+def modelled_seconds(cap: Any, schedule: List[Dict[str, Any]], profile: Any = None) -> float:
+    """A generic capture's schedule priced by kiwi's cost model (analytic, or with a `kiwi profile`
+    device profile) instead of the op times measured at capture."""
+    graph = dict(cap.graph, nodes=[{k: v for k, v in n.items() if k != "cost"} for n in cap.graph["nodes"]])
+    return kiwi.simulate(graph, kiwi.make_plan(schedule), cap.cluster, profile)["iteration_seconds"]
+
+
 def _ckpt_forward(seq: nn.Sequential, segments: int) -> Callable[[torch.Tensor], torch.Tensor]:
     """checkpoint_sequential; PyTorch 1.x's (reentrant) checkpoint gives parameters no gradient unless
     its input requires one, so there the input does (its gradient: one input-sized tensor more)."""
