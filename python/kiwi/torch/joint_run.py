@@ -33,6 +33,7 @@ class JointRunner:
         self.buffers = dict(cap.model.named_buffers())
         self.storage_of_node = {v: s for s, st in enumerate(cap.storages) for v in st.nodes}
         self.templates: Dict[torch.fx.Node, ArgTemplate] = {}
+        self.argument_sites: Dict[torch.fx.Node, Optional[List[Tuple[int, Any, Any]]]] = {}   # _where_arguments_are's
         self._analysed: Optional[Tuple[Any, list, Dict[int, set], set]] = None   # the last schedule's
 
     def run(self, schedule: Sequence[Dict[str, Any]], inputs: Optional[Sequence[Any]] = None, ranges: bool = False,
@@ -188,23 +189,14 @@ class JointRunner:
 
     def _run_op(self, fx: torch.fx.Node, env, placeholders, rng, again: bool, recomputed) -> Dict[int, torch.Tensor]:
         cap = self.cap
-        copies: Dict[int, torch.Tensor] = {}   # storage written -> its new version (a copy)
         produced_here = cap.effects[fx]
-        for w, p in produced_here:
-            if p.what == "version":
-                copies[p.storage] = self._resident(cap.reads[fx][p.storage], fx, env).clone()
-            elif p.what == "write" and again:   # re-running a write into a parameter or buffer: into a copy
-                st = cap.storages[p.storage]
-                copies[p.storage] = self._value(st.root[0], None, env, placeholders).clone()
-
-        def arg(a: torch.fx.Node):
-            s = cap.storage_of.get(a)
-            if s is not None and s in copies:
-                return self._value(a, fx, env, placeholders, base=copies[s])
-            return self._value(a, fx, env, placeholders)
-
         template = self._template(fx)
-        args, kwargs = template.fill([arg(a) for a in template.nodes])
+        copies: Dict[int, torch.Tensor] = {}   # storage written -> its new version (a copy)
+        values = self._fast_arguments(fx, env, placeholders)
+        if values is None:
+            copies, values = self._arguments(fx, template, env, placeholders, again)
+        args, kwargs = template.fill(values)
+        del values
         if fx in recomputed and is_random(fx.target, fx.args, fx.kwargs):
             # The generator's state of the first run, kept for the recomputations as Python bytes: host
             # memory outside PyTorch's allocator (5,056 bytes for a CPU's generator, 16 for a CUDA
@@ -230,6 +222,72 @@ class JointRunner:
             elif p.what == "write":
                 made[w] = _NOTHING
         return made
+
+    def _arguments(self, fx: torch.fx.Node, template: ArgTemplate, env, placeholders, again: bool
+                   ) -> Tuple[Dict[int, torch.Tensor], List[Any]]:
+        """The values of fx's tensor arguments, and the copies its writes go into (storage -> its new
+        version): an activation written in place is written into a copy, and so is a parameter or
+        buffer when the op runs again in this step."""
+        cap = self.cap
+        copies: Dict[int, torch.Tensor] = {}
+        for w, p in cap.effects[fx]:
+            if p.what == "version":
+                copies[p.storage] = self._resident(cap.reads[fx][p.storage], fx, env).clone()
+            elif p.what == "write" and again:
+                st = cap.storages[p.storage]
+                copies[p.storage] = self._value(st.root[0], None, env, placeholders).clone()
+
+        def arg(a: torch.fx.Node):
+            s = cap.storage_of.get(a)
+            if s is not None and s in copies:
+                return self._value(a, fx, env, placeholders, base=copies[s])
+            return self._value(a, fx, env, placeholders)
+
+        return copies, [arg(a) for a in template.nodes]
+
+    def _fast_arguments(self, fx: torch.fx.Node, env, placeholders) -> Optional[List[Any]]:
+        """_arguments for an op that writes nothing (most ops), from where each argument was found once
+        (a step runs thousands of ops, and on a GPU the host's time per op sets the step's pace); None
+        for an op that writes, or when an argument is not resident (_arguments then says which)."""
+        reads = self.argument_sites.get(fx, False)
+        if reads is False:
+            reads = self.argument_sites[fx] = self._where_arguments_are(fx)
+        if reads is None:
+            return None
+        values = []
+        try:
+            for kind, at, chain in reads:
+                if kind == 0:   # a version of an activation's storage
+                    value = env[at]
+                elif kind == 1:   # a placeholder with no storage of its own
+                    value = placeholders[at]
+                else:   # a parameter, buffer or constant: resident all step
+                    value = placeholders.get(at)
+                    if value is None:
+                        value = getattr(self.cap.gm, at.target)
+                values.append(self._replay(chain, value, env, placeholders) if chain else value)
+        except KeyError:
+            return None
+        return values
+
+    def _where_arguments_are(self, fx: torch.fx.Node) -> Optional[List[Tuple[int, Any, Any]]]:
+        """Per tensor argument of fx (an op that writes nothing): where its value is (the kiwi node of
+        the version it reads, a placeholder, or a resident root) and the views to replay on it."""
+        cap = self.cap
+        if any(p.what in ("version", "write") for _, p in cap.effects[fx]):
+            return None
+        out: List[Tuple[int, Any, Any]] = []
+        for a in self._template(fx).nodes:
+            s = cap.storage_of.get(a)
+            if s is None:
+                if a.op != "placeholder":
+                    return None
+                out.append((1, a, None))
+            elif cap.storages[s].persistent:
+                out.append((2, cap.storages[s].root[0], cap.chain.get(a)))
+            else:
+                out.append((0, cap.reads[fx][s], cap.chain.get(a)))
+        return out
 
     def _outputs(self, env, placeholders) -> Dict[str, Any]:
         loss_fx, grads_fx = self.cap.output_node.args[0][0], self.cap.output_node.args[0][1:]
