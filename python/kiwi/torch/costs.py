@@ -30,7 +30,7 @@ def local_cluster(device: str = "cpu") -> Dict[str, Any]:
     (docs/cluster-format.md). Peak FLOP/s is set so that kiwi's roofline efficiencies (0.75 matmul,
     0.6 conv) reproduce measured rates; bandwidth from a copy. A CPU: one 512x512 f32 GEMM and one
     convolution, every dtype at the f32 rate, a 64 MiB copy (about a quarter of a second). A CUDA
-    device: 4096x4096 GEMMs in f32 and in bf16 (its tensor cores; f16 taken as bf16) and a 512 MiB
+    device: 4096x4096 GEMMs in f32 and in bf16 (its tensor cores; f16 taken as bf16) and a 256 MiB
     copy, each timed over ten runs after a warm-up, since smaller problems time the launch rather
     than the device (about a second). Once per process and device."""
     dev = torch.device(device)
@@ -44,10 +44,12 @@ def local_cluster(device: str = "cpu") -> Dict[str, Any]:
         x, w = torch.randn(4, 64, 28, 28, device=dev), torch.randn(64, 64, 3, 3, device=dev)
         conv = _rate(lambda: F.conv2d(x, w, padding=1), 2 * 4 * 64 * 28 * 28 * 64 * 9, device)
         rates["f32"] = max(rates["f32"], conv / 0.6)
-    src = torch.empty((128 if cuda else 16) << 20, device=dev)
+    src = torch.empty((64 if cuda else 16) << 20, device=dev)
     dst = torch.empty_like(src)
     bandwidth = _rate(lambda: dst.copy_(src), 2 * src.numel() * 4, device, repeats) / 0.8  # kiwi assumes 80% of peak
     if cuda:
+        del a, b, src, dst
+        torch.cuda.empty_cache()   # the ~0.8 GiB these took goes back to the device, not into the process's cache
         memory, name = torch.cuda.get_device_properties(dev).total_memory, torch.cuda.get_device_name(dev)
     else:
         try:
