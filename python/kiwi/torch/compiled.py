@@ -15,7 +15,13 @@ recompute by a knapsack. `KiwiPartitioner` (Inductor's `custom_partitioner_fn`) 
    (`CheckpointPolicy.MUST_RECOMPUTE`, as selective activation checkpointing tags it), and PyTorch's
    min-cut partitioner splits the graph with those tags. The other ops are left to it: it saves what
    the backward reads and recomputes what costs nothing once fused (an elementwise op whose output is
-   larger than its inputs), which is why it is not told to save them.
+   larger than its inputs), which is why it is not told to save them;
+4. that reading is not the plan itself: the compiled backward recomputes each tagged value once,
+   just before its first reader, and keeps it to its last, where kiwi's schedule may recompute a
+   value several times and keep it briefly. A plan that recomputes the residual stream layer by layer
+   becomes, compiled, the whole forward recomputed at the start of the backward. So each candidate
+   recompute set (kiwi's plans at the budget and at lower ones) is priced as the compiled step runs it
+   (`compiled_schedule`), and the fastest whose peak fits is taken.
 
 Inductor then fuses and schedules each graph; kiwi's storage model of the joint graph is not what
 Inductor's fused kernels allocate, so the compiled step's memory is measured, not predicted (see
@@ -40,10 +46,12 @@ class PartitionReport:
     nodes: int                  # kiwi nodes of the joint graph
     budget_bytes: int           # the budget kiwi planned for (kiwi's storage model)
     baseline_peak_bytes: int    # checkpoint-all (nothing recomputed) in kiwi's storage model
-    planned_peak_bytes: int
+    planned_peak_bytes: int     # the compiled execution of the recompute set (compiled_schedule), kiwi's storage model
     reached: bool               # False: the budget was below what kiwi can reach; planned at its smallest
     recomputed: List[str]       # forward ops tagged MUST_RECOMPUTE
     forward_ops: int            # forward ops of the joint graph
+    planned_seconds: float = 0.0    # that execution's time in kiwi's cost model
+    candidates: int = 0             # recompute sets priced (kiwi's plans at the budget and below)
 
 
 def _custom_partitioner_base():
@@ -89,26 +97,106 @@ class KiwiPartitioner(_custom_partitioner_base()):
             return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
 
     def plan(self, gm: torch.fx.GraphModule) -> Tuple[PartitionReport, List[torch.fx.Node]]:
-        """kiwi's plan of the joint graph, read as the forward ops to recompute in the backward."""
+        """kiwi's plan of the joint graph, read as the forward ops to recompute in the backward. kiwi's
+        plans at the budget and then at lower budgets (a tenth of the checkpoint-all peak at a time,
+        five times at most, and the smallest budget kiwi reaches) are priced as the compiled step
+        runs them, until one fits the budget; where none does, kiwi's plans at higher budgets too.
+        The fastest that fits is taken, else the one that needs least."""
         from kiwi.torch.costs import local_cluster
         graph, produced, backward = joint_storage_graph(gm)
         cluster = self.cluster or local_cluster(_device_of(gm))
-        checkpoint_all = kiwi.solve_remat(graph, 1 << 62, "checkpoint-all", cluster, check=False)
-        base = int(kiwi.simulate(graph, kiwi.make_plan(checkpoint_all.schedule), cluster)["peak_memory_bytes"])
-        budget = int(base * self.fraction) if self.fraction is not None else int(self.budget)
-        r = kiwi.solve_remat(graph, budget, self.solver, cluster, self.time_limit, check=False)
-        reached = r.feasible
-        if not r.feasible:
-            if r.smallest_known_budget_bytes <= 0:
-                raise PlanError(f"kiwi has no schedule of the joint graph within {budget} bytes")
-            r = kiwi.solve_remat(graph, r.smallest_known_budget_bytes, self.solver, cluster, self.time_limit,
-                                 check=False)
-        peak = int(kiwi.simulate(graph, kiwi.make_plan(r.schedule), cluster)["peak_memory_bytes"])
-        again = {produced[v] for v in recomputed_nodes(r.schedule) if produced[v] is not None}
         forward_ops = list(dict.fromkeys(fx for fx in produced if fx is not None and fx not in backward))
-        recompute = [fx for fx in forward_ops if fx in again]
-        return (PartitionReport(len(graph["nodes"]), budget, base, peak, reached, [fx.name for fx in recompute],
-                                len(forward_ops)), recompute)
+
+        def compiled(recompute: List[torch.fx.Node]) -> Tuple[int, float]:
+            sim = kiwi.simulate(graph, kiwi.make_plan(compiled_schedule(graph, produced, backward, set(recompute))),
+                                cluster)
+            return int(sim["peak_memory_bytes"]), float(sim["iteration_seconds"])
+
+        base = compiled([])[0]   # nothing recomputed: kiwi's checkpoint-all peak of the joint graph
+        budget = int(base * self.fraction) if self.fraction is not None else int(self.budget)
+        candidates: Dict[Tuple[str, ...], Tuple[int, float, List[torch.fx.Node]]] = {(): (base, compiled([])[1], [])}
+        step = max(base // 10, 1)
+        below = [budget - k * step for k in range(6) if budget - k * step > 0]   # plans for less first
+        above = [budget + k * step for k in range(1, 10) if budget + k * step < base]   # when none of those fits
+        smallest, tried = 0, set()
+
+        def add(asked: int) -> bool:
+            """kiwi's plan at `asked` as a candidate; whether its compiled execution fits the budget."""
+            nonlocal smallest
+            r = kiwi.solve_remat(graph, asked, self.solver, cluster, self.time_limit, check=False)
+            tried.add(asked)
+            if not r.feasible:   # below what kiwi reaches: its plan at the smallest budget it knows
+                smallest = max(smallest, r.smallest_known_budget_bytes)
+                return smallest > 0 and smallest not in tried and add(smallest)
+            again = {produced[v] for v in recomputed_nodes(r.schedule) if produced[v] is not None}
+            recompute = [fx for fx in forward_ops if fx in again]
+            key = tuple(fx.name for fx in recompute)
+            if key not in candidates:
+                candidates[key] = (*compiled(recompute), recompute)
+            return candidates[key][0] <= budget
+
+        for asked in below + above:
+            if asked not in tried and asked >= smallest and add(asked) and asked <= budget:
+                break   # the most relaxed plan whose compiled execution fits: plans for less recompute more
+        fits = [c for c in candidates.values() if c[0] <= budget]
+        peak, seconds, recompute = min(fits, key=lambda c: (c[1], c[0])) if fits else min(candidates.values(),
+                                                                                      key=lambda c: (c[0], c[1]))
+        return (PartitionReport(len(graph["nodes"]), budget, base, peak, bool(fits), [fx.name for fx in recompute],
+                                len(forward_ops), seconds, len(candidates) - 1), recompute)
+
+
+def compiled_schedule(graph: Dict[str, Any], produced: Sequence[Optional[torch.fx.Node]], backward: set,
+                      recompute: set) -> List[Dict[str, Any]]:
+    """The kiwi schedule of a partitioned joint graph as the compiled step runs it: the forward nodes
+    in order, each freed after its last reader; then the backward nodes in order, each after the
+    recomputation (once, its inputs first) of the forward values of `recompute` it reads, and each
+    value freed after its last reader. A forward value of `recompute` is freed after its last forward
+    reader and its recomputation kept from its first backward reader to its last; the others are
+    saved: kept from the forward to their last backward reader."""
+    nodes = graph["nodes"]
+    n = len(nodes)
+    is_backward = [fx is not None and fx in backward for fx in produced]
+    is_backward[n - 1] = True   # step.outputs
+    tagged = [fx is not None and fx in recompute and not is_backward[v] for v, fx in enumerate(produced)]
+    events = [v for v in range(n) if not is_backward[v]]
+    forward_end = len(events)
+    again: set = set()
+
+    def recompute_for(u: int) -> None:
+        stack = [(u, False)]
+        while stack:   # depth first, inputs before the value (an iterative walk: chains are long)
+            w, ready = stack.pop()
+            if not tagged[w] or w in again:
+                continue
+            if ready:
+                again.add(w)
+                events.append(w)
+                continue
+            stack.append((w, True))
+            stack.extend((x, False) for x in reversed(nodes[w]["inputs"]))
+
+    for v in range(n):
+        if is_backward[v]:
+            for u in nodes[v]["inputs"]:
+                recompute_for(u)
+            events.append(v)
+
+    def value(u: int, i: int) -> Tuple[int, bool]:   # which computation of u the i-th event reads
+        return u, i >= forward_end and u in again
+
+    last: Dict[Tuple[int, bool], int] = {}
+    for i, v in enumerate(events):
+        for u in nodes[v]["inputs"]:
+            last[value(u, i)] = i
+    schedule: List[Dict[str, Any]] = []
+    for i, v in enumerate(events):
+        schedule.append({"op": "compute", "node": v})
+        for u in dict.fromkeys(nodes[v]["inputs"]):
+            if last[value(u, i)] == i:
+                schedule.append({"op": "free", "node": u})
+        if value(v, i) not in last and v != n - 1:   # a value nothing reads
+            schedule.append({"op": "free", "node": v})
+    return schedule
 
 
 def _device_of(gm: torch.fx.GraphModule) -> str:
