@@ -112,9 +112,9 @@ class KiwiPartitioner(_custom_partitioner_base()):
                                 cluster)
             return int(sim["peak_memory_bytes"]), float(sim["iteration_seconds"])
 
-        base = compiled([])[0]   # nothing recomputed: kiwi's checkpoint-all peak of the joint graph
+        base, base_seconds = compiled([])   # nothing recomputed: kiwi's checkpoint-all peak of the joint graph
         budget = int(base * self.fraction) if self.fraction is not None else int(self.budget)
-        candidates: Dict[Tuple[str, ...], Tuple[int, float, List[torch.fx.Node]]] = {(): (base, compiled([])[1], [])}
+        candidates: Dict[Tuple[str, ...], Tuple[int, float, List[torch.fx.Node]]] = {(): (base, base_seconds, [])}
         step = max(base // 10, 1)
         below = [budget - k * step for k in range(6) if budget - k * step > 0]   # plans for less first
         above = [budget + k * step for k in range(1, 10) if budget + k * step < base]   # when none of those fits
