@@ -20,8 +20,8 @@ recompute by a knapsack. `KiwiPartitioner` (Inductor's `custom_partitioner_fn`) 
    just before its first reader, and keeps it to its last, where kiwi's schedule may recompute a
    value several times and keep it briefly. A plan that recomputes the residual stream layer by layer
    becomes, compiled, the whole forward recomputed at the start of the backward. So each candidate
-   recompute set (kiwi's plans at the budget and at lower ones) is priced as the compiled step runs it
-   (`compiled_schedule`), and the fastest whose peak fits is taken.
+   recompute set (kiwi's plans at the budget, below it and, where none of those fits, above it) is
+   priced as the compiled step runs it (`compiled_schedule`), and the fastest whose peak fits is taken.
 
 Inductor then fuses and schedules each graph; kiwi's storage model of the joint graph is not what
 Inductor's fused kernels allocate, so the compiled step's memory is measured, not predicted (see
@@ -51,7 +51,7 @@ class PartitionReport:
     recomputed: List[str]       # forward ops tagged MUST_RECOMPUTE
     forward_ops: int            # forward ops of the joint graph
     planned_seconds: float = 0.0    # that execution's time in kiwi's cost model
-    candidates: int = 0             # recompute sets priced (kiwi's plans at the budget and below)
+    candidates: int = 0             # recompute sets priced (kiwi's plans at budgets around this one)
 
 
 def _custom_partitioner_base():
