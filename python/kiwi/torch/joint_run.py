@@ -150,14 +150,18 @@ class JointRunner:
         st = cap.storages[s]
         if base is None:
             if st.persistent:
-                base = placeholders.get(st.root[0])
-                if base is None:
-                    base = getattr(cap.gm, st.root[0].target)
+                base = self._root_value(st.root[0], placeholders)
             else:
                 version = cap.reads[reader][s] if reader is not None else st.nodes[-1]
                 base = self._resident(version, reader, env)
         chain = cap.chain.get(fx)
         return self._replay(chain, base, env, placeholders) if chain else base
+
+    def _root_value(self, root: torch.fx.Node, placeholders: Dict[torch.fx.Node, Any]) -> torch.Tensor:
+        """The tensor of a persistent storage's root: the model's parameter, buffer or input for a
+        placeholder, the traced module's attribute for a constant."""
+        value = placeholders.get(root)
+        return getattr(self.cap.gm, root.target) if value is None else value
 
     def _resident(self, version: int, reader: Optional[torch.fx.Node], env: Dict[int, torch.Tensor]) -> torch.Tensor:
         if version not in env:
@@ -262,9 +266,7 @@ class JointRunner:
                 elif kind == 1:   # a placeholder with no storage of its own
                     value = placeholders[at]
                 else:   # a parameter, buffer or constant: resident all step
-                    value = placeholders.get(at)
-                    if value is None:
-                        value = getattr(self.cap.gm, at.target)
+                    value = self._root_value(at, placeholders)
                 values.append(self._replay(chain, value, env, placeholders) if chain else value)
         except KeyError:
             return None
