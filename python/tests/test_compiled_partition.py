@@ -63,19 +63,25 @@ def test_kiwis_plan_decides_what_the_compiled_backward_recomputes():
             torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
 
 
-def test_the_joint_graph_as_kiwis_storage_graph():
-    model, x = Mlp(), torch.randn(16, 32)
-    graphs = []
+def _joint_graph_of(model, x):
+    """kiwi's storage graph of the joint graph of the step _saved_bytes_and_grads compiles, as the
+    partitioner gets it (min-cut's partition then edits the FX graph)."""
+    seen = []
 
     class Recording(KiwiPartitioner):
         def plan(self, gm):
-            graphs.append(joint_storage_graph(gm))
+            seen.append(joint_storage_graph(gm))
             return super().plan(gm)
 
     torch._dynamo.reset()
-    compiled = torch.compile(model, options={"custom_partitioner_fn": Recording(fraction=1.0)})
-    compiled(x).backward()
-    (graph, produced, backward), = graphs
+    loss = torch.compile(model, options={"custom_partitioner_fn": Recording(fraction=1.0)})(x)
+    torch.autograd.grad(loss, list(model.parameters()))
+    (graph,) = seen
+    return graph
+
+
+def test_the_joint_graph_as_kiwis_storage_graph():
+    graph, produced, backward = _joint_graph_of(Mlp(), torch.randn(16, 32))
     assert graph["operands"] == "storages"
     kinds = [n["kind"] for n in graph["nodes"]]
     assert kinds.count("matmul") == 4 + 4 + 3   # forward GEMMs (addmm), weight gradients, input gradients but x's
@@ -95,23 +101,6 @@ def test_partitioner_errors_and_lazy_names():
     with pytest.raises(kiwi.BadInputError, match="budget: 'lots' is not a size"):
         KiwiPartitioner(budget="lots")
     assert KiwiPartitioner(budget="1MiB").budget == 1 << 20
-
-
-def _joint_graph_of(model, x):
-    """kiwi's storage graph of the joint graph of the step _saved_bytes_and_grads compiles, as the
-    partitioner gets it (min-cut's partition then edits the FX graph)."""
-    seen = []
-
-    class Recording(KiwiPartitioner):
-        def plan(self, gm):
-            seen.append(joint_storage_graph(gm))
-            return super().plan(gm)
-
-    torch._dynamo.reset()
-    loss = torch.compile(model, options={"custom_partitioner_fn": Recording(fraction=1.0)})(x)
-    torch.autograd.grad(loss, list(model.parameters()))
-    (graph,) = seen
-    return graph
 
 
 def test_the_compiled_execution_of_a_recompute_set():
