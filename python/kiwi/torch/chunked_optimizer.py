@@ -11,6 +11,23 @@ from kiwi.torch.errors import PlanError
 
 ELEMENTWISE = (torch.optim.Adam, torch.optim.AdamW, torch.optim.SGD)
 
+# The chunk a chunked optimizer step updates at a time: at most 16 MiB (small next to any budget), an
+# eighth of the largest parameter on small models, and not so small that Python's per-chunk work shows.
+MAX_CHUNK_BYTES, MIN_CHUNK_BYTES = 16 << 20, 64 << 10
+
+
+def _largest_parameter_bytes(model: torch.nn.Module) -> int:
+    return max((p.numel() * p.element_size() for p in model.parameters() if p.requires_grad), default=0)
+
+
+def default_chunk_bytes(model: torch.nn.Module) -> int:
+    return max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, _largest_parameter_bytes(model) // 8))
+
+
+def chunked_workspace(model: torch.nn.Module, chunk_bytes: int) -> int:
+    """Adam's step in chunks: two chunk-sized temporaries (costs.optimizer_workspace's rule on a chunk)."""
+    return 2 * min(_largest_parameter_bytes(model), chunk_bytes)
+
 
 def chunked_step(optimizer: torch.optim.Optimizer, chunk_bytes: int) -> None:
     """optimizer.step() with every parameter larger than `chunk_bytes` updated in chunks of that size."""

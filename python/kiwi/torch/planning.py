@@ -10,11 +10,11 @@ import torch
 
 import kiwi
 from kiwi.torch.capture import Captured
+from kiwi.torch.chunked_optimizer import default_chunk_bytes
 from kiwi.torch.errors import InfeasibleError, PlanError
 from kiwi.torch.runtime import RematModule
 from kiwi.torch.schedule import droppable
-from kiwi.torch.stepping import (StepConfig, StepModel, default_chunk_bytes, lean_optimizer_possible,
-                                 micro_batch_obstacle)
+from kiwi.torch.stepping import StepConfig, StepModel, lean_optimizer_possible, micro_batch_obstacle
 
 
 @dataclasses.dataclass
@@ -127,11 +127,11 @@ def step_configs(captured: Captured, micro_batches: Union[int, str] = "auto",
             raise PlanError(f"micro_batches: {captured.name} cannot be split into micro-batches: {reason}")
         ks = [k]
     if optimizer_chunks == "auto":
-        chunks = [0] + ([default_chunk_bytes(captured)] if lean_optimizer_possible(captured) else [])
+        chunks = [0] + ([default_chunk_bytes(captured.model)] if lean_optimizer_possible(captured) else [])
     elif optimizer_chunks is False or optimizer_chunks == 0:
         chunks = [0]
     else:
-        chunks = [default_chunk_bytes(captured) if optimizer_chunks is True else
+        chunks = [default_chunk_bytes(captured.model) if optimizer_chunks is True else
                   kiwi.parse_bytes(optimizer_chunks, "optimizer_chunks")]
     return [StepConfig(k, c) for k in ks for c in chunks]
 

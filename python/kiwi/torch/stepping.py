@@ -19,22 +19,10 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import kiwi
 from kiwi.torch.capture import LOSS_NODE
+from kiwi.torch.chunked_optimizer import chunked_workspace
 from kiwi.torch.dtypes import node_bytes
 from kiwi.torch.schedule import droppable, memory_floor, realize
 from kiwi.torch.semantics import GraphEditor
-
-# The chunk a chunked optimizer step updates at a time: at most 16 MiB (small next to any budget), an
-# eighth of the largest parameter on small models, and not so small that Python's per-chunk work shows.
-MAX_CHUNK_BYTES, MIN_CHUNK_BYTES = 16 << 20, 64 << 10
-
-
-def _largest_parameter_bytes(captured) -> int:
-    return max((p.numel() * p.element_size() for p in captured.model.parameters() if p.requires_grad), default=0)
-
-
-def default_chunk_bytes(captured) -> int:
-    return max(MIN_CHUNK_BYTES, min(MAX_CHUNK_BYTES, _largest_parameter_bytes(captured) // 8))
-
 
 @dataclasses.dataclass(frozen=True)
 class StepConfig:
@@ -72,11 +60,6 @@ def lean_optimizer_possible(captured) -> bool:
     return captured.optimizer.kind == "adam"
 
 
-def chunked_workspace(captured, chunk_bytes: int) -> int:
-    """Adam's step in chunks: two chunk-sized temporaries (costs.optimizer_workspace's rule on a chunk)."""
-    return 2 * min(_largest_parameter_bytes(captured), chunk_bytes)
-
-
 def pass_graph(captured, config: StepConfig, role: str) -> dict:
     """The captured graph as pass `role` ("only", "first", "middle", "last") of a step (module doc)."""
     st = captured.structure
@@ -101,7 +84,7 @@ def pass_graph(captured, config: StepConfig, role: str) -> dict:
             resident("dropout.masks_of_the_batch", k * masks)
     ws = st.optimizer_workspace
     if ws is not None and config.optimizer_chunk_bytes:
-        nodes[ws]["shape"] = [max(1, chunked_workspace(captured, config.optimizer_chunk_bytes))]
+        nodes[ws]["shape"] = [max(1, chunked_workspace(captured.model, config.optimizer_chunk_bytes))]
     opt = nodes[st.optimizer]
     if role in ("first", "middle"):  # no optimizer step after this pass
         opt.update(kind="opaque", op="step_end", dtype="u8", shape=[1], flops=0.0, bytes_accessed=0)
