@@ -364,6 +364,49 @@ def test_the_optimizers_step_inside_the_plan(make_optimizer):
                                                                              lr=0.1))
 
 
+def test_the_optimizers_update_runs_in_chunks_where_its_temporaries_set_the_peak():
+    """Adam's step holds two copies of the largest parameter (its `denom`s): a step of a wide linear
+    layer on a small batch peaks there, where no recomputation helps. plan_joint then updates in
+    chunks: the peak predicted to the byte's neighbourhood and met, parameters and state bit for bit
+    as optimizer.step() makes them; below what chunks reach it names the smallest budget."""
+    from kiwi.torch.chunked_optimizer import default_chunk_bytes
+    from kiwi.torch.measure import step_tensors
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 10))
+    twin = nn.Sequential(nn.Linear(512, 2048), nn.ReLU(), nn.Linear(2048, 10))
+    twin.load_state_dict(model.state_dict())
+    x, y = torch.randn(8, 512), torch.randint(0, 10, (8,))
+    opt, opt_twin = torch.optim.Adam(model.parameters(), lr=1e-3), torch.optim.Adam(twin.parameters(), lr=1e-3)
+    cap = kt.capture_joint(model, (x,), labels=y, optimizer=opt)
+    with pytest.raises(kt.InfeasibleError, match="smallest budget kiwi can satisfy"):
+        kt.plan_joint(cap, fraction=0.8, optimizer_chunks=False)
+    plan = kt.plan_joint(cap, fraction=0.8)
+    assert plan.capture.optimizer_chunk_bytes == default_chunk_bytes(model) and not plan.recomputed()
+    assert kt.plan_joint(cap, fraction=0.8).capture is plan.capture   # one chunked capture per size
+    step = kt.apply_joint(plan)
+    from kiwi.torch.measure import prime_optimizer
+    prime_optimizer(opt_twin)
+    for k in range(2):
+        if k == 0:
+            m = measure_step(lambda: step(x, labels=y), step_tensors(model, opt, [x, y]))
+            assert m.peak_bytes <= plan.budget_bytes
+            assert abs(plan.predicted_peak_bytes - m.peak_bytes) <= 1e-3 * m.peak_bytes
+        else:
+            step(x, labels=y)
+        nn.functional.cross_entropy(twin(x), y).backward()
+        opt_twin.step()
+        opt_twin.zero_grad(set_to_none=True)
+    for p, q in zip(model.parameters(), twin.parameters()):
+        assert torch.equal(p, q)
+        assert torch.equal(opt.state[p]["exp_avg_sq"], opt_twin.state[q]["exp_avg_sq"])
+    with pytest.raises(kt.InfeasibleError, match="smallest budget kiwi can satisfy") as e:
+        kt.plan_joint(cap, fraction=0.6)
+    assert kt.plan_joint(cap, budget=e.value.smallest_budget_bytes).capture.optimizer_chunk_bytes > 0
+    sgd = kt.capture_joint(twin, (x,), labels=y, optimizer=torch.optim.SGD(twin.parameters(), lr=0.1))
+    with pytest.raises(kt.PlanError, match="optimizer_chunks: .* Adam and AdamW .* this step has SGD"):
+        kt.plan_joint(sgd, fraction=0.8, optimizer_chunks=True)
+
+
 def test_an_output_recomputed_alone_counts_the_whole_op_it_re_runs():
     """Layer norm's mean, freed and recomputed alone before the backward: the runner re-runs the op,
     whose output (as large as its input) exists for that instant; the prediction counts it."""

@@ -20,6 +20,7 @@ The graph ends with `step.outputs`, which reads what the step hands back (loss, 
 caller holds all step (the inputs), so that the schedule keeps them to the end."""
 import dataclasses
 import functools
+import json
 import operator
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -32,8 +33,9 @@ from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sd
 
 import kiwi
 from kiwi.torch.aten_kinds import kiwi_kind, kiwi_op
+from kiwi.torch.chunked_optimizer import chunked_workspace
 from kiwi.torch.dtypes import KIWI_DTYPES, node_bytes
-from kiwi.torch.errors import CaptureError, TraceError
+from kiwi.torch.errors import CaptureError, PlanError, TraceError
 
 
 # Ops that write an argument their schema does not mark as written: batch norm's running statistics
@@ -86,6 +88,24 @@ class JointCapture:
     seconds: Dict[str, float] = dataclasses.field(default_factory=dict)   # FX op name -> measured time
     # Every schedule plan_joint found for this capture: (predicted peak, seconds, solver, schedule).
     known_schedules: List[Tuple[int, float, str, List[Dict[str, Any]]]] = dataclasses.field(default_factory=list)
+    optimizer_chunk_bytes: int = 0   # > 0: the step updates the parameters this many bytes at a time (chunked_step)
+    chunked: Dict[int, "JointCapture"] = dataclasses.field(default_factory=dict)   # with_optimizer_chunks' results
+
+    def with_optimizer_chunks(self, chunk_bytes: int) -> "JointCapture":
+        """This step with the optimizer's update run a chunk at a time (kiwi.torch.chunked_optimizer): the
+        same arithmetic, and in place of the step's temporaries for the largest parameter (measured, or
+        Adam's two parameter-sized `denom`s) two chunk-sized ones. The optimizer's time stays as captured
+        (the chunks add one Python call each). One capture per chunk size, kept."""
+        if chunk_bytes <= 0 or self.optimizer is None:
+            raise PlanError("optimizer_chunks: needs a positive chunk size and a step captured with its optimizer")
+        if chunk_bytes not in self.chunked:
+            graph = json.loads(json.dumps(self.graph))
+            for node in graph["nodes"]:
+                if node["name"] == "optimizer.workspace":
+                    node["shape"] = [max(1, min(node["shape"][0], chunked_workspace(self.model, chunk_bytes)))]
+            self.chunked[chunk_bytes] = dataclasses.replace(self, graph=graph, known_schedules=[],
+                                                            optimizer_chunk_bytes=chunk_bytes, chunked={})
+        return self.chunked[chunk_bytes]
 
     @property
     def name(self) -> str:

@@ -11,6 +11,7 @@ import torch
 import torch.utils._pytree as pytree
 
 import kiwi
+from kiwi.torch.chunked_optimizer import default_chunk_bytes
 from kiwi.torch.errors import InfeasibleError, PlanError
 from kiwi.torch.joint_capture import JointCapture
 from kiwi.torch.joint_run import JointRunner, checkpoint_all, recomputed_nodes, rerun_transients
@@ -84,16 +85,61 @@ def fraction_budget(cap: JointCapture, fraction: float, checkpoint_all_peak: Opt
 
 
 def plan_joint(cap: JointCapture, budget: Union[int, str, None] = None, fraction: Optional[float] = None,
-               solver: str = "heuristic", time_limit: float = 30.0) -> JointPlan:
+               solver: str = "heuristic", time_limit: float = 30.0,
+               optimizer_chunks: Union[bool, int, str] = "auto") -> JointPlan:
     """The cheapest schedule kiwi finds whose simulated peak fits `budget` (bytes or "2GiB"), or
     `fraction` of the checkpoint-all peak (with SCALAR_SLACK). A budget no schedule fits raises InfeasibleError naming
-    the smallest budget kiwi has a schedule for."""
+    the smallest budget kiwi has a schedule for.
+
+    Captured with Adam or AdamW, the step may also update the parameters a chunk at a time
+    (JointCapture.with_optimizer_chunks): `optimizer_chunks` "auto" plans that step too where the
+    plain one does not fit without recomputation, and takes the faster; True (a chunk of
+    default_chunk_bytes), a size ("4MiB") or False fixes it."""
     if (budget is None) == (fraction is None):
         raise PlanError("plan_joint: give exactly one of budget= and fraction=")
+    steps = _optimizer_variants(cap, optimizer_chunks)
+    limit = fraction_budget(cap, fraction) if fraction is not None else kiwi.parse_bytes(budget, "budget")
+    best: Optional[JointPlan] = None
+    errors: List[InfeasibleError] = []
+    for step in steps:
+        try:
+            plan = _plan_at(step, limit, solver, time_limit)
+        except InfeasibleError as e:
+            errors.append(e)
+            continue
+        if best is None or plan.predicted_seconds < best.predicted_seconds:
+            best = plan
+        if not recomputed_nodes(plan.schedule):   # nothing recomputed: no variant is faster
+            break
+    if best is not None:
+        return best
+    known = [e for e in errors if e.smallest_budget_bytes is not None]
+    raise min(known, key=lambda e: e.smallest_budget_bytes) if known else errors[0]
+
+
+def _optimizer_variants(cap: JointCapture, optimizer_chunks: Union[bool, int, str]) -> List[JointCapture]:
+    """The steps plan_joint considers: as captured, and/or with the optimizer in chunks."""
+    if optimizer_chunks is False or optimizer_chunks == 0:
+        return [cap]
+    chunkable = isinstance(cap.optimizer, (torch.optim.Adam, torch.optim.AdamW)) and \
+        not cap.optimizer.defaults.get("fused") and \
+        any(n["name"] == "optimizer.workspace" for n in cap.graph["nodes"])
+    if optimizer_chunks == "auto":
+        return [cap, cap.with_optimizer_chunks(default_chunk_bytes(cap.model))] if chunkable else [cap]
+    if not chunkable:
+        what = type(cap.optimizer).__name__ if cap.optimizer is not None else "no optimizer"
+        raise PlanError(f"optimizer_chunks: the step's optimizer update runs in chunks for Adam and AdamW (not "
+                        f"fused) captured in the step (capture_joint(..., optimizer=)); this step has {what}")
+    chunk = default_chunk_bytes(cap.model) if optimizer_chunks is True else \
+        kiwi.parse_bytes(optimizer_chunks, "optimizer_chunks")
+    return [cap.with_optimizer_chunks(chunk)]
+
+
+def _plan_at(cap: JointCapture, limit: int, solver: str, time_limit: float) -> JointPlan:
+    """plan_joint for one step at `limit` bytes."""
     base = checkpoint_all(cap)
     sim0 = _simulate(cap, base)
     peak0, secs0 = int(sim0["peak_memory_bytes"]), float(sim0["iteration_seconds"])
-    limit = fraction_budget(cap, fraction, peak0) if fraction is not None else kiwi.parse_bytes(budget, "budget")
     if peak0 <= limit - SCALAR_SLACK:
         return JointPlan(cap, limit, "checkpoint-all", base, peak0, secs0, peak0, secs0)
     search = planning_graph(cap)
@@ -130,15 +176,18 @@ def plan_joint(cap: JointCapture, budget: Union[int, str, None] = None, fraction
 
 
 def plan_joint_or_smallest(cap: JointCapture, fraction: Optional[float] = None, solver: str = "heuristic",
-                           time_limit: float = 30.0, budget: Union[int, str, None] = None) -> Tuple[JointPlan, bool]:
+                           time_limit: float = 30.0, budget: Union[int, str, None] = None,
+                           optimizer_chunks: Union[bool, int, str] = "auto") -> Tuple[JointPlan, bool]:
     """plan_joint at `fraction` of the checkpoint-all peak (or at `budget`) or, where that is below what
     kiwi can reach, at the smallest budget it knows; and whether the fraction (budget) was reached."""
     try:
-        return plan_joint(cap, budget=budget, fraction=fraction, solver=solver, time_limit=time_limit), True
+        return plan_joint(cap, budget=budget, fraction=fraction, solver=solver, time_limit=time_limit,
+                          optimizer_chunks=optimizer_chunks), True
     except InfeasibleError as e:
         if e.smallest_budget_bytes is None:
             raise
-        return plan_joint(cap, budget=e.smallest_budget_bytes, solver=solver, time_limit=time_limit), False
+        return plan_joint(cap, budget=e.smallest_budget_bytes, solver=solver, time_limit=time_limit,
+                          optimizer_chunks=optimizer_chunks), False
 
 
 def _predicted(cap: JointCapture, schedule: List[Dict[str, Any]]) -> Tuple[int, float]:

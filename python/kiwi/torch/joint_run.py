@@ -16,6 +16,7 @@ from torch.autograd.profiler import record_function
 
 from kiwi.torch.arg_templates import ArgTemplate
 from kiwi.torch.aten_kinds import is_random
+from kiwi.torch.chunked_optimizer import chunked_step
 from kiwi.torch.dtypes import node_bytes
 from kiwi.torch.errors import PlanError
 from kiwi.torch.joint_capture import JointCapture
@@ -132,7 +133,10 @@ class JointRunner:
             if isinstance(g, torch.fx.Node):
                 self.params[name].grad = self._grad_value(g, env, placeholders)
                 params.append(self.params[name])
-        self.cap.optimizer.step()
+        if self.cap.optimizer_chunk_bytes:
+            chunked_step(self.cap.optimizer, self.cap.optimizer_chunk_bytes)
+        else:
+            self.cap.optimizer.step()
         for p in params:
             p.grad = None
         return True
