@@ -144,6 +144,7 @@ def test_recomputed_dropout_replays_its_mask():
     nodes = cap.graph["nodes"]
     mask = next(v for v, n in enumerate(nodes) if n["op"] == "dropout_mask")
     (empty,) = nodes[mask]["inputs"]   # the mask is bernoulli_ written into a fresh tensor
+    assert nodes[mask]["bytes_accessed"] == 8 * 64 * 4   # it overwrites that tensor: written, never read
     first_reader = min(v for v, n in enumerate(nodes) if mask in n["inputs"])
     # checkpoint-all, but the mask is freed and made again (from a new empty tensor) before its first reader
     sched = []

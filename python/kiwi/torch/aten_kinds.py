@@ -65,6 +65,17 @@ _KIWI_OP: Dict[str, str] = {
 }
 
 
+# In-place ops that overwrite the tensor they write without reading it (a random fill, `fill_`,
+# `zero_`, `copy_`'s destination): their bytes are what they write, plus their other arguments.
+_OVERWRITES = frozenset({"bernoulli_", "uniform_", "normal_", "random_", "exponential_", "geometric_", "cauchy_",
+                         "log_normal_", "fill_", "zero_", "copy_"})
+
+
+def overwrites(op: torch._ops.OpOverload) -> bool:
+    """Whether `op` writes its in-place argument without reading it first (see _OVERWRITES)."""
+    return getattr(getattr(op, "overloadpacket", None), "__name__", "") in _OVERWRITES
+
+
 def kiwi_op(op: torch._ops.OpOverload, backward: bool) -> str:
     """The node's `op`: kiwi's name where the cost model keys on one (attention's direction, a
     profile's per-op bandwidth), else the ATen op's name."""

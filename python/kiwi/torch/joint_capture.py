@@ -32,7 +32,7 @@ from torch.multiprocessing.reductions import StorageWeakRef
 from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 import kiwi
-from kiwi.torch.aten_kinds import kiwi_kind, kiwi_op
+from kiwi.torch.aten_kinds import kiwi_kind, kiwi_op, overwrites
 from kiwi.torch.chunked_optimizer import chunked_workspace
 from kiwi.torch.dtypes import KIWI_DTYPES, node_bytes
 from kiwi.torch.errors import CaptureError, PlanError, TraceError
@@ -369,7 +369,8 @@ class StorageGraphBuilder:
                 root_t = _root_tensor(self.storages[st].root)
                 effects.append(("version", 0, st, *_dtype_shape(root_t, self.storages[st].nbytes),
                                 self.storages[st].nbytes))
-        read_bytes = sum(self.storages[x].nbytes for x in read_storages)
+        overwritten = set(written) if overwrites(n.target) else set()   # written, never read
+        read_bytes = sum(self.storages[x].nbytes for x in read_storages if x not in overwritten)
         out_bytes = sum(e[5] for e in effects)
         # While the op runs, its temporaries and all its outputs exist at once; kiwi's nodes have one
         # output each, so the first node also reads a workspace holding the temporaries and the other
