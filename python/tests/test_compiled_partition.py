@@ -58,6 +58,14 @@ def test_kiwis_plan_decides_what_the_compiled_backward_recomputes():
     assert report.reached and report.recomputed
     assert report.planned_peak_bytes <= report.budget_bytes < report.baseline_peak_bytes
     assert less < everything, (less, everything)                 # the backward recomputes instead of saving
+    # What the partition saves (the tensors it computes; the hooks also see the input and weights it
+    # keeps) is what kiwi's model of the compiled execution keeps, within a scalar.
+    kept = all_kept.reports[0]
+    inputs = x.numel() * x.element_size() + sum(p.numel() * p.element_size() for p in model.parameters())
+    assert 0 < everything - kept.saved_bytes <= inputs and 0 < less - report.saved_bytes <= inputs
+    assert report.saved_bytes < kept.saved_bytes
+    for r in (kept, report):
+        assert abs(r.saved_bytes - r.planned_saved_bytes) <= 8, (r.saved_bytes, r.planned_saved_bytes)
     for grads in (grads_all, grads_less):
         for g, r in zip(grads, reference):
             torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)

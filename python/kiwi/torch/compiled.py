@@ -32,9 +32,11 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 import torch
 import torch.fx
 import torch.utils._pytree as pytree
+from torch.multiprocessing.reductions import StorageWeakRef
 
 import kiwi
 from kiwi.torch.errors import PlanError
+from kiwi.torch.dtypes import node_bytes
 from kiwi.torch.joint_capture import StorageGraphBuilder
 from kiwi.torch.joint_plan import check_fraction
 from kiwi.torch.joint_run import recomputed_nodes
@@ -52,6 +54,8 @@ class PartitionReport:
     forward_ops: int            # forward ops of the joint graph
     planned_seconds: float = 0.0    # that execution's time in kiwi's cost model
     candidates: int = 0             # recompute sets priced (kiwi's plans at budgets around this one)
+    planned_saved_bytes: int = 0    # forward values that execution keeps for the backward (kiwi's storage model)
+    saved_bytes: int = 0            # what the partitioned forward returns for the backward (its saved tensors)
 
 
 def _custom_partitioner_base():
@@ -94,7 +98,9 @@ class KiwiPartitioner(_custom_partitioner_base()):
         self.reports.append(report)
         # kiwi's tags decide; the knapsack of the activation memory budget must not override them
         with functorch_config.patch(activation_memory_budget=1.0):
-            return min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+            forward, backward = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+        report.saved_bytes = saved_bytes(forward, kwargs.get("num_fwd_outputs", 0))
+        return forward, backward
 
     def plan(self, gm: torch.fx.GraphModule) -> Tuple[PartitionReport, List[torch.fx.Node]]:
         """kiwi's plan of the joint graph, read as the forward ops to recompute in the backward. kiwi's
@@ -141,8 +147,37 @@ class KiwiPartitioner(_custom_partitioner_base()):
         fits = [c for c in candidates.values() if c[0] <= budget]
         peak, seconds, recompute = min(fits, key=lambda c: (c[1], c[0])) if fits else min(candidates.values(),
                                                                                       key=lambda c: (c[0], c[1]))
+        kept = saved_values(graph, produced, backward, set(recompute))
         return (PartitionReport(len(graph["nodes"]), budget, base, peak, bool(fits), [fx.name for fx in recompute],
-                                len(forward_ops), seconds, len(candidates) - 1), recompute)
+                                len(forward_ops), seconds, len(candidates) - 1,
+                                sum(node_bytes(graph["nodes"][v]) for v in kept)), recompute)
+
+
+def saved_bytes(forward: torch.fx.GraphModule, num_fwd_outputs: int) -> int:
+    """Bytes of the tensors a partitioned forward graph saves for the backward: its outputs after the
+    first `num_fwd_outputs` (the step's own) that it computes (not its inputs: parameters and the
+    batch are resident anyway), one count per storage."""
+    output = next(n for n in forward.graph.nodes if n.op == "output")
+    outs = output.args[0] if isinstance(output.args[0], (tuple, list)) else [output.args[0]]
+    inputs = {StorageWeakRef(n.meta["val"].untyped_storage()) for n in forward.graph.nodes
+              if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)}
+    seen, total = set(inputs), 0
+    for a in outs[num_fwd_outputs:]:
+        val = a.meta.get("val") if isinstance(a, torch.fx.Node) else None
+        if isinstance(val, torch.Tensor):
+            key = StorageWeakRef(val.untyped_storage())
+            if key not in seen:
+                seen.add(key)
+                total += _hinted(val.untyped_storage().nbytes())
+    return total
+
+
+def _hinted(size: Any) -> int:
+    """A size as a number: a symbolic one (dynamic shapes) by its example value, which adds no guard."""
+    if isinstance(size, torch.SymInt):
+        hint = getattr(size.node, "hint", None)
+        return int(hint) if hint is not None else 0
+    return int(size)
 
 
 def compiled_schedule(graph: Dict[str, Any], produced: Sequence[Optional[torch.fx.Node]], backward: set,
@@ -153,6 +188,44 @@ def compiled_schedule(graph: Dict[str, Any], produced: Sequence[Optional[torch.f
     value freed after its last reader. A forward value of `recompute` is freed after its last forward
     reader and its recomputation kept from its first backward reader to its last; the others are
     saved: kept from the forward to their last backward reader."""
+    nodes = graph["nodes"]
+    n = len(nodes)
+    events, forward_end, again = _compiled_events(graph, produced, backward, recompute)
+
+    def value(u: int, i: int) -> Tuple[int, bool]:   # which computation of u the i-th event reads
+        return u, i >= forward_end and u in again
+
+    last: Dict[Tuple[int, bool], int] = {}
+    for i, v in enumerate(events):
+        for u in nodes[v]["inputs"]:
+            last[value(u, i)] = i
+    schedule: List[Dict[str, Any]] = []
+    for i, v in enumerate(events):
+        schedule.append({"op": "compute", "node": v})
+        for u in dict.fromkeys(nodes[v]["inputs"]):
+            if last[value(u, i)] == i:
+                schedule.append({"op": "free", "node": u})
+        if value(v, i) not in last and v != n - 1:   # a value nothing reads
+            schedule.append({"op": "free", "node": v})
+    return schedule
+
+
+def saved_values(graph: Dict[str, Any], produced: Sequence[Optional[torch.fx.Node]], backward: set,
+                 recompute: set) -> List[int]:
+    """The forward values compiled_schedule keeps for the backward: computed by the forward (not a
+    placeholder), read by a backward event, and not recomputed there."""
+    nodes = graph["nodes"]
+    events, forward_end, again = _compiled_events(graph, produced, backward, recompute)
+    forward = set(events[:forward_end])
+    kept = {u for v in events[forward_end:] for u in nodes[v]["inputs"]
+            if u in forward and u not in again and nodes[u]["kind"] not in ("input", "parameter")}
+    return sorted(kept)
+
+
+def _compiled_events(graph: Dict[str, Any], produced: Sequence[Optional[torch.fx.Node]], backward: set,
+                     recompute: set) -> Tuple[List[int], int, set]:
+    """compiled_schedule's computations in order, how many of them are the forward's, and the forward
+    values the backward recomputes."""
     nodes = graph["nodes"]
     n = len(nodes)
     is_backward = [fx is not None and fx in backward for fx in produced]
@@ -180,23 +253,7 @@ def compiled_schedule(graph: Dict[str, Any], produced: Sequence[Optional[torch.f
             for u in nodes[v]["inputs"]:
                 recompute_for(u)
             events.append(v)
-
-    def value(u: int, i: int) -> Tuple[int, bool]:   # which computation of u the i-th event reads
-        return u, i >= forward_end and u in again
-
-    last: Dict[Tuple[int, bool], int] = {}
-    for i, v in enumerate(events):
-        for u in nodes[v]["inputs"]:
-            last[value(u, i)] = i
-    schedule: List[Dict[str, Any]] = []
-    for i, v in enumerate(events):
-        schedule.append({"op": "compute", "node": v})
-        for u in dict.fromkeys(nodes[v]["inputs"]):
-            if last[value(u, i)] == i:
-                schedule.append({"op": "free", "node": u})
-        if value(v, i) not in last and v != n - 1:   # a value nothing reads
-            schedule.append({"op": "free", "node": v})
-    return schedule
+    return events, forward_end, again
 
 
 def _device_of(gm: torch.fx.GraphModule) -> str:
@@ -237,7 +294,8 @@ def joint_storage_graph(gm: torch.fx.GraphModule) -> Tuple[Dict[str, Any], List[
 def compile_with_plan(model: torch.nn.Module, fraction: Optional[float] = None, budget: Union[int, str, None] = None,
                       solver: str = "heuristic", **compile_kwargs: Any) -> Tuple[Any, KiwiPartitioner]:
     """`torch.compile(model)` whose joint graphs kiwi partitions (KiwiPartitioner); returns the compiled
-    model and the partitioner (its `reports` fill in as graphs compile, at the first call)."""
+    model and the partitioner (its `reports` fill in as graphs compile, at the first call; a graph
+    Inductor serves from its on-disk cache was partitioned by an earlier run and gets no report)."""
     partitioner = KiwiPartitioner(fraction=fraction, budget=budget, solver=solver)
     options = dict(compile_kwargs.pop("options", {}) or {})
     options["custom_partitioner_fn"] = partitioner
