@@ -59,13 +59,13 @@ def test_kiwis_plan_decides_what_the_compiled_backward_recomputes():
     assert report.planned_peak_bytes <= report.budget_bytes < report.baseline_peak_bytes
     assert less < everything, (less, everything)                 # the backward recomputes instead of saving
     # What the partition saves (the tensors it computes; the hooks also see the input and weights it
-    # keeps) is what kiwi's model of the compiled execution keeps, within a scalar.
+    # keeps) is what kiwi priced.
     kept = all_kept.reports[0]
     inputs = x.numel() * x.element_size() + sum(p.numel() * p.element_size() for p in model.parameters())
     assert 0 < everything - kept.saved_bytes <= inputs and 0 < less - report.saved_bytes <= inputs
     assert report.saved_bytes < kept.saved_bytes
     for r in (kept, report):
-        assert abs(r.saved_bytes - r.planned_saved_bytes) <= 8, (r.saved_bytes, r.planned_saved_bytes)
+        assert r.saved_bytes == r.planned_saved_bytes
     for grads in (grads_all, grads_less):
         for g, r in zip(grads, reference):
             torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
@@ -77,9 +77,9 @@ def _joint_graph_of(model, x):
     seen = []
 
     class Recording(KiwiPartitioner):
-        def plan(self, gm):
+        def plan(self, gm, partition_kwargs=None):
             seen.append(joint_storage_graph(gm))
-            return super().plan(gm)
+            return super().plan(gm, partition_kwargs)
 
     torch._dynamo.reset()
     loss = torch.compile(model, options={"custom_partitioner_fn": Recording(fraction=1.0)})(x)
@@ -111,59 +111,61 @@ def test_partitioner_errors_and_lazy_names():
     assert KiwiPartitioner(budget="1MiB").budget == 1 << 20
 
 
-def test_the_compiled_execution_of_a_recompute_set():
-    from kiwi.torch.compiled import compiled_schedule
+def test_the_partition_price_of_a_recompute_set():
+    """partition_price partitions a copy of the joint graph with PyTorch's min-cut and prices the
+    forward and backward graphs it returns; the joint graph Inductor then partitions is untouched."""
+    from kiwi.torch.compiled import partition_price
     from kiwi.torch.costs import local_cluster
-    torch.manual_seed(0)
-    graph, produced, backward = _joint_graph_of(Mlp(), torch.randn(256, 32))
-    cluster = local_cluster("cpu")
-
-    def peak(recompute):
-        plan = kiwi.make_plan(compiled_schedule(graph, produced, backward, set(recompute)))
-        return kiwi.simulate(graph, plan, cluster)["peak_memory_bytes"]   # a schedule the simulator accepts
-
-    checkpoint_all = kiwi.solve_remat(graph, 1 << 62, "checkpoint-all", cluster, check=False)
-    nothing = peak([])
-    assert nothing == kiwi.simulate(graph, kiwi.make_plan(checkpoint_all.schedule), cluster)["peak_memory_bytes"]
-    forward = [fx for fx in dict.fromkeys(produced) if fx is not None and fx not in backward]
-    # GELU (decomposed: mul, erf, add, mul) recomputed from the addmm output its backward saves anyway
-    gelus = [fx for fx in forward if fx.target in (torch.ops.aten.erf.default, torch.ops.aten.mul.Tensor,
-                                                   torch.ops.aten.add.Tensor)]
-    assert gelus and peak(gelus) < nothing
-    # tanh's backward reads tanh's output: recomputing it saves its input instead, the same bytes
-    assert peak([fx for fx in forward if fx.target is torch.ops.aten.tanh.default]) == nothing
-    # Everything recomputed: the compiled backward recomputes the whole forward before its first op
-    # and keeps it, so nothing is gained, where kiwi's own schedule could recompute it piecewise.
-    assert peak(forward) >= nothing
-
-
-def test_the_partition_takes_a_recompute_set_whose_compiled_execution_fits():
-    from kiwi.torch.compiled import compiled_schedule
-    from kiwi.torch.costs import local_cluster
-    from kiwi.torch.joint_run import recomputed_nodes
     torch.manual_seed(0)
     model, x = Mlp(), torch.randn(256, 32)
-    # kiwi's own plan at 80% recomputes GELU's pieces; compiled, that set needs more than 80%
-    graph, produced, backward = _joint_graph_of(model, x)
     cluster = local_cluster("cpu")
+    prices = {}
 
-    def compiled_peak(recompute):
-        plan = kiwi.make_plan(compiled_schedule(graph, produced, backward, recompute))
-        return kiwi.simulate(graph, plan, cluster)["peak_memory_bytes"]
+    class Pricing(KiwiPartitioner):
+        def plan(self, gm, partition_kwargs=None):
+            nodes = len(gm.graph.nodes)
+            _, produced, backward = joint_storage_graph(gm)
+            forward = [fx for fx in dict.fromkeys(produced) if fx is not None and fx not in backward]
+            gelus = {fx.name for fx in forward if fx.target in (torch.ops.aten.erf.default, torch.ops.aten.mul.Tensor,
+                                                                torch.ops.aten.add.Tensor)}
+            for name, tagged in (("nothing", set()), ("gelus", gelus), ("again", set())):
+                prices[name] = partition_price(gm, tagged, partition_kwargs, cluster)
+            assert gelus and len(gm.graph.nodes) == nodes and not any("recompute" in n.meta for n in gm.graph.nodes)
+            return super().plan(gm, partition_kwargs)
 
-    budget = int(compiled_peak(set()) * 0.8)
-    first = kiwi.solve_remat(graph, budget, "heuristic", cluster, 30, check=False)
-    assert compiled_peak({produced[v] for v in recomputed_nodes(first.schedule)
-                          if produced[v] is not None and produced[v] not in backward}) > budget
-    reports = []
+    torch._dynamo.reset()
+    partitioner = Pricing(fraction=1.0)
+    loss = torch.compile(model, options={"custom_partitioner_fn": partitioner})(x)
+    torch.autograd.grad(loss, list(model.parameters()))
+    (report,) = partitioner.reports
+    assert prices["nothing"] == prices["again"]   # the graph as it was: the same partition
+    assert report.planned_peak_bytes == report.baseline_peak_bytes == prices["nothing"][0]
+    assert report.saved_bytes == report.planned_saved_bytes == prices["nothing"][2]   # priced = compiled
+    # GELU (decomposed: mul, erf, add, mul) recomputed from the addmm output: less saved, a lower peak
+    assert prices["gelus"][2] < prices["nothing"][2] and prices["gelus"][0] < prices["nothing"][0]
+
+
+def test_the_partition_takes_a_recompute_set_whose_partition_fits():
+    from kiwi.torch.measure import measure_step
+    torch.manual_seed(0)
+    model, x = Mlp(), torch.randn(256, 32)
+    reports, measured = [], []
     for fraction in (0.8, 0.6, 0.4):
-        _, _, partitioner = _saved_bytes_and_grads(model, x, fraction)
+        torch._dynamo.reset()
+        compiled, partitioner = compile_with_plan(model, fraction=fraction)
+        params = list(model.parameters())
+        step = lambda: torch.autograd.grad(compiled(x), params)   # noqa: E731
+        step()
         (report,) = partitioner.reports
         reports.append(report)
-        assert report.candidates >= 1
+        assert report.candidates >= 1 and report.budget_bytes == int(report.baseline_peak_bytes * fraction)
         assert not report.reached or report.planned_peak_bytes <= report.budget_bytes
-    assert reports[0].budget_bytes == budget and reports[0].reached   # another set of kiwi's plans fits
-    tagged = {fx for fx in produced if fx is not None and fx.name in set(reports[0].recomputed)}
-    assert tagged and compiled_peak(tagged) == reports[0].planned_peak_bytes <= budget
+        assert report.saved_bytes == report.planned_saved_bytes   # the priced partition is the compiled one
+        # Inductor fuses GELU's pieces, which kiwi's storage model counts one by one: on this small MLP
+        # the price is 25-36% above the measured peak (Llama of 4 layers: -9% to +5%)
+        measured.append(measure_step(step, params + [x]).peak_bytes)
+        assert measured[-1] <= report.planned_peak_bytes <= 1.4 * measured[-1], (report.planned_peak_bytes, measured)
+    assert reports[0].reached
     peaks = [r.planned_peak_bytes for r in reports]
     assert peaks == sorted(peaks, reverse=True), peaks   # less memory asked, never more planned
+    assert measured == sorted(measured, reverse=True), measured   # nor measured

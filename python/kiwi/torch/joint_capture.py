@@ -303,9 +303,11 @@ class StorageGraphBuilder:
         self.storage_of[n] = self.storage_of[first]
         self.chain[n] = []
 
-    def placeholder(self, n: torch.fx.Node, kind: str, op: str) -> None:
+    def placeholder(self, n: torch.fx.Node, kind: str, op: str, persistent: bool = True) -> None:
+        """A graph input: resident all step (parameters, the batch), or, not `persistent`, a tensor
+        handed in that the graph frees after its last reader (a compiled backward's saved tensors)."""
         t = n.meta["val"]
-        s = self.new_storage(t, (n, None), persistent=True)
+        s = self.new_storage(t, (n, None), persistent=persistent)
         dtype, shape = _dtype_shape(t, self.storages[s].nbytes)
         self.storages[s].nodes.append(self.add(n.name, kind, op, dtype, shape, [], False, None))
         self.storage_of[n] = s
