@@ -52,7 +52,7 @@ def test_kiwis_plan_decides_what_the_compiled_backward_recomputes():
     model, x = Mlp(), torch.randn(256, 32)
     reference = torch.autograd.grad(model(x), list(model.parameters()))
     everything, grads_all, all_kept = _saved_bytes_and_grads(model, x, 1.0)
-    less, grads_less, partitioner = _saved_bytes_and_grads(model, x, 0.85)
+    less, grads_less, partitioner = _saved_bytes_and_grads(model, x, 0.9)
     (report,) = partitioner.reports
     assert all_kept.reports[0].recomputed == []                 # at 100% kiwi recomputes nothing
     assert report.reached and report.recomputed
@@ -150,7 +150,7 @@ def test_the_partition_takes_a_recompute_set_whose_partition_fits():
     torch.manual_seed(0)
     model, x = Mlp(), torch.randn(256, 32)
     reports, measured = [], []
-    for fraction in (0.8, 0.6, 0.4):
+    for fraction in (0.9, 0.8, 0.6):
         torch._dynamo.reset()
         compiled, partitioner = compile_with_plan(model, fraction=fraction)
         params = list(model.parameters())
@@ -161,11 +161,28 @@ def test_the_partition_takes_a_recompute_set_whose_partition_fits():
         assert report.candidates >= 1 and report.budget_bytes == int(report.baseline_peak_bytes * fraction)
         assert not report.reached or report.planned_peak_bytes <= report.budget_bytes
         assert report.saved_bytes == report.planned_saved_bytes   # the priced partition is the compiled one
-        # Inductor fuses GELU's pieces, which kiwi's storage model counts one by one: on this small MLP
-        # the price is 25-36% above the measured peak (Llama of 4 layers: -9% to +5%)
+        # kiwi's price leaves out the pointwise values Inductor fuses into their readers (_fused), not
+        # the rest of what its kernels avoid: on this MLP from 8 bytes below to 8% above the measured
+        # peak (Llama of 4 layers: -14% to exact, GPT-2 +6-8%)
         measured.append(measure_step(step, params + [x]).peak_bytes)
-        assert measured[-1] <= report.planned_peak_bytes <= 1.4 * measured[-1], (report.planned_peak_bytes, measured)
+        assert measured[-1] - 64 <= report.planned_peak_bytes <= 1.1 * measured[-1], (report.planned_peak_bytes,
+                                                                                     measured)
     assert reports[0].reached
     peaks = [r.planned_peak_bytes for r in reports]
     assert peaks == sorted(peaks, reverse=True), peaks   # less memory asked, never more planned
     assert measured == sorted(measured, reverse=True), measured   # nor measured
+
+
+def test_pointwise_values_read_only_by_pointwise_ops_are_fused():
+    """Inductor computes a pointwise value inside its pointwise readers' kernel: kiwi's price of a
+    partitioned graph allocates nothing for it. A value a reduction reads, or the graph returns, is."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from kiwi.torch.compiled import _fused
+    gm = make_fx(lambda x: ((x * 2).sin().sum(), (x + 1).cos()))(torch.randn(8))
+    by_target = {n.target: n for n in gm.graph.nodes if n.op == "call_function"}
+    outputs = {a for a in next(n for n in gm.graph.nodes if n.op == "output").args[0]}
+    aten = torch.ops.aten
+    assert _fused(by_target[aten.mul.Tensor], outputs)        # read by sin only
+    assert not _fused(by_target[aten.sin.default], outputs)   # read by a reduction
+    assert _fused(by_target[aten.add.Tensor], outputs)        # read by cos only
+    assert not _fused(by_target[aten.cos.default], outputs)   # returned

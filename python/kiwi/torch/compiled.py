@@ -24,13 +24,13 @@ recompute by a knapsack. `KiwiPartitioner` (Inductor's `custom_partitioner_fn`) 
    budget, below it and, where none of those fits, above it) is priced by its partition
    (`partition_price`: PyTorch's min-cut on a copy of the tagged joint graph, then kiwi's storage
    model of the forward and backward graphs it returns, the backward freeing each saved tensor after
-   its last reader), and the fastest whose peak fits is taken. `fraction` is of that price with
-   nothing tagged: the compiled step as the min-cut partitioner alone makes it.
+   its last reader and a pointwise value read only by pointwise ops never allocated, as Inductor
+   fuses it into its readers), and the fastest whose peak fits is taken. `fraction` is of that price
+   with nothing tagged: the compiled step as the min-cut partitioner alone makes it.
 
-Inductor then fuses and schedules each graph; within them kiwi's storage model does not see its
-fused kernels, so the price is a model of the compiled step's memory: what it saves is exact, its
-peak from 8% below (Llama) to 36% above (an MLP whose GELU pieces fuse) the measured one on a CPU
-and 2-3.3x above it on a GPU in bf16 (docs/pytorch.md)."""
+Inductor's other fusions and its scheduling are not modelled, so the price is a model of the compiled
+step's memory: what a partition saves is exact, its peak within -14% to +8% of the measured one on
+GPT-2, Llama and an MLP on a CPU (docs/pytorch.md)."""
 import dataclasses
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -166,8 +166,9 @@ def partition_price(gm: torch.fx.GraphModule, recompute: set, partition_kwargs: 
     MUST_RECOMPUTE, as kiwi's storage model prices it: (peak bytes, seconds, bytes saved for the
     backward). PyTorch's min-cut partitioner splits a copy of `gm` (it edits the graph it is given);
     the forward graph runs with the step's inputs resident; then the backward, whose saved tensors are
-    freed after their last reader, as Inductor's backward frees its inputs; the peak is the larger of
-    the two above what is resident anyway (the parameters and the batch)."""
+    freed after their last reader, as Inductor's backward frees its inputs; in both, the values
+    Inductor fuses into their readers (_fused) take no memory; the peak is the larger of the two
+    above what is resident anyway (the parameters and the batch)."""
     from torch._functorch import config as functorch_config
     from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch.utils.checkpoint import CheckpointPolicy
@@ -196,7 +197,8 @@ def partition_price(gm: torch.fx.GraphModule, recompute: set, partition_kwargs: 
 def _partitioned_storage_graph(gm: torch.fx.GraphModule, resident: Callable[[torch.fx.Node], bool]
                                ) -> Tuple[Dict[str, Any], int]:
     """A partitioned forward or backward graph as kiwi's graph of storages, and the bytes of its
-    `resident` inputs; its other inputs are freed after their last reader, its outputs held."""
+    `resident` inputs; its other inputs are freed after their last reader, its outputs held, and its
+    fused values (_fused) one byte each."""
     b = StorageGraphBuilder(gm, "compiled_partition", {}, {})
     for n in gm.graph.nodes:
         if n.op == "placeholder":
@@ -212,7 +214,40 @@ def _partitioned_storage_graph(gm: torch.fx.GraphModule, resident: Callable[[tor
             if isinstance(a, torch.fx.Node) and b.storage_of.get(a) is not None}
     held |= {s for s, st in enumerate(b.storages) if st.persistent}
     graph, _ = b.finish(held, "a partitioned graph of torch.compile")
+    outputs = {a for a in pytree.tree_leaves(output.args) if isinstance(a, torch.fx.Node)}
+    for v, p in enumerate(b.produced):
+        if p is not None and p.what == "output" and _fused(p.fx, outputs):
+            graph["nodes"][v].update(dtype="u8", shape=[1])
     return graph, sum(st.nbytes for st in b.storages if st.persistent)
+
+
+def _fused(n: torch.fx.Node, outputs: set) -> bool:
+    """Whether Inductor computes `n` inside the kernels of its readers and never allocates it: a
+    pointwise op that the graph does not return, all of whose readers are pointwise ops (or views
+    of it that only pointwise ops read)."""
+    if n in outputs or torch.Tag.pointwise not in getattr(n.target, "tags", ()):
+        return False
+    readers, seen = list(n.users), set()
+    while readers:
+        r = readers.pop()
+        if r in seen:
+            continue
+        seen.add(r)
+        if r.op != "call_function":
+            return False
+        if torch.Tag.pointwise in getattr(r.target, "tags", ()):
+            continue
+        if _is_view(r) and r not in outputs:   # a view the graph returns makes `n` a returned tensor
+            readers.extend(r.users)
+            continue
+        return False
+    return bool(seen)
+
+
+def _is_view(n: torch.fx.Node) -> bool:
+    schema = getattr(n.target, "_schema", None)
+    return schema is not None and bool(schema.returns) and schema.returns[0].alias_info is not None and \
+        not schema.returns[0].alias_info.is_write
 
 
 def saved_bytes(forward: torch.fx.GraphModule, num_fwd_outputs: int) -> int:
