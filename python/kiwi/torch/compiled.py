@@ -93,16 +93,12 @@ class KiwiPartitioner(_custom_partitioner_base()):
 
     def __call__(self, gm: torch.fx.GraphModule, joint_inputs: Sequence[object], **kwargs: Any
                  ) -> Tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
-        from torch._functorch import config as functorch_config
-        from torch._functorch.partitioners import min_cut_rematerialization_partition
         from torch.utils.checkpoint import CheckpointPolicy
         report, recompute = self.plan(gm, kwargs)
         for n in recompute:
             n.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
         self.reports.append(report)
-        # kiwi's tags decide; the knapsack of the activation memory budget must not override them
-        with functorch_config.patch(activation_memory_budget=1.0):
-            forward, backward = min_cut_rematerialization_partition(gm, joint_inputs, **kwargs)
+        forward, backward = _min_cut(gm, joint_inputs, kwargs)
         report.saved_bytes = saved_bytes(forward, kwargs.get("num_fwd_outputs", 0))
         return forward, backward
 
@@ -169,8 +165,6 @@ def partition_price(gm: torch.fx.GraphModule, recompute: set, partition_kwargs: 
     freed after their last reader, as Inductor's backward frees its inputs; in both, the values
     Inductor fuses into their readers (_fused) take no memory; the peak is the larger of the two
     above what is resident anyway (the parameters and the batch)."""
-    from torch._functorch import config as functorch_config
-    from torch._functorch.partitioners import min_cut_rematerialization_partition
     from torch.utils.checkpoint import CheckpointPolicy
     graph = torch.fx.Graph()
     copies: Dict[torch.fx.Node, torch.fx.Node] = {}
@@ -181,9 +175,7 @@ def partition_price(gm: torch.fx.GraphModule, recompute: set, partition_kwargs: 
             new.meta["recompute"] = CheckpointPolicy.MUST_RECOMPUTE
         else:
             new.meta.pop("recompute", None)
-    with functorch_config.patch(activation_memory_budget=1.0):
-        forward, backward = min_cut_rematerialization_partition(torch.fx.GraphModule(gm, graph), None,
-                                                                 **partition_kwargs)
+    forward, backward = _min_cut(torch.fx.GraphModule(gm, graph), None, partition_kwargs)
     # AOTAutograd names the step's inputs primals_*: resident in both graphs, freed by neither.
     fw_graph, fw_resident = _partitioned_storage_graph(forward, lambda n: True)
     bw_graph, bw_resident = _partitioned_storage_graph(backward, lambda n: n.name.startswith("primals"))
@@ -192,6 +184,16 @@ def partition_price(gm: torch.fx.GraphModule, recompute: set, partition_kwargs: 
     peak = fw_resident + max(int(fw["peak_memory_bytes"]) - fw_resident, int(bw["peak_memory_bytes"]) - bw_resident)
     saved = saved_bytes(forward, partition_kwargs.get("num_fwd_outputs", 0))
     return peak, float(fw["iteration_seconds"]) + float(bw["iteration_seconds"]), saved
+
+
+def _min_cut(gm: torch.fx.GraphModule, joint_inputs: Any, partition_kwargs: Dict[str, Any]
+             ) -> Tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
+    """PyTorch's min-cut partition of a tagged joint graph (which it edits): kiwi's tags decide, so the
+    knapsack of the activation memory budget is held at 1 and does not override them."""
+    from torch._functorch import config as functorch_config
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    with functorch_config.patch(activation_memory_budget=1.0):
+        return min_cut_rematerialization_partition(gm, joint_inputs, **partition_kwargs)
 
 
 def _partitioned_storage_graph(gm: torch.fx.GraphModule, resident: Callable[[torch.fx.Node], bool]
@@ -210,11 +212,10 @@ def _partitioned_storage_graph(gm: torch.fx.GraphModule, resident: Callable[[tor
         elif n.op == "call_function":
             b.op(n, False)
     output = next(n for n in gm.graph.nodes if n.op == "output")
-    held = {b.storage_of[a] for a in pytree.tree_leaves(output.args)
-            if isinstance(a, torch.fx.Node) and b.storage_of.get(a) is not None}
+    outputs = {a for a in pytree.tree_leaves(output.args) if isinstance(a, torch.fx.Node)}
+    held = {b.storage_of[a] for a in outputs if b.storage_of.get(a) is not None}
     held |= {s for s, st in enumerate(b.storages) if st.persistent}
     graph, _ = b.finish(held, "a partitioned graph of torch.compile")
-    outputs = {a for a in pytree.tree_leaves(output.args) if isinstance(a, torch.fx.Node)}
     for v, p in enumerate(b.produced):
         if p is not None and p.what == "output" and _fused(p.fx, outputs):
             graph["nodes"][v].update(dtype="u8", shape=[1])

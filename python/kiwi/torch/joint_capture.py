@@ -63,6 +63,10 @@ class Storage:
     nodes: List[int] = dataclasses.field(default_factory=list)   # kiwi node of each version, in order
 
 
+# The node holding the optimizer step's temporaries (Adam's `denom`s), when the step has any.
+OPTIMIZER_WORKSPACE = "optimizer.workspace"
+
+
 @dataclasses.dataclass
 class JointCapture:
     """A captured training step: the traced joint graph, kiwi's storage graph of it, and how they match."""
@@ -101,7 +105,7 @@ class JointCapture:
         if chunk_bytes not in self.chunked:
             graph = json.loads(json.dumps(self.graph))
             for node in graph["nodes"]:
-                if node["name"] == "optimizer.workspace":
+                if node["name"] == OPTIMIZER_WORKSPACE:
                     node["shape"] = [max(1, min(node["shape"][0], chunked_workspace(self.model, chunk_bytes)))]
             self.chunked[chunk_bytes] = dataclasses.replace(self, graph=graph, known_schedules=[],
                                                             optimizer_chunk_bytes=chunk_bytes, chunked={})
@@ -293,7 +297,7 @@ class StorageGraphBuilder:
                 traffic += node_bytes(self.nodes[v])
         seconds = self.seconds.get(output.name)
         if workspace > 0:
-            inputs.append(self.add("optimizer.workspace", "opaque", "workspace", "u8", [workspace], [], True,
+            inputs.append(self.add(OPTIMIZER_WORKSPACE, "opaque", "workspace", "u8", [workspace], [], True,
                                    Produced(output, "workspace"), cost=None if seconds is None else 0.0))
         return self.add("optimizer", "optimizer", kind, "u8", [1], sorted(set(inputs)), True,
                         Produced(output, "optimizer"), 0.0, traffic, seconds)

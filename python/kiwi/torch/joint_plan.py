@@ -13,7 +13,7 @@ import torch.utils._pytree as pytree
 import kiwi
 from kiwi.torch.chunked_optimizer import default_chunk_bytes
 from kiwi.torch.errors import InfeasibleError, PlanError
-from kiwi.torch.joint_capture import JointCapture
+from kiwi.torch.joint_capture import OPTIMIZER_WORKSPACE, JointCapture
 from kiwi.torch.joint_run import JointRunner, checkpoint_all, recomputed_nodes, rerun_transients
 
 # Python numbers PyTorch wraps as 8-byte tensors for an instant (a scale, an epsilon) are in no node:
@@ -123,7 +123,7 @@ def _optimizer_variants(cap: JointCapture, optimizer_chunks: Union[bool, int, st
         return [cap]
     chunkable = isinstance(cap.optimizer, (torch.optim.Adam, torch.optim.AdamW)) and \
         not cap.optimizer.defaults.get("fused") and \
-        any(n["name"] == "optimizer.workspace" for n in cap.graph["nodes"])
+        any(n["name"] == OPTIMIZER_WORKSPACE for n in cap.graph["nodes"])
     if optimizer_chunks == "auto":
         return [cap, cap.with_optimizer_chunks(default_chunk_bytes(cap.model))] if chunkable else [cap]
     if not chunkable:
