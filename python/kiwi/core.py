@@ -101,6 +101,14 @@ def graph_summary(graph: GraphLike, cluster: Union[str, Dict[str, Any]] = DEFAUL
     return json.loads(_kiwi.graph_summary(graph_json(graph), _cluster(cluster), _profile(profile)))
 
 
+def calibrated_op_seconds(graph: GraphLike, seconds: float, cluster: Union[str, Dict[str, Any]] = DEFAULT_CLUSTER,
+                          profile: Union[str, Dict[str, Any], None] = None) -> float:
+    """The time each priced op of `graph` cost beyond its work when its forward and backward ran in
+    `seconds` (its optimizer step left out): an executor's per-op time, as the profile's op_time."""
+    return json.loads(_kiwi.calibrated_op_seconds(graph_json(graph), float(seconds), _cluster(cluster),
+                                                  _profile(profile)))["op_seconds"]
+
+
 @dataclasses.dataclass
 class RematResult:
     """`kiwi remat --json`'s fields (CONTRACT.md); cost and peak were measured by the simulator."""

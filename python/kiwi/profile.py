@@ -303,6 +303,65 @@ def _reference_step() -> Optional[Callable[[], None]]:
     return step
 
 
+# The small model whose step in kiwi.torch's runner calibrates the runner's per-op time (runner_op_time):
+# a GPT written as an nn.Module, with what a captured language model's step runs (embeddings, layer
+# norms, a causal mask, softmax, dropout at training's 0.1, GELU, views, the loss, autograd's backward).
+RUNNER_STEP = {"layers": 2, "hidden": 8, "heads": 2, "seq": 8, "batch": 2, "vocab": 64, "dropout": 0.1}
+
+
+def _runner_step() -> Optional[tuple]:
+    """RUNNER_STEP's model captured by kiwi.torch.capture_joint (no step run at capture) and its
+    checkpoint-all step in kiwi.torch's runner: (the captured graph, its cluster, the step); None where
+    kiwi.torch cannot be imported."""
+    try:
+        import kiwi.torch as kt
+        from kiwi.torch.joint_run import JointRunner
+    except ImportError:
+        return None
+    import torch
+    from torch import nn
+    r = RUNNER_STEP
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            h = r["hidden"]
+            self.ln1, self.ln2 = nn.LayerNorm(h), nn.LayerNorm(h)
+            self.qkv, self.out = nn.Linear(h, 3 * h), nn.Linear(h, h)
+            self.up, self.down = nn.Linear(h, 4 * h), nn.Linear(4 * h, h)
+            self.drop = nn.Dropout(r["dropout"])
+            self.register_buffer("causal", torch.tril(torch.ones(r["seq"], r["seq"], dtype=torch.bool)))
+
+        def forward(self, x):
+            b, s, h = x.shape
+            q, k, v = (t.view(b, s, r["heads"], -1).transpose(1, 2) for t in self.qkv(self.ln1(x)).split(h, -1))
+            scores = (q @ k.transpose(-1, -2)) * (h // r["heads"]) ** -0.5
+            attn = self.drop(scores.masked_fill(~self.causal[:s, :s], float("-inf")).softmax(-1))
+            x = x + self.drop(self.out((attn @ v).transpose(1, 2).reshape(b, s, h)))
+            return x + self.drop(self.down(nn.functional.gelu(self.up(self.ln2(x)))))
+
+    class Gpt(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tokens, self.positions = nn.Embedding(r["vocab"], r["hidden"]), nn.Embedding(r["seq"], r["hidden"])
+            self.blocks = nn.ModuleList(Block() for _ in range(r["layers"]))
+            self.ln, self.head = nn.LayerNorm(r["hidden"]), nn.Linear(r["hidden"], r["vocab"])
+
+        def forward(self, ids):
+            x = self.tokens(ids) + self.positions(torch.arange(ids.shape[1]))
+            for block in self.blocks:
+                x = block(x)
+            return self.head(self.ln(x))
+
+    generator = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, r["vocab"], (r["batch"], r["seq"]), generator=generator)
+    labels = torch.randint(0, r["vocab"], (r["batch"], r["seq"]), generator=generator)
+    cap = kt.capture_joint(Gpt(), (ids,), labels=labels, workspaces="none")
+    schedule = kt.plan_joint(cap, fraction=1.0).schedule
+    runner = JointRunner(cap)
+    return cap.graph, cap.cluster, lambda: runner.run(schedule)
+
+
 def _with_gradients(params):
     """Copies of `params` with copies of their gradients (a second optimizer steps them apart)."""
     out = [p.detach().clone().requires_grad_(True) for p in params]
@@ -494,6 +553,10 @@ def _memory_bound_ops(pool: OperandPool, dev) -> List[tuple]:
     elements = sum(p.numel() for p in params)
     fused = _fused_adam(_with_gradients(params), dev)
     fused_step = [("fused_adam", 4 * 4 * elements, fused.step)] if fused is not None else []
+    # The softmax of attention with a mask (scaled_dot_product_attention's math path; PyTorch 2.5 on):
+    # rows of -inf come out 0, at about a third of softmax's speed on a CPU.
+    safe_softmax = [("safe_softmax", 2 * b, each(lambda x, y, dy: lambda: aten._safe_softmax(x.view(4096, 1024), -1)))
+                    ] if hasattr(aten, "_safe_softmax") else []
     return [
         ("relu", 2 * b, each(lambda x, y, dy: lambda: torch.relu(x))),
         ("relu_grad", 3 * b, each(lambda x, y, dy: lambda: aten.threshold_backward(dy, y, 0.0))),
@@ -510,6 +573,14 @@ def _memory_bound_ops(pool: OperandPool, dev) -> List[tuple]:
         ("max_pool_grad", 2 * b + b // 4, each(max_pool_grad)),
         ("softmax", 2 * b, each(lambda x, y, dy: lambda: torch.softmax(x.view(4096, 1024), -1))),
         ("softmax_grad", 3 * b, each(softmax_grad)),
+        ("log_softmax", 2 * b, each(lambda x, y, dy: lambda: torch.log_softmax(x.view(4096, 1024), -1))),
+        # Transcendental elementwise ops a CPU runs well below its copy bandwidth (tanh: GPT-2's GELU;
+        # SiLU: SwiGLU's gate).
+        ("tanh", 2 * b, each(lambda x, y, dy: lambda: torch.tanh(x))),
+        ("tanh_grad", 3 * b, each(lambda x, y, dy: lambda: aten.tanh_backward(dy, y))),
+        ("silu", 2 * b, each(lambda x, y, dy: lambda: F.silu(x))),
+        ("silu_grad", 3 * b, each(lambda x, y, dy: lambda: aten.silu_backward(dy, x))),
+        ("exp", 2 * b, each(lambda x, y, dy: lambda: torch.exp(x))),
         ("layernorm", 2 * b, each(lambda x, y, dy: lambda: aten.native_layer_norm(x.view(4096, 1024), [1024], ln_w,
                                                                                   ln_b, 1e-5))),
         ("layernorm_grad_x", 3 * b, each(layernorm_grad([True, False, False]))),
@@ -533,7 +604,7 @@ def _memory_bound_ops(pool: OperandPool, dev) -> List[tuple]:
         # The optimizer step as the IR counts it: parameters, gradients and states read once.
         ("adam", 4 * 4 * elements, adam.step),
         ("sgd", 2 * 4 * elements, sgd.step),
-    ] + fused_step
+    ] + fused_step + safe_softmax
 
 
 def measure_compute(device: str, grid: Dict[str, Any], dtypes: Sequence[str], quiet: bool = True,
@@ -596,12 +667,24 @@ def measure_compute(device: str, grid: Dict[str, Any], dtypes: Sequence[str], qu
         name = f"{torch.cuda.get_device_name(dev)} (torch {torch.__version__})"
     else:
         name = f"cpu, {torch.get_num_threads()} thread(s) (torch {torch.__version__})"
-    return {"name": name, "kernel_time": kernel_time, "memory_bandwidth_gbps": bandwidth_gbps,
-            "op_bandwidth_gbps": op_bandwidth, "optimizer_time_per_tensor": per_tensor,
-            # A GPU's host issues kernels ahead of the device; a CPU runs each op after the last.
-            "overhead": "launch_bound" if dev.type == "cuda" else "additive", "gemm": gemm, "conv": conv,
-            "attention": attention,
-            **({"reference_step": dict(REFERENCE_STEP, time=reference_seconds)} if reference is not None else {})}
+    section = {"name": name, "kernel_time": kernel_time, "memory_bandwidth_gbps": bandwidth_gbps,
+               "op_bandwidth_gbps": op_bandwidth, "optimizer_time_per_tensor": per_tensor,
+               # A GPU's host issues kernels ahead of the device; a CPU runs each op after the last.
+               "overhead": "launch_bound" if dev.type == "cuda" else "additive", "gemm": gemm, "conv": conv,
+               "attention": attention,
+               **({"reference_step": dict(REFERENCE_STEP, time=reference_seconds)} if reference is not None else {})}
+    runner = _runner_step() if dev.type == "cpu" else None
+    if runner is not None:
+        import kiwi
+        graph, cluster, step = runner
+        barrier()
+        seconds = _timer(device)(step, min_s)
+        # Its work priced by the rest of this profile, as kiwi will price a captured model's.
+        section["runner_op_time"] = kiwi.calibrated_op_seconds(
+            graph, seconds, cluster, {"kiwi_profile_version": 1, "unit": "s", "device": section})
+        _log(quiet, f"kiwi.torch's runner: a small GPT's step {seconds * 1e3:.2f} ms, "
+                    f"{section['runner_op_time'] * 1e6:.2f} us per op beyond its work")
+    return section
 
 
 def _collective(op: str, numel: int, group, group_size: int, rank: int, device: str) -> Callable[[], Any]:

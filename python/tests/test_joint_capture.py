@@ -263,6 +263,42 @@ def test_the_cpus_fused_attention_is_counted_by_torchs_attention_formula():
     assert attention[1]["flops"] == 2.5 * attention[0]["flops"]   # its backward: five products
 
 
+def test_a_convolutions_backward_is_named_by_the_gradients_it_computes_and_counted_per_group():
+    # Image -> 3x3 depthwise (groups 8) -> 1x1: the first convolution's input needs no gradient (weight's
+    # only), the others both; each gradient costs the forward's flops (torch's own formula counts a
+    # grouped convolution's backward as dense: 8x here).
+    model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1, groups=8),
+                          nn.Conv2d(8, 4, 1), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
+    x, y = torch.randn(2, 3, 6, 6), torch.randint(0, 5, (2,))
+    cap = kt.capture_joint(model, (x,), labels=y, workspaces="none")
+    nodes = cap.graph["nodes"]
+    backward = [n for n in nodes if n["kind"] == "conv" and n["op"] != "convolution"]
+    assert sorted(n["op"] for n in backward) == ["conv2d_grad_w", "conv2d_grad_xw", "conv2d_grad_xw"]
+    depthwise_forward = 2 * 2 * 6 * 6 * 8 * 1 * 9   # batch x image x out channels x (in per group x 3 x 3)
+    assert sorted(n["flops"] for n in nodes if n["op"] == "convolution") == sorted(
+        [2 * 2 * 36 * 8 * 27, depthwise_forward, 2 * 2 * 36 * 4 * 8])
+    assert sorted(n["flops"] for n in backward) == sorted(
+        [2 * 2 * 36 * 8 * 27, 2 * depthwise_forward, 2 * 2 * 2 * 36 * 4 * 8])
+
+
+def test_an_in_place_op_on_an_activation_counts_the_copy_the_runner_writes_it_into():
+    class InPlace(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = nn.Linear(16, 32), nn.Linear(32, 4)
+
+        def forward(self, x):
+            h = self.a(x)
+            h.mul_(2.0)   # an activation no one else reads: the runner writes its new version into a copy
+            return self.b(h)
+
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    cap = kt.capture_joint(InPlace(), (x,), labels=y, workspaces="none")
+    (mul,) = [n for n in cap.graph["nodes"] if n["op"] == "mul_"]
+    nbytes = 8 * 32 * 4
+    assert mul["bytes_accessed"] == 4 * nbytes   # read, written, and the copy's read and write
+
+
 def test_measured_op_times_are_what_the_simulator_prices():
     torch.manual_seed(0)
     model = SmallCnn().train()

@@ -48,6 +48,7 @@ def test_profiles_a_machine_where_kiwi_cannot_be_imported(tmp_path):
     device = json.loads(out.read_text())["device"]
     assert device["op_bandwidth_gbps"]["vocab_parallel_cross_entropy"] > 0
     assert "reference_step" not in device  # timed by kiwi's runtime, which is not there: the chain's time stands
+    assert "runner_op_time" not in device  # nor kiwi.torch's runner
 
 
 def test_the_file_has_every_measurement(measured):
@@ -68,6 +69,12 @@ def test_the_file_has_every_measurement(measured):
     reference = dict(device["reference_step"])
     assert reference.pop("time") > 100 * device["kernel_time"]
     assert reference == kp.REFERENCE_STEP
+    # kiwi.torch's runner on a small captured GPT: its per-op time beyond the ops' work, more than the
+    # chain's bare op (the runner finds each op's arguments and replays views in Python).
+    assert device["runner_op_time"] > device["kernel_time"]
+    # The ops a CPU runs well below its copy bandwidth, measured apart.
+    assert {"safe_softmax", "log_softmax", "tanh", "tanh_grad", "silu", "silu_grad", "exp"} <= set(
+        device["op_bandwidth_gbps"])
     # Fused attention: each shape forward and backward, causal or not, with and without dropout.
     shapes = kp.attention_shapes(kp.GRIDS["small"], "cpu")
     assert len(device["attention"]) == 8 * len(shapes) > 0
@@ -176,3 +183,52 @@ def test_a_bad_profile_file_is_named(tmp_path, cnn):
     bad.write_text(json.dumps({"kiwi_profile_version": 1, "unit": "s", "device": {"gemm": [{"m": 1}]}}))
     with pytest.raises(kiwi.BadInputError, match="bad.json: device.gemm\\[0\\]"):
         kt.capture(model, (x,), labels=y, profile=str(bad)).summary()
+
+
+def _small_capture(profile):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 4))
+    x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+    return kt.capture_joint(model, (x,), labels=y, workspaces="none", profile=profile)
+
+
+def test_a_generic_capture_pays_the_runners_per_op_time(tmp_path):
+    """A profile's runner_op_time is what each priced op of a generic capture pays (kiwi.torch gives it
+    to the loader as op_time); an op_time the file gives itself stands; a path is read the same."""
+    device = {"kernel_time": 1e-6, "memory_bandwidth_gbps": 10, "overhead": "additive"}
+    doc = {"kiwi_profile_version": 1, "unit": "s", "device": device}
+
+    def costs(profile):
+        cap = _small_capture(profile)
+        return kiwi.graph_summary(cap.graph, cap.cluster, cap.profile)["node_costs"]
+
+    plain = costs(doc)
+    runner = costs(dict(doc, device=dict(device, runner_op_time=1e-4)))
+    paid = [r - p for p, r in zip(plain, runner) if p > 0]
+    assert paid and all(d == pytest.approx(1e-4 - 1e-6) for d in paid)
+    assert costs(dict(doc, device=dict(device, runner_op_time=1e-4, op_time=3e-6))) == pytest.approx(
+        [c + 2e-6 if c > 0 else 0 for c in plain])
+    path = tmp_path / "runner.json"
+    path.write_text(json.dumps(dict(doc, device=dict(device, runner_op_time=1e-4))))
+    assert costs(str(path)) == pytest.approx(runner)
+    from kiwi.torch.costs import runner_profile
+    assert runner_profile(str(tmp_path / "missing.json")) == str(tmp_path / "missing.json")  # the loader names it
+
+
+def test_an_executors_per_op_time_is_calibrated_from_one_timed_step():
+    """kiwi.calibrated_op_seconds: (the step's time - its ops' priced work) / the ops that pay a per-op
+    time, as `kiwi profile` calibrates kiwi.torch's runner."""
+    device = {"kernel_time": 1e-6, "memory_bandwidth_gbps": 10, "overhead": "additive"}
+    cap = _small_capture(None)
+
+    def total(op_time):
+        profile = {"kiwi_profile_version": 1, "unit": "s", "device": dict(device, op_time=op_time)}
+        return kiwi.graph_summary(cap.graph, cap.cluster, profile)["compute_cost"], profile
+
+    work, profile = total(0.0)
+    ops = total(1.0)[0] - work
+    assert ops == pytest.approx(round(ops)) and ops > 5
+    assert kiwi.calibrated_op_seconds(cap.graph, work + ops * 7e-6, cap.cluster, profile) == pytest.approx(7e-6)
+    assert kiwi.calibrated_op_seconds(cap.graph, work / 2, cap.cluster, profile) == 0.0  # no slower than its work
+    with pytest.raises(kiwi.BadInputError, match="must be positive"):
+        kiwi.calibrated_op_seconds(cap.graph, 0.0, cap.cluster, profile)

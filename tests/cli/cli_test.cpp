@@ -234,6 +234,10 @@ TEST(Cli, AProfilesReferencePassCalibratesThePerOpTime) {
   EXPECT_LT(ops_in_reference, 400.0);
   EXPECT_GT(at_fast.compute, at_chain.compute);
   EXPECT_GT(at_slow.compute - at_fast.compute, 1e-3);  // the model has more ops than the reference
+  // A per-op time given outright (op_time, as kiwi.torch gives its runner's) replaces the calibration.
+  const std::string given =
+      profile("given.json", R"(, "op_time": 2.5e-5, "reference_step": {)" + sizes + R"("heads": 2, "time": 1e-3})");
+  EXPECT_DOUBLE_EQ(priced(given).per_op, 2.5e-5);
   const std::string bad = profile("bad_pass.json", R"(, "reference_step": {)" + sizes + R"("heads": 3, "time": 1e-3})");
   auto r = RunKiwi(model + bad);
   EXPECT_EQ(r.exit_code, 2);

@@ -239,6 +239,31 @@ TEST(ProfiledCostModel, TheCalibratedPerOpTimeIsPaidAndTheSamplesKeepTheirRate) 
   EXPECT_EQ(gpu.OverheadIn(relu), 0.0);
 }
 
+// aten.convolution_backward asked for both gradients (kConvBothGradients) is two kernels in one call:
+// half its flops at the input gradient's measured rate, half at the weight gradient's, one op's time.
+TEST(ProfiledCostModel, AConvolutionsTwoGradientsInOneCallArePricedAsTheirTwoKernels) {
+  Profile p;
+  // The input's gradient of a 3x3 convolution, 16 -> 16 channels on 8x8 images of 4: rows 256, cols 16,
+  // depth 144; the weight's: rows 144, cols 16, depth 256. Measured at different rates.
+  p.device.conv = {Gemm("conv2d_grad_x", 256, 16, 144, 4e-5), Gemm("conv2d_grad_w", 144, 16, 256, 1e-4),
+                   Gemm("conv2d", 256, 16, 144, 1e-5)};
+  p.device.kernel_seconds = 1e-6;
+  p.device.step_op_seconds = 5e-6;
+  const CostModel cm(TestDevice(), {}, p);
+  const double one = 2.0 * 256 * 16 * 144;  // each gradient's flops: the forward's
+  const ir::Node both = Op(OpKind::kConv, std::string(kConvBothGradients), {4, 16, 8, 8}, 2 * one, 1000);
+  ExpectSeconds(cm.ComputeTime(both), (4e-5 - 1e-6) + (1e-4 - 1e-6) + 5e-6);
+  // Each gradient alone is its own sample.
+  const ir::Node input = Op(OpKind::kConv, "conv2d_grad_x", {4, 16, 8, 8}, one, 1000);
+  const ir::Node weight = Op(OpKind::kConv, "conv2d_grad_w", {16, 16, 3, 3}, one, 1000);
+  ExpectSeconds(cm.ComputeTime(input), 4e-5 - 1e-6 + 5e-6);
+  ExpectSeconds(cm.ComputeTime(weight), 1e-4 - 1e-6 + 5e-6);
+  // A profile without gradient samples prices both at the forward's rate, as it does one gradient.
+  Profile forward_only;
+  forward_only.device.conv = {Gemm("conv2d", 256, 16, 144, 1e-5)};
+  ExpectSeconds(CostModel(TestDevice(), {}, forward_only).ComputeTime(both), 2 * 1e-5);
+}
+
 TEST(ProfiledCostModel, FusedAttentionAtTheMeasuredRateOfItsDirection) {
   // q, k, v of [2, 4, 256, 32]: batch x heads = 8; causal, dropout 0.1, as a GPT preset's layer.
   const double forward_flops = 0.5 * 4.0 * 8 * 256 * 256 * 32;

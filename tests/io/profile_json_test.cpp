@@ -54,6 +54,7 @@ constexpr const char* kDeviceProfile = R"({"kiwi_profile_version": 1, "unit": "u
              "op_bandwidth_gbps": {"relu": 12.5, "adam": 4},
              "reference_step": {"model": "gpt", "layers": 2, "hidden": 8, "heads": 2, "seq": 4, "batch": 2,
                                 "vocab": 64, "time": 900},
+             "op_time": 6, "runner_op_time": 15,
              "gemm": [{"op": "matmul_grad_a", "m": 64, "n": 32, "k": 16, "dtype": "f32", "time": 10},
                       {"m": 8, "n": 8, "k": 8, "dtype": "bf16", "time": 1}],
              "conv": [{"op": "conv2d", "m": 512, "n": 16, "k": 27, "dtype": "f32", "time": 40}],
@@ -83,6 +84,8 @@ TEST(ProfileJson, ReadsADeviceProfile) {
   EXPECT_EQ(d.reference_step->vocab, 64);
   EXPECT_DOUBLE_EQ(d.reference_step->seconds, 9e-4);
   EXPECT_FALSE(d.step_op_seconds.has_value());  // the loader calibrates it (cli/cost_model_loader.h)
+  EXPECT_DOUBLE_EQ(*d.op_seconds, 6e-6);
+  EXPECT_DOUBLE_EQ(*d.runner_op_seconds, 1.5e-5);
   ASSERT_EQ(d.gemm.size(), 2u);
   EXPECT_EQ(d.gemm[0].op, "matmul_grad_a");
   EXPECT_EQ(d.gemm[0].m, 64);
@@ -156,6 +159,8 @@ TEST(ProfileJson, DeviceProfileErrorsNameTheField) {
                  {"p.json: device.memory_bandwidth_gbps: must be positive"});
   ExpectBadInput(ParseProfileJson(doc(R"({"op_bandwidth_gbps": {"relu": -1}})"), "p.json"),
                  {"p.json: device.op_bandwidth_gbps.relu:"});
+  ExpectBadInput(ParseProfileJson(doc(R"({"op_time": -1})"), "p.json"), {"p.json: device.op_time:"});
+  ExpectBadInput(ParseProfileJson(doc(R"({"runner_op_time": "fast"})"), "p.json"), {"p.json: device.runner_op_time:"});
   ExpectBadInput(ParseProfileJson(doc(R"({"overhead": "sometimes"})"), "p.json"),
                  {"p.json: device.overhead: must be \"additive\" or \"launch_bound\""});
   ExpectBadInput(ParseProfileJson(doc("{}", R"([{"op": "broadcast", "devices": 2, "bytes": 1, "time": 1}])"), "p.json"),

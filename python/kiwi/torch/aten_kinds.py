@@ -56,7 +56,9 @@ _register("reshape", "view", "_unsafe_view", "reshape", "clone", "contiguous", "
 # (`op_bandwidth_gbps` of `kiwi profile`); other ops keep their ATen name and the profile's default rate.
 _KIWI_OP: Dict[str, str] = {
     "relu": "relu", "threshold_backward": "relu_grad", "gelu": "gelu", "gelu_backward": "gelu_grad", "add": "add",
-    "mul": "mul", "_softmax": "softmax", "_safe_softmax": "softmax", "_softmax_backward_data": "softmax_grad",
+    "mul": "mul", "_softmax": "softmax", "_safe_softmax": "safe_softmax", "_softmax_backward_data": "softmax_grad",
+    "_log_softmax": "log_softmax", "tanh": "tanh", "tanh_backward": "tanh_grad", "silu": "silu",
+    "silu_backward": "silu_grad", "exp": "exp",
     "native_layer_norm": "layernorm", "native_layer_norm_backward": "layernorm_grad_x",
     "native_batch_norm": "batchnorm", "native_batch_norm_backward": "batchnorm_grad_x", "sum": "sum",
     "max_pool2d_with_indices": "max_pool", "max_pool2d_with_indices_backward": "max_pool_grad",
@@ -76,12 +78,20 @@ def overwrites(op: torch._ops.OpOverload) -> bool:
     return getattr(getattr(op, "overloadpacket", None), "__name__", "") in _OVERWRITES
 
 
-def kiwi_op(op: torch._ops.OpOverload, backward: bool) -> str:
+# convolution_backward's output mask (input, weight, bias) -> the profile's convolution gradient it runs;
+# both gradients in one call is cost::kConvBothGradients (priced as the two kernels).
+_CONV_GRADIENTS = {(True, False): "conv2d_grad_x", (False, True): "conv2d_grad_w", (True, True): "conv2d_grad_xw"}
+
+
+def kiwi_op(op: torch._ops.OpOverload, backward: bool, args: tuple = ()) -> str:
     """The node's `op`: kiwi's name where the cost model keys on one (attention's direction, a
-    profile's per-op bandwidth), else the ATen op's name."""
+    profile's per-op bandwidth, a convolution's gradients from its output mask in `args`), else the
+    ATen op's name."""
     name = getattr(getattr(op, "overloadpacket", None), "__name__", str(op))
     if kiwi_kind(op) == "attention":
         return "attention_grad_q" if backward else "attention"
+    if name == "convolution_backward" and len(args) > 10 and isinstance(args[10], (list, tuple)):
+        return _CONV_GRADIENTS.get(tuple(bool(m) for m in args[10][:2]), name)
     return _KIWI_OP.get(name, name)
 
 

@@ -22,7 +22,7 @@ from torch.utils.checkpoint import checkpoint_sequential
 import kiwi
 import kiwi.torch as kt
 from kiwi.torch import measure
-from kiwi.torch.costs import make_optimizer
+from kiwi.torch.costs import make_optimizer, runner_profile
 
 
 @dataclasses.dataclass
@@ -127,7 +127,7 @@ def modelled_seconds(cap: Any, schedule: List[Dict[str, Any]], profile: Any = No
     """A generic capture's schedule priced by kiwi's cost model (analytic, or with a `kiwi profile`
     device profile) instead of the op times measured at capture."""
     graph = dict(cap.graph, nodes=[{k: v for k, v in n.items() if k != "cost"} for n in cap.graph["nodes"]])
-    return kiwi.simulate(graph, kiwi.make_plan(schedule), cap.cluster, profile)["iteration_seconds"]
+    return kiwi.simulate(graph, kiwi.make_plan(schedule), cap.cluster, runner_profile(profile))["iteration_seconds"]
 
 
 def _ckpt_forward(seq: nn.Sequential, segments: int) -> Callable[[torch.Tensor], torch.Tensor]:

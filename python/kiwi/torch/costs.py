@@ -2,6 +2,7 @@
 calibrated with one GEMM and one convolution), the framework's resident buffers, analytic estimates
 of temporaries, and the measured alternative (one profiled training step: times and temporaries)."""
 import functools
+import json
 import os
 import platform
 import time
@@ -61,6 +62,25 @@ def local_cluster(device: str = "cpu") -> Dict[str, Any]:
     return {"kiwi_cluster_version": 1, "name": f"local-{dev.type}",
             "device": {"name": name, "memory": int(memory), "memory_bandwidth_gbps": bandwidth / 1e9,
                        "peak_tflops": {"f64": f32 / 2, "f32": f32, "bf16": bf16, "f16": bf16}}}
+
+
+def runner_profile(profile: Any) -> Any:
+    """A `kiwi profile` device profile (a path or a parsed dict) as kiwi prices a step that kiwi.torch's
+    runner runs: the profile's runner_op_time becomes the op_time every priced op pays (its
+    reference_step times eager training, which pays another). Returned as it is when it has no
+    runner_op_time or already gives an op_time, or when it is a path that cannot be read (kiwi's loader
+    then says why)."""
+    doc = profile
+    if isinstance(profile, (str, os.PathLike)):
+        try:
+            with open(profile, "r", encoding="utf-8") as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            return profile
+    device = doc.get("device") if isinstance(doc, dict) else None
+    if not isinstance(device, dict) or "runner_op_time" not in device or "op_time" in device:
+        return profile
+    return dict(doc, device=dict(device, op_time=device["runner_op_time"]))
 
 
 # Scalars PyTorch allocates around the loss and in the optimizer step (Python numbers wrapped as 8-byte

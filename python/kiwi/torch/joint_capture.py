@@ -29,7 +29,7 @@ import torch.fx
 import torch.utils._pytree as pytree
 from torch.fx.experimental.proxy_tensor import make_fx
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils.flop_counter import flop_registry, sdpa_backward_flop_count, sdpa_flop_count
+from torch.utils.flop_counter import conv_flop_count, flop_registry, sdpa_backward_flop_count, sdpa_flop_count
 
 import kiwi
 from kiwi.torch.aten_kinds import kiwi_kind, kiwi_op, overwrites
@@ -206,9 +206,22 @@ _FLOPS_AS = {
 }
 
 
+def _conv_backward_flops(grad_out, x, w, bias, stride, padding, dilation, transposed, output_padding, groups,
+                         output_mask, **kw) -> int:
+    """Each gradient a convolution's backward computes (the input's, the weight's) is a convolution of
+    the forward's size. torch's formula counts a grouped convolution's as a dense one (48x too many on
+    MobileNetV2's depthwise 3x3s)."""
+    forward = conv_flop_count(_shape(x), _shape(w), _shape(grad_out), transposed=transposed)
+    return forward * (bool(output_mask[0]) + bool(output_mask[1]))
+
+
+# Ops whose count torch's FLOP counter has wrong, counted here instead.
+_FLOPS_INSTEAD = {"convolution_backward": _conv_backward_flops}
+
+
 def _flops(n: torch.fx.Node) -> float:
     packet = getattr(n.target, "overloadpacket", None)
-    formula = flop_registry.get(packet)
+    formula = _FLOPS_INSTEAD.get(getattr(packet, "__name__", "")) or flop_registry.get(packet)
     if formula is None:
         formula = _FLOPS_AS.get(getattr(packet, "__name__", ""))
     if formula is None:
@@ -362,7 +375,7 @@ class StorageGraphBuilder:
         if not fresh and not written:
             self.alias(n, outs, arg_nodes)
             return
-        kind, op = kiwi_kind(n.target), kiwi_op(n.target, backward)
+        kind, op = kiwi_kind(n.target), kiwi_op(n.target, backward, n.args)
         tuple_out = isinstance(n.meta.get("val"), (tuple, list))
         effects: List[Tuple[str, int, int, str, List[int], int]] = []   # what, index, storage, dtype, shape, bytes
         for i, t in fresh:
@@ -378,6 +391,10 @@ class StorageGraphBuilder:
         overwritten = set(written) if overwrites(n.target) else set()   # written, never read
         read_bytes = sum(self.storages[x].nbytes for x in read_storages if x not in overwritten)
         out_bytes = sum(e[5] for e in effects)
+        # The runner writes an activation's new version into a copy of the old one (JointRunner's
+        # _arguments): one more read and write of it. Not for an op that overwrites it: its rate (a
+        # random fill's, 40x slower than a copy on a CPU) would price the copy too.
+        copy_bytes = 2 * sum(e[5] for e in effects if e[0] == "version" and e[2] not in overwritten)
         # While the op runs, its temporaries and all its outputs exist at once; kiwi's nodes have one
         # output each, so the first node also reads a workspace holding the temporaries and the other
         # outputs' bytes (those outputs become kiwi nodes right after it).
@@ -393,7 +410,7 @@ class StorageGraphBuilder:
         for k, (what, i, st, dtype, shape, nbytes) in enumerate(effects):
             if k == 0:
                 v = self.add(n.name, kind, op, dtype, shape, first_inputs, backward, Produced(n, what, i, st),
-                             _flops(n), read_bytes + out_bytes, seconds)
+                             _flops(n), read_bytes + out_bytes + copy_bytes, seconds)
             else:
                 suffix = f"out{i}" if what == "output" else f"writes{st}"
                 v = self.add(f"{n.name}.{suffix}", "opaque", f"{op}.output", dtype, shape, inputs, backward,
@@ -505,7 +522,8 @@ def capture_joint(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Se
     (FakeTensors only, unless times="measured").
     times="measured" (the default when workspaces are measured) gives each op the time it took in
     those runs (kiwi graph's node "cost", seconds), so that a plan's predicted step time is the
-    runner's on this machine; "model" leaves the times to kiwi's cost model (`cluster`, `profile`).
+    runner's on this machine; "model" leaves the times to kiwi's cost model (`cluster`, `profile`: a
+    `kiwi profile` file or dict, whose runner_op_time then prices each op's share of the runner).
     optimizer: a torch.optim optimizer (Adam, AdamW, SGD) over the model's parameters makes its step
     part of the captured step (the plan's step then calls it); its state is created first if it has
     none (one step on zero gradients, the parameters left as they were). Without it the step ends
@@ -531,7 +549,8 @@ def capture_joint(model: torch.nn.Module, example_inputs: Union[torch.Tensor, Se
     opt_kind = _check_optimizer(model, optimizer)
     lab = labels if loss is not None else None
     gm, p_names, b_names, spec, leaves = _trace(model, args, dict(kwargs or {}), lab, loss)
-    from kiwi.torch.costs import local_cluster
+    from kiwi.torch.costs import local_cluster, runner_profile
+    profile = runner_profile(profile)   # the plans run in kiwi's runner, at its per-op time
     device = next((str(p.device) for p in model.parameters()), "cpu")
     cap = _build(model, gm, p_names, b_names, spec, leaves, loss, cluster or local_cluster(device), profile, {},
                  {}, optimizer, opt_kind)

@@ -32,7 +32,9 @@ Result<ir::Graph> ReferenceGraph(const cost::ReferenceStep& step) {
 Result<cost::CostModel> MakeCostModel(const cost::Cluster& cluster, const cost::CostModelOptions& options,
                                       cost::Profile profile, const std::string& source) {
   const cost::DeviceProfile& device = profile.device;
-  if (device.reference_step && device.overhead == cost::OverheadKind::kAdditive) {
+  if (device.op_seconds && device.overhead == cost::OverheadKind::kAdditive) {
+    profile.device.step_op_seconds = *device.op_seconds;  // given: the reference pass is not the executor
+  } else if (device.reference_step && device.overhead == cost::OverheadKind::kAdditive) {
     const auto bad = [&](const Error& e) {
       return BadInput(fmt::format("{}: device.reference_step: {}", source, e.message));
     };

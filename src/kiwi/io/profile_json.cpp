@@ -206,7 +206,7 @@ Result<cost::ReferenceStep> ReadReferenceStep(const Json& device, const JsonPath
 }
 
 // "device": {"name", "gemm", "conv", "attention", "memory_bandwidth_gbps", "op_bandwidth_gbps", "optimizer_time_per_tensor",
-// "kernel_time", "reference_step", "overhead"}.
+// "kernel_time", "reference_step", "op_time", "runner_op_time", "overhead"}.
 Result<cost::DeviceProfile> ReadDevice(const Json& doc, const JsonPath& root, double scale) {
   cost::DeviceProfile device;
   if (!FindField(doc, "device")) return device;
@@ -216,7 +216,8 @@ Result<cost::DeviceProfile> ReadDevice(const Json& doc, const JsonPath& root, do
   const JsonPath at = root.Key("device");
   KIWI_RETURN_IF_ERROR(
       CheckKnownKeys(d, at, {"name", "gemm", "conv", "attention", "memory_bandwidth_gbps", "op_bandwidth_gbps",
-                             "optimizer_time_per_tensor", "kernel_time", "reference_step", "overhead"}));
+                             "optimizer_time_per_tensor", "kernel_time", "reference_step", "op_time", "runner_op_time",
+                             "overhead"}));
   Result<std::string> name = StringFieldOr(d, at, "name", "");
   if (!name) return name.error();
   device.name = *name;
@@ -250,6 +251,13 @@ Result<cost::DeviceProfile> ReadDevice(const Json& doc, const JsonPath& root, do
     Result<cost::ReferenceStep> step = ReadReferenceStep(d, at, scale);
     if (!step) return step.error();
     device.reference_step = *step;
+  }
+  for (auto [key, field] : {std::pair<std::string_view, std::optional<double>*>{"op_time", &device.op_seconds},
+                            {"runner_op_time", &device.runner_op_seconds}}) {
+    if (!FindField(d, key)) continue;
+    Result<double> t = NumberField(d, at, key, 0.0);
+    if (!t) return t.error();
+    *field = *t * scale;
   }
   Result<std::string> overhead = StringFieldOr(d, at, "overhead", "additive");
   if (!overhead) return overhead.error();

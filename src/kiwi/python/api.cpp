@@ -9,6 +9,7 @@
 #include "kiwi/cost/cluster.h"
 #include "kiwi/cost/cost_model.h"
 #include "kiwi/cost/layer_profile.h"
+#include "kiwi/cost/step_op_calibration.h"
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/graph_json.h"
 #include "kiwi/io/plan_json.h"
@@ -105,6 +106,14 @@ Result<std::string> GraphSummaryJson(const std::string& graph, const Target& tar
             {"compute_cost", p->baseline_cost},
             {"node_costs", p->cost}};
   return j.dump();
+}
+
+Result<std::string> CalibratedOpSecondsJson(const std::string& graph, double seconds, const Target& target) {
+  Result<Loaded> l = Load(graph, target);
+  if (!l) return l.error();
+  Result<double> per_op = cost::CalibratedStepOpSeconds(l->graph, seconds, l->cm);
+  if (!per_op) return per_op.error();
+  return json{{"op_seconds", *per_op}}.dump();
 }
 
 Result<std::string> SolveRematJson(const std::string& graph, const RematRequest& request, const Target& target) {

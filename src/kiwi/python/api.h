@@ -33,6 +33,11 @@ Result<std::string> BuildTrainingGraphJson(const std::string& forward, const std
 //  "memory_lower_bound_bytes", "node_costs": [seconds per node id]} on the target's device.
 Result<std::string> GraphSummaryJson(const std::string& graph, const Target& target);
 
+// {"op_seconds"}: what each op that pays a per-op time cost beyond its priced work when `graph`'s
+// forward and backward (its optimizer step left out) ran in `seconds` (cost::CalibratedStepOpSeconds
+// on the target's cost model): how `kiwi profile` calibrates an executor from one timed small step.
+Result<std::string> CalibratedOpSecondsJson(const std::string& graph, double seconds, const Target& target);
+
 struct RematRequest {
   int64_t budget = 0;
   std::string solver = "auto";

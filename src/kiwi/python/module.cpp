@@ -100,6 +100,10 @@ PYBIND11_MODULE(_kiwi, m) {
   m.def("graph_summary", [](const std::string& graph, const std::string& cluster, const std::string& profile) {
     return kp::Call([&] { return kp::GraphSummaryJson(graph, {cluster, profile}); });
   }, py::arg("graph"), py::arg("cluster"), py::arg("profile") = "");
+  m.def("calibrated_op_seconds", [](const std::string& graph, double seconds, const std::string& cluster,
+                                     const std::string& profile) {
+    return kp::Call([&] { return kp::CalibratedOpSecondsJson(graph, seconds, {cluster, profile}); });
+  }, py::arg("graph"), py::arg("seconds"), py::arg("cluster"), py::arg("profile") = "");
   m.def("solve_remat", [](const std::string& graph, int64_t budget, const std::string& solver,
                           const std::string& cluster, double time_limit, int threads, bool progress,
                           const std::string& profile) {
