@@ -31,7 +31,7 @@ GRIDS = {
               "attention_rows": {"cpu": [1 << 9], "cuda": [1 << 14]},
               "collective_bytes": [1 << 12, 1 << 16, 1 << 20], "min_seconds": 0.002, "flop_cap": 2 ** 31},
     "default": {"gemm": [16, 64, 256, 1024, 4096], "gemm_gpu": [16384], "gemm_vocab": [32768],
-                "conv_channels": [8, 32, 128, 512], "conv_sizes": [7, 14, 28, 56],
+                "conv_channels": [8, 32, 128, 512], "conv_sizes": [4, 7, 14, 28, 56],
                 "attention_seq": [128, 512, 2048], "attention_head_dims": [64, 128],
                 "attention_rows": {"cpu": [1 << 10, 1 << 13], "cuda": [1 << 14, 1 << 17]},
                 "collective_bytes": [1 << 10, 1 << 14, 1 << 18, 1 << 22, 1 << 24], "min_seconds": 0.02,
@@ -243,14 +243,16 @@ def attention_shapes(grid: Dict[str, Any], device_type: str) -> List[tuple]:
 
 
 def conv_shapes(grid: Dict[str, Any]) -> List[tuple]:
-    """(batch, in channels, out channels, image size, kernel): 3x3 and 1x1 convolutions, stride 1."""
+    """(batch, in channels, out channels, image size, kernel, groups): 3x3 and 1x1 convolutions, and 3x3
+    and 7x7 depthwise ones (groups = channels: MobileNet's, ConvNeXt's), stride 1."""
     out = []
     for c in grid["conv_channels"]:
         for hw in grid["conv_sizes"]:
+            batch = 8
             for kernel in (1, 3):
-                batch = 8
                 if 2 * batch * hw * hw * c * c * kernel * kernel <= grid["flop_cap"]:
-                    out.append((batch, c, c, hw, kernel))
+                    out.append((batch, c, c, hw, kernel, 1))
+            out += [(batch, c, c, hw, kernel, c) for kernel in (3, 7)]
     return out
 
 
@@ -414,22 +416,27 @@ def _gemm_kernels(pool: OperandPool, m: int, n: int, k: int, dtype) -> List[tupl
              [lambda dy=dy, x=x, dw=dw: torch.matmul(dy.t(), x, out=dw) for x, _, dy, _, _, dw in sets])]
 
 
-def _conv_kernels(pool: OperandPool, batch: int, cin: int, cout: int, hw: int, kernel: int, dtype) -> List[tuple]:
+def _conv_kernels(pool: OperandPool, batch: int, cin: int, cout: int, hw: int, kernel: int, groups: int,
+                  dtype) -> List[tuple]:
     """A convolution's forward and its two gradients (aten.convolution_backward, one output each), with
-    their implicit-GEMM shapes as CostModel::GemmShapeOf reads them from the IR ops' outputs."""
+    their implicit-GEMM shapes as CostModel::GemmShapeOf reads them from the IR ops' outputs; a depthwise
+    one (groups = channels) as the ops conv2d_depthwise*."""
     import torch
     import torch.nn.functional as F
     pad = kernel // 2
     area = kernel * kernel
-    sets = pool.sets([(batch, cin, hw, hw), (cout, cin, kernel, kernel), (batch, cout, hw, hw)], dtype)
+    per_group = cin // groups
+    sets = pool.sets([(batch, cin, hw, hw), (cout, per_group, kernel, kernel), (batch, cout, hw, hw)], dtype)
+    name = "conv2d" if groups == 1 else "conv2d_depthwise"
 
     def grad(mask):
         return [lambda x=x, w=w, dy=dy: torch.ops.aten.convolution_backward(
-            dy, x, w, None, [1, 1], [pad, pad], [1, 1], False, [0, 0], 1, mask) for x, w, dy in sets]
-    return [("conv2d", (batch * hw * hw, cout, cin * area),
-             [lambda x=x, w=w: F.conv2d(x, w, padding=pad) for x, w, _ in sets]),
-            ("conv2d_grad_x", (batch * hw * hw, cin, cout * area), grad([True, False, False])),
-            ("conv2d_grad_w", (cout * area, cin, batch * hw * hw), grad([False, True, False]))]
+            dy, x, w, None, [1, 1], [pad, pad], [1, 1], False, [0, 0], groups, mask) for x, w, dy in sets]
+    # The weight's gradient [C_out, C_in / groups, kh, kw]: C_out x area rows, C_in / groups columns.
+    return [(name, (batch * hw * hw, cout, per_group * area),
+             [lambda x=x, w=w: F.conv2d(x, w, padding=pad, groups=groups) for x, w, _ in sets]),
+            (name + "_grad_x", (batch * hw * hw, cin, cout // groups * area), grad([True, False, False])),
+            (name + "_grad_w", (cout * area, per_group, batch * hw * hw), grad([False, True, False]))]
 
 
 ATTENTION_DROPOUT = 0.1  # the transformer presets' dropout (Megatron-LM's and GPT-2's)

@@ -263,20 +263,22 @@ def test_the_cpus_fused_attention_is_counted_by_torchs_attention_formula():
     assert attention[1]["flops"] == 2.5 * attention[0]["flops"]   # its backward: five products
 
 
-def test_a_convolutions_backward_is_named_by_the_gradients_it_computes_and_counted_per_group():
-    # Image -> 3x3 depthwise (groups 8) -> 1x1: the first convolution's input needs no gradient (weight's
-    # only), the others both; each gradient costs the forward's flops (torch's own formula counts a
-    # grouped convolution's backward as dense: 8x here).
+def test_convolutions_are_named_by_kind_and_gradients_and_counted_per_group():
+    # Image -> 3x3 depthwise (groups 8) -> 1x1: the depthwise one named apart (a device runs it at rates
+    # of its own); the first convolution's input needs no gradient (the weight's only), the others both;
+    # each gradient costs the forward's flops (torch's own formula counts a grouped convolution's
+    # backward as dense: 8x here).
     model = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, 3, padding=1, groups=8),
                           nn.Conv2d(8, 4, 1), nn.Flatten(), nn.Linear(4 * 6 * 6, 5))
     x, y = torch.randn(2, 3, 6, 6), torch.randint(0, 5, (2,))
     cap = kt.capture_joint(model, (x,), labels=y, workspaces="none")
     nodes = cap.graph["nodes"]
-    backward = [n for n in nodes if n["kind"] == "conv" and n["op"] != "convolution"]
-    assert sorted(n["op"] for n in backward) == ["conv2d_grad_w", "conv2d_grad_xw", "conv2d_grad_xw"]
+    forward = [n for n in nodes if n["kind"] == "conv" and "_grad" not in n["op"]]
+    backward = [n for n in nodes if n["kind"] == "conv" and "_grad" in n["op"]]
+    assert sorted(n["op"] for n in forward) == ["conv2d", "conv2d", "conv2d_depthwise"]
+    assert sorted(n["op"] for n in backward) == ["conv2d_depthwise_grad_xw", "conv2d_grad_w", "conv2d_grad_xw"]
     depthwise_forward = 2 * 2 * 6 * 6 * 8 * 1 * 9   # batch x image x out channels x (in per group x 3 x 3)
-    assert sorted(n["flops"] for n in nodes if n["op"] == "convolution") == sorted(
-        [2 * 2 * 36 * 8 * 27, depthwise_forward, 2 * 2 * 36 * 4 * 8])
+    assert sorted(n["flops"] for n in forward) == sorted([2 * 2 * 36 * 8 * 27, depthwise_forward, 2 * 2 * 36 * 4 * 8])
     assert sorted(n["flops"] for n in backward) == sorted(
         [2 * 2 * 36 * 8 * 27, 2 * depthwise_forward, 2 * 2 * 2 * 36 * 4 * 8])
 

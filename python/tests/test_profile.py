@@ -59,7 +59,8 @@ def test_the_file_has_every_measurement(measured):
     shapes = kp.gemm_shapes(kp.GRIDS["small"])
     assert len(device["gemm"]) == 3 * len(shapes)  # forward and both gradients per shape
     assert {g["op"] for g in device["gemm"]} == {"matmul", "matmul_grad_a", "matmul_grad_b"}
-    assert {c["op"] for c in device["conv"]} == {"conv2d", "conv2d_grad_x", "conv2d_grad_w"}
+    assert {c["op"] for c in device["conv"]} == {f"conv2d{d}{g}" for d in ("", "_depthwise")
+                                                 for g in ("", "_grad_x", "_grad_w")}
     assert all(g["time"] > 0 for g in device["gemm"] + device["conv"])
     assert {"relu", "gelu_grad", "max_pool", "layernorm", "adam", "fused_adam", "cross_entropy", "nll_loss_grad",
             "cross_entropy_grad"} <= set(device["op_bandwidth_gbps"])  # torch 2.13 has a fused CPU Adam

@@ -239,7 +239,7 @@ TEST(ProfiledCostModel, TheCalibratedPerOpTimeIsPaidAndTheSamplesKeepTheirRate) 
   EXPECT_EQ(gpu.OverheadIn(relu), 0.0);
 }
 
-// aten.convolution_backward asked for both gradients (kConvBothGradients) is two kernels in one call:
+// aten.convolution_backward asked for both gradients (op conv2d_grad_xw) is two kernels in one call:
 // half its flops at the input gradient's measured rate, half at the weight gradient's, one op's time.
 TEST(ProfiledCostModel, AConvolutionsTwoGradientsInOneCallArePricedAsTheirTwoKernels) {
   Profile p;
@@ -251,7 +251,7 @@ TEST(ProfiledCostModel, AConvolutionsTwoGradientsInOneCallArePricedAsTheirTwoKer
   p.device.step_op_seconds = 5e-6;
   const CostModel cm(TestDevice(), {}, p);
   const double one = 2.0 * 256 * 16 * 144;  // each gradient's flops: the forward's
-  const ir::Node both = Op(OpKind::kConv, std::string(kConvBothGradients), {4, 16, 8, 8}, 2 * one, 1000);
+  const ir::Node both = Op(OpKind::kConv, "conv2d_grad_xw", {4, 16, 8, 8}, 2 * one, 1000);
   ExpectSeconds(cm.ComputeTime(both), (4e-5 - 1e-6) + (1e-4 - 1e-6) + 5e-6);
   // Each gradient alone is its own sample.
   const ir::Node input = Op(OpKind::kConv, "conv2d_grad_x", {4, 16, 8, 8}, one, 1000);
@@ -262,6 +262,23 @@ TEST(ProfiledCostModel, AConvolutionsTwoGradientsInOneCallArePricedAsTheirTwoKer
   Profile forward_only;
   forward_only.device.conv = {Gemm("conv2d", 256, 16, 144, 1e-5)};
   ExpectSeconds(CostModel(TestDevice(), {}, forward_only).ComputeTime(both), 2 * 1e-5);
+}
+
+// A depthwise convolution (one input channel per group) has samples of its own; its weight's gradient
+// [C, 1, kh, kw] reads as C x area rows, 1 column, N x H x W deep, alone or inside the pair.
+TEST(ProfiledCostModel, DepthwiseConvolutionsUseTheirOwnSamples) {
+  Profile p;
+  // 3x3 depthwise over 16 channels on 8x8 images of 4: rows 256, cols 16, depth 9.
+  p.device.conv = {Gemm("conv2d", 256, 16, 9, 1e-5), Gemm("conv2d_depthwise", 256, 16, 9, 6e-5),
+                   Gemm("conv2d_depthwise_grad_x", 256, 16, 9, 7e-5),
+                   Gemm("conv2d_depthwise_grad_w", 144, 1, 256, 9e-5)};
+  const CostModel cm(TestDevice(), {}, p);
+  const double one = 2.0 * 256 * 16 * 9;
+  ExpectSeconds(cm.ComputeTime(Op(OpKind::kConv, "conv2d_depthwise", {4, 16, 8, 8}, one, 100)), 6e-5);
+  ExpectSeconds(cm.ComputeTime(Op(OpKind::kConv, "conv2d", {4, 16, 8, 8}, one, 100)), 1e-5);
+  ExpectSeconds(cm.ComputeTime(Op(OpKind::kConv, "conv2d_depthwise_grad_w", {16, 1, 3, 3}, one, 100)), 9e-5);
+  ExpectSeconds(cm.ComputeTime(Op(OpKind::kConv, "conv2d_depthwise_grad_xw", {4, 16, 8, 8}, 2 * one, 100)),
+                7e-5 + 9e-5);
 }
 
 TEST(ProfiledCostModel, FusedAttentionAtTheMeasuredRateOfItsDirection) {

@@ -78,20 +78,32 @@ def overwrites(op: torch._ops.OpOverload) -> bool:
     return getattr(getattr(op, "overloadpacket", None), "__name__", "") in _OVERWRITES
 
 
-# convolution_backward's output mask (input, weight, bias) -> the profile's convolution gradient it runs;
-# both gradients in one call is cost::kConvBothGradients (priced as the two kernels).
-_CONV_GRADIENTS = {(True, False): "conv2d_grad_x", (False, True): "conv2d_grad_w", (True, True): "conv2d_grad_xw"}
+# convolution_backward's output mask (input, weight, bias) -> the gradients it runs, named as the
+# profile's convolution samples; both in one call is cost's kConvBothGradients suffix (two kernels).
+_CONV_GRADIENTS = {(True, False): "_grad_x", (False, True): "_grad_w", (True, True): "_grad_xw"}
+
+
+def _convolution(args: tuple, weight: int, groups: int) -> str:
+    """"conv2d", or "conv2d_depthwise" for a convolution of one input channel per group (MobileNet's,
+    ConvNeXt's), which a device runs at rates of its own; `weight`, `groups`: their argument indices."""
+    w = getattr(args[weight], "meta", {}).get("val") if len(args) > max(weight, groups) else None
+    depthwise = isinstance(args[groups], int) and args[groups] > 1 and w is not None and w.dim() > 2 and \
+        w.shape[1] == 1
+    return "conv2d_depthwise" if depthwise else "conv2d"
 
 
 def kiwi_op(op: torch._ops.OpOverload, backward: bool, args: tuple = ()) -> str:
     """The node's `op`: kiwi's name where the cost model keys on one (attention's direction, a
-    profile's per-op bandwidth, a convolution's gradients from its output mask in `args`), else the
-    ATen op's name."""
+    profile's per-op bandwidth, a convolution's kind and the gradients in its output mask, from its
+    fx `args`), else the ATen op's name."""
     name = getattr(getattr(op, "overloadpacket", None), "__name__", str(op))
     if kiwi_kind(op) == "attention":
         return "attention_grad_q" if backward else "attention"
+    if name == "convolution":   # (input, weight, bias, stride, padding, dilation, transposed, out padding, groups)
+        return _convolution(args, 1, 8)
     if name == "convolution_backward" and len(args) > 10 and isinstance(args[10], (list, tuple)):
-        return _CONV_GRADIENTS.get(tuple(bool(m) for m in args[10][:2]), name)
+        grads = _CONV_GRADIENTS.get(tuple(bool(m) for m in args[10][:2]))   # (grad_out, input, weight, ..., groups, mask)
+        return _convolution(args, 2, 9) + grads if grads else name
     return _KIWI_OP.get(name, name)
 
 

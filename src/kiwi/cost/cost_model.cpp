@@ -194,16 +194,19 @@ std::optional<double> CostModel::MeasuredGemmTime(const ir::Node& node, double w
   if (table.empty()) return std::nullopt;
   const std::optional<GemmShape> shape = GemmShapeOf(node, work_fraction);
   if (!shape) return std::nullopt;
-  if (node.kind == OpKind::kConv && node.op == kConvBothGradients) {
+  if (node.kind == OpKind::kConv && node.op.ends_with(kConvBothGradients)) {
     // Two kernels in one call, half the flops each: the input's gradient (the output's shape: rows =
     // N x H x W, cols = C_in, depth = C_out x kernel area) and the weight's (C_out x area rows, C_in
-    // cols, N x H x W deep: the profile's conv2d_grad_w), each at its own measured rate.
+    // cols, N x H x W deep, as GemmShapeOf reads [C_out, C_in, kh, kw]), each at its own measured rate.
+    const std::string prefix = node.op.substr(0, node.op.size() - kConvBothGradients.size());
     const double half = node.flops * work_fraction / 2.0;
     const int64_t depth = std::max<int64_t>(1, std::llround(shape->k / 2.0));
-    const std::optional<double> input_rate =
-        InterpolatedGemmRate(table, "conv2d_grad_x", shape->m, shape->n, depth, node.output.dtype, SampleOverhead());
-    const std::optional<double> weight_rate =
-        InterpolatedGemmRate(table, "conv2d_grad_w", depth, shape->n, shape->m, node.output.dtype, SampleOverhead());
+    const GemmShape weight = prefix == kDepthwiseConv ? GemmShape{shape->n * depth, 1, shape->m}
+                                                      : GemmShape{depth, shape->n, shape->m};
+    const std::optional<double> input_rate = InterpolatedGemmRate(table, prefix + "_grad_x", shape->m, shape->n,
+                                                                  depth, node.output.dtype, SampleOverhead());
+    const std::optional<double> weight_rate = InterpolatedGemmRate(table, prefix + "_grad_w", weight.m, weight.n,
+                                                                   weight.k, node.output.dtype, SampleOverhead());
     if (!input_rate || !weight_rate || *input_rate <= 0.0 || *weight_rate <= 0.0) return std::nullopt;
     return half / *input_rate + half / *weight_rate + KernelOverhead();
   }

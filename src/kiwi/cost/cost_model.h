@@ -19,10 +19,14 @@
 
 namespace kiwi::cost {
 
-// The op name of a convolution's backward that computes the input's and the weight's gradients in one
-// call (aten.convolution_backward with both in its output mask, as kiwi.torch's capture names it): two
-// kernels, priced as the profile's conv2d_grad_x and conv2d_grad_w.
-inline constexpr std::string_view kConvBothGradients = "conv2d_grad_xw";
+// The op-name suffix of a convolution's backward that computes the input's and the weight's gradients
+// in one call (aten.convolution_backward with both in its output mask, as kiwi.torch's capture names
+// it: "conv2d_grad_xw", "conv2d_depthwise_grad_xw"): two kernels, priced as the profile's <prefix>_grad_x
+// and <prefix>_grad_w.
+inline constexpr std::string_view kConvBothGradients = "_grad_xw";
+// A convolution of one input channel per group, which devices run at rates of their own; its weight's
+// gradient is [C, 1, kh, kw] (CostModel::GemmShapeOf: C x kernel area rows, 1 column).
+inline constexpr std::string_view kDepthwiseConv = "conv2d_depthwise";
 
 // A GEMM-like op as the kernel sees it: [m x k] by [k x n] (a convolution's implicit GEMM).
 struct GemmShape {
@@ -159,7 +163,7 @@ class CostModel {
   // options.use_measured_costs: ComputeTime scales it, OverheadIn adds nothing to it.
   std::optional<double> MeasuredByName(const ir::Node& node) const;
   // A GEMM-like op at the profile's interpolated rate for its shape (cost/profile.h); a convolution's
-  // backward that computes both gradients in one call (op kConvBothGradients) as its two kernels.
+  // backward that computes both gradients in one call (op suffix kConvBothGradients) as its two kernels.
   std::optional<double> MeasuredGemmTime(const ir::Node& node, double work_fraction) const;
   // The per-call time inside the profile's own GEMM and attention samples (its kernel time on an
   // additive device, timed by the same loop), stripped from them to get their rates.
