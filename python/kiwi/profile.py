@@ -311,10 +311,10 @@ def _reference_step() -> Optional[Callable[[], None]]:
 RUNNER_STEP = {"layers": 2, "hidden": 8, "heads": 2, "seq": 8, "batch": 2, "vocab": 64, "dropout": 0.1}
 
 
-def _runner_step() -> Optional[tuple]:
-    """RUNNER_STEP's model captured by kiwi.torch.capture_joint (no step run at capture) and its
-    checkpoint-all step in kiwi.torch's runner: (the captured graph, its cluster, the step); None where
-    kiwi.torch cannot be imported."""
+def _runner_step(dev) -> Optional[tuple]:
+    """RUNNER_STEP's model on `dev` captured by kiwi.torch.capture_joint (no step run at capture) and
+    its checkpoint-all step in kiwi.torch's runner: (the captured graph, its cluster, the step); None
+    where kiwi.torch cannot be imported."""
     try:
         import kiwi.torch as kt
         from kiwi.torch.joint_run import JointRunner
@@ -350,15 +350,15 @@ def _runner_step() -> Optional[tuple]:
             self.ln, self.head = nn.LayerNorm(r["hidden"]), nn.Linear(r["hidden"], r["vocab"])
 
         def forward(self, ids):
-            x = self.tokens(ids) + self.positions(torch.arange(ids.shape[1]))
+            x = self.tokens(ids) + self.positions(torch.arange(ids.shape[1], device=ids.device))
             for block in self.blocks:
                 x = block(x)
             return self.head(self.ln(x))
 
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(0, r["vocab"], (r["batch"], r["seq"]), generator=generator)
-    labels = torch.randint(0, r["vocab"], (r["batch"], r["seq"]), generator=generator)
-    cap = kt.capture_joint(Gpt(), (ids,), labels=labels, workspaces="none")
+    ids = torch.randint(0, r["vocab"], (r["batch"], r["seq"]), generator=generator).to(dev)
+    labels = torch.randint(0, r["vocab"], (r["batch"], r["seq"]), generator=generator).to(dev)
+    cap = kt.capture_joint(Gpt().to(dev), (ids,), labels=labels, workspaces="none")
     schedule = kt.plan_joint(cap, fraction=1.0).schedule
     runner = JointRunner(cap)
     return cap.graph, cap.cluster, lambda: runner.run(schedule)
@@ -680,13 +680,14 @@ def measure_compute(device: str, grid: Dict[str, Any], dtypes: Sequence[str], qu
                "overhead": "launch_bound" if dev.type == "cuda" else "additive", "gemm": gemm, "conv": conv,
                "attention": attention,
                **({"reference_step": dict(REFERENCE_STEP, time=reference_seconds)} if reference is not None else {})}
-    runner = _runner_step() if dev.type == "cpu" else None
+    runner = _runner_step(dev)
     if runner is not None:
         import kiwi
         graph, cluster, step = runner
         barrier()
         seconds = _timer(device)(step, min_s)
-        # Its work priced by the rest of this profile, as kiwi will price a captured model's.
+        # Its work priced by the rest of this profile, as kiwi will price a captured model's. On a GPU
+        # that work is next to nothing: the time is the host's issuing the ops, a launch-bound floor.
         section["runner_op_time"] = kiwi.calibrated_op_seconds(
             graph, seconds, cluster, {"kiwi_profile_version": 1, "unit": "s", "device": section})
         _log(quiet, f"kiwi.torch's runner: a small GPT's step {seconds * 1e3:.2f} ms, "

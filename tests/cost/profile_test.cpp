@@ -377,6 +377,13 @@ TEST(ProfiledCostModel, KernelTimeIsAddedOnCpusAndBoundsLaunchesOnGpus) {
   ExpectSeconds(gpu.ComputeTime(relu), 80 / 8e10);
   EXPECT_EQ(gpu.device().kernel_launch_seconds, 5e-6);
   ExpectSeconds(gpu.LaunchBoundTime(1e-6, 10), 5e-5);
+  // A per-op time given for the executor (op_time: kiwi.torch's runner, issuing from Python) is the
+  // host's time per op instead, on a GPU as on a CPU.
+  launch.device.op_seconds = 2e-5;
+  const CostModel runner(TestDevice(), {}, launch);
+  EXPECT_EQ(runner.device().kernel_launch_seconds, 2e-5);
+  ExpectSeconds(runner.ComputeTime(relu), 80 / 8e10);
+  ExpectSeconds(runner.LaunchBoundTime(1e-6, 10), 2e-4);
 }
 
 TEST(ProfiledCostModel, CollectivesMeasuredForTheGroupSizeReplaceTheFormula) {

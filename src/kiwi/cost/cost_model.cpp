@@ -80,9 +80,12 @@ std::array<double, ir::kNumOpKinds> CostModelOptions::DefaultComputeEfficiency()
 CostModel::CostModel(DeviceSpec device, CostModelOptions options, Profile profile)
     : device_(std::move(device)), options_(std::move(options)), profile_(std::move(profile)) {
   const DeviceProfile& measured = profile_.device;
-  // A measured launch time replaces the preset's (a GPU's host issuing ahead of the device).
-  if (measured.kernel_seconds && measured.overhead == OverheadKind::kLaunchBound)
-    device_.kernel_launch_seconds = *measured.kernel_seconds;
+  // A measured launch time replaces the preset's (a GPU's host issuing ahead of the device); a per-op
+  // time given for whatever runs the plan (op_time: kiwi.torch's runner issues from Python) replaces that.
+  if (measured.overhead == OverheadKind::kLaunchBound) {
+    if (measured.op_seconds) device_.kernel_launch_seconds = *measured.op_seconds;
+    else if (measured.kernel_seconds) device_.kernel_launch_seconds = *measured.kernel_seconds;
+  }
 }
 
 double CostModel::SampleOverhead() const {
