@@ -10,7 +10,12 @@ the micro-batch's predicted step. The gradients are the mean over the micro-batc
 gradient (each micro-batch's loss is a mean over its own samples, as the whole batch's is over all of
 them), equal to the whole batch's within float tolerance: the sums run in another order. Batch norm in
 training mode computes its statistics over the micro-batch, not the batch, so a model with it is planned
-as one batch only."""
+as one batch only.
+
+With an optimizer, its step runs once, inside the last micro-batch's plan (a capture with the
+optimizer, its update chunked where that is faster at the budget), on the earlier micro-batches'
+gradients plus the last one's; its state is resident throughout, so the earlier micro-batches are
+planned at the budget less it too."""
 import dataclasses
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
@@ -21,6 +26,7 @@ import kiwi
 from kiwi.torch.errors import InfeasibleError, PlanError
 from kiwi.torch.joint_capture import capture_joint
 from kiwi.torch.joint_capture import JointCapture
+from kiwi.torch.dtypes import node_bytes
 from kiwi.torch.joint_plan import JointPlan, JointStep, fraction_budget, plan_joint
 from kiwi.torch.measure import unique_bytes
 
@@ -36,6 +42,8 @@ class MicroBatchPlan:
     predicted_peak_bytes: int
     predicted_seconds: float
     considered: List[Tuple[int, Optional[int], Optional[float]]]   # (k, predicted peak, seconds); None: no fit
+    last: Optional[JointPlan] = None   # with an optimizer and k > 1: the last micro-batch's, which steps it
+    optimizer_state_bytes: int = 0     # the optimizer's state, resident beside the earlier micro-batches
 
 
 def _batch_size(leaves: Sequence[Any]) -> int:
@@ -62,6 +70,10 @@ def _gradient_bytes(cap: JointCapture) -> int:
     return sum(params[n].numel() * params[n].element_size() for n, g in zip(cap.param_names, grads) if g is not None)
 
 
+def _optimizer_state_bytes(cap: JointCapture) -> int:
+    return sum(node_bytes(n) for n in cap.graph["nodes"] if n["kind"] == "optimizer_state")
+
+
 def _has_batch_norm(model: torch.nn.Module) -> bool:
     return any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) and m.training for m in model.modules())
 
@@ -69,14 +81,14 @@ def _has_batch_norm(model: torch.nn.Module) -> bool:
 def plan_joint_batches(model: torch.nn.Module, example_inputs: Any, labels: Any = None,
                        loss: Any = "cross_entropy", budget: Union[int, str, None] = None,
                        fraction: Optional[float] = None, micro_batches: Union[int, str] = "auto",
-                       solver: str = "heuristic", time_limit: float = 30.0, **capture_kwargs: Any) -> MicroBatchPlan:
+                       solver: str = "heuristic", time_limit: float = 30.0,
+                       optimizer: Optional[torch.optim.Optimizer] = None,
+                       optimizer_chunks: Union[bool, int, str] = "auto", **capture_kwargs: Any) -> MicroBatchPlan:
     """The fastest plan of the step at `budget` (bytes) or `fraction` (of the whole batch's
     checkpoint-all peak) over k micro-batches: k = `micro_batches`, or with "auto" k = 1, 2, 4, ...
-    (dividing the batch) until one needs no recomputation. capture_kwargs go to capture_joint (not
-    `optimizer`: it steps once after all micro-batches, so it stays outside the step)."""
-    if "optimizer" in capture_kwargs:
-        raise PlanError("micro_batches: the optimizer steps once after the micro-batches; capture without it "
-                        "and call it after the step")
+    (dividing the batch) until one needs no recomputation. `optimizer` (a torch.optim optimizer over
+    the model's parameters) steps once, in the last micro-batch's plan (`optimizer_chunks` as for
+    plan_joint). capture_kwargs go to capture_joint."""
     if (budget is None) == (fraction is None):
         raise PlanError("plan_joint_batches: give exactly one of budget= and fraction=")
     example = (example_inputs, labels)
@@ -95,12 +107,16 @@ def plan_joint_batches(model: torch.nn.Module, example_inputs: Any, labels: Any 
     else:
         raise PlanError(f"micro_batches: expected a positive int or 'auto', got {micro_batches!r}")
 
-    def capture(micro: Tuple[Any, Any]) -> JointCapture:
-        return capture_joint(model, micro[0], labels=micro[1], loss=loss, **capture_kwargs)
+    def capture(micro: Tuple[Any, Any], opt: Optional[torch.optim.Optimizer]) -> JointCapture:
+        return capture_joint(model, micro[0], labels=micro[1], loss=loss, optimizer=opt, **capture_kwargs)
+
+    def plan(cap: JointCapture, limit: int) -> JointPlan:
+        chunks = {"optimizer_chunks": optimizer_chunks} if cap.optimizer is not None else {}
+        return plan_joint(cap, budget=limit, solver=solver, time_limit=time_limit, **chunks)
 
     captures = {}
     if fraction is not None:   # of the whole batch's step
-        captures[1] = capture(example)
+        captures[1] = capture(example, optimizer)
         limit = fraction_budget(captures[1], fraction)
     else:
         limit = kiwi.parse_bytes(budget, "budget")
@@ -110,24 +126,32 @@ def plan_joint_batches(model: torch.nn.Module, example_inputs: Any, labels: Any 
     whole_inputs = unique_bytes(pytree.tree_leaves(example))
     for k in candidates:
         micro = split_batch(example, batch, k)[0]
-        cap = captures.get(k) or capture(micro)
+        stepping = optimizer is not None and k > 1   # the last micro-batch steps the optimizer
+        cap = captures.get(k) or capture(micro, None if stepping else optimizer)
+        last_cap = capture(micro, optimizer) if stepping else None
         gradient_bytes = _gradient_bytes(cap) if k > 1 else 0
-        others = whole_inputs - sum(t.numel() * t.element_size() for t in pytree.tree_leaves(micro)
-                                    if isinstance(t, torch.Tensor))
-        resident = gradient_bytes + max(others, 0)
-        if limit - resident <= 0:
+        state = _optimizer_state_bytes(last_cap) if last_cap is not None else 0
+        others = max(whole_inputs - sum(t.numel() * t.element_size() for t in pytree.tree_leaves(micro)
+                                        if isinstance(t, torch.Tensor)), 0)
+        resident = gradient_bytes + others
+        if limit - resident - state <= 0:
             considered.append((k, None, None))
             continue
         try:
-            plan = plan_joint(cap, budget=limit - resident, solver=solver, time_limit=time_limit)
+            first = plan(cap, limit - resident - state)
+            last = plan(last_cap, limit - resident) if last_cap is not None else None
         except InfeasibleError:
             considered.append((k, None, None))
             continue
-        peak, seconds = plan.predicted_peak_bytes + resident, k * plan.predicted_seconds
+        if last is None:
+            peak, seconds = first.predicted_peak_bytes + resident, k * first.predicted_seconds
+        else:
+            peak = max(first.predicted_peak_bytes + state, last.predicted_peak_bytes) + resident
+            seconds = (k - 1) * first.predicted_seconds + last.predicted_seconds
         considered.append((k, peak, seconds))
         if best is None or seconds < best.predicted_seconds:
-            best = MicroBatchPlan(plan, k, limit, gradient_bytes, max(others, 0), peak, seconds, considered)
-        if not plan.recomputed():   # more micro-batches only add per-op time
+            best = MicroBatchPlan(first, k, limit, gradient_bytes, others, peak, seconds, considered, last, state)
+        if not first.recomputed() and (last is None or not last.recomputed()):   # more only add per-op time
             break
     if best is None:
         error = InfeasibleError(f"budget {kiwi.format_bytes(limit)} ({limit} bytes): no plan of "
@@ -146,14 +170,15 @@ class MicroBatchStep:
     def __init__(self, plan: MicroBatchPlan):
         self.plan = plan
         self.step = JointStep(plan.plan, scale=1.0 / plan.micro_batches)
+        self.last = JointStep(plan.last, scale=1.0 / plan.micro_batches) if plan.last is not None else self.step
 
     def __call__(self, example_inputs: Any, labels: Any = None) -> torch.Tensor:
         k = self.plan.micro_batches
         example = (example_inputs, labels)
         losses = []
-        for inputs, labs in split_batch(example, _batch_size(pytree.tree_leaves(example)), k):
+        for i, (inputs, labs) in enumerate(split_batch(example, _batch_size(pytree.tree_leaves(example)), k)):
             args = (inputs,) if isinstance(inputs, (dict, torch.Tensor)) else tuple(inputs)
-            losses.append(self.step(*args, labels=labs).detach())
+            losses.append((self.last if i == k - 1 else self.step)(*args, labels=labs).detach())
         return torch.stack(losses).mean() if k > 1 else losses[0]
 
 

@@ -211,6 +211,7 @@ class JointStep:
         self.schedule = plan.schedule if isinstance(plan, JointPlan) else checkpoint_all(plan)
         self.runner = JointRunner(self.capture)
         self.scale = scale   # the gradients are multiplied by it (1 / micro-batches: their mean)
+        self.runner.gradient_scale = scale   # a captured optimizer's step reads them so scaled
 
     def __call__(self, *args: Any, labels: Any = None, **kwargs: Any) -> torch.Tensor:
         cap = self.capture

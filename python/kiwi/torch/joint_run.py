@@ -36,6 +36,7 @@ class JointRunner:
         self.templates: Dict[torch.fx.Node, ArgTemplate] = {}
         self.argument_sites: Dict[torch.fx.Node, Optional[List[Tuple[int, Any, Any]]]] = {}   # _where_arguments_are's
         self._analysed: Optional[Tuple[Any, list, Dict[int, set], set]] = None   # the last schedule's
+        self.gradient_scale = 1.0   # what a captured optimizer's step multiplies the gradients by
 
     def run(self, schedule: Sequence[Dict[str, Any]], inputs: Optional[Sequence[Any]] = None, ranges: bool = False,
             events: Optional[Dict[int, Tuple[Any, Any]]] = None) -> Tuple[torch.Tensor, List[Optional[torch.Tensor]]]:
@@ -126,13 +127,18 @@ class JointRunner:
         return last[2], last[3]
 
     def _optimizer_step(self, env, placeholders) -> bool:
-        """The captured optimizer's step on the gradients the schedule holds; they are dropped after it
-        (as `zero_grad(set_to_none=True)` would), so the schedule's free of them frees them."""
+        """The captured optimizer's step on the gradients the schedule holds (times gradient_scale),
+        added in place to a `.grad` earlier micro-batches left (joint_batches); they are dropped after
+        it (as `zero_grad(set_to_none=True)` would), so the schedule's free of them frees them."""
         params = []
         for name, g in zip(self.cap.param_names, self.cap.output_node.args[0][1:]):
             if isinstance(g, torch.fx.Node):
-                self.params[name].grad = self._grad_value(g, env, placeholders)
-                params.append(self.params[name])
+                p, value = self.params[name], self._grad_value(g, env, placeholders)
+                if p.grad is not None:
+                    p.grad.add_(value, alpha=self.gradient_scale)
+                else:
+                    p.grad = value if self.gradient_scale == 1.0 else value * self.gradient_scale
+                params.append(p)
         if self.cap.optimizer_chunk_bytes:
             chunked_step(self.cap.optimizer, self.cap.optimizer_chunk_bytes)
         else:
