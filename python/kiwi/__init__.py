@@ -47,7 +47,7 @@ __version__ = _kiwi.__version__
 
 __all__ = [
     "BadInputError", "InfeasibleError", "InternalError", "KiwiError", "RematResult", "TimeLimitError",
-    "build_training_graph", "calibrated_op_seconds", "cli", "cluster_presets", "format_bytes", "graph_json", "graph_summary",
-    "keep_set_schedule", "load_graph", "make_plan", "parse_bytes", "parse_graph", "read_plan",
+    "build_training_graph", "calibrated_op_seconds", "cli", "cluster_presets", "format_bytes", "graph_json",
+    "graph_summary", "keep_set_schedule", "load_graph", "make_plan", "parse_bytes", "parse_graph", "read_plan",
     "remat_solvers", "simulate", "solve_remat", "write_plan",
 ]

@@ -84,11 +84,13 @@ _CONV_GRADIENTS = {(True, False): "_grad_x", (False, True): "_grad_w", (True, Tr
 
 
 def _convolution(args: tuple, weight: int, groups: int) -> str:
-    """"conv2d", or "conv2d_depthwise" for a convolution of one input channel per group (MobileNet's,
-    ConvNeXt's), which a device runs at rates of its own; `weight`, `groups`: their argument indices."""
-    w = getattr(args[weight], "meta", {}).get("val") if len(args) > max(weight, groups) else None
-    depthwise = isinstance(args[groups], int) and args[groups] > 1 and w is not None and w.dim() > 2 and \
-        w.shape[1] == 1
+    """The op name of a convolution: conv2d_depthwise for one input channel per group (MobileNet's,
+    ConvNeXt's), which a device runs at rates of its own, else conv2d. `weight`, `groups`: the indices
+    of those arguments in `args`."""
+    if len(args) <= max(weight, groups) or not isinstance(args[groups], int) or args[groups] <= 1:
+        return "conv2d"
+    w = getattr(args[weight], "meta", {}).get("val")
+    depthwise = isinstance(w, torch.Tensor) and w.dim() > 2 and w.shape[1] == 1
     return "conv2d_depthwise" if depthwise else "conv2d"
 
 

@@ -89,8 +89,9 @@ struct DeviceProfile {
   // the loader (cli::MakeCostModel); on an additive device it replaces kernel_seconds as the per-op
   // cost of every priced op, while kernel_seconds still strips the profile's own samples.
   std::optional<double> step_op_seconds;
-  // "op_time": the per-op time of whatever runs the plan, given outright; on an additive device the
-  // loader takes it as step_op_seconds instead of calibrating one from reference_step.
+  // "op_time": the per-op time of whatever runs the plan, given outright: on an additive device the
+  // loader takes it as step_op_seconds instead of calibrating one from reference_step; on a launch-bound
+  // one the cost model takes it as the host's time to issue an op, instead of kernel_seconds.
   std::optional<double> op_seconds;
   // "runner_op_time": the per-op time of kiwi.torch's runner (the step of a generic capture), calibrated
   // by `kiwi profile` on a small captured model; kiwi.torch hands it to the loader as op_time.
@@ -100,8 +101,8 @@ struct DeviceProfile {
 
   bool empty() const {
     return gemm.empty() && conv.empty() && attention.empty() && !memory_bandwidth && op_bandwidth.empty() &&
-           optimizer_tensor_seconds.empty() && !kernel_seconds && !reference_step && !op_seconds && !runner_op_seconds &&
-           collectives.empty();
+           optimizer_tensor_seconds.empty() && !kernel_seconds && !reference_step && !op_seconds &&
+           !runner_op_seconds && collectives.empty();
   }
 };
 
