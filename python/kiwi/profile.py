@@ -317,7 +317,7 @@ def _runner_step(dev) -> Optional[tuple]:
     where kiwi.torch cannot be imported."""
     try:
         import kiwi.torch as kt
-        from kiwi.torch.joint_run import JointRunner
+        from kiwi.torch.joint_run import JointRunner, checkpoint_all
     except ImportError:
         return None
     import torch
@@ -359,7 +359,7 @@ def _runner_step(dev) -> Optional[tuple]:
     ids = torch.randint(0, r["vocab"], (r["batch"], r["seq"]), generator=generator).to(dev)
     labels = torch.randint(0, r["vocab"], (r["batch"], r["seq"]), generator=generator).to(dev)
     cap = kt.capture_joint(Gpt().to(dev), (ids,), labels=labels, workspaces="none")
-    schedule = kt.plan_joint(cap, fraction=1.0).schedule
+    schedule = checkpoint_all(cap)
     runner = JointRunner(cap)
     return cap.graph, cap.cluster, lambda: runner.run(schedule)
 
