@@ -111,24 +111,59 @@ std::vector<Label> ParetoLabels(std::vector<Label> labels) {
 
 // Exact mode: y beats x when it is also no slower in the current stage, no worse a bottleneck, and no
 // slower an optimizer step (its stage's so far, and the slowest of the finished stages).
-// Pairwise (quadratic): this mode only runs when the weighted DP could not prove its plan optimal.
-std::vector<Label> ExactParetoLabels(std::vector<Label> labels) {
+// Pairwise (quadratic): this mode only runs when the weighted DP could not prove its plan optimal. The
+// kept labels' terms sit in flat arrays, the scan's hot loop, checked nearest in cost first. Once more
+// than `max_labels` labels are kept (the state will be thinned, so nothing is proven), x is checked
+// against the kLocalScan kept labels nearest in cost only: a superset of the Pareto set is kept, in
+// linear time.
+constexpr size_t kLocalScan = 256;
+
+class ExactFront {
+ public:
+  bool Beaten(const Label& x, size_t max_labels) const {
+    const double x_bottleneck = x.Bottleneck(), x_optimizer_step = x.OptimizerStep();
+    const size_t n = memory_.size();
+    const size_t scan = n > max_labels ? kLocalScan : n;
+    for (size_t k = n; k > n - scan; --k)
+      if (Beats(k - 1, x, x_bottleneck, x_optimizer_step)) return true;
+    return false;
+  }
+
+  void Add(const Label& l) {
+    stage_seconds_.push_back(l.stage_seconds);
+    bottleneck_.push_back(l.Bottleneck());
+    stage_optimizer_.push_back(l.stage_optimizer);
+    optimizer_step_.push_back(l.OptimizerStep());
+    memory_.push_back(l.memory);
+    recompute_.push_back(l.recompute);
+    gather_.push_back(l.gather);
+  }
+
+ private:
+  // Whether kept label k beats x: every term no worse (memory as ParetoLabels counts it), the terms
+  // that most often rule a label out first.
+  bool Beats(size_t k, const Label& x, double x_bottleneck, double x_optimizer_step) const {
+    return stage_optimizer_[k] <= x.stage_optimizer && optimizer_step_[k] <= x_optimizer_step &&
+           stage_seconds_[k] <= x.stage_seconds && bottleneck_[k] <= x_bottleneck &&
+           memory_[k] + std::max<int64_t>(recompute_[k] - x.recompute, 0) + std::max<int64_t>(gather_[k] - x.gather, 0) <=
+               x.memory;
+  }
+
+  std::vector<double> stage_seconds_, bottleneck_, stage_optimizer_, optimizer_step_;
+  std::vector<int64_t> memory_, recompute_, gather_;
+};
+
+std::vector<Label> ExactParetoLabels(std::vector<Label> labels, size_t max_labels) {
   std::sort(labels.begin(), labels.end(), [](const Label& a, const Label& b) {
     if (a.cost != b.cost) return a.cost < b.cost;
     return a.Peak() < b.Peak();
   });
   std::vector<Label> kept;
+  ExactFront front;
   for (const Label& x : labels) {
-    bool beaten = false;
-    for (auto it = kept.rbegin(); it != kept.rend(); ++it) {  // near in cost first: likelier to beat x
-      const Label& y = *it;
-      beaten = y.stage_seconds <= x.stage_seconds && y.Bottleneck() <= x.Bottleneck() &&
-               y.stage_optimizer <= x.stage_optimizer && y.OptimizerStep() <= x.OptimizerStep() &&
-               y.memory + std::max<int64_t>(y.recompute - x.recompute, 0) + std::max<int64_t>(y.gather - x.gather, 0) <=
-                   x.memory;
-      if (beaten) break;
-    }
-    if (!beaten) kept.push_back(x);
+    if (front.Beaten(x, max_labels)) continue;
+    kept.push_back(x);
+    front.Add(x);
   }
   return kept;
 }
@@ -282,7 +317,8 @@ std::vector<Label> Extend(const LayerDpProblem& p, const Sources& sources, const
   std::vector<Label> out;
   for (std::vector<Label>& labels : by_dp) {
     std::vector<Label> kept =
-        Thin(p.exact ? ExactParetoLabels(std::move(labels)) : ParetoLabels(std::move(labels)), p.max_labels, r.thinned);
+        Thin(p.exact ? ExactParetoLabels(std::move(labels), p.max_labels) : ParetoLabels(std::move(labels)), p.max_labels,
+             r.thinned);
     out.insert(out.end(), kept.begin(), kept.end());
   }
   return out;
