@@ -89,37 +89,43 @@ int Table(const BenchOptions& o) {
   return 0;
 }
 
-// The targets: full BMW search (sweep to 512, all PP degrees, bi-objective) on a 48-layer model.
+// The targets: full BMW search (sweep to 512, all PP degrees, bi-objective) on a 48-layer model, and
+// kiwi's own search (BMW's with ZeRO-1/2 per layer) on the same cases.
 int Timing(const BenchOptions& o) {
   struct Case { std::string model, cluster; int gib; };
   const std::vector<Case> cases = {{"bert-huge-48", "rtx-titan-pcie-8", 16}, {"t5-large-48", "rtx-titan-pcie-8", 16},
                                    {"t5-large-48", "rtx-titan-pcie-8", 8},
                                    {"bert-huge-48", "a100-nvlink-ib-64", 40}, {"gpt3-13b", "a100-nvlink-ib-64", 40},
                                    {"llama2-70b", "a100-nvlink-ib-64", 40}};
-  std::cout << "\n| model | cluster | memory | search seconds (wall) | CPU seconds | configurations (searched) | "
+  std::cout << "\n| model | cluster | memory | method | search seconds (wall) | CPU seconds | configurations (searched) | "
                "partitions | DP runs | samples/s | batch | PP | strategies proven |\n"
-               "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+               "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const Case& c : cases) {
     Result<cost::Cluster> cluster = cost::ClusterPreset(c.cluster);
     if (!cluster) return 2;
     const cost::CostModel cm(cluster->device);
     Result<cost::LayerModel> model = LayerModelOf(c.model, cm);
     if (!model) return 2;
-    hybrid::HybridSearchOptions so;
-    so.memory_budget_bytes = int64_t{c.gib} << 30;
-    if (o.progress) so.progress = [](const std::string& line) { std::cerr << "  " << line << '\n'; };
-    const std::clock_t cpu_start = std::clock();
-    Result<hybrid::HybridSearchResult> r = hybrid::SearchHybridPlan(*model, *cluster, cm, so);
-    const double cpu = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
-    if (!r) {
-      std::cerr << r.error().message << '\n';
-      return 1;
+    for (const hybrid::Method method : {hybrid::Method::kBmw, hybrid::Method::kKiwi}) {
+      hybrid::HybridSearchOptions so;
+      so.method = method;
+      so.memory_budget_bytes = int64_t{c.gib} << 30;
+      if (o.progress) so.progress = [](const std::string& line) { std::cerr << "  " << line << '\n'; };
+      const std::clock_t cpu_start = std::clock();
+      Result<hybrid::HybridSearchResult> r = hybrid::SearchHybridPlan(*model, *cluster, cm, so);
+      const double cpu = static_cast<double>(std::clock() - cpu_start) / CLOCKS_PER_SEC;
+      if (!r) {
+        std::cerr << r.error().message << '\n';
+        return 1;
+      }
+      std::cout << fmt::format(
+                       "| {} ({} layers) | {} | {} GiB | {} | {:.3f} | {:.3f} | {} ({}) | {} | {} | {:.1f} | {} | {} | {} |\n",
+                       c.model, model->layers.size(), c.cluster, c.gib, hybrid::MethodName(method), r->search_seconds,
+                       cpu, r->configurations, r->evaluated, r->partitions, r->dp_runs,
+                       r->simulated.throughput_samples_per_second, r->plan.global_batch, r->plan.pp_degree,
+                       r->strategies_proven ? "yes" : "no")
+                << std::flush;
     }
-    std::cout << fmt::format("| {} ({} layers) | {} | {} GiB | {:.3f} | {:.3f} | {} ({}) | {} | {} | {:.1f} | {} | {} | {} |\n",
-                             c.model, model->layers.size(), c.cluster, c.gib, r->search_seconds, cpu, r->configurations,
-                             r->evaluated, r->partitions, r->dp_runs, r->simulated.throughput_samples_per_second,
-                             r->plan.global_batch, r->plan.pp_degree, r->strategies_proven ? "yes" : "no")
-              << std::flush;
   }
   return 0;
 }

@@ -81,7 +81,7 @@ inline Result<cost::LayerModel> ModelOf(const Row& r, const cost::CostModel& cm,
 
 inline plan::LayerPlan PlanOf(const Row& r) {
   plan::LayerPlan p;
-  p.layers.assign(static_cast<size_t>(r.layers), plan::LayerStrategy{r.tp, r.dp, false, true});
+  p.layers.assign(static_cast<size_t>(r.layers), plan::LayerStrategy{r.tp, r.dp, plan::Zero::kNone, true});
   p.pp_degree = r.pp;
   for (int s = 0; s < r.pp; ++s) p.pp_partition.push_back(r.layers / r.pp + (s < r.layers % r.pp ? 1 : 0));
   p.global_batch = r.global_batch;

@@ -18,7 +18,7 @@ def make_plan(layers, pp_partition=None, global_batch=8, micro_batches=2, pipeli
     from kiwi.torch.distributed.plan import parse_plan
     pp_partition = pp_partition or [len(layers)]
     obj = {"kiwi_plan_version": 1, "model": "gpt", "model_flags": MODEL_FLAGS, "cluster": CLUSTER,
-           "layer": {"layers": [dict(tp=t, dp=d, sdp=s, checkpoint=c) for t, d, s, c in layers],
+           "layer": {"layers": [dict(tp=t, dp=d, zero=3 if z is True else int(z), checkpoint=c) for t, d, z, c in layers],
                      "pp_degree": len(pp_partition), "pp_partition": pp_partition, "global_batch": global_batch,
                      "micro_batches": micro_batches, "pipeline": pipeline}}
     return parse_plan(obj, "test-plan")

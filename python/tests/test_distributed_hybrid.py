@@ -53,7 +53,8 @@ def test_kiwi_hybrid_plan_is_mixed(runs):
     assert any(s.dp > 1 for s in plan.layers[1:-1]), plan.layers
     piped = runs["hybrid_pp"][0]
     assert piped.pp_degree == 2 and piped.micro_batches > 1 and piped.layers[-1].tp > 1, piped
-    assert runs["printed"]["layers"] == [dict(tp=s.tp, dp=s.dp, sdp=s.sdp, checkpoint=s.checkpoint) for s in plan.layers]
+    assert runs["printed"]["layers"] == [dict(tp=s.tp, dp=s.dp, sdp=s.zero_stage == 3, zero=s.zero_stage,
+                                                 checkpoint=s.checkpoint) for s in plan.layers]
 
 
 @pytest.mark.parametrize("name", ["hybrid", "hybrid_pp", "mixed", "piped", "gpipe"])
@@ -89,6 +90,15 @@ def test_plan_errors_name_the_field(tmp_path):
     plan = parse_plan({"layers": [{"tp": 2, "dp": 2}], "global_batch": 4}, "x.json")
     with pytest.raises(PlanError, match=r"x.json: layers\[0\]: tp 2 x dp 2 must equal the 2 processes"):
         plan.check_world(2)
+    # the ZeRO stage: "zero" 0-3, or "sdp" (ZeRO-3's first spelling), which must agree beside it
+    zeros = [{"dp": 4, "zero": 2}, {"dp": 4, "sdp": True}, {"dp": 4, "sdp": True, "zero": 3}, {"dp": 1, "zero": 1}]
+    plan = parse_plan({"layers": zeros, "global_batch": 4}, "x.json")
+    assert [s.zero for s in plan.layers] == [2, 3, 3, 1] and plan.layers[3].zero_stage == 0
+    assert [s.name() for s in plan.layers] == ["ZeRO2-DP4", "SDP4", "SDP4", "single"]
+    with pytest.raises(PlanError, match=r"x.json: layers\[0\].sdp: true contradicts zero 1$"):
+        parse_plan({"layers": [{"dp": 4, "sdp": True, "zero": 1}], "global_batch": 4}, "x.json")
+    with pytest.raises(PlanError, match=r"x.json: layers\[0\].zero: must be an integer from 0 to 3, got 4$"):
+        parse_plan({"layers": [{"zero": 4}]}, "x.json")
 
 
 def test_fused_adam_matches_single_process_training(runs):

@@ -1,4 +1,4 @@
-"""DP, ZeRO-3, TP, PP (1F1B and GPipe) on 4 gloo processes: losses and parameters after 3 iterations
+"""DP, ZeRO-1, ZeRO-2, ZeRO-3, TP, PP (1F1B and GPipe) on 4 gloo processes: losses and parameters after 3 iterations
 equal single-process training, and the bytes through each collective equal kiwi's cost model."""
 import pytest
 
@@ -13,6 +13,9 @@ DP = [(1, 4, False, False)] * 4
 SDP = [(1, 4, True, False), (1, 4, True, True), (1, 4, True, False), (1, 4, True, True)]
 TP = [(4, 1, False, False), (4, 1, False, True), (4, 1, False, False), (4, 1, False, False)]
 PP = [(1, 1, False, False), (1, 1, False, True), (1, 1, False, False), (1, 1, False, False)]
+# ZeRO stages as integers; TP2 x ZeRO-2 over 2 ranks between, checkpointed layers among them
+ZERO1 = [(1, 4, 1, False), (1, 4, 1, True), (1, 4, 1, False), (1, 4, 1, False)]
+ZERO2 = [(1, 4, 2, False), (2, 2, 2, True), (1, 4, 2, False), (1, 4, 2, True)]
 
 
 @pytest.fixture(scope="module")
@@ -20,6 +23,8 @@ def runs():
     plans = {
         "dp": make_plan(DP, micro_batches=2),
         "sdp": make_plan(SDP, micro_batches=1),
+        "zero1": make_plan(ZERO1, micro_batches=2),
+        "zero2": make_plan(ZERO2, micro_batches=2),
         "tp": make_plan(TP, micro_batches=2),
         "pp_1f1b": make_plan(PP, pp_partition=[1, 1, 1, 1], micro_batches=4),
         "pp_gpipe": make_plan(PP, pp_partition=[1, 1, 1, 1], micro_batches=4, pipeline="gpipe"),
@@ -28,7 +33,7 @@ def runs():
     return dict(zip(plans, out))
 
 
-@pytest.mark.parametrize("name", ["dp", "sdp", "tp", "pp_1f1b", "pp_gpipe"])
+@pytest.mark.parametrize("name", ["dp", "sdp", "zero1", "zero2", "tp", "pp_1f1b", "pp_gpipe"])
 def test_matches_single_process_training(runs, name):
     plan, results, reference = runs[name]
     check_matches_reference(results, reference)
@@ -50,6 +55,24 @@ def test_sdp_bytes(runs):
     assert predicted["sdp_reduce_scatter"]["1"] == shard
     for r in results:
         assert r["comm"][-1]["calls"]["sdp_all_gather"]["1"] == 2
+
+
+def test_zero_one_and_two_bytes(runs):
+    """ZeRO-1 reduce-scatters once per iteration, ZeRO-2 once per micro-batch (2 here); both all-gather
+    the updated parameters once after the step and all-reduce nothing."""
+    shard = (12 * 32 * 32 + 13 * 32) * 4
+    for name, reduce_scatters in (("zero1", 1), ("zero2", 2)):
+        plan, results, _ = runs[name]
+        predicted = check_bytes(plan, results)
+        assert predicted["sdp_reduce_scatter"]["0"] == reduce_scatters * shard, name
+        assert predicted["step_all_gather"]["0"] == shard, name
+        assert not predicted["dp_all_reduce"] and not predicted["sdp_all_gather"], name
+        for r in results:
+            assert r["comm"][-1]["calls"]["sdp_reduce_scatter"]["0"] == reduce_scatters, name
+    # the optimizer steps a quarter of every unit (6: embeddings, 4 layers, head) where DP steps it all
+    whole = runs["dp"][1][0]["parameter_count"]
+    for r in runs["zero1"][1]:
+        assert whole / 4 <= r["parameter_count"] <= whole / 4 + 6
 
 
 def test_tp_bytes(runs):

@@ -80,7 +80,7 @@ std::vector<FlagKind> Flags(const std::string& subcommand, const std::vector<std
     flags.push_back({"--max-batch", {}});
   }
   if (subcommand == "hybrid") {
-    flags.push_back({"--method", {"bmw", "base", "galvatron", "dp", "sdp", "tp", "pp", "3d", "x"}});
+    flags.push_back({"--method", {"kiwi", "bmw", "base", "galvatron", "dp", "sdp", "tp", "pp", "3d", "x"}});
     flags.push_back({"--max-batch", kNumbers});
     flags.push_back({"--hf-config", files});
     flags.push_back({"--galvatron-out", outs});

@@ -34,7 +34,8 @@ TEST(HybridCli, JsonHasTheContractFields) {
   ASSERT_EQ(j["layers"].size(), 4u);
   for (const auto& l : j["layers"]) {
     EXPECT_EQ(l["tp"].get<int>() * l["dp"].get<int>() * pp, 8);
-    EXPECT_TRUE(l.contains("sdp") && l.contains("checkpoint"));
+    EXPECT_TRUE(l.contains("sdp") && l.contains("zero") && l.contains("checkpoint"));
+    EXPECT_EQ(l["sdp"].get<bool>(), l["zero"].get<int>() == 3);
   }
   EXPECT_EQ(16 % (j["micro_batches"].get<int>()), 0);
 }
@@ -110,7 +111,7 @@ TEST(HybridCli, BadFlagsExitTwo) {
 }
 
 TEST(HybridCli, EveryMethodRuns) {
-  for (const char* method : {"bmw", "base", "galvatron", "dp", "sdp", "tp", "pp", "3d", "dp+tp", "dp+pp"}) {
+  for (const char* method : {"kiwi", "bmw", "base", "galvatron", "dp", "sdp", "tp", "pp", "3d", "dp+tp", "dp+pp"}) {
     auto r = RunKiwi(kSmall + "--memory 6GiB --max-batch 64 --no-accumulation --quiet --json --method " + std::string(method));
     ASSERT_EQ(r.exit_code, 0) << method << ": " << r.err;
     EXPECT_EQ(r.Json()["method"], method);

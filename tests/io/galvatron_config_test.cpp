@@ -15,7 +15,7 @@ const std::string kData = std::string(KIWI_TEST_DATA_DIR) + "/galvatron/";
 
 plan::LayerPlan MixedPlan() {
   plan::LayerPlan p;
-  p.layers = {{1, 4, false, false}, {1, 4, true, true}, {2, 2, true, false}, {4, 1, false, true}, {2, 2, false, false}};
+  p.layers = {{1, 4, plan::Zero::kNone, false}, {1, 4, plan::Zero::kParameters, true}, {2, 2, plan::Zero::kParameters, false}, {4, 1, plan::Zero::kNone, true}, {2, 2, plan::Zero::kNone, false}};
   p.pp_degree = 2;
   p.pp_partition = {3, 2};
   p.global_batch = 64;
@@ -34,7 +34,7 @@ void ExpectSamePlan(const plan::LayerPlan& a, const plan::LayerPlan& b) {
 
 TEST(GalvatronConfig, RoundTripsKiwiPlans) {
   const plan::LayerPlan p = MixedPlan();
-  const std::string text = WriteGalvatronConfig(p);
+  const std::string text = *WriteGalvatronConfig(p);
   const nlohmann::json j = nlohmann::json::parse(text);
   EXPECT_EQ(j["tp_sizes_enc"], "1,1,2,4,2");
   EXPECT_EQ(j["dp_types_enc"], "0,1,1,0,0");
@@ -47,15 +47,41 @@ TEST(GalvatronConfig, RoundTripsKiwiPlans) {
   ExpectSamePlan(*back, p);
   plan::LayerPlan gpipe = p;
   gpipe.pipeline = plan::PipelineSchedule::kGPipe;
-  ExpectSamePlan(*ParseGalvatronConfig(WriteGalvatronConfig(gpipe), "c.json", 8), gpipe);
+  ExpectSamePlan(*ParseGalvatronConfig(*WriteGalvatronConfig(gpipe), "c.json", 8), gpipe);
+}
+
+// ZeRO-2 is Galvatron's default type zero2; ZeRO-1, and DP beside ZeRO-2, it cannot express.
+TEST(GalvatronConfig, WritesZero2AndRefusesWhatGalvatronCannotExpress) {
+  plan::LayerPlan p = MixedPlan();
+  for (plan::LayerStrategy& s : p.layers)
+    if (s.zero == plan::Zero::kNone) s.zero = plan::Zero::kGradients;
+  Result<std::string> text = WriteGalvatronConfig(p);
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  EXPECT_EQ(nlohmann::json::parse(*text)["default_dp_type"], "zero2");
+  Result<plan::LayerPlan> back = ParseGalvatronConfig(*text, "c.json", 8);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  for (size_t i = 0; i < p.layers.size(); ++i) EXPECT_EQ(back->layers[i].ZeroStage(), p.layers[i].ZeroStage()) << i;
+
+  plan::LayerPlan zero1 = MixedPlan();
+  zero1.layers[4].zero = plan::Zero::kOptimizerStates;
+  Result<std::string> refused = WriteGalvatronConfig(zero1);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("layer 4 uses ZeRO-1"), std::string::npos) << refused.error().message;
+  plan::LayerPlan mixed = MixedPlan();
+  mixed.layers[4].zero = plan::Zero::kGradients;  // layer 0 is plain DP
+  refused = WriteGalvatronConfig(mixed);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("layer 4 uses ZeRO2 where an earlier layer uses DP"), std::string::npos)
+      << refused.error().message;
 }
 
 TEST(GalvatronConfig, ReadsGalvatronsOwnFormat) {
   Result<plan::LayerPlan> p = ReadGalvatronConfigFile(kData + "galvatron_config_bert_example.json", 8);
   ASSERT_TRUE(p.ok()) << p.error().message;
   const std::vector<plan::LayerStrategy> expected = {
-      {1, 4, false, false}, {1, 4, true, true}, {2, 2, false, true}, {2, 2, true, false}};
-  EXPECT_EQ(p->layers, expected);  // zero2 default: plain DP where dp_types_enc is 0
+      {1, 4, plan::Zero::kGradients, false}, {1, 4, plan::Zero::kParameters, true},
+      {2, 2, plan::Zero::kGradients, true}, {2, 2, plan::Zero::kParameters, false}};
+  EXPECT_EQ(p->layers, expected);  // zero2 default: ZeRO-2 where dp_types_enc is 0
   EXPECT_EQ(p->pp_partition, (std::vector<int>{2, 2}));
   EXPECT_EQ(p->pipeline, plan::PipelineSchedule::kGPipe);
   EXPECT_EQ(p->global_batch, 32);
@@ -63,7 +89,7 @@ TEST(GalvatronConfig, ReadsGalvatronsOwnFormat) {
   Result<plan::LayerPlan> zero3 = ParseGalvatronConfig(
       R"({"pp_deg": 1, "tp_sizes_enc": "1,8", "global_bsz": 8, "default_dp_type": "zero3"})", "z.json", 8);
   ASSERT_TRUE(zero3.ok()) << zero3.error().message;
-  EXPECT_EQ(zero3->layers, (std::vector<plan::LayerStrategy>{{1, 8, true, false}, {8, 1, false, false}}));
+  EXPECT_EQ(zero3->layers, (std::vector<plan::LayerStrategy>{{1, 8, plan::Zero::kParameters, false}, {8, 1, plan::Zero::kNone, false}}));
   EXPECT_EQ(zero3->pp_partition, (std::vector<int>{2}));
 }
 
@@ -103,8 +129,9 @@ TEST(GalvatronConfig, DocsExampleReads) {
   Result<plan::LayerPlan> p = ParseGalvatronConfig(example, "docs/hybrid.md", 8);
   ASSERT_TRUE(p.ok()) << p.error().message;
   EXPECT_EQ(p->layers, (std::vector<plan::LayerStrategy>{
-                           {1, 4, false, false}, {1, 4, true, true}, {2, 2, false, false}, {2, 2, false, false}}));
-  EXPECT_EQ(WriteGalvatronConfig(*p), example);
+                           {1, 4, plan::Zero::kNone, false}, {1, 4, plan::Zero::kParameters, true},
+                           {2, 2, plan::Zero::kNone, false}, {2, 2, plan::Zero::kNone, false}}));
+  EXPECT_EQ(*WriteGalvatronConfig(*p), example);
 }
 
 }  // namespace

@@ -67,8 +67,8 @@ TEST(PlanJson, ReadsTheFixture) {
   EXPECT_EQ(p->op->schedule[3], (plan::Step{plan::StepKind::kFree, 0}));
   EXPECT_EQ(p->op->schedule[4], (plan::Step{plan::StepKind::kCompute, 3}));
   ASSERT_TRUE(p->layer.has_value());
-  EXPECT_EQ(p->layer->layers[0], (plan::LayerStrategy{2, 4, false, true}));
-  EXPECT_EQ(p->layer->layers[1], (plan::LayerStrategy{1, 8, true, false}));
+  EXPECT_EQ(p->layer->layers[0], (plan::LayerStrategy{2, 4, plan::Zero::kNone, true}));
+  EXPECT_EQ(p->layer->layers[1], (plan::LayerStrategy{1, 8, plan::Zero::kParameters, false}));
   EXPECT_EQ(p->layer->pp_degree, 2);
   EXPECT_EQ(p->layer->global_batch, 64);
   EXPECT_EQ(p->layer->micro_batches, 4);
@@ -178,10 +178,30 @@ TEST(PlanJson, PipelinePartitionMustMatch) {
 TEST(PlanJson, LayerDefaultsAndBadDegree) {
   Result<plan::Plan> p = ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [{}]}})", "plan.json");
   ASSERT_TRUE(p.ok()) << p.error().message;
-  EXPECT_EQ(p->layer->layers[0], (plan::LayerStrategy{1, 1, false, false}));
+  EXPECT_EQ(p->layer->layers[0], (plan::LayerStrategy{1, 1, plan::Zero::kNone, false}));
   EXPECT_EQ(p->layer->pipeline, plan::PipelineSchedule::k1F1B);
   ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [{"tp": "2"}]}})", "plan.json"),
                  {"plan.json: layer.layers[0].tp: must be an integer in [1, 2147483647] (got a string \"2\")"});
+}
+
+// A layer's ZeRO stage: "zero" 0-3; the first spelling "sdp": true still reads as 3 and, beside "zero"
+// (as kiwi hybrid --json writes both), must agree with it. Written back as "zero".
+TEST(PlanJson, ZeroStagesAndTheSdpSpelling) {
+  auto layer = [](const std::string& entry) {
+    return ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [)" + entry + "]}}", "plan.json");
+  };
+  Result<plan::Plan> zero2 = layer(R"({"dp": 1, "zero": 2})");
+  ASSERT_TRUE(zero2.ok()) << zero2.error().message;
+  EXPECT_EQ(zero2->layer->layers[0].zero, plan::Zero::kGradients);
+  const std::string written = WritePlanJson(*zero2);
+  EXPECT_NE(written.find(R"("zero")"), std::string::npos);
+  EXPECT_EQ(written.find(R"("sdp")"), std::string::npos);
+  EXPECT_EQ(ParsePlanJson(written, "plan.json")->layer->layers[0].zero, plan::Zero::kGradients);
+  EXPECT_EQ(layer(R"({"sdp": true})")->layer->layers[0].zero, plan::Zero::kParameters);
+  EXPECT_EQ(layer(R"({"sdp": true, "zero": 3})")->layer->layers[0].zero, plan::Zero::kParameters);
+  EXPECT_EQ(layer(R"({"sdp": false, "zero": 1})")->layer->layers[0].zero, plan::Zero::kOptimizerStates);
+  ExpectBadInput(layer(R"({"sdp": true, "zero": 1})"), {"plan.json: layer.layers[0].sdp: true contradicts zero 1"});
+  ExpectBadInput(layer(R"({"zero": 4})"), {"plan.json: layer.layers[0].zero: must be an integer in [0, 3]"});
 }
 
 TEST(PlanJson, VersionAndUnknownFields) {

@@ -106,9 +106,16 @@ TEST(SimulateLayerPlan, OptimizerStepOverEachDevicesModelStatesOnTheSlowestStage
               Simulate(FourLayers(), dp, cluster).summary.iteration_seconds + dp_step, kEps);
   EXPECT_NEAR(Simulate(with, dp, cluster).summary.time.compute, 0.048 + dp_step, kEps);
   // ZeRO-3 shards the states over the 4 devices: a quarter of the step.
-  LayerPlan sdp = UniformPlan({.tp = 1, .dp = 4, .sdp = true}, 16, 1);
+  LayerPlan sdp = UniformPlan({.tp = 1, .dp = 4, .zero = plan::Zero::kParameters}, 16, 1);
   EXPECT_NEAR(Simulate(with, sdp, cluster).summary.iteration_seconds,
               Simulate(FourLayers(), sdp, cluster).summary.iteration_seconds + dp_step / 4, kEps);
+  // ZeRO-1 and ZeRO-2 step their shard too, then all-gather it (the iteration's communication).
+  for (plan::Zero zero : {plan::Zero::kOptimizerStates, plan::Zero::kGradients}) {
+    LayerPlan sharded = UniformPlan({.tp = 1, .dp = 4, .zero = zero}, 16, 1);
+    const LayerSimResult r = Simulate(with, sharded, cluster);
+    EXPECT_NEAR(r.summary.iteration_seconds, Simulate(FourLayers(), sharded, cluster).summary.iteration_seconds + dp_step / 4, kEps);
+    EXPECT_NEAR(r.summary.time.compute, 0.048 + dp_step / 4, kEps);
+  }
   // Two stages of 3 and 1 layers (DP 2 each): the 3-layer stage's step, not the sum of both.
   LayerPlan pp = UniformPlan({.tp = 1, .dp = 2}, 16, 2);
   pp.pp_degree = 2;
@@ -140,7 +147,7 @@ TEST(SimulateLayerPlan, OptimizerStepPaysPerTensorWorkOfEachParameterTensor) {
   EXPECT_NEAR(seconds(with, dp) - seconds(without, dp), 4 * 3 * 4 * 1e-5, kEps);
   const LayerPlan tp = UniformPlan({.tp = 2, .dp = 2}, 16, 1);  // TP shards bytes, not tensor counts
   EXPECT_NEAR(seconds(with, tp) - seconds(without, tp), 4 * 3 * 4 * 1e-5, kEps);
-  const LayerPlan sdp = UniformPlan({.tp = 1, .dp = 4, .sdp = true}, 16, 1);
+  const LayerPlan sdp = UniformPlan({.tp = 1, .dp = 4, .zero = plan::Zero::kParameters}, 16, 1);
   EXPECT_NEAR(seconds(with, sdp) - seconds(without, sdp), 4 * 1 * 4 * 1e-5, kEps);
 }
 
@@ -186,7 +193,7 @@ TEST(SimulateLayerPlan, TensorParallelRunsInsideANodeAndDataParallelAcrossNodes)
 
 TEST(SimulateLayerPlan, ShardedDataParallelDividesModelStates) {
   const cost::Cluster cluster = TestCluster(1, 4);
-  const LayerSimResult r = Simulate(FourLayers(), UniformPlan({.tp = 1, .dp = 4, .sdp = true}, 16, 1), cluster);
+  const LayerSimResult r = Simulate(FourLayers(), UniformPlan({.tp = 1, .dp = 4, .zero = plan::Zero::kParameters}, 16, 1), cluster);
   // States / 4, plus one layer's gathered parameters (1 MB), plus activations.
   EXPECT_EQ(r.summary.peak_memory_bytes, 4'000'000 + 1'000'000 + 160'000);
   // Two all-gathers of 1 MB over 4 per layer: 3 x 1e6/4e9 = 0.75 ms each; reduce-scatter 0.75 ms
@@ -197,11 +204,72 @@ TEST(SimulateLayerPlan, ShardedDataParallelDividesModelStates) {
   EXPECT_NEAR(r.summary.iteration_seconds, 0.048 + 6e-3 + 0.9e-3, kEps);
 }
 
+// ZeRO's model states per device (Rajbhandari et al. 2020, Figure 1: (2 + 2 + K) Psi / N_d for P_os+g+p),
+// here per 1 MB layer with 1 byte of gradients and 2 of Adam states per parameter byte, over 4 ranks:
+// DP 4 MB, ZeRO-1 1 + 1 + 2/4 = 2.5 MB, ZeRO-2 1 + 3/4 = 1.75 MB plus one layer's whole gradient
+// until its reduce-scatter, ZeRO-3 1 MB plus one layer's gathered parameters.
+TEST(SimulateLayerPlan, ZeroStagesShardStatesAsTheZeroPaperCounts) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  auto peak = [&](plan::Zero zero) {
+    return Simulate(FourLayers(), UniformPlan({.tp = 1, .dp = 4, .zero = zero}, 16, 1), cluster).summary.peak_memory_bytes;
+  };
+  const int64_t activations = 4 * 4 * 10'000;  // 4 samples per device, 4 layers
+  EXPECT_EQ(peak(plan::Zero::kNone), 16'000'000 + activations);
+  EXPECT_EQ(peak(plan::Zero::kOptimizerStates), 10'000'000 + activations);
+  EXPECT_EQ(peak(plan::Zero::kGradients), 7'000'000 + 1'000'000 + activations);
+  EXPECT_EQ(peak(plan::Zero::kParameters), 4'000'000 + 1'000'000 + activations);
+  // Mixed precision (2 gradient bytes, 12 of fp32 master weights and Adam states per 2 parameter
+  // bytes: 1 + 6): ZeRO-2 keeps 1 + 7/4 = 2.75 MB a layer, ZeRO-1 1 + 1 + 6/4 = 3.5 MB.
+  LayerModel mixed = FourLayers();
+  mixed.state_bytes_per_parameter_byte = 7.0;
+  auto mixed_peak = [&](plan::Zero zero) {
+    return Simulate(mixed, UniformPlan({.tp = 1, .dp = 4, .zero = zero}, 16, 1), cluster).summary.peak_memory_bytes;
+  };
+  EXPECT_EQ(mixed_peak(plan::Zero::kOptimizerStates), 14'000'000 + activations);
+  EXPECT_EQ(mixed_peak(plan::Zero::kGradients), 11'000'000 + 1'000'000 + activations);
+  // A ZeRO stage over one rank shards nothing: the same plan as DP 1.
+  const cost::Cluster one = TestCluster(1, 1);
+  EXPECT_EQ(Simulate(FourLayers(), UniformPlan({.tp = 1, .dp = 1, .zero = plan::Zero::kGradients}, 16, 1), one)
+                .summary.iteration_seconds,
+            Simulate(FourLayers(), UniformPlan({.tp = 1, .dp = 1}, 16, 1), one).summary.iteration_seconds);
+}
+
+// ZeRO-1 reduce-scatters the accumulated gradients once, in the last micro-batch (as DP all-reduces
+// them); ZeRO-2 every micro-batch (it keeps no whole gradients). Both all-gather the updated
+// parameters after the step: 1 MB over 4 ranks, 0.75 ms a layer, after every stage's last micro-batch.
+TEST(SimulateLayerPlan, ZeroOneAndTwoReduceScatterAndGatherAfterTheStep) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  const double unhidden = 4 * 0.3 * 0.75e-3;  // each layer's reduce-scatter behind its backward
+  const double gather = 4 * 0.75e-3;
+  const LayerPlan zero1 = UniformPlan({.tp = 1, .dp = 4, .zero = plan::Zero::kOptimizerStates}, 16, 2);
+  const LayerSimResult r1 = Simulate(FourLayers(), zero1, cluster);
+  EXPECT_NEAR(r1.stages[0].microbatch_seconds, 0.024, kEps);
+  EXPECT_NEAR(r1.stages[0].gradient_sync_seconds, unhidden, kEps);
+  EXPECT_NEAR(r1.summary.iteration_seconds, 2 * 0.024 + unhidden + gather, kEps);
+  EXPECT_NEAR(r1.summary.time.communication, unhidden + gather, kEps);
+  const LayerPlan zero2 = UniformPlan({.tp = 1, .dp = 4, .zero = plan::Zero::kGradients}, 16, 2);
+  const LayerSimResult r2 = Simulate(FourLayers(), zero2, cluster);
+  EXPECT_NEAR(r2.stages[0].microbatch_seconds, 0.024 + unhidden, kEps);
+  EXPECT_NEAR(r2.stages[0].gradient_sync_seconds, 0.0, kEps);
+  EXPECT_NEAR(r2.summary.iteration_seconds, 2 * (0.024 + unhidden) + gather, kEps);
+  // Bytes per device and iteration: DP's all-reduce volume split into a reduce-scatter and an all-gather.
+  Result<PlanTraffic> t1 = LayerPlanTraffic(FourLayers(), zero1, cluster);
+  Result<PlanTraffic> t2 = LayerPlanTraffic(FourLayers(), zero2, cluster);
+  ASSERT_TRUE(t1.ok() && t2.ok());
+  EXPECT_EQ(t1->layers[0].sdp_reduce_scatter_bytes, 1'000'000);
+  EXPECT_EQ(t2->layers[0].sdp_reduce_scatter_bytes, 2 * 1'000'000);
+  for (const PlanTraffic* t : {&*t1, &*t2}) {
+    EXPECT_EQ(t->layers[0].step_all_gather_bytes, 1'000'000);
+    EXPECT_EQ(t->layers[0].dp_all_reduce_bytes, 0);
+    EXPECT_EQ(t->layers[0].sdp_all_gather_bytes, 0);
+  }
+}
+
 // ZeRO-3 reduce-scatters each micro-batch's gradients (DeepSpeed): with 2 micro-batches the
 // reduce-scatter runs twice, each overlapped with that micro-batch's 4 ms backward per layer.
 TEST(SimulateLayerPlan, ShardedDataParallelReduceScattersEveryMicroBatch) {
   const cost::Cluster cluster = TestCluster(1, 4);
-  const LayerPlan plan = UniformPlan({.tp = 1, .dp = 4, .sdp = true}, 16, 2);
+  const LayerPlan plan = UniformPlan({.tp = 1, .dp = 4, .zero = plan::Zero::kParameters}, 16, 2);
   const LayerSimResult r = Simulate(FourLayers(), plan, cluster);
   const double microbatch = 0.024 + 4 * 2 * 0.75e-3 + 4 * 0.3 * 0.75e-3;
   EXPECT_NEAR(r.stages[0].microbatch_seconds, microbatch, kEps);
@@ -378,7 +446,7 @@ TEST(SimulateLayerPlan, SliceGatherWhenDataParallelDegreeShrinks) {
   EXPECT_NEAR(Simulate(FourLayers(), plan, cluster).summary.time.resharding, 4e-6, kEps);
   // DP and SDP share the activation layout.
   plan.layers.assign(4, {.tp = 1, .dp = 4});
-  plan.layers[1].sdp = true;
+  plan.layers[1].zero = plan::Zero::kParameters;
   EXPECT_NEAR(Simulate(FourLayers(), plan, cluster).summary.time.resharding, 0.0, kEps);
 }
 
@@ -462,7 +530,7 @@ TEST(SimulateLayerPlan, ReplicatedParametersAreNotSplitByTp) {
   const LayerSimResult r = Simulate(model, plan, cluster);
   const LayerSimResult base = Simulate(FourLayers(), plan, cluster);
   EXPECT_EQ(r.summary.peak_memory_bytes - base.summary.peak_memory_bytes, 4 * 100'000 * 4);
-  plan.layers.assign(4, {.tp = 2, .dp = 2, .sdp = true});
+  plan.layers.assign(4, {.tp = 2, .dp = 2, .zero = plan::Zero::kParameters});
   t = LayerPlanTraffic(model, plan, cluster);
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(t->layers[0].sdp_all_gather_bytes, 2 * 600'000);

@@ -31,7 +31,7 @@ HybridSearchResult Search(const cost::LayerModel& model, const cost::Cluster& cl
 // Every (pp, partition, m, assignment) of a batch in the search's space (TP within a node), simulated.
 std::vector<Outcome> EverythingAtBatch(const cost::LayerModel& model, const cost::Cluster& cluster, int64_t batch) {
   std::vector<Outcome> all;
-  StrategySpaceOptions space;
+  StrategySpaceOptions space = SpaceOf(Method::kKiwi, cluster.NumDevices(), static_cast<int>(model.layers.size())).strategies;
   if (cluster.num_nodes > 1) space.max_tp = cluster.devices_per_node;
   const int layers = static_cast<int>(model.layers.size());
   for (int pp : PowerOfTwoDivisors(cluster.NumDevices())) {
@@ -105,7 +105,7 @@ TEST(SearchHybridPlan, BatchSweepEqualsBruteForce) {
   }
 }
 
-TEST(SearchHybridPlan, BmwIsNeverSlowerThanABaseline) {
+TEST(SearchHybridPlan, KiwiIsNeverSlowerThanAnotherMethod) {  // its space contains theirs
   const cost::Cluster cluster = TestCluster(2, 4);
   const cost::LayerModel model = TwoTypeModel(6, 6);
   for (int64_t budget : {600 * kMiB, 1200 * kMiB, 3000 * kMiB, 12000 * kMiB}) {
@@ -183,16 +183,16 @@ TEST(SearchHybridPlan, MethodsStayInTheirSpaces) {
   };
   const HybridSearchResult dp = run(Method::kDp), tp = run(Method::kTp), pp = run(Method::kPp), d3 = run(Method::k3d);
   const HybridSearchResult gal = run(Method::kGalvatron), dptp = run(Method::kDpTp);
-  for (const plan::LayerStrategy& s : dp.plan.layers) EXPECT_EQ(s, (plan::LayerStrategy{1, 8, false, false}));
+  for (const plan::LayerStrategy& s : dp.plan.layers) EXPECT_EQ(s, (plan::LayerStrategy{1, 8, plan::Zero::kNone, false}));
   for (const plan::LayerStrategy& s : tp.plan.layers) EXPECT_EQ(s.tp, 8);
   EXPECT_EQ(dp.plan.micro_batches, 1);
   EXPECT_EQ(pp.plan.pp_degree, 8);
   EXPECT_EQ(pp.plan.pipeline, plan::PipelineSchedule::kGPipe);
   EXPECT_EQ(d3.plan.pp_degree, 2);
-  for (const plan::LayerStrategy& s : d3.plan.layers) EXPECT_EQ(s, (plan::LayerStrategy{2, 2, false, false}));
+  for (const plan::LayerStrategy& s : d3.plan.layers) EXPECT_EQ(s, (plan::LayerStrategy{2, 2, plan::Zero::kNone, false}));
   for (const plan::LayerStrategy& s : gal.plan.layers) EXPECT_FALSE(s.checkpoint);
   EXPECT_EQ(dptp.plan.pp_degree, 1);
-  for (const plan::LayerStrategy& s : dptp.plan.layers) EXPECT_FALSE(s.sdp || s.checkpoint);
+  for (const plan::LayerStrategy& s : dptp.plan.layers) EXPECT_FALSE(s.ZeroStage() != plan::Zero::kNone || s.checkpoint);
   EXPECT_EQ(gal.plan.pp_partition, EvenPartition(8, gal.plan.pp_degree));
 }
 
@@ -310,7 +310,8 @@ TEST(Methods, NamesRoundTrip) {
     EXPECT_EQ(MethodName(*ParseMethod(name)), name);
   }
   EXPECT_FALSE(ParseMethod("zero").has_value());
-  EXPECT_EQ(MethodNames().size(), 10u);
+  EXPECT_EQ(MethodNames().size(), 11u);
+  EXPECT_EQ(HybridSearchOptions().method, Method::kKiwi);
   EXPECT_EQ(SpaceOf(Method::k3d, 8, 32).tp, 2);
   EXPECT_EQ(SpaceOf(Method::kPp, 8, 4).pp_degrees, (std::vector<int>{4}));
 }

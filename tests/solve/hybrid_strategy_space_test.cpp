@@ -59,21 +59,21 @@ TEST(DecisionTreeStrategies, LevelOrderIsKeptAndMapsToTheEstimatorsView) {
   const TreeStrategy inner = find("DP2-TP2"), outer = find("TP2-DP2");
   EXPECT_TRUE(inner.TpInnermost());
   EXPECT_FALSE(outer.TpInnermost());
-  EXPECT_EQ(inner.ToLayerStrategy(), (plan::LayerStrategy{2, 2, false, false}));
+  EXPECT_EQ(inner.ToLayerStrategy(), (plan::LayerStrategy{2, 2, plan::Zero::kNone, false}));
   EXPECT_EQ(outer.ToLayerStrategy(), inner.ToLayerStrategy());
-  EXPECT_EQ(find("SDP4+CKPT").ToLayerStrategy(), (plan::LayerStrategy{1, 4, true, true}));
+  EXPECT_EQ(find("SDP4+CKPT").ToLayerStrategy(), (plan::LayerStrategy{1, 4, plan::Zero::kParameters, true}));
 }
 
 TEST(LayerStrategies, CollapseTheTreesOfOneGroup) {
   for (int devices : {1, 2, 4, 8, 16}) {
-    std::set<std::tuple<int, int, bool, bool>> from_trees, listed;
+    std::set<std::tuple<int, int, plan::Zero, bool>> from_trees, listed;
     for (const TreeStrategy& t : DecisionTreeStrategies(devices, 1, {})) {
       const plan::LayerStrategy s = t.ToLayerStrategy();
-      from_trees.insert({s.tp, s.dp, s.sdp, s.checkpoint});
+      from_trees.insert({s.tp, s.dp, s.zero, s.checkpoint});
     }
     for (const plan::LayerStrategy& s : LayerStrategies(devices, {})) {
       EXPECT_EQ(s.tp * s.dp, devices);
-      listed.insert({s.tp, s.dp, s.sdp, s.checkpoint});
+      listed.insert({s.tp, s.dp, s.zero, s.checkpoint});
     }
     EXPECT_EQ(listed, from_trees) << devices << " devices";
   }
@@ -84,11 +84,35 @@ TEST(LayerStrategies, HonourTheParadigmSwitches) {
   StrategySpaceOptions dp_only;
   dp_only.allow_tp = dp_only.allow_sdp = dp_only.allow_checkpoint = false;
   ASSERT_EQ(LayerStrategies(8, dp_only).size(), 1u);
-  EXPECT_EQ(LayerStrategies(8, dp_only).front(), (plan::LayerStrategy{1, 8, false, false}));
+  EXPECT_EQ(LayerStrategies(8, dp_only).front(), (plan::LayerStrategy{1, 8, plan::Zero::kNone, false}));
   StrategySpaceOptions tp_only;
   tp_only.allow_dp = tp_only.allow_sdp = false;
   for (const plan::LayerStrategy& s : LayerStrategies(4, tp_only)) EXPECT_EQ(s.tp, 4);
   EXPECT_EQ(PowerOfTwoDivisors(12), (std::vector<int>{1, 2, 4}));
+}
+
+// kiwi's space adds ZeRO-1 and ZeRO-2 wherever DP has more than one rank: tp 1, 2, 4 on 8 devices
+// get DP, ZeRO-1, ZeRO-2, SDP; tp 8 one strategy; each with and without CKPT.
+TEST(LayerStrategies, ZeroStagesOnlyWhereAsked) {
+  StrategySpaceOptions kiwi;
+  kiwi.allow_zero12 = true;
+  const std::vector<plan::LayerStrategy> all = LayerStrategies(8, kiwi);
+  EXPECT_EQ(all.size(), 26u);
+  std::set<std::tuple<int, plan::Zero>> seen;
+  for (const plan::LayerStrategy& s : all) {
+    seen.insert({s.tp, s.zero});
+    if (s.dp == 1) {
+      EXPECT_EQ(s.zero, plan::Zero::kNone);
+    }
+  }
+  EXPECT_TRUE(seen.count({4, plan::Zero::kOptimizerStates}) && seen.count({1, plan::Zero::kGradients}));
+  for (const plan::LayerStrategy& s : LayerStrategies(8, {})) {  // Galvatron-BMW's space: none
+    EXPECT_TRUE(s.zero == plan::Zero::kNone || s.zero == plan::Zero::kParameters);
+  }
+  kiwi.allow_dp = kiwi.allow_sdp = false;
+  for (const plan::LayerStrategy& s : LayerStrategies(8, kiwi)) {
+    EXPECT_TRUE(s.dp == 1 || s.zero == plan::Zero::kOptimizerStates || s.zero == plan::Zero::kGradients);
+  }
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ struct HybridOptions {
   std::string memory;
   std::string batch = "auto";
   int64_t max_batch = 512;
-  std::string method = "bmw";
+  std::string method = "kiwi";
   std::string out;
   std::string hf_config;                        // a HuggingFace config.json instead of --model
   std::string galvatron_out;                    // plan as Galvatron strategy config
@@ -82,19 +82,15 @@ Result<hybrid::HybridSearchOptions> SearchOptions(const HybridOptions& o, const 
   return s;
 }
 
-std::string StrategyName(const plan::LayerStrategy& s) {
-  std::vector<std::string> parts;
-  if (s.tp > 1) parts.push_back(fmt::format("TP{}", s.tp));
-  if (s.dp > 1) parts.push_back(fmt::format("{}{}", s.sdp ? "SDP" : "DP", s.dp));
-  std::string name = parts.empty() ? "single" : fmt::format("{}", fmt::join(parts, "x"));
-  return s.checkpoint ? name + "+CKPT" : name;
-}
-
 nlohmann::json ResultJson(const hybrid::HybridSearchResult& r, const HybridOptions& o, const std::string& model,
                           const std::string& cluster, int64_t budget) {
   nlohmann::json layers = nlohmann::json::array();
   for (const plan::LayerStrategy& s : r.plan.layers)
-    layers.push_back({{"tp", s.tp}, {"dp", s.dp}, {"sdp", s.sdp}, {"checkpoint", s.checkpoint}});
+    layers.push_back({{"tp", s.tp},
+                      {"dp", s.dp},
+                      {"sdp", s.Shards(plan::Zero::kParameters)},  // CONTRACT.md's field: ZeRO-3
+                      {"zero", static_cast<int>(s.ZeroStage())},
+                      {"checkpoint", s.checkpoint}});
   const plan::LayerPlan& p = r.plan;
   return {{"feasible", r.feasible},
           {"method", o.method},
@@ -142,7 +138,7 @@ std::string ResultText(const hybrid::HybridSearchResult& r, const std::string& m
   for (size_t i = 0; i < p.layers.size();) {
     size_t j = i;
     while (j + 1 < p.layers.size() && p.layers[j + 1] == p.layers[i] && stage_of[j + 1] == stage_of[i]) ++j;
-    t.AddRow({i == j ? std::to_string(i) : fmt::format("{}-{}", i, j), std::to_string(stage_of[i]), StrategyName(p.layers[i])});
+    t.AddRow({i == j ? std::to_string(i) : fmt::format("{}-{}", i, j), std::to_string(stage_of[i]), plan::StrategyName(p.layers[i])});
     i = j + 1;
   }
   return out + t.Render();
@@ -226,9 +222,12 @@ Result<Problem> LoadProblem(const HybridOptions& o) {
   return Problem{std::move(*model), std::move(*cluster), {}, DescribeModel(*spec)};
 }
 
+// The Galvatron config is made first: a plan it cannot express leaves no file written.
 Status WriteOutputs(const HybridOptions& o, const hybrid::HybridSearchResult& r) {
+  Result<std::string> config = o.galvatron_out.empty() ? std::string() : io::WriteGalvatronConfig(r.plan);
+  if (!config) return config.error();
   if (!o.out.empty()) KIWI_RETURN_IF_ERROR(WritePlan(o.out, r, o));
-  if (!o.galvatron_out.empty()) KIWI_RETURN_IF_ERROR(io::WriteFileAtomically(o.galvatron_out, io::WriteGalvatronConfig(r.plan)));
+  if (!o.galvatron_out.empty()) KIWI_RETURN_IF_ERROR(io::WriteFileAtomically(o.galvatron_out, *config));
   return Status::Ok();
 }
 
@@ -263,7 +262,7 @@ int RunHybrid(const HybridOptions& o) {
 Command AddHybridCommand(CLI::App& root) {
   auto o = std::make_shared<HybridOptions>();
   CLI::App* app = root.add_subcommand(
-      "hybrid", "layer-level hybrid parallelism (Galvatron-BMW): per-layer DP/SDP/TP/CKPT, pipelines, batch search");
+      "hybrid", "layer-level hybrid parallelism (Galvatron-BMW): per-layer DP/ZeRO-1/2/3/TP/CKPT, pipelines, batch search");
   o->model.Add(app, "bert-huge-32");
   app->remove_option(app->get_option("--batch"));  // here --batch is the global batch of the plan, or auto
   app->add_option("--batch", o->batch, "global batch size, or auto to search it (up to --max-batch)")->capture_default_str();

@@ -29,24 +29,45 @@ double CollectiveSeconds(const CostModel& cost_model, Collective c, int64_t byte
 // The layer's parameters within one TP shard (what DP replicates and SDP shards further).
 int64_t TpShardParameterBytes(const PlacedLayer& l) { return TpShardParameterBytes(l.profile, l.strategy.tp); }
 
-// Parameters + gradients + optimizer states per device: split by TP (but the replicated part), and by
-// DP too under SDP (ZeRO-3: sharded parameters, gradients and optimizer states).
-int64_t ModelStateBytes(const PlacedLayer& l, double state_bytes_per_parameter_byte) {
+// The TP shard's parameters as tp times a TP shard (the replicated part counted tp times), so that
+// dividing by tp (and by dp where ZeRO shards) gives one device's share.
+double TpWholeParameterBytes(const PlacedLayer& l) {
   const LayerProfile& p = l.profile;
-  const double tp = static_cast<double>(l.strategy.tp);
-  const double shards = tp * (l.strategy.sdp ? l.strategy.dp : 1);
-  const double tp_whole = static_cast<double>(p.parameter_bytes - p.replicated_parameter_bytes) +
-                          static_cast<double>(p.replicated_parameter_bytes) * tp;  // tp x a TP shard
-  return static_cast<int64_t>(std::ceil(tp_whole * (1.0 + state_bytes_per_parameter_byte) / shards));
+  return static_cast<double>(p.parameter_bytes - p.replicated_parameter_bytes) +
+         static_cast<double>(p.replicated_parameter_bytes) * l.strategy.tp;
+}
+
+// Parameters + gradients + optimizer states per device: split by TP (but the replicated part), and by
+// DP what the layer's ZeRO stage shards (ZeRO §5.1-5.3: P_os, P_os+g, P_os+g+p).
+int64_t ModelStateBytes(const PlacedLayer& l, const LayerModel& model) {
+  const plan::LayerStrategy& s = l.strategy;
+  const double dp = static_cast<double>(s.dp);
+  const double gradients = model.GradientBytesPerParameterByte();
+  const double states = model.OptimizerStateBytesPerParameterByte();
+  const double per_parameter_byte = (s.Shards(plan::Zero::kParameters) ? 1.0 / dp : 1.0) +
+                                    (s.Shards(plan::Zero::kGradients) ? gradients / dp : gradients) +
+                                    (s.Shards(plan::Zero::kOptimizerStates) ? states / dp : states);
+  return static_cast<int64_t>(std::ceil(TpWholeParameterBytes(l) * per_parameter_byte / s.tp));
+}
+
+// The model states one device's optimizer step passes over: all of them, or the DP shard under any
+// ZeRO stage (each rank steps the parameters whose optimizer states it holds).
+int64_t SteppedStateBytes(const PlacedLayer& l, const LayerModel& model) {
+  const double shards = static_cast<double>(l.strategy.tp) * (l.strategy.Shards(plan::Zero::kOptimizerStates) ? l.strategy.dp : 1);
+  return static_cast<int64_t>(std::ceil(TpWholeParameterBytes(l) * (1.0 + model.state_bytes_per_parameter_byte) / shards));
 }
 
 }  // namespace
 
 double OptimizerSeconds(const PlacedLayer& layer, const LayerModel& model, const CostModel& cost_model) {
-  const bool flat_shard = layer.strategy.sdp && layer.strategy.dp > 1;
+  const bool flat_shard = layer.strategy.Shards(plan::Zero::kOptimizerStates);  // DeepSpeed: one flat shard
   const double tensors = model.optimizer_tensors_per_parameter * (flat_shard ? 1.0 : layer.profile.parameter_tensors);
-  return cost_model.OptimizerStepTime(
-      model.optimizer, static_cast<double>(ModelStateBytes(layer, model.state_bytes_per_parameter_byte)), tensors);
+  return cost_model.OptimizerStepTime(model.optimizer, static_cast<double>(SteppedStateBytes(layer, model)), tensors);
+}
+
+double ParameterGatherSeconds(const PlacedLayer& layer, const CostModel& cost_model) {
+  const LayerCommunication comm = LayerCommunicationOf(layer);
+  return CollectiveSeconds(cost_model, Collective::kAllGather, comm.step_all_gather_bytes, layer.mesh, kDpAxis);
 }
 
 namespace {
@@ -123,23 +144,30 @@ int64_t TransientBytes(const PlacedLayer& l) {
 // A layer's terms of Galvatron-BMW Eq. 1 (StageMemory): its model states, the forward activations of
 // one micro-batch (boundary only when checkpointed, c(f) = c(bnd)), the transient of its backward pass
 // (the intermediates a checkpointed layer recomputes, c(b) = c(int), with its gradients in flight:
-// LayerProfile::backward_transient_bytes_per_sample), and the full parameters SDP gathers.
-StageMemory LayerMemory(const PlacedLayer& l, double state_bytes_per_parameter_byte) {
+// LayerProfile::backward_transient_bytes_per_sample), and the whole (TP-shard) parameters or gradient
+// a ZeRO-3 or ZeRO-2 layer holds at once.
+StageMemory LayerMemory(const PlacedLayer& l, const LayerModel& model) {
   const LayerProfile& p = l.profile;
   StageMemory m;
-  m.model_states = ModelStateBytes(l, state_bytes_per_parameter_byte);
+  m.model_states = ModelStateBytes(l, model);
   m.activations = l.strategy.checkpoint
                       ? MicrobatchBytes(l, p.boundary_bytes_per_sample, p.boundary_bytes_per_sample)
                       : MicrobatchBytes(l, p.activation_bytes_per_sample, p.replicated_activation_bytes_per_sample);
   m.transient = TransientBytes(l);
-  if (l.strategy.sdp && l.strategy.dp > 1) m.gathered = TpShardParameterBytes(l);
+  // ZeRO-3 holds a layer's whole parameters while it runs, then its whole gradient until the
+  // reduce-scatter (the gathered copy freed first); ZeRO-2 that gradient only.
+  const int64_t whole_gradient = static_cast<int64_t>(
+      std::ceil(static_cast<double>(TpShardParameterBytes(l)) * model.GradientBytesPerParameterByte()));
+  if (l.strategy.Shards(plan::Zero::kParameters))
+    m.gathered = std::max(TpShardParameterBytes(l), whole_gradient);
+  else if (l.strategy.Shards(plan::Zero::kGradients))
+    m.gathered = whole_gradient;
   return m;
 }
 
-int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_flight,
-                        double state_bytes_per_parameter_byte) {
+int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_flight, const LayerModel& model) {
   StageMemory stage;
-  for (const PlacedLayer* l : layers) stage += LayerMemory(*l, state_bytes_per_parameter_byte);
+  for (const PlacedLayer* l : layers) stage += LayerMemory(*l, model);
   return stage.PeakBytes(in_flight);
 }
 
@@ -163,13 +191,17 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
   FillTpAllReduces(l, c);
   if (l.mesh.masks[kDpAxis] == 0) return c;
   const int64_t shard = TpShardParameterBytes(l);
-  if (l.strategy.sdp) {
+  const plan::Zero zero = l.strategy.ZeroStage();
+  if (zero == plan::Zero::kParameters) {
     c.sdp_all_gather_bytes = shard;
     c.sdp_all_gathers = kSdpAllGathers;
   }
+  // ZeRO-1/2: each rank steps its shard and all-gathers the updated parameters (ZeRO §7.2.1: a
+  // reduce-scatter and an all-gather, DP's all-reduce volume).
+  if (zero == plan::Zero::kOptimizerStates || zero == plan::Zero::kGradients) c.step_all_gather_bytes = shard;
   c.gradient_sync_bytes = shard;
-  c.gradient_sync = l.strategy.sdp ? Collective::kReduceScatter : Collective::kAllReduce;
-  c.gradient_sync_every_microbatch = l.strategy.sdp;
+  c.gradient_sync = zero == plan::Zero::kNone ? Collective::kAllReduce : Collective::kReduceScatter;
+  c.gradient_sync_every_microbatch = l.strategy.Shards(plan::Zero::kGradients);
   return c;
 }
 

@@ -44,14 +44,18 @@ struct StageCost {
   double resharding = 0.0;     // one micro-batch: Slice-Gather between layers of different layouts
   double gradient_sync = 0.0;  // once per iteration: DP/SDP gradient sync not hidden by the backward
   double optimizer = 0.0;      // once per iteration: the optimizer step over the device's model states
+  double parameter_gather = 0.0;  // once per iteration, after the step: ZeRO-1/2's all-gather of the updated shards
   int64_t peak_memory_bytes = 0;
   double MicrobatchSeconds() const { return compute + recompute + communication + resharding; }
 };
 
-// The optimizer step of one layer on one device: a pass over its model states there (parameters,
-// gradients, optimizer states: TP-sharded, and DP-sharded under ZeRO-3), priced by the cost model, plus
-// the per-tensor work of every parameter tensor (one flat shard under ZeRO-3).
+// The optimizer step of one layer on one device: a pass over the model states it updates there
+// (parameters, gradients, optimizer states: TP-sharded, and DP-sharded under every ZeRO stage), priced
+// by the cost model, plus the per-tensor work of every parameter tensor (one flat shard under ZeRO).
 double OptimizerSeconds(const PlacedLayer& layer, const LayerModel& model, const CostModel& cost_model);
+
+// ZeRO-1/2's all-gather of the layer's updated parameter shards after the optimizer step (0 otherwise).
+double ParameterGatherSeconds(const PlacedLayer& layer, const CostModel& cost_model);
 
 // Bytes a checkpointed layer's recomputation brings back per device for its backward pass.
 int64_t RecomputedBytes(const PlacedLayer& layer);
@@ -60,12 +64,13 @@ int64_t RecomputedBytes(const PlacedLayer& layer);
 // recomputation brings back (when checkpointed) and its gradients in flight.
 int64_t TransientBytes(const PlacedLayer& layer);
 
-// One layer's terms of a stage's memory (Galvatron-BMW Eq. 1) per device.
-StageMemory LayerMemory(const PlacedLayer& layer, double state_bytes_per_parameter_byte);
+// One layer's terms of a stage's memory (Galvatron-BMW Eq. 1) per device; `model` gives the bytes of
+// gradients and optimizer states per parameter byte.
+StageMemory LayerMemory(const PlacedLayer& layer, const LayerModel& model);
 
 // Peak bytes per device of a stage holding `in_flight` micro-batches' activations (Eq. 1), without
 // the device's reserve (ReservedBytes).
-int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_flight, double state_bytes_per_parameter_byte);
+int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_flight, const LayerModel& model);
 
 // The collectives AddLayerCost prices for one layer, as the per-device `bytes` of CollectiveTime
 // (all-reduce: the buffer; all-gather: the gathered result; reduce-scatter: the input). A collective
@@ -79,10 +84,12 @@ struct LayerCommunication {
   bool tp_recomputed = false;
   int64_t sdp_all_gather_bytes = 0; // one ZeRO-3 all-gather of the TP shard's parameters
   int sdp_all_gathers = 0;          // per micro-batch: before the forward and before the backward
-  int64_t gradient_sync_bytes = 0;  // one DP all-reduce / SDP reduce-scatter of the TP shard's gradients
+  int64_t step_all_gather_bytes = 0;  // ZeRO-1/2: once per iteration, the updated parameters after the step
+  int64_t gradient_sync_bytes = 0;  // one DP all-reduce / ZeRO reduce-scatter of the TP shard's gradients
   Collective gradient_sync = Collective::kAllReduce;
-  // DP all-reduces once per iteration (DDP: the last micro-batch); ZeRO-3 reduce-scatters every
-  // micro-batch's gradients (DeepSpeed ZeRO-3: full-size gradients are never kept).
+  // DP and ZeRO-1 sync once per iteration (DDP: the last micro-batch; ZeRO-1 accumulates whole
+  // gradients); ZeRO-2/3 reduce-scatter every micro-batch's gradients (DeepSpeed: full-size gradients
+  // are never kept).
   bool gradient_sync_every_microbatch = false;
   int TpAllReduces() const;        // per micro-batch, recomputation included
   int64_t TpAllReduceBytes() const;

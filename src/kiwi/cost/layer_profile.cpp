@@ -34,7 +34,7 @@ void FillPasses(const ir::Graph& graph, std::span<const ir::NodeId> forward, std
 // Gradients + optimizer states per parameter byte. The final gradient of each parameter is what the
 // optimizer node reads from the backward pass (ir/backward.h); without an optimizer node gradients
 // are assumed to be as large as the parameters.
-double StateBytesPerParameterByte(const ir::Graph& graph) {
+void FillStateRatios(const ir::Graph& graph, LayerModel& model) {
   int64_t parameter_bytes = 0, state_bytes = 0, gradient_bytes = 0;
   bool has_optimizer = false;
   for (const ir::Node& node : graph.nodes()) {
@@ -47,9 +47,14 @@ double StateBytesPerParameterByte(const ir::Graph& graph) {
       if (read.is_backward() && !read.is_persistent()) gradient_bytes += read.output.Bytes();
     }
   }
-  if (parameter_bytes == 0) return 0.0;
+  if (parameter_bytes == 0) {
+    model.state_bytes_per_parameter_byte = model.gradient_bytes_per_parameter_byte = 0.0;
+    return;
+  }
   if (!has_optimizer) gradient_bytes = parameter_bytes;
-  return static_cast<double>(state_bytes + gradient_bytes) / static_cast<double>(parameter_bytes);
+  const double parameters = static_cast<double>(parameter_bytes);
+  model.state_bytes_per_parameter_byte = static_cast<double>(state_bytes + gradient_bytes) / parameters;
+  model.gradient_bytes_per_parameter_byte = static_cast<double>(gradient_bytes) / parameters;
 }
 
 // What Megatron TP keeps whole on every TP rank of a layer (Shoeybi et al. 2019, §3): parameters
@@ -284,7 +289,7 @@ Result<LayerModel> BuildLayerModel(const ir::Graph& training, int64_t graph_batc
     model.layers[i].backward_transient_bytes_per_sample = CeilDiv(transients[i], graph_batch);
   model.embedding.backward_transient_bytes_per_sample = CeilDiv(transients[model.layers.size()], graph_batch);
   model.head.backward_transient_bytes_per_sample = CeilDiv(transients[model.layers.size() + 1], graph_batch);
-  model.state_bytes_per_parameter_byte = StateBytesPerParameterByte(training);
+  FillStateRatios(training, model);
   model.optimizer_tensors_per_parameter = OptimizerTensorsPerParameter(training);
   for (const ir::Node& node : training.nodes())
     if (node.kind == ir::OpKind::kOptimizer) model.optimizer = node.op;

@@ -1,6 +1,7 @@
 #pragma once
 // Per-layer figures the layer-level (Galvatron-BMW) simulator and planner work with, derived from an
 // operator-level training graph (ir/layers.h) and the cost model, so both levels share one source.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -70,6 +71,14 @@ struct LayerModel {
   LayerProfile head;
   // Gradients + optimizer states (+ fp32 master weights) per byte of parameters: e.g. fp32 Adam = 3.
   double state_bytes_per_parameter_byte = 0.0;
+  // Of which gradients (ZeRO-2 shards them, ZeRO-1 only the rest): 1 where they have the parameters' dtype.
+  double gradient_bytes_per_parameter_byte = 1.0;
+  double GradientBytesPerParameterByte() const {
+    return std::min(gradient_bytes_per_parameter_byte, state_bytes_per_parameter_byte);
+  }
+  double OptimizerStateBytesPerParameterByte() const {
+    return state_bytes_per_parameter_byte - GradientBytesPerParameterByte();
+  }
   // Tensors the optimizer step reads per parameter tensor (itself, its gradient, its states: Adam 4).
   double optimizer_tensors_per_parameter = 0.0;
   // The optimizer step run once per iteration over every device's parameters ("adam", "fused_adam", "sgd"; empty:

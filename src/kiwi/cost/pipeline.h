@@ -18,13 +18,13 @@ int MicrobatchesInFlight(plan::PipelineSchedule schedule, int pp, int micro_batc
 
 // Galvatron-BMW Eq. 1 for one stage on one device, kept as its terms so layers add one at a time:
 // model states and the activations of each micro-batch in flight add up; a backward pass's transient
-// and an SDP layer's gathered parameters are held by one layer at a time, so the stage takes the
-// largest of each (both at once: an upper bound when different layers cause them).
+// and a ZeRO-2/3 layer's whole parameters or gradient are held by one layer at a time, so the stage
+// takes the largest of each (both at once: an upper bound when different layers cause them).
 struct StageMemory {
   int64_t model_states = 0;  // parameters, gradients, optimizer states
   int64_t activations = 0;   // kept activations of one micro-batch
   int64_t transient = 0;     // the largest backward transient: recomputed intermediates, gradients in flight
-  int64_t gathered = 0;      // the largest full (TP-shard) parameters an SDP layer gathers
+  int64_t gathered = 0;      // the largest whole (TP-shard) parameters or gradient a ZeRO-3 / ZeRO-2 layer holds
 
   StageMemory& operator+=(const StageMemory& layer);
   // What grows with every layer: model states + `in_flight` micro-batches' activations.

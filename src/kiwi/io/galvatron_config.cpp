@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <charconv>
+#include <optional>
 
 #include "kiwi/io/file_io.h"
 #include "kiwi/io/json_fields.h"
@@ -119,8 +120,11 @@ Result<plan::LayerPlan> ToPlan(const RawConfig& c, const JsonPath& at, int num_d
     if (c.sp[i] != 0) return at.Key("use_sp").Index(i).Bad("sequence parallelism is not supported by kiwi's estimator");
     if (c.consecutive[i] == 0 && tp > 1 && dp > 1)
       return at.Key("tp_consecutive_flags").Index(i).Bad("0 (TP across DP groups) is not supported: kiwi places TP innermost");
-    const bool sdp = dp > 1 && (c.dp_types[i] == 1 || c.default_dp_type == "zero3");
-    p.layers.push_back({tp, dp, sdp, c.checkpoint[i] == 1});
+    // dp_types_enc 1 is ZeRO-3; 0 the default type (DDP or ZeRO-2).
+    plan::Zero zero = plan::Zero::kNone;
+    if (dp > 1 && (c.dp_types[i] == 1 || c.default_dp_type == "zero3")) zero = plan::Zero::kParameters;
+    else if (dp > 1 && c.default_dp_type == "zero2") zero = plan::Zero::kGradients;
+    p.layers.push_back({tp, dp, zero, c.checkpoint[i] == 1});
   }
   p.pp_degree = static_cast<int>(c.pp);
   int64_t covered = 0;
@@ -140,12 +144,36 @@ Result<plan::LayerPlan> ToPlan(const RawConfig& c, const JsonPath& at, int num_d
 
 }  // namespace
 
-std::string WriteGalvatronConfig(const plan::LayerPlan& plan) {
+namespace {
+
+// Galvatron gives a layer ZeRO-3 or the config's one default type (DDP or ZeRO-2): the default of a
+// plan's other data-parallel layers, or an error naming the first layer Galvatron cannot express.
+Result<std::string> DefaultDpType(const plan::LayerPlan& plan) {
+  std::optional<plan::Zero> common;
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    const plan::Zero zero = plan.layers[i].ZeroStage();
+    if (plan.layers[i].dp == 1 || zero == plan::Zero::kParameters) continue;
+    if (zero == plan::Zero::kOptimizerStates)
+      return BadInput(fmt::format("galvatron config: layer {} uses ZeRO-1, which Galvatron cannot express", i));
+    if (common && *common != zero)
+      return BadInput(fmt::format("galvatron config: layer {} uses {} where an earlier layer uses {}; Galvatron gives "
+                                  "every layer but its ZeRO-3 ones one data-parallel type",
+                                  i, plan::DataParallelName(zero), plan::DataParallelName(*common)));
+    common = zero;
+  }
+  return std::string(common == plan::Zero::kGradients ? "zero2" : "ddp");
+}
+
+}  // namespace
+
+Result<std::string> WriteGalvatronConfig(const plan::LayerPlan& plan) {
+  Result<std::string> default_dp_type = DefaultDpType(plan);
+  if (!default_dp_type) return default_dp_type.error();
   OrderedJson j;
   j["pp_deg"] = plan.pp_degree;
   j["tp_sizes_enc"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.tp; });
   j["tp_consecutive_flags"] = Joined(plan, [](const plan::LayerStrategy&) { return 1; });
-  j["dp_types_enc"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.sdp && s.dp > 1 ? 1 : 0; });
+  j["dp_types_enc"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.Shards(plan::Zero::kParameters) ? 1 : 0; });
   j["use_sp"] = Joined(plan, [](const plan::LayerStrategy&) { return 0; });
   j["checkpoint"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.checkpoint ? 1 : 0; });
   j["global_bsz"] = plan.global_batch;
@@ -154,7 +182,7 @@ std::string WriteGalvatronConfig(const plan::LayerPlan& plan) {
       plan.pp_partition.empty() ? std::vector<int>{static_cast<int>(plan.layers.size())} : plan.pp_partition;
   j["pp_division"] = fmt::format("{}", fmt::join(division, ","));
   j["pipeline_type"] = plan.pipeline == plan::PipelineSchedule::kGPipe ? "gpipe" : "pipedream_flush";
-  j["default_dp_type"] = "ddp";
+  j["default_dp_type"] = *default_dp_type;
   j["vtp"] = 1;
   j["vsp"] = 0;
   return j.dump(4) + "\n";

@@ -130,16 +130,21 @@ Result<plan::OperatorPlan> ReadOperatorPlan(const Json& op, const JsonPath& at) 
 
 Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath& at) {
   KIWI_RETURN_IF_ERROR(CheckObject(entry, at));
-  KIWI_RETURN_IF_ERROR(CheckKnownKeys(entry, at, {"tp", "dp", "sdp", "checkpoint"}));
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(entry, at, {"tp", "dp", "zero", "sdp", "checkpoint"}));
   Result<int64_t> tp = IntFieldOr(entry, at, "tp", 1, kDegreeRange);
   if (!tp) return tp.error();
   Result<int64_t> dp = IntFieldOr(entry, at, "dp", 1, kDegreeRange);
   if (!dp) return dp.error();
+  // "sdp": true, the format's first spelling of ZeRO-3, is still read; beside "zero" it must agree.
   Result<bool> sdp = BoolFieldOr(entry, at, "sdp", false);
   if (!sdp) return sdp.error();
+  Result<int64_t> zero = IntFieldOr(entry, at, "zero", *sdp ? 3 : 0, IntRange{0, 3});
+  if (!zero) return zero.error();
+  if (FindField(entry, "sdp") && *sdp != (*zero == 3))
+    return at.BadKey("sdp", fmt::format("{} contradicts zero {}", *sdp, *zero));
   Result<bool> ckpt = BoolFieldOr(entry, at, "checkpoint", false);
   if (!ckpt) return ckpt.error();
-  return plan::LayerStrategy{static_cast<int>(*tp), static_cast<int>(*dp), *sdp, *ckpt};
+  return plan::LayerStrategy{static_cast<int>(*tp), static_cast<int>(*dp), static_cast<plan::Zero>(*zero), *ckpt};
 }
 
 Status ReadPipeline(const Json& layer, const JsonPath& at, plan::LayerPlan& p) {
@@ -330,7 +335,7 @@ OrderedJson LayerJson(const plan::LayerPlan& lp) {
   OrderedJson j;
   j["layers"] = OrderedJson::array();
   for (const plan::LayerStrategy& s : lp.layers)
-    j["layers"].push_back({{"tp", s.tp}, {"dp", s.dp}, {"sdp", s.sdp}, {"checkpoint", s.checkpoint}});
+    j["layers"].push_back({{"tp", s.tp}, {"dp", s.dp}, {"zero", static_cast<int>(s.zero)}, {"checkpoint", s.checkpoint}});
   j["pp_degree"] = lp.pp_degree;
   j["pp_partition"] = lp.pp_partition;
   j["global_batch"] = lp.global_batch;

@@ -42,13 +42,29 @@ struct OperatorPlan {
   std::vector<Step> schedule;                    // empty = checkpoint-all in graph order
 };
 
+// What the DP ranks of a layer shard (Rajbhandari et al. 2020, ZeRO §5): nothing (plain DP), the
+// optimizer states (ZeRO-1), also the gradients (ZeRO-2), also the parameters (ZeRO-3, "SDP").
+enum class Zero : uint8_t { kNone = 0, kOptimizerStates = 1, kGradients = 2, kParameters = 3 };
+
 struct LayerStrategy {
   int tp = 1;               // tensor-parallel degree (Megatron)
   int dp = 1;               // data-parallel degree (replicas or shards)
-  bool sdp = false;         // sharded data parallel (ZeRO-3) instead of plain DP
+  Zero zero = Zero::kNone;  // what the dp ranks shard (nothing when dp is 1)
   bool checkpoint = false;  // recompute the layer's activations in the backward pass
+  // The stage in effect: a ZeRO stage over one DP rank shards nothing.
+  Zero ZeroStage() const { return dp > 1 ? zero : Zero::kNone; }
+  bool Shards(Zero what) const { return ZeroStage() >= what; }
   bool operator==(const LayerStrategy&) const = default;
 };
+
+// The data parallelism's name in plan names: "DP", "ZeRO1", "ZeRO2", "SDP" (ZeRO-3, Galvatron-BMW's name).
+inline const char* DataParallelName(Zero zero) {
+  constexpr const char* kNames[] = {"DP", "ZeRO1", "ZeRO2", "SDP"};
+  return kNames[static_cast<int>(zero)];
+}
+
+// "TP2xDP4", "TP2xZeRO2-DP4+CKPT", "SDP8"; with pp > 1 prefixed "PP2x" (a uniform plan's name); "single" without parallelism.
+std::string StrategyName(const LayerStrategy& strategy, int pp = 1);
 
 enum class PipelineSchedule : uint8_t { k1F1B, kGPipe };
 

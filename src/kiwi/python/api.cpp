@@ -200,7 +200,8 @@ json TrafficJson(const sim::LayerTraffic& t) {
   return {{"tp_all_reduce_bytes", t.tp_all_reduce_bytes},       {"tp_all_reduces", t.tp_all_reduces},
           {"sdp_all_gather_bytes", t.sdp_all_gather_bytes},     {"sdp_all_gathers", t.sdp_all_gathers},
           {"dp_all_reduce_bytes", t.dp_all_reduce_bytes},       {"sdp_reduce_scatter_bytes", t.sdp_reduce_scatter_bytes},
-          {"slice_gather_bytes", t.slice_gather_bytes},         {"slice_gather_backward_bytes", t.slice_gather_backward_bytes}};
+          {"slice_gather_bytes", t.slice_gather_bytes},         {"slice_gather_backward_bytes", t.slice_gather_backward_bytes},
+          {"step_all_gather_bytes", t.step_all_gather_bytes}};
 }
 
 json ProfileJson(const cost::LayerProfile& p) {

@@ -146,11 +146,11 @@ Result<cost::StageCost> CostStage(const cost::LayerModel& model, const LayerPlan
 
   cost::StageCost c;
   const int in_flight = cost::MicrobatchesInFlight(plan.pipeline, plan.pp_degree, plan.micro_batches, s);
-  c.peak_memory_bytes = cost::StagePeakMemory(layers, in_flight, model.state_bytes_per_parameter_byte) +
-                        cost::ReservedBytes(cluster.device);
+  c.peak_memory_bytes = cost::StagePeakMemory(layers, in_flight, model) + cost::ReservedBytes(cluster.device);
   for (const cost::PlacedLayer* layer : layers) {
     cost::AddLayerCost(*layer, cost_model, c);
     c.optimizer += cost::OptimizerSeconds(*layer, model, cost_model);
+    c.parameter_gather += cost::ParameterGatherSeconds(*layer, cost_model);
   }
   for (int i = std::max(span.first, 1); i < span.first + span.count; ++i) {
     Result<double> reshard =
@@ -174,20 +174,23 @@ void FillPipelineTime(const LayerPlan& plan, const std::vector<cost::StageCost>&
   for (size_t s = 1; s < costs.size(); ++s)
     if (costs[s].MicrobatchSeconds() > costs[slowest].MicrobatchSeconds()) slowest = s;
   cost::StageCost sum;
-  double optimizer = 0.0;
-  for (const cost::StageCost& c : costs) {
+  size_t last_to_step = 0;  // the stage whose optimizer step and ZeRO-1/2 parameter gather end last
+  for (size_t s = 0; s < costs.size(); ++s) {
+    const cost::StageCost& c = costs[s];
     sum.compute += c.compute;
     sum.recompute += c.recompute;
     sum.communication += c.communication + c.gradient_sync;
     sum.resharding += c.resharding;
-    optimizer = std::max(optimizer, c.optimizer);
+    const cost::StageCost& l = costs[last_to_step];
+    if (c.optimizer + c.parameter_gather > l.optimizer + l.parameter_gather) last_to_step = s;
   }
   const int m = plan.micro_batches;
   const cost::StageCost& top = costs[slowest];
+  const cost::StageCost& step = costs[last_to_step];
   TimeBreakdown& t = result.summary.time;
-  t.compute = cost::PipelineIterationSeconds(m, top.compute, sum.compute, optimizer);
+  t.compute = cost::PipelineIterationSeconds(m, top.compute, sum.compute, step.optimizer);
   t.recompute = cost::PipelineIterationSeconds(m, top.recompute, sum.recompute, 0.0);
-  t.communication = cost::PipelineIterationSeconds(m, top.communication, sum.communication, 0.0);
+  t.communication = cost::PipelineIterationSeconds(m, top.communication, sum.communication, step.parameter_gather);
   t.resharding = cost::PipelineIterationSeconds(m, top.resharding, sum.resharding, 0.0);
   result.summary.iteration_seconds = t.total();
   result.throughput_samples_per_second = static_cast<double>(plan.global_batch) / result.summary.iteration_seconds;
@@ -242,6 +245,7 @@ LayerTraffic TrafficOf(const cost::PlacedLayer& layer, int micro_batches) {
   t.tp_all_reduce_bytes = c.TpAllReduceBytes() * micro_batches;
   t.sdp_all_gathers = c.sdp_all_gathers * micro_batches;
   t.sdp_all_gather_bytes = c.sdp_all_gather_bytes * t.sdp_all_gathers;
+  t.step_all_gather_bytes = c.step_all_gather_bytes;
   (c.gradient_sync == cost::Collective::kReduceScatter ? t.sdp_reduce_scatter_bytes : t.dp_all_reduce_bytes) =
       c.gradient_sync_bytes * (c.gradient_sync_every_microbatch ? micro_batches : 1);
   return t;

@@ -67,8 +67,9 @@ Result<LayerSimResult> SimulateLayerPlan(const cost::LayerModel& model, const pl
 struct LayerTraffic {
   int64_t tp_all_reduce_bytes = 0;       // Megatron TP all-reduces, forward + backward + recomputation
   int64_t sdp_all_gather_bytes = 0;      // ZeRO-3 parameter all-gathers
+  int64_t step_all_gather_bytes = 0;     // ZeRO-1/2 all-gather of the updated parameters after the step
   int64_t dp_all_reduce_bytes = 0;       // DP gradient all-reduce
-  int64_t sdp_reduce_scatter_bytes = 0;  // ZeRO-3 gradient reduce-scatter
+  int64_t sdp_reduce_scatter_bytes = 0;  // ZeRO-1/2/3 gradient reduce-scatter
   int64_t slice_gather_bytes = 0;           // Slice-Gather into this layer's layout: forward all-gathers
   int64_t slice_gather_backward_bytes = 0;  // and backward all-gathers of the gradient
   int tp_all_reduces = 0;                // calls per iteration

@@ -13,7 +13,8 @@ import torch.distributed as dist
 # Purposes (the cost model's terms); reports and tests key on these names.
 TP_ALL_REDUCE = "tp_all_reduce"
 SDP_ALL_GATHER = "sdp_all_gather"
-SDP_REDUCE_SCATTER = "sdp_reduce_scatter"
+SDP_REDUCE_SCATTER = "sdp_reduce_scatter"      # ZeRO-1/2/3's gradient reduce-scatter
+STEP_ALL_GATHER = "step_all_gather"            # ZeRO-1/2: the updated parameters after the step
 DP_ALL_REDUCE = "dp_all_reduce"
 SLICE_GATHER = "slice_gather"                    # forward all-gather when the DP degree shrinks
 SLICE_GATHER_BACKWARD = "slice_gather_backward"  # backward all-gather when the DP degree grows

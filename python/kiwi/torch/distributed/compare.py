@@ -11,9 +11,10 @@ from kiwi.torch.distributed.trainer import median_after_first
 # LayerPlanTraffic's fields -> the runtime's purposes.
 FIELDS = {"tp_all_reduce_bytes": cc.TP_ALL_REDUCE, "sdp_all_gather_bytes": cc.SDP_ALL_GATHER,
           "dp_all_reduce_bytes": cc.DP_ALL_REDUCE, "sdp_reduce_scatter_bytes": cc.SDP_REDUCE_SCATTER,
-          "slice_gather_bytes": cc.SLICE_GATHER, "slice_gather_backward_bytes": cc.SLICE_GATHER_BACKWARD}
-PURPOSES = [cc.TP_ALL_REDUCE, cc.SDP_ALL_GATHER, cc.SDP_REDUCE_SCATTER, cc.DP_ALL_REDUCE, cc.SLICE_GATHER,
-            cc.SLICE_GATHER_BACKWARD, cc.SEND_FORWARD, cc.SEND_BACKWARD]
+          "slice_gather_bytes": cc.SLICE_GATHER, "slice_gather_backward_bytes": cc.SLICE_GATHER_BACKWARD,
+          "step_all_gather_bytes": cc.STEP_ALL_GATHER}
+PURPOSES = [cc.TP_ALL_REDUCE, cc.SDP_ALL_GATHER, cc.SDP_REDUCE_SCATTER, cc.DP_ALL_REDUCE, cc.STEP_ALL_GATHER,
+            cc.SLICE_GATHER, cc.SLICE_GATHER_BACKWARD, cc.SEND_FORWARD, cc.SEND_BACKWARD]
 
 
 def plan_report(plan: HybridPlan, cluster: Optional[str] = None, profile: Optional[str] = None) -> Dict[str, Any]:

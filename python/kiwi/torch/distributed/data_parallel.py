@@ -1,6 +1,11 @@
 """Data parallelism for one unit (embeddings, a layer, the head) of a plan:
  - DP: replicated parameters; gradients all-reduced in buckets launched from gradient-accumulator
    hooks while the backward pass goes on (PyTorch DDP's scheme), only in the last micro-batch;
+ - ZeRO-1/2 (Rajbhandari et al. 2020, P_os and P_os+g): replicated parameters; the unit's gradients
+   reduce-scattered into a flat shard of 1/dp that the optimizer steps (so its states are 1/dp too),
+   then the updated shards all-gathered back into the parameters. ZeRO-1 reduce-scatters the
+   accumulated gradients once, after the last micro-batch; ZeRO-2 after each micro-batch's backward of
+   the unit, keeping only the shard's sum;
  - SDP (ZeRO-3, Rajbhandari et al. 2020): each DP rank keeps 1/dp of the flattened parameters; they are
    all-gathered before the forward and freed after it, all-gathered again when the unit's backward
    starts and freed when it ends; gradients are reduce-scattered back to the shards."""
@@ -10,8 +15,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from kiwi.torch.distributed.comm_counter import (DP_ALL_REDUCE, SDP_ALL_GATHER, SDP_REDUCE_SCATTER, CommCounter,
-                                                 nbytes)
+from kiwi.torch.distributed.comm_counter import (DP_ALL_REDUCE, SDP_ALL_GATHER, SDP_REDUCE_SCATTER, STEP_ALL_GATHER,
+                                                 CommCounter, nbytes)
 
 Params = Dict[str, torch.Tensor]
 
@@ -60,6 +65,54 @@ class ShardedParams:
             out[name] = full[offset:offset + n].view(shape)
             offset += n
         return out
+
+
+class ZeroShard:
+    """ZeRO-1/2 state of one unit's (TP-shard) parameters, which stay whole on every rank: `shard`, a
+    flat 1/dp of them (numel ceil(total / dp)) whose .grad is the reduce-scattered gradient, is what
+    the optimizer steps."""
+
+    def __init__(self, params: List[nn.Parameter], dp: DpGroup, counter: CommCounter, unit, every_microbatch: bool):
+        self.params, self.dp, self.counter, self.unit = params, dp, counter, unit
+        self.total = sum(p.numel() for p in params)
+        self.chunk = -(-self.total // dp.size)
+        self.shard = nn.Parameter(self._flat([p.detach() for p in params])[dp.rank * self.chunk:(dp.rank + 1) * self.chunk].clone())
+        self.ready = 0
+        if every_microbatch:  # ZeRO-2: once every parameter of the unit has this micro-batch's gradient
+            for p in params:
+                p.register_post_accumulate_grad_hook(self._accumulated)
+
+    def _flat(self, tensors: List[torch.Tensor]) -> torch.Tensor:
+        flat = torch.zeros(self.chunk * self.dp.size, dtype=tensors[0].dtype, device=tensors[0].device)
+        flat[: self.total] = torch.cat([t.reshape(-1) for t in tensors])
+        return flat
+
+    def _accumulated(self, _param) -> None:
+        self.ready += 1
+        if self.ready == len(self.params):
+            self.reduce_scatter()
+
+    def reduce_scatter(self) -> None:
+        """Sums the whole gradients over the DP ranks into this rank's shard and frees them (nothing
+        to do when ZeRO-2 has reduced them already; a parameter without a gradient adds zeros)."""
+        self.ready = 0
+        if all(p.grad is None for p in self.params):
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        part = self.counter.reduce_scatter(self._flat(grads), self.dp.group, self.dp.size, self.dp.rank,
+                                           SDP_REDUCE_SCATTER, self.unit)
+        self.shard.grad = part if self.shard.grad is None else self.shard.grad + part
+        for p in self.params:
+            p.grad = None
+
+    def gather(self) -> None:
+        """After the optimizer step: every rank's updated shard back into the whole parameters."""
+        parts = self.counter.all_gather(self.shard.detach(), self.dp.group, self.dp.size, STEP_ALL_GATHER, self.unit)
+        full, offset = torch.cat(parts), 0
+        with torch.no_grad():
+            for p in self.params:
+                p.copy_(full[offset:offset + p.numel()].view_as(p))
+                offset += p.numel()
 
 
 class _GatherFn(torch.autograd.Function):

@@ -15,11 +15,18 @@ class PlanError(ValueError):
 class LayerStrategy:
     tp: int = 1
     dp: int = 1
-    sdp: bool = False
+    zero: int = 0  # what the dp ranks shard: 0 nothing (DP), 1 optimizer states, 2 and gradients, 3 and parameters
     checkpoint: bool = False
 
+    @property
+    def zero_stage(self) -> int:
+        """The stage in effect: ZeRO over one DP rank shards nothing."""
+        return self.zero if self.dp > 1 else 0
+
     def name(self) -> str:
-        parts = ([f"TP{self.tp}"] if self.tp > 1 else []) + ([f"{'SDP' if self.sdp else 'DP'}{self.dp}"] if self.dp > 1 else [])
+        """As kiwi names it (plan::StrategyName): "TP2xDP2", "ZeRO1-DP4", "SDP4+CKPT"."""
+        dp = {0: f"DP{self.dp}", 1: f"ZeRO1-DP{self.dp}", 2: f"ZeRO2-DP{self.dp}", 3: f"SDP{self.dp}"}[self.zero_stage]
+        parts = ([f"TP{self.tp}"] if self.tp > 1 else []) + ([dp] if self.dp > 1 else [])
         return ("x".join(parts) or "single") + ("+CKPT" if self.checkpoint else "")
 
 
@@ -89,13 +96,27 @@ def _bool(obj: Dict[str, Any], key: str, where: str) -> bool:
     return v
 
 
+def _zero(obj: Dict[str, Any], where: str) -> int:
+    """The ZeRO stage: "zero" 0-3; "sdp": true, ZeRO-3's first spelling (`kiwi hybrid --json` writes both),
+    must agree with it (as kiwi reads them)."""
+    sdp = _bool(obj, "sdp", where)
+    if "zero" not in obj:
+        return 3 if sdp else 0
+    v = obj["zero"]
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= 3:
+        raise PlanError(f"{where}.zero: must be an integer from 0 to 3, got {v!r}")
+    if "sdp" in obj and sdp != (v == 3):
+        raise PlanError(f"{where}.sdp: {str(sdp).lower()} contradicts zero {v}")
+    return v
+
+
 def _strategy(obj: Any, where: str) -> LayerStrategy:
     if not isinstance(obj, dict):
-        raise PlanError(f"{where}: must be an object with tp, dp, sdp, checkpoint")
-    unknown = set(obj) - {"tp", "dp", "sdp", "checkpoint"}
+        raise PlanError(f"{where}: must be an object with tp, dp, zero, checkpoint")
+    unknown = set(obj) - {"tp", "dp", "zero", "sdp", "checkpoint"}
     if unknown:
         raise PlanError(f"{where}.{sorted(unknown)[0]}: unknown field")
-    return LayerStrategy(_int(obj, "tp", where, 1), _int(obj, "dp", where, 1), _bool(obj, "sdp", where),
+    return LayerStrategy(_int(obj, "tp", where, 1), _int(obj, "dp", where, 1), _zero(obj, where),
                          _bool(obj, "checkpoint", where))
 
 

@@ -95,16 +95,21 @@ def train_rank(plan: HybridPlan, config: gpt.GptConfig, o: TrainOptions, rank: i
             p.grad = None
         runner.run(schedule, plan.micro_batches)
         grad_sync.finish()
+        for unit in stage.units:
+            unit.before_step()
         t0 = time.perf_counter()
         optimizer.step()
         result["optimizer_seconds"].append(time.perf_counter() - t0)
+        for unit in stage.units:
+            unit.after_step()
 
     for it in range(o.iterations):
         counter.reset()
         last = it == o.iterations - 1
         if last and o.measure_memory:
             from kiwi.torch.measure import measure_step, optimizer_tensors
-            m = measure_step(lambda: step(it), params + optimizer_tensors(optimizer))
+            resident = [t for u in stage.units for t in u.resident()]
+            m = measure_step(lambda: step(it), resident + optimizer_tensors(optimizer))
             result["peak_memory_bytes"] = m.peak_bytes
             result["resident_bytes"] = m.resident_bytes
         else:

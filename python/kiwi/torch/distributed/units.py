@@ -1,5 +1,5 @@
 """A unit of the model (the embeddings, one transformer layer, the head with the loss) placed on this
-rank under its strategy: TP shard of its parameters, DP or ZeRO-3 storage, checkpointing."""
+rank under its strategy: TP shard of its parameters, DP, ZeRO-1/2 or ZeRO-3 storage, checkpointing."""
 from typing import Dict, List, Optional
 
 import torch
@@ -8,7 +8,7 @@ import torch.nn as nn
 from kiwi.torch.distributed import model as gpt
 from kiwi.torch.distributed.checkpoint import run_checkpointed
 from kiwi.torch.distributed.comm_counter import CommCounter
-from kiwi.torch.distributed.data_parallel import DpGroup, GradSync, Params, ShardedParams, run_sharded
+from kiwi.torch.distributed.data_parallel import DpGroup, GradSync, Params, ShardedParams, ZeroShard, run_sharded
 from kiwi.torch.distributed.groups import GroupPool, Layout
 from kiwi.torch.distributed.plan import LayerStrategy
 from kiwi.torch.distributed.tensor_parallel import TpContext
@@ -33,12 +33,17 @@ class Unit:
             tp_ranks = layout.tp_ranks(strategy, layout.stage, layout.local)
             self.tp = TpContext(pool.get(tp_ranks), strategy.tp, self.tp_rank, counter, self.unit_id)
         self.sharded: Optional[ShardedParams] = None
+        self.zero: Optional[ZeroShard] = None
         self.params: Dict[str, nn.Parameter] = {}
-        if strategy.sdp and strategy.dp > 1:
+        if strategy.zero_stage == 3:
             self.sharded = ShardedParams(local, self.dp, counter, self.unit_id)
         else:
             self.params = {n: nn.Parameter(t) for n, t in local.items()}
-            grad_sync.register(list(self.params.values()), self.dp, self.unit_id)
+            if strategy.zero_stage in (1, 2):
+                self.zero = ZeroShard(list(self.params.values()), self.dp, counter, self.unit_id,
+                                      every_microbatch=strategy.zero_stage == 2)
+            else:
+                grad_sync.register(list(self.params.values()), self.dp, self.unit_id)
         self.checkpoint = strategy.checkpoint and key not in ("embed", "head")
 
     @property
@@ -46,7 +51,24 @@ class Unit:
         return int(self.key) if self.key.isdigit() else self.key
 
     def parameters(self) -> List[nn.Parameter]:
-        return [self.sharded.shard] if self.sharded is not None else list(self.params.values())
+        """What the optimizer steps: a flat shard under ZeRO, else the (TP-shard) parameters."""
+        if self.sharded is not None:
+            return [self.sharded.shard]
+        return [self.zero.shard] if self.zero is not None else list(self.params.values())
+
+    def resident(self) -> List[torch.Tensor]:
+        """Every tensor the unit keeps between iterations (ZeRO-1/2: the whole parameters and the shard)."""
+        return self.parameters() + (list(self.params.values()) if self.zero is not None else [])
+
+    def before_step(self) -> None:
+        """ZeRO-1: the gradients accumulated over the micro-batches, reduce-scattered to the shard."""
+        if self.zero is not None:
+            self.zero.reduce_scatter()
+
+    def after_step(self) -> None:
+        """ZeRO-1/2: the updated shards, all-gathered into the parameters."""
+        if self.zero is not None:
+            self.zero.gather()
 
     def _fn(self, labels: Optional[torch.Tensor], tokens: int):
         heads, tp, vocab = self.config.heads, self.tp, self.config.vocab

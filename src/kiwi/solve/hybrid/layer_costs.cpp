@@ -14,16 +14,15 @@ int Log2(int n) {
 }
 
 // The simulator's terms of one placed layer: memory as its stage counts it (cost::LayerMemory), times
-// as cost::AddLayerCost and cost::OptimizerSeconds give them.
+// as cost::AddLayerCost, cost::OptimizerSeconds and cost::ParameterGatherSeconds give them.
 StrategyCost PriceLayer(const cost::PlacedLayer& layer, const cost::LayerModel& model, const cost::CostModel& cost_model) {
-  const double state_ratio = model.state_bytes_per_parameter_byte;
   StrategyCost c;
-  c.memory = cost::LayerMemory(layer, state_ratio);
+  c.memory = cost::LayerMemory(layer, model);
   cost::StageCost t;
   cost::AddLayerCost(layer, cost_model, t);
   c.microbatch_seconds = t.MicrobatchSeconds();
   c.sync_seconds = t.gradient_sync;
-  c.optimizer_seconds = cost::OptimizerSeconds(layer, model, cost_model);
+  c.optimizer_seconds = cost::OptimizerSeconds(layer, model, cost_model) + cost::ParameterGatherSeconds(layer, cost_model);
   return c;
 }
 

@@ -1,4 +1,4 @@
-// The search spaces of Galvatron-BMW's Table II rows (search.h Method).
+// The search spaces of kiwi's search and Galvatron-BMW's Table II rows (search.h Method).
 #include <algorithm>
 
 #include "kiwi/solve/hybrid/search.h"
@@ -12,7 +12,7 @@ struct MethodName_ {
 };
 
 constexpr MethodName_ kNames[] = {
-    {Method::kBmw, "bmw"}, {Method::kBase, "base"}, {Method::kGalvatron, "galvatron"}, {Method::kDp, "dp"},
+    {Method::kKiwi, "kiwi"}, {Method::kBmw, "bmw"}, {Method::kBase, "base"}, {Method::kGalvatron, "galvatron"}, {Method::kDp, "dp"},
     {Method::kSdp, "sdp"}, {Method::kTp, "tp"},     {Method::kPp, "pp"},               {Method::k3d, "3d"},
     {Method::kDpTp, "dp+tp"}, {Method::kDpPp, "dp+pp"},
 };
@@ -65,6 +65,10 @@ MethodSpace SpaceOf(Method method, int num_devices, int num_layers) {
   MethodSpace s;
   s.pp_degrees = all;
   switch (method) {
+    case Method::kKiwi:
+      s.partitions = PartitionMode::kBiObjective;
+      s.strategies.allow_zero12 = true;
+      break;
     case Method::kBmw:
       s.partitions = PartitionMode::kBiObjective;
       break;

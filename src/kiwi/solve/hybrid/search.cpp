@@ -52,8 +52,8 @@ class Search {
     // takeaway #1: TP up to the GPUs of a server, PP across servers) and Galvatron's default
     // (max_tp_deg 8); TP's per-layer all-reduces across nodes run at a rail's speed, not NVLink's.
     // The baselines keep their definitions (the TP baseline is TP over every device).
-    const bool searching = options.method == Method::kBmw || options.method == Method::kBase ||
-                           options.method == Method::kGalvatron;
+    const bool searching = options.method == Method::kKiwi || options.method == Method::kBmw ||
+                           options.method == Method::kBase || options.method == Method::kGalvatron;
     if (searching && cluster.num_nodes > 1) space_.strategies.max_tp = cluster.devices_per_node;
   }
 

@@ -12,7 +12,7 @@
 //    layers sharing cost rows, and the label DP are why a 48-layer sweep takes well under a second.
 //
 //   HybridSearchOptions o;
-//   o.method = Method::kBmw;
+//   o.method = Method::kKiwi;  // the default
 //   o.memory_budget_bytes = 16'000'000'000;
 //   Result<HybridSearchResult> r = SearchHybridPlan(model, cluster, cost_model, o);
 //   if (r && r->feasible) Use(r->plan);   // r->simulated is SimulateLayerPlan's verdict on it
@@ -33,11 +33,12 @@
 
 namespace kiwi::solve::hybrid {
 
-// Table II's rows: Galvatron-BMW, Galvatron-Base (no bi-objective partition), Galvatron (no CKPT),
-// pure DP (PyTorch DDP), SDP (FSDP / ZeRO-3), TP (Megatron), PP (GPipe, tuned micro-batches),
+// kiwi's own search (Galvatron-BMW's with every technique kiwi prices: ZeRO-1/2 beside DP and SDP),
+// then Table II's rows: Galvatron-BMW, Galvatron-Base (no bi-objective partition), Galvatron (no
+// CKPT), pure DP (PyTorch DDP), SDP (FSDP / ZeRO-3), TP (Megatron), PP (GPipe, tuned micro-batches),
 // DeepSpeed 3D (2-way TP x 2-way PP x the rest DP), Galvatron (DP+TP), Galvatron (DP+PP).
-enum class Method : uint8_t { kBmw, kBase, kGalvatron, kDp, kSdp, kTp, kPp, k3d, kDpTp, kDpPp };
-std::optional<Method> ParseMethod(std::string_view name);  // "bmw", "base", "dp+tp", ...
+enum class Method : uint8_t { kKiwi, kBmw, kBase, kGalvatron, kDp, kSdp, kTp, kPp, k3d, kDpTp, kDpPp };
+std::optional<Method> ParseMethod(std::string_view name);  // "kiwi", "bmw", "base", "dp+tp", ...
 std::string MethodName(Method method);
 std::vector<std::string> MethodNames();
 std::vector<Method> AllMethods();
@@ -59,7 +60,7 @@ struct MethodSpace {
 MethodSpace SpaceOf(Method method, int num_devices, int num_layers);
 
 struct HybridSearchOptions {
-  Method method = Method::kBmw;
+  Method method = Method::kKiwi;
   int64_t memory_budget_bytes = 0;           // per device
   std::optional<int64_t> global_batch;       // one batch size; nullopt: the sweep below
   int64_t max_batch = 512;                   // sweep: 1, 2, 4, then multiples of batch_step up to max_batch

@@ -28,6 +28,16 @@ bool Allowed(Paradigm p, const StrategySpaceOptions& o) {
   return false;
 }
 
+bool Allowed(plan::Zero zero, const StrategySpaceOptions& o) {
+  switch (zero) {
+    case plan::Zero::kNone: return o.allow_dp;
+    case plan::Zero::kOptimizerStates:
+    case plan::Zero::kGradients: return o.allow_zero12;
+    case plan::Zero::kParameters: return o.allow_sdp;
+  }
+  return false;
+}
+
 bool Uses(const std::vector<TreeLevel>& levels, Paradigm p) {
   return std::any_of(levels.begin(), levels.end(), [p](const TreeLevel& l) { return l.paradigm == p; });
 }
@@ -77,7 +87,7 @@ plan::LayerStrategy TreeStrategy::ToLayerStrategy() const {
   plan::LayerStrategy s;
   s.tp = Degree(Paradigm::kTp);
   s.dp = Degree(Paradigm::kDp) * Degree(Paradigm::kSdp);
-  s.sdp = Degree(Paradigm::kSdp) > 1;
+  s.zero = Degree(Paradigm::kSdp) > 1 ? plan::Zero::kParameters : plan::Zero::kNone;
   s.checkpoint = checkpoint;
   return s;
 }
@@ -119,11 +129,11 @@ std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const Strate
     const int dp = stage_devices / tp;
     if (tp > 1 && !o.allow_tp) continue;
     if (o.max_tp > 0 && tp > o.max_tp) continue;
-    for (bool sdp : {false, true}) {
-      if (dp > 1 && !(sdp ? o.allow_sdp : o.allow_dp)) continue;
-      if (dp == 1 && sdp) continue;  // SDP over one device is no sharding: the same strategy as DP1
+    for (plan::Zero zero : {plan::Zero::kNone, plan::Zero::kOptimizerStates, plan::Zero::kGradients, plan::Zero::kParameters}) {
+      if (dp > 1 && !Allowed(zero, o)) continue;
+      if (dp == 1 && zero != plan::Zero::kNone) continue;  // ZeRO over one device shards nothing: DP1
       for (bool checkpoint : {false, true})
-        if (!checkpoint || o.allow_checkpoint) out.push_back({tp, dp, sdp, checkpoint});
+        if (!checkpoint || o.allow_checkpoint) out.push_back({tp, dp, zero, checkpoint});
     }
   }
   return out;

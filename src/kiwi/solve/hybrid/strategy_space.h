@@ -42,6 +42,9 @@ struct TreeStrategy {
 struct StrategySpaceOptions {
   bool allow_dp = true;          // plain data parallelism with degree > 1
   bool allow_sdp = true;         // sharded data parallelism (ZeRO-3)
+  // ZeRO-1 and ZeRO-2 (sharded optimizer states; and gradients) beside DP and SDP: kiwi's own space,
+  // not Galvatron-BMW's (its trees and Table II rows leave them out). Only LayerStrategies has them.
+  bool allow_zero12 = false;
   bool allow_tp = true;          // Megatron tensor parallelism with degree > 1
   bool allow_checkpoint = true;  // CKPT on or off per layer
   bool mix_dp_sdp = false;       // keep the DP+SDP trees that Takeaway #3 removes
@@ -55,8 +58,8 @@ std::vector<TreeStrategy> DecisionTreeStrategies(int num_devices, int pp, const 
 std::vector<TreeStrategy> DecisionTreeStrategies(int num_devices, const StrategySpaceOptions& options);
 
 // The distinct strategies the layer estimator tells apart on a stage of `stage_devices` devices (it
-// always places TP innermost, so level orders collapse): tp x dp = stage_devices, SDP only with
-// dp > 1, CKPT off/on. Order: tp ascending, then DP before SDP, then CKPT off before on.
+// always places TP innermost, so level orders collapse): tp x dp = stage_devices, a ZeRO stage only
+// with dp > 1, CKPT off/on. Order: tp ascending, then DP, ZeRO-1, ZeRO-2, SDP, then CKPT off before on.
 std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const StrategySpaceOptions& options);
 
 // Powers of two dividing n, ascending (1 first).

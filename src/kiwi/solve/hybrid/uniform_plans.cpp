@@ -13,15 +13,6 @@ std::vector<int> PowersOfTwoDividing(int n) {
   return out;
 }
 
-std::string PlanName(int pp, int tp, int dp, bool sdp, bool checkpoint) {
-  std::vector<std::string> parts;
-  if (pp > 1) parts.push_back(fmt::format("PP{}", pp));
-  if (tp > 1) parts.push_back(fmt::format("TP{}", tp));
-  if (dp > 1) parts.push_back(fmt::format("{}{}", sdp ? "SDP" : "DP", dp));
-  std::string name = parts.empty() ? "single" : fmt::format("{}", fmt::join(parts, "x"));
-  return checkpoint ? name + "+CKPT" : name;
-}
-
 }  // namespace
 
 std::vector<int> EvenPartition(int num_layers, int num_stages) {
@@ -38,17 +29,19 @@ std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& o) {
     for (int tp : PowersOfTwoDividing(stage_devices)) {
       const int dp = stage_devices / tp;
       if (o.global_batch % dp != 0) continue;
-      for (bool sdp : {false, true}) {
-        if (sdp && (dp == 1 || !o.allow_sdp)) continue;
+      for (plan::Zero zero : {plan::Zero::kNone, plan::Zero::kOptimizerStates, plan::Zero::kGradients, plan::Zero::kParameters}) {
+        if (zero != plan::Zero::kNone && dp == 1) continue;
+        if (zero == plan::Zero::kParameters ? !o.allow_sdp : zero != plan::Zero::kNone && !o.allow_zero12) continue;
         for (bool checkpoint : {false, true}) {
           if (checkpoint && !o.allow_checkpoint) continue;
+          const plan::LayerStrategy strategy{tp, dp, zero, checkpoint};
           plan::LayerPlan p;
-          p.layers.assign(static_cast<size_t>(o.num_layers), plan::LayerStrategy{tp, dp, sdp, checkpoint});
+          p.layers.assign(static_cast<size_t>(o.num_layers), strategy);
           p.pp_degree = pp;
           p.pp_partition = EvenPartition(o.num_layers, pp);
           p.global_batch = o.global_batch;
           p.micro_batches = pp == 1 ? 1 : static_cast<int>(o.global_batch / dp);
-          plans.push_back({PlanName(pp, tp, dp, sdp, checkpoint), std::move(p)});
+          plans.push_back({plan::StrategyName(strategy, pp), std::move(p)});
         }
       }
     }

@@ -1,0 +1,21 @@
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "kiwi/plan/plan.h"
+
+namespace kiwi::plan {
+
+std::string StrategyName(const LayerStrategy& s, int pp) {
+  std::vector<std::string> parts;
+  if (pp > 1) parts.push_back(fmt::format("PP{}", pp));
+  if (s.tp > 1) parts.push_back(fmt::format("TP{}", s.tp));
+  const Zero zero = s.ZeroStage();
+  if (zero == Zero::kOptimizerStates || zero == Zero::kGradients)
+    parts.push_back(fmt::format("{}-DP{}", DataParallelName(zero), s.dp));
+  else if (s.dp > 1)
+    parts.push_back(fmt::format("{}{}", DataParallelName(zero), s.dp));
+  std::string name = parts.empty() ? "single" : fmt::format("{}", fmt::join(parts, "x"));
+  return s.checkpoint ? name + "+CKPT" : name;
+}
+
+}  // namespace kiwi::plan
