@@ -139,7 +139,7 @@ def run_sharded(sp: ShardedParams, fn: Callable[[Params], torch.Tensor]) -> torc
     ptr, state = _storage_ptr(full), {"full": full}
 
     def pack(t):
-        if state["full"] is not None and t.dtype == full.dtype and _storage_ptr(t) == ptr:
+        if state["full"] is not None and t.dtype == state["full"].dtype and _storage_ptr(t) == ptr:
             return ("kiwi-sdp", t.storage_offset(), tuple(t.size()), tuple(t.stride()))
         return t
 

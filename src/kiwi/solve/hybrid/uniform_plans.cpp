@@ -1,19 +1,8 @@
 #include "kiwi/solve/hybrid/uniform_plans.h"
 
-#include <fmt/format.h>
-#include <fmt/ranges.h>
+#include "kiwi/solve/hybrid/strategy_space.h"
 
 namespace kiwi::solve {
-namespace {
-
-std::vector<int> PowersOfTwoDividing(int n) {
-  std::vector<int> out;
-  for (int d = 1; d <= n; d *= 2)
-    if (n % d == 0) out.push_back(d);
-  return out;
-}
-
-}  // namespace
 
 std::vector<int> EvenPartition(int num_layers, int num_stages) {
   std::vector<int> parts(static_cast<size_t>(num_stages), num_layers / num_stages);
@@ -23,10 +12,10 @@ std::vector<int> EvenPartition(int num_layers, int num_stages) {
 
 std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& o) {
   std::vector<NamedLayerPlan> plans;
-  for (int pp : PowersOfTwoDividing(o.num_devices)) {
+  for (int pp : hybrid::PowerOfTwoDivisors(o.num_devices)) {
     if (pp > o.num_layers) continue;
     const int stage_devices = o.num_devices / pp;
-    for (int tp : PowersOfTwoDividing(stage_devices)) {
+    for (int tp : hybrid::PowerOfTwoDivisors(stage_devices)) {
       const int dp = stage_devices / tp;
       if (o.global_batch % dp != 0) continue;
       for (plan::Zero zero : {plan::Zero::kNone, plan::Zero::kOptimizerStates, plan::Zero::kGradients, plan::Zero::kParameters}) {
