@@ -70,6 +70,16 @@ TEST(Cli, GraphVgg16MatchesTheContract) {
   EXPECT_GT(j["compute_cost"].get<double>(), 0);
 }
 
+// A preset's parameter count is the released checkpoint's (tests/models/parameter_count_test.cpp);
+// the graph of the full-size model is metadata only.
+TEST(Cli, GraphReportsTheModelsParameters) {
+  auto r = RunKiwi("graph --model llama3-8b --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.Json()["parameters"].get<int64_t>(), int64_t{8'030'261'248});
+  auto text = RunKiwi("graph --model llama3-8b");
+  EXPECT_NE(text.out.find("parameters              8030261248 (8.03 billion)"), std::string::npos) << text.out;
+}
+
 TEST(Cli, GraphWorksOnEveryBenchmarkFile) {
   if (!std::filesystem::exists(kRemat)) GTEST_SKIP() << "no ../shared/benchmarks";
   for (const auto& entry : std::filesystem::directory_iterator(kRemat)) {

@@ -128,10 +128,14 @@ TEST(ParameterCount, Gpt3_13bIsWithinOnePercentOf13Billion) {
   EXPECT_EQ(GraphParameterCount(*graph), count - (2048 - 64) * 5120);
 }
 
-TEST(ParameterCount, Llama2MatchesTheReleasedCheckpoints) {
-  // Parameter totals of the released meta-llama/Llama-2-{7b,70b}-hf checkpoints.
+TEST(ParameterCount, LlamaMatchesTheReleasedCheckpoints) {
+  // Parameter totals of the released meta-llama/Llama-2-{7b,70b}-hf and Llama-3.1-{8B,70B,405B}
+  // checkpoints (the sums of their safetensors' tensor sizes).
   for (const auto& [name, released] : {std::pair{"llama2-7b", int64_t{6'738'415'616}},
-                                       std::pair{"llama2-70b", int64_t{68'976'648'192}}}) {
+                                       std::pair{"llama2-70b", int64_t{68'976'648'192}},
+                                       std::pair{"llama3-8b", int64_t{8'030'261'248}},
+                                       std::pair{"llama3-70b", int64_t{70'553'706'496}},
+                                       std::pair{"llama3-405b", int64_t{405'853'388'800}}}) {
     Result<ModelSpec> spec = LoadModel(name);
     ASSERT_TRUE(spec.ok());
     Result<ir::Graph> graph = BuildForwardGraph(*spec);  // full size: metadata only

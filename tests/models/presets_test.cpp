@@ -24,7 +24,8 @@ TEST(ModelNames, ListsEveryContractName) {
   const std::vector<std::string> names = ModelNames();
   for (const char* name : {"gpt", "bert", "t5", "vit", "swin", "llama", "mlp", "bert-huge-32", "bert-huge-48",
                            "vit-huge-32", "vit-huge-48", "t5-large-32", "t5-large-48", "t5-512-4-32",
-                           "t5-512-4-48", "swin-huge-32", "swin-huge-48", "gpt3-13b", "llama2-7b", "llama2-70b"})
+                           "t5-512-4-48", "swin-huge-32", "swin-huge-48", "gpt3-13b", "llama2-7b", "llama2-70b",
+                           "llama3-8b", "llama3-70b", "llama3-405b"})
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
 }
@@ -45,7 +46,7 @@ TEST(LoadModel, GptDefaultIsTheReadmeJob) {
 }
 
 TEST(LoadModel, PresetPrecisionFollowsTheirPapers) {
-  for (const char* name : {"gpt3-13b", "llama2-7b", "llama2-70b"}) {
+  for (const char* name : {"gpt3-13b", "llama2-7b", "llama2-70b", "llama3-8b", "llama3-405b"}) {
     Result<ModelSpec> spec = LoadModel(name);
     ASSERT_TRUE(spec.ok());
     EXPECT_EQ(Config(*spec).dtype, ir::DType::kBF16) << name;

@@ -68,8 +68,9 @@ TransformerConfig T5(int per_stack, int64_t decoder_seq) {
   return c;
 }
 
-TransformerConfig Llama(int layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t ffn, int64_t seq) {
-  TransformerConfig c = Base(Family::kLlama, layers, hidden, heads, seq, 32000);
+TransformerConfig Llama(int layers, int64_t hidden, int64_t heads, int64_t kv_heads, int64_t ffn, int64_t seq,
+                        int64_t vocab = 32000) {
+  TransformerConfig c = Base(Family::kLlama, layers, hidden, heads, seq, vocab);
   c.kv_heads = kv_heads;
   c.ffn = ffn;
   c.dtype = DType::kBF16;
@@ -109,6 +110,11 @@ std::vector<Preset> Presets() {
       Make("gpt3-13b", Bf16(Base(Family::kGpt, 40, 5120, 40, 2048, 50257)), kMixedAdam),
       Make("llama2-7b", Llama(32, 4096, 32, 0, 11008, 4096), kMixedAdam),
       Make("llama2-70b", Llama(80, 8192, 64, 8, 28672, 4096), kMixedAdam),
+      // Llama 3 / 3.1 (Meta's model cards and config.json: 8 key/value heads, vocabulary 128,256, untied
+      // head), at the 8,192-token sequence of their pre-training.
+      Make("llama3-8b", Llama(32, 4096, 32, 8, 14336, 8192, 128256), kMixedAdam),
+      Make("llama3-70b", Llama(80, 8192, 64, 8, 28672, 8192, 128256), kMixedAdam),
+      Make("llama3-405b", Llama(126, 16384, 128, 8, 53248, 8192, 128256), kMixedAdam),
   };
 }
 

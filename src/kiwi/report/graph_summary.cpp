@@ -21,6 +21,7 @@ Result<GraphSummary> SummarizeGraph(const ir::Graph& graph, const cost::CostMode
   s.measured_costs = true;
   for (const ir::Node& n : graph.nodes()) {
     if (n.is_persistent()) s.persistent_bytes += n.output.Bytes();
+    if (n.kind == ir::OpKind::kParameter) s.parameters += n.output.NumElements();
     if (n.layer >= 0) layers.insert(n.layer);
     if (!n.measured_cost && !n.is_persistent() && n.kind != ir::OpKind::kInput) s.measured_costs = false;
   }
@@ -45,6 +46,7 @@ nlohmann::json ToJson(const GraphSummary& s) {
           {"checkpoint_all_peak_bytes", s.checkpoint_all_peak_bytes},
           {"compute_cost", s.compute_cost},
           {"compute_cost_unit", s.measured_costs ? "as measured in the graph file" : "seconds"},
+          {"parameters", s.parameters},
           {"persistent_bytes", s.persistent_bytes},
           {"saved_activation_bytes", s.saved_activation_bytes},
           {"layers", s.layers},
@@ -63,6 +65,11 @@ std::string ToText(const GraphSummary& s) {
   out += fmt::format("  compute cost            {}\n", cost);
   if (s.per_op_seconds > 0.0)
     out += fmt::format("  per-op time             {} (each op, beyond its work)\n", FormatSeconds(s.per_op_seconds));
+  if (s.parameters > 0) {
+    const double n = static_cast<double>(s.parameters);
+    out += fmt::format("  parameters              {} ({:.2f} {})\n", s.parameters, n >= 1e9 ? n / 1e9 : n / 1e6,
+                       n >= 1e9 ? "billion" : "million");
+  }
   if (s.persistent_bytes > 0)
     out += fmt::format("  parameters + optimizer  {}\n", FormatBytes(s.persistent_bytes));
   out += fmt::format("  saved for backward      {}\n", FormatBytes(s.saved_activation_bytes));

@@ -20,6 +20,7 @@ struct GraphSummary {
   int64_t backward_nodes = 0;
   int64_t checkpoint_all_peak_bytes = 0;  // CONTRACT.md definition, via sim::SimulateOperatorPlan
   double compute_cost = 0.0;              // sum of every node's cost (measured, else roofline seconds)
+  int64_t parameters = 0;                 // elements of the parameter tensors (the model's parameter count)
   int64_t persistent_bytes = 0;           // parameters and optimizer state
   int64_t saved_activation_bytes = 0;     // forward tensors read by the backward pass
   int64_t layers = 0;                     // distinct Node::layer values >= 0
