@@ -147,6 +147,22 @@ TEST(HybridCli, PlansFromGalvatronProfilesAndExportsGalvatronConfig) {
   std::string tp;
   for (const auto& l : j["layers"]) tp += (tp.empty() ? "" : ",") + std::to_string(l["tp"].get<int>());
   EXPECT_EQ(g["tp_sizes_enc"], tp);
+  EXPECT_EQ(j["method"], "bmw");  // --galvatron-out searches the space Galvatron's configs express
+}
+
+// kiwi's own space (ZeRO-1 per layer) asked for with --galvatron-out: a plan Galvatron cannot express is
+// refused naming the layer, and nothing is written.
+TEST(HybridCli, GalvatronOutRefusesWhatGalvatronCannotExpress) {
+  const std::string config = (testing::TempDir() / "galvatron_zero1.json").string();
+  std::filesystem::remove(config);
+  // BERT-Huge-32 at 8 GiB: kiwi's plan is ZeRO-1 over 8 on most layers (docs/hybrid.md)
+  auto r = testing::RunKiwi("hybrid --model bert-huge-32 --cluster rtx-titan-pcie-8 --memory 8GiB --quiet --method kiwi "
+                            "--galvatron-out " + config);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("--galvatron-out " + config + ": layer 0 uses ZeRO-1, which Galvatron cannot express"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(config));
 }
 
 TEST(HybridCli, GalvatronProfileFlagsAreChecked) {

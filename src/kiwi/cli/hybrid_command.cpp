@@ -225,7 +225,9 @@ Result<Problem> LoadProblem(const HybridOptions& o) {
 // The Galvatron config is made first: a plan it cannot express leaves no file written.
 Status WriteOutputs(const HybridOptions& o, const hybrid::HybridSearchResult& r) {
   Result<std::string> config = o.galvatron_out.empty() ? std::string() : io::WriteGalvatronConfig(r.plan);
-  if (!config) return config.error();
+  if (!config)
+    return BadInput(fmt::format("--galvatron-out {}: {} (search with --method bmw, Galvatron's own space)",
+                                o.galvatron_out, config.error().message));
   if (!o.out.empty()) KIWI_RETURN_IF_ERROR(WritePlan(o.out, r, o));
   if (!o.galvatron_out.empty()) KIWI_RETURN_IF_ERROR(io::WriteFileAtomically(o.galvatron_out, *config));
   return Status::Ok();
@@ -271,7 +273,11 @@ Command AddHybridCommand(CLI::App& root) {
                 "no gradient accumulation: 1 micro-batch without pipelining, P..4P with P stages (the paper's setting)");
   app->add_option("--cluster", o->cluster, ClusterHelp())->capture_default_str();
   app->add_option("--memory", o->memory, "memory budget per device (default: the device's memory)");
-  app->add_option("--method", o->method, fmt::format("{}", fmt::join(hybrid::MethodNames(), " | ")))->capture_default_str();
+  CLI::Option* method =
+      app->add_option("--method", o->method,
+                      fmt::format("{} (default kiwi; with --galvatron-out bmw, Galvatron's own space, which its "
+                                  "configs can express)",
+                                  fmt::join(hybrid::MethodNames(), " | ")));
   app->add_option("--out", o->out, "write the plan as plan JSON to this file (replay with kiwi simulate)")->check(OutputFile());
   CLI::Option* model = app->get_option("--model");
   CLI::Option* hf = app->add_option("--hf-config", o->hf_config,
@@ -303,7 +309,10 @@ Command AddHybridCommand(CLI::App& root) {
   o->cost.Add(app);
   app->add_flag("--quiet", o->quiet, "no progress lines on stderr");
   app->add_flag("--json", o->json, "print one JSON object");
-  return {app, [o] { return RunHybrid(*o); }};
+  return {app, [o, method] {
+            if (!o->galvatron_out.empty() && method->count() == 0) o->method = "bmw";
+            return RunHybrid(*o);
+          }};
 }
 
 }  // namespace kiwi::cli

@@ -154,9 +154,9 @@ Result<std::string> DefaultDpType(const plan::LayerPlan& plan) {
     const plan::Zero zero = plan.layers[i].ZeroStage();
     if (plan.layers[i].dp == 1 || zero == plan::Zero::kParameters) continue;
     if (zero == plan::Zero::kOptimizerStates)
-      return BadInput(fmt::format("galvatron config: layer {} uses ZeRO-1, which Galvatron cannot express", i));
+      return BadInput(fmt::format("layer {} uses ZeRO-1, which Galvatron cannot express", i));
     if (common && *common != zero)
-      return BadInput(fmt::format("galvatron config: layer {} uses {} where an earlier layer uses {}; Galvatron gives "
+      return BadInput(fmt::format("layer {} uses {} where an earlier layer uses {}; Galvatron gives "
                                   "every layer but its ZeRO-3 ones one data-parallel type",
                                   i, plan::DataParallelName(zero), plan::DataParallelName(*common)));
     common = zero;
