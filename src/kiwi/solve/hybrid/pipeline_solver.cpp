@@ -134,6 +134,7 @@ PartitionSolution SolveOnce(const PartitionProblem& p) {
   best.cut_off = !best.feasible && !best.timed_out && (g.found || best.cut_off);
   // Proven: optimal on this partition, or no assignment of it beats the caller's cutoff.
   const bool unbounded = g.thinned || best.timed_out;  // a thinned or stopped DP's objective bounds nothing
+  best.thinned = g.thinned;
   best.proven = !unbounded && ((g.found && best.estimate.iteration_seconds <= best.lower_bound * (1.0 + kRelativeTolerance)) ||
                                best.lower_bound >= p.cutoff);
   if (unbounded) best.lower_bound = 0.0;
@@ -151,7 +152,10 @@ PartitionSolution SolvePartition(const PartitionProblem& p) {
   PartitionProblem probe = p;
   probe.max_labels = kProbeLabels;
   PartitionSolution first = SolveOnce(probe);
-  if (first.timed_out || (!first.feasible && !first.cut_off)) return first;  // thinning keeps feasibility: nothing fits
+  if (first.timed_out || (!first.feasible && !first.cut_off)) {  // thinning keeps feasibility: nothing fits
+    first.thinned = false;
+    return first;
+  }
   if (!first.feasible) return SolveOnce(p);
   PartitionProblem full = p;
   full.cutoff = first.estimate.iteration_seconds;
@@ -160,6 +164,7 @@ PartitionSolution SolvePartition(const PartitionProblem& p) {
   if (second.feasible) return second;
   // Nothing beats the probe's plan: it is optimal when the full run proved that.
   first.proven = second.proven;
+  first.thinned = second.thinned;
   first.lower_bound = second.lower_bound;
   first.dp_runs = second.dp_runs;
   return first;

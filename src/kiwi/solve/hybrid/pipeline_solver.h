@@ -38,6 +38,8 @@ struct PartitionSolution {
   PipelineEstimate estimate;
   double lower_bound = 0.0;     // on the iteration time of any assignment on this partition
   bool proven = false;          // estimate.iteration_seconds meets lower_bound
+  // A DP state of the (full) run was thinned: neither a plan nor cut_off is proven optimal.
+  bool thinned = false;
   int dp_runs = 0;
   bool timed_out = false;       // a DP run stopped at the deadline: not feasible says nothing
 };

@@ -221,7 +221,8 @@ void Search::Solve(const CostTables& t, const PipelineConfig& c, const Partition
   if (sol.timed_out) timed_out_ = true;
   ++stats_.partitions;
   stats_.dp_runs += sol.dp_runs;
-  if (sol.feasible && !sol.proven) all_proven_ = false;
+  // Unproven: a plan not shown optimal, or a partition ruled out (cut off) by a thinned DP.
+  if ((sol.feasible && !sol.proven) || sol.thinned) all_proven_ = false;
   if (sol.feasible) {
     const double throughput = static_cast<double>(c.global_batch) / sol.estimate.iteration_seconds;
     if (!best_.found || throughput > best_.throughput) {
