@@ -150,19 +150,23 @@ TEST(HybridCli, PlansFromGalvatronProfilesAndExportsGalvatronConfig) {
   EXPECT_EQ(j["method"], "bmw");  // --galvatron-out searches the space Galvatron's configs express
 }
 
-// kiwi's own space (ZeRO-1 per layer) asked for with --galvatron-out: a plan Galvatron cannot express is
-// refused naming the layer, and nothing is written.
+// kiwi's own space asked for with --galvatron-out: a plan Galvatron cannot express is refused naming the
+// file and the layer, and nothing is written; one it can (ZeRO-1 under accumulation: its zero2) is written.
 TEST(HybridCli, GalvatronOutRefusesWhatGalvatronCannotExpress) {
-  const std::string config = (testing::TempDir() / "galvatron_zero1.json").string();
+  const std::string config = (testing::TempDir() / "galvatron_kiwi.json").string();
   std::filesystem::remove(config);
-  // BERT-Huge-32 at 8 GiB: kiwi's plan is ZeRO-1 over 8 on most layers (docs/hybrid.md)
-  auto r = testing::RunKiwi("hybrid --model bert-huge-32 --cluster rtx-titan-pcie-8 --memory 8GiB --quiet --method kiwi "
+  // T5-Large-32 at 12 GiB: kiwi's plan mixes plain DP8 and ZeRO-1 over 8 (docs/hybrid.md)
+  auto r = testing::RunKiwi("hybrid --model t5-large-32 --cluster rtx-titan-pcie-8 --memory 12GiB --quiet --method kiwi "
                             "--galvatron-out " + config);
   EXPECT_EQ(r.exit_code, 2) << r.err;
-  EXPECT_NE(r.err.find("--galvatron-out " + config + ": layer 0 uses ZeRO-1, which Galvatron cannot express"),
-            std::string::npos)
-      << r.err;
+  EXPECT_NE(r.err.find("--galvatron-out " + config + ": layer "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("where an earlier layer uses"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(config));
+  // BERT-Huge-32 at 8 GiB: ZeRO-1 over 8 (and TP2 x ZeRO-1 over 4) in 64 micro-batches: Galvatron's zero2
+  r = testing::RunKiwi("hybrid --model bert-huge-32 --cluster rtx-titan-pcie-8 --memory 8GiB --quiet --method kiwi "
+                       "--galvatron-out " + config);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(nlohmann::json::parse(testing::Slurp(config))["default_dp_type"], "zero2");
 }
 
 TEST(HybridCli, GalvatronProfileFlagsAreChecked) {

@@ -2,11 +2,13 @@
 // config reads as the plan it describes, and what kiwi cannot model is rejected with the field named.
 #include "kiwi/io/galvatron_config.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 namespace kiwi::io {
 namespace {
@@ -50,28 +52,37 @@ TEST(GalvatronConfig, RoundTripsKiwiPlans) {
   ExpectSamePlan(*ParseGalvatronConfig(*WriteGalvatronConfig(gpipe), "c.json", 8), gpipe);
 }
 
-// ZeRO-2 is Galvatron's default type zero2; ZeRO-1, and DP beside ZeRO-2, it cannot express.
+// Galvatron's zero2 is kiwi's ZeRO-1 under gradient accumulation (whole gradients until the last
+// backward, its default) and ZeRO-2 with one micro-batch; the other stage, and DP beside zero2, it
+// cannot express.
 TEST(GalvatronConfig, WritesZero2AndRefusesWhatGalvatronCannotExpress) {
-  plan::LayerPlan p = MixedPlan();
-  for (plan::LayerStrategy& s : p.layers)
-    if (s.zero == plan::Zero::kNone) s.zero = plan::Zero::kGradients;
-  Result<std::string> text = WriteGalvatronConfig(p);
-  ASSERT_TRUE(text.ok()) << text.error().message;
-  EXPECT_EQ(nlohmann::json::parse(*text)["default_dp_type"], "zero2");
-  Result<plan::LayerPlan> back = ParseGalvatronConfig(*text, "c.json", 8);
-  ASSERT_TRUE(back.ok()) << back.error().message;
-  for (size_t i = 0; i < p.layers.size(); ++i) EXPECT_EQ(back->layers[i].ZeroStage(), p.layers[i].ZeroStage()) << i;
+  for (const auto& [micro_batches, zero2, other] :
+       {std::tuple{8, plan::Zero::kOptimizerStates, plan::Zero::kGradients},
+        std::tuple{1, plan::Zero::kGradients, plan::Zero::kOptimizerStates}}) {
+    plan::LayerPlan p = MixedPlan();
+    p.micro_batches = micro_batches;
+    for (plan::LayerStrategy& s : p.layers)
+      if (s.zero == plan::Zero::kNone) s.zero = zero2;
+    Result<std::string> text = WriteGalvatronConfig(p);
+    ASSERT_TRUE(text.ok()) << text.error().message;
+    EXPECT_EQ(nlohmann::json::parse(*text)["default_dp_type"], "zero2");
+    Result<plan::LayerPlan> back = ParseGalvatronConfig(*text, "c.json", 8);
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    for (size_t i = 0; i < p.layers.size(); ++i) EXPECT_EQ(back->layers[i].ZeroStage(), p.layers[i].ZeroStage()) << i;
 
-  plan::LayerPlan zero1 = MixedPlan();
-  zero1.layers[4].zero = plan::Zero::kOptimizerStates;
-  Result<std::string> refused = WriteGalvatronConfig(zero1);
+    p.layers[4].zero = other;
+    Result<std::string> refused = WriteGalvatronConfig(p);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_NE(refused.error().message.find(fmt::format("layer 4 uses {}, which Galvatron cannot express with {} micro-batches",
+                                                       plan::DataParallelName(other), micro_batches)),
+              std::string::npos)
+        << refused.error().message;
+  }
+  plan::LayerPlan mixed = MixedPlan();  // 8 micro-batches: zero2 is ZeRO-1; layer 0 is plain DP
+  mixed.layers[4].zero = plan::Zero::kOptimizerStates;
+  Result<std::string> refused = WriteGalvatronConfig(mixed);
   ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.error().message.find("layer 4 uses ZeRO-1"), std::string::npos) << refused.error().message;
-  plan::LayerPlan mixed = MixedPlan();
-  mixed.layers[4].zero = plan::Zero::kGradients;  // layer 0 is plain DP
-  refused = WriteGalvatronConfig(mixed);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.error().message.find("layer 4 uses ZeRO2 where an earlier layer uses DP"), std::string::npos)
+  EXPECT_NE(refused.error().message.find("layer 4 uses ZeRO1 where an earlier layer uses DP"), std::string::npos)
       << refused.error().message;
 }
 
@@ -79,9 +90,9 @@ TEST(GalvatronConfig, ReadsGalvatronsOwnFormat) {
   Result<plan::LayerPlan> p = ReadGalvatronConfigFile(kData + "galvatron_config_bert_example.json", 8);
   ASSERT_TRUE(p.ok()) << p.error().message;
   const std::vector<plan::LayerStrategy> expected = {
-      {1, 4, plan::Zero::kGradients, false}, {1, 4, plan::Zero::kParameters, true},
-      {2, 2, plan::Zero::kGradients, true}, {2, 2, plan::Zero::kParameters, false}};
-  EXPECT_EQ(p->layers, expected);  // zero2 default: ZeRO-2 where dp_types_enc is 0
+      {1, 4, plan::Zero::kOptimizerStates, false}, {1, 4, plan::Zero::kParameters, true},
+      {2, 2, plan::Zero::kOptimizerStates, true}, {2, 2, plan::Zero::kParameters, false}};
+  EXPECT_EQ(p->layers, expected);  // zero2 default over 4 chunks: ZeRO-1 where dp_types_enc is 0
   EXPECT_EQ(p->pp_partition, (std::vector<int>{2, 2}));
   EXPECT_EQ(p->pipeline, plan::PipelineSchedule::kGPipe);
   EXPECT_EQ(p->global_batch, 32);

@@ -103,6 +103,12 @@ Result<RawConfig> ReadRaw(const Json& doc, const JsonPath& at, int num_devices) 
   return c;
 }
 
+// What Galvatron's zero2 is in kiwi's terms. Under gradient accumulation Galvatron by default
+// reduce-scatters the gradients only after the last backward pass (async_grad_reduce, its
+// models/README.md: "Zero-2 degrade[s] to Zero-1"; its cost model keeps parameters and gradients whole,
+// 2/8 of mixed-precision model states): kiwi's ZeRO-1. With one micro-batch it is ZeRO-2.
+plan::Zero GalvatronZero2(int64_t chunks) { return chunks > 1 ? plan::Zero::kOptimizerStates : plan::Zero::kGradients; }
+
 Result<plan::LayerPlan> ToPlan(const RawConfig& c, const JsonPath& at, int num_devices) {
   if (num_devices % c.pp != 0)
     return at.BadKey("pp_deg", fmt::format("{} does not divide the {} devices", c.pp, num_devices));
@@ -120,10 +126,10 @@ Result<plan::LayerPlan> ToPlan(const RawConfig& c, const JsonPath& at, int num_d
     if (c.sp[i] != 0) return at.Key("use_sp").Index(i).Bad("sequence parallelism is not supported by kiwi's estimator");
     if (c.consecutive[i] == 0 && tp > 1 && dp > 1)
       return at.Key("tp_consecutive_flags").Index(i).Bad("0 (TP across DP groups) is not supported: kiwi places TP innermost");
-    // dp_types_enc 1 is ZeRO-3; 0 the default type (DDP or ZeRO-2).
+    // dp_types_enc 1 is ZeRO-3; 0 the default type (DDP or zero2, GalvatronZero2).
     plan::Zero zero = plan::Zero::kNone;
     if (dp > 1 && (c.dp_types[i] == 1 || c.default_dp_type == "zero3")) zero = plan::Zero::kParameters;
-    else if (dp > 1 && c.default_dp_type == "zero2") zero = plan::Zero::kGradients;
+    else if (dp > 1 && c.default_dp_type == "zero2") zero = GalvatronZero2(c.chunks);
     p.layers.push_back({tp, dp, zero, c.checkpoint[i] == 1});
   }
   p.pp_degree = static_cast<int>(c.pp);
@@ -146,22 +152,26 @@ Result<plan::LayerPlan> ToPlan(const RawConfig& c, const JsonPath& at, int num_d
 
 namespace {
 
-// Galvatron gives a layer ZeRO-3 or the config's one default type (DDP or ZeRO-2): the default of a
-// plan's other data-parallel layers, or an error naming the first layer Galvatron cannot express.
+// Galvatron gives a layer ZeRO-3 or the config's one default type, DDP or zero2 (GalvatronZero2: kiwi's
+// ZeRO-1 under gradient accumulation, ZeRO-2 without): the default of a plan's other data-parallel
+// layers, or an error naming the first layer Galvatron cannot express.
 Result<std::string> DefaultDpType(const plan::LayerPlan& plan) {
+  const plan::Zero zero2 = GalvatronZero2(plan.micro_batches);
   std::optional<plan::Zero> common;
   for (size_t i = 0; i < plan.layers.size(); ++i) {
     const plan::Zero zero = plan.layers[i].ZeroStage();
     if (plan.layers[i].dp == 1 || zero == plan::Zero::kParameters) continue;
-    if (zero == plan::Zero::kOptimizerStates)
-      return BadInput(fmt::format("layer {} uses ZeRO-1, which Galvatron cannot express", i));
+    if (zero != plan::Zero::kNone && zero != zero2)
+      return BadInput(fmt::format("layer {} uses {}, which Galvatron cannot express with {} micro-batches (its zero2 "
+                                  "is kiwi's {} there)",
+                                  i, plan::DataParallelName(zero), plan.micro_batches, plan::DataParallelName(zero2)));
     if (common && *common != zero)
       return BadInput(fmt::format("layer {} uses {} where an earlier layer uses {}; Galvatron gives "
                                   "every layer but its ZeRO-3 ones one data-parallel type",
                                   i, plan::DataParallelName(zero), plan::DataParallelName(*common)));
     common = zero;
   }
-  return std::string(common == plan::Zero::kGradients ? "zero2" : "ddp");
+  return std::string(common && *common != plan::Zero::kNone ? "zero2" : "ddp");
 }
 
 }  // namespace

@@ -17,14 +17,17 @@
 namespace kiwi::io {
 
 // kiwi's estimator places TP innermost, so every layer is written with tp_consecutive_flags 1.
-// Errors (kBadInput) name the first layer Galvatron cannot express: ZeRO-1, or plain DP and ZeRO-2
-// in one plan (Galvatron has one default data-parallel type beside per-layer ZeRO-3).
+// Galvatron's zero2 is kiwi's ZeRO-1 under gradient accumulation (by default Galvatron reduce-scatters
+// only after the last backward pass, keeping whole gradients) and ZeRO-2 with one micro-batch.
+// Errors (kBadInput) name the first layer Galvatron cannot express: the other of ZeRO-1/2, or plain DP
+// beside it in one plan (Galvatron has one default data-parallel type beside per-layer ZeRO-3).
 Result<std::string> WriteGalvatronConfig(const plan::LayerPlan& plan);
 
 // Reads a config for `num_devices` devices. Errors (kBadInput) name the field: lists of different
 // lengths, degrees that do not divide the devices, and what kiwi cannot model: sequence parallelism
 // (use_sp 1), TP spread across DP groups (tp_consecutive_flags 0 with tp and dp > 1). default_dp_type
-// "zero3" makes every layer ZeRO-3; "zero2" makes the layers of dp_types_enc 0 ZeRO-2.
+// "zero3" makes every layer ZeRO-3; "zero2" makes the layers of dp_types_enc 0 ZeRO-1 (chunks > 1) or
+// ZeRO-2 (chunks 1), as above.
 Result<plan::LayerPlan> ParseGalvatronConfig(std::string_view text, const std::string& source, int num_devices);
 Result<plan::LayerPlan> ReadGalvatronConfigFile(const std::string& path, int num_devices);
 
