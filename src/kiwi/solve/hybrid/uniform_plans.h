@@ -27,7 +27,8 @@ struct UniformPlanOptions {
 // Degrees are powers of two with pp * tp * dp = num_devices and pp <= num_layers. Layers are split
 // evenly over stages (earlier stages take the remainder). Micro-batches: 1 without pipelining; with
 // pipelining, global_batch / dp (micro-batches of one sample per replica: the fewest bubbles). Plans
-// whose batch does not divide over dp are skipped. Deterministic order: pp, tp, ZeRO stage, checkpoint.
+// whose batch does not divide over dp are skipped. The strategies are hybrid::LayerStrategies' of a
+// stage. Deterministic order: pp, then LayerStrategies' (tp, ZeRO stage, checkpoint).
 std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& options);
 
 // Splits n layers over k stages as evenly as possible, earlier stages first: (5, 2) -> {3, 2}.
