@@ -109,22 +109,20 @@ std::vector<Label> ParetoLabels(std::vector<Label> labels) {
   return kept;
 }
 
+// Whether Thin cuts a state of `size` labels (it needs at least two memory buckets).
+bool Thinned(size_t size, size_t max_labels) { return size > max_labels && max_labels >= 2; }
+
 // Exact mode: y beats x when it is also no slower in the current stage, no worse a bottleneck, and no
 // slower an optimizer step (its stage's so far, and the slowest of the finished stages).
 // Pairwise (quadratic): this mode only runs when the weighted DP could not prove its plan optimal. The
 // kept labels' terms sit in flat arrays, the scan's hot loop, checked nearest in cost first. Once more
-// than `max_labels` labels are kept (the state will be thinned, so nothing is proven), x is checked
-// against the kLocalScan kept labels nearest in cost only: a superset of the Pareto set is kept, in
-// linear time.
-constexpr size_t kLocalScan = 256;
-
+// than `max_labels` labels are kept the filter stops: the state will be thinned, and an exact run stops
+// at its first thinned state (SolveLayerDp), so the rest would be filtered for nothing.
 class ExactFront {
  public:
-  bool Beaten(const Label& x, size_t max_labels) const {
+  bool Beaten(const Label& x) const {
     const double x_bottleneck = x.Bottleneck(), x_optimizer_step = x.OptimizerStep();
-    const size_t n = memory_.size();
-    const size_t scan = n > max_labels ? kLocalScan : n;
-    for (size_t k = n; k > n - scan; --k)
+    for (size_t k = memory_.size(); k > 0; --k)
       if (Beats(k - 1, x, x_bottleneck, x_optimizer_step)) return true;
     return false;
   }
@@ -161,7 +159,8 @@ std::vector<Label> ExactParetoLabels(std::vector<Label> labels, size_t max_label
   std::vector<Label> kept;
   ExactFront front;
   for (const Label& x : labels) {
-    if (front.Beaten(x, max_labels)) continue;
+    if (Thinned(kept.size(), max_labels)) break;
+    if (front.Beaten(x)) continue;
     kept.push_back(x);
     front.Add(x);
   }
@@ -172,7 +171,7 @@ std::vector<Label> ExactParetoLabels(std::vector<Label> labels, size_t max_label
 // (recompute, gather) class, the label with the least memory: whatever completion fits after some
 // label also fits after that one, so thinning never makes a feasible stage infeasible.
 std::vector<Label> Thin(std::vector<Label> labels, size_t max_labels, bool& thinned) {
-  if (labels.size() <= max_labels || max_labels < 2) return labels;
+  if (!Thinned(labels.size(), max_labels)) return labels;
   thinned = true;
   int64_t lo = std::numeric_limits<int64_t>::max(), hi = 0;
   for (const Label& l : labels) {
