@@ -31,6 +31,13 @@ class DpGroup:
         self.group, self.size, self.rank = group, size, rank
 
 
+def padded_flat(tensors: List[torch.Tensor], numel: int) -> torch.Tensor:
+    """The tensors flattened one after another into `numel` elements, zero-padded (dp equal chunks)."""
+    flat = torch.zeros(numel, dtype=tensors[0].dtype, device=tensors[0].device)
+    flat[: sum(t.numel() for t in tensors)] = torch.cat([t.reshape(-1) for t in tensors])
+    return flat
+
+
 class ShardedParams:
     """ZeRO-3 storage of one unit's (TP-shard) parameters: a flat shard of numel ceil(total / dp)."""
 
@@ -41,14 +48,12 @@ class ShardedParams:
         self.total = sum(self.numels)
         self.dp, self.counter, self.unit = dp, counter, unit
         self.chunk = -(-self.total // dp.size)
-        flat = torch.zeros(self.chunk * dp.size, dtype=local[self.names[0]].dtype)
-        flat[: self.total] = torch.cat([local[n].reshape(-1) for n in self.names])
-        self.shard = nn.Parameter(flat[dp.rank * self.chunk:(dp.rank + 1) * self.chunk].clone())
+        self.shard = nn.Parameter(self.expected_shard(local).clone())
         self.gathered: Optional[torch.Tensor] = None  # during the forward / the backward only
 
     def expected_shard(self, local: Params) -> torch.Tensor:
-        flat = torch.zeros(self.chunk * self.dp.size, dtype=self.shard.dtype)
-        flat[: self.total] = torch.cat([local[n].reshape(-1) for n in self.names])
+        """This rank's chunk of `local` flattened (the reference's parameters, for comparisons)."""
+        flat = padded_flat([local[n] for n in self.names], self.chunk * self.dp.size)
         return flat[self.dp.rank * self.chunk:(self.dp.rank + 1) * self.chunk]
 
     def gather(self) -> torch.Tensor:
@@ -76,16 +81,12 @@ class ZeroShard:
         self.params, self.dp, self.counter, self.unit = params, dp, counter, unit
         self.total = sum(p.numel() for p in params)
         self.chunk = -(-self.total // dp.size)
-        self.shard = nn.Parameter(self._flat([p.detach() for p in params])[dp.rank * self.chunk:(dp.rank + 1) * self.chunk].clone())
+        flat = padded_flat([p.detach() for p in params], self.chunk * dp.size)
+        self.shard = nn.Parameter(flat[dp.rank * self.chunk:(dp.rank + 1) * self.chunk].clone())
         self.ready = 0
         if every_microbatch:  # ZeRO-2: once every parameter of the unit has this micro-batch's gradient
             for p in params:
                 p.register_post_accumulate_grad_hook(self._accumulated)
-
-    def _flat(self, tensors: List[torch.Tensor]) -> torch.Tensor:
-        flat = torch.zeros(self.chunk * self.dp.size, dtype=tensors[0].dtype, device=tensors[0].device)
-        flat[: self.total] = torch.cat([t.reshape(-1) for t in tensors])
-        return flat
 
     def _accumulated(self, _param) -> None:
         self.ready += 1
@@ -99,8 +100,8 @@ class ZeroShard:
         if all(p.grad is None for p in self.params):
             return
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-        part = self.counter.reduce_scatter(self._flat(grads), self.dp.group, self.dp.size, self.dp.rank,
-                                           SDP_REDUCE_SCATTER, self.unit)
+        part = self.counter.reduce_scatter(padded_flat(grads, self.chunk * self.dp.size), self.dp.group, self.dp.size,
+                                           self.dp.rank, SDP_REDUCE_SCATTER, self.unit)
         self.shard.grad = part if self.shard.grad is None else self.shard.grad + part
         for p in self.params:
             p.grad = None
