@@ -86,11 +86,7 @@ nlohmann::json ResultJson(const hybrid::HybridSearchResult& r, const HybridOptio
                           const std::string& cluster, int64_t budget) {
   nlohmann::json layers = nlohmann::json::array();
   for (const plan::LayerStrategy& s : r.plan.layers)
-    layers.push_back({{"tp", s.tp},
-                      {"dp", s.dp},
-                      {"sdp", s.Shards(plan::Zero::kParameters)},  // CONTRACT.md's field: ZeRO-3
-                      {"zero", static_cast<int>(s.ZeroStage())},
-                      {"checkpoint", s.checkpoint}});
+    layers.push_back(io::LayerStrategyJson<nlohmann::json>(s, /*contract_sdp=*/true));
   const plan::LayerPlan& p = r.plan;
   return {{"feasible", r.feasible},
           {"method", o.method},

@@ -73,18 +73,15 @@ Result<std::vector<Candidate>> EvaluateUniformPlans(const cost::LayerModel& mode
 
 nlohmann::json CandidateJson(const Candidate& c) {
   const plan::LayerStrategy& s = c.plan.layers.front();
-  return {{"name", c.name},
-          {"pp_degree", c.plan.pp_degree},
-          {"tp", s.tp},
-          {"dp", s.dp},
-          {"sdp", s.Shards(plan::Zero::kParameters)},
-          {"zero", static_cast<int>(s.ZeroStage())},
-          {"checkpoint", s.checkpoint},
-          {"micro_batches", c.plan.micro_batches},
-          {"peak_memory_bytes", c.result.summary.peak_memory_bytes},
-          {"iteration_seconds", c.result.summary.iteration_seconds},
-          {"throughput_samples_per_second", c.result.throughput_samples_per_second},
-          {"fits", c.fits}};
+  nlohmann::json j = io::LayerStrategyJson<nlohmann::json>(s, /*contract_sdp=*/true);
+  j.update({{"name", c.name},
+            {"pp_degree", c.plan.pp_degree},
+            {"micro_batches", c.plan.micro_batches},
+            {"peak_memory_bytes", c.result.summary.peak_memory_bytes},
+            {"iteration_seconds", c.result.summary.iteration_seconds},
+            {"throughput_samples_per_second", c.result.throughput_samples_per_second},
+            {"fits", c.fits}});
+  return j;
 }
 
 std::string CandidateTable(const std::vector<Candidate>& cands) {

@@ -335,7 +335,7 @@ OrderedJson LayerJson(const plan::LayerPlan& lp) {
   OrderedJson j;
   j["layers"] = OrderedJson::array();
   for (const plan::LayerStrategy& s : lp.layers)
-    j["layers"].push_back({{"tp", s.tp}, {"dp", s.dp}, {"zero", static_cast<int>(s.zero)}, {"checkpoint", s.checkpoint}});
+    j["layers"].push_back(LayerStrategyJson<OrderedJson>(s));
   j["pp_degree"] = lp.pp_degree;
   j["pp_partition"] = lp.pp_partition;
   j["global_batch"] = lp.global_batch;

@@ -9,6 +9,8 @@
 #include <string>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 #include "kiwi/plan/plan.h"
 #include "kiwi/util/result.h"
 
@@ -17,5 +19,19 @@ namespace kiwi::io {
 Result<plan::Plan> ReadPlanFile(const std::string& path);
 Result<plan::Plan> ParsePlanJson(std::string_view text, const std::string& source);
 std::string WritePlanJson(const plan::Plan& plan);  // ParsePlanJson(WritePlanJson(p)) == p
+
+// One layer strategy as the plan's "layer.layers" entries (Json = nlohmann::ordered_json) and `kiwi
+// hybrid/plan --json` (nlohmann::json) write it: tp, dp, zero, checkpoint; with
+// `contract_sdp`, also CONTRACT.md's "sdp" (whether ZeRO-3 is in effect).
+template <typename Json>
+Json LayerStrategyJson(const plan::LayerStrategy& s, bool contract_sdp = false) {
+  Json j;
+  j["tp"] = s.tp;
+  j["dp"] = s.dp;
+  if (contract_sdp) j["sdp"] = s.Shards(plan::Zero::kParameters);
+  j["zero"] = static_cast<int>(s.zero);
+  j["checkpoint"] = s.checkpoint;
+  return j;
+}
 
 }  // namespace kiwi::io
