@@ -54,7 +54,8 @@ def test_kiwi_hybrid_plan_is_mixed(runs):
     piped = runs["hybrid_pp"][0]
     assert piped.pp_degree == 2 and piped.micro_batches > 1 and piped.layers[-1].tp > 1, piped
     assert runs["printed"]["layers"] == [dict(tp=s.tp, dp=s.dp, sdp=s.zero_stage == 3, zero=s.zero_stage,
-                                                 checkpoint=s.checkpoint) for s in plan.layers]
+                                                 checkpoint=s.checkpoint, sequence_parallel=s.sequence_parallel)
+                                        for s in plan.layers]
 
 
 @pytest.mark.parametrize("name", ["hybrid", "hybrid_pp", "mixed", "piped", "gpipe"])
@@ -99,6 +100,13 @@ def test_plan_errors_name_the_field(tmp_path):
         parse_plan({"layers": [{"dp": 4, "sdp": True, "zero": 1}], "global_batch": 4}, "x.json")
     with pytest.raises(PlanError, match=r"x.json: layers\[0\].zero: must be an integer from 0 to 3, got 4$"):
         parse_plan({"layers": [{"zero": 4}]}, "x.json")
+    # Megatron sequence parallelism: read and named as kiwi does; the runtime refuses to run it
+    plan = parse_plan({"layers": [{"tp": 2, "dp": 2, "zero": 1, "sequence_parallel": True}], "global_batch": 4}, "x.json")
+    assert plan.layers[0].sequence_parallel and plan.layers[0].name() == "SP-TP2xZeRO1-DP2"
+    with pytest.raises(PlanError, match=r"x.json: layers\[0\]: sequence_parallel: this runtime does not run"):
+        plan.check_world(4)
+    with pytest.raises(PlanError, match=r"x.json: layers\[0\].sequence_parallel: must be true or false, got 1$"):
+        parse_plan({"layers": [{"sequence_parallel": 1}]}, "x.json")
 
 
 def test_fused_adam_matches_single_process_training(runs):

@@ -84,6 +84,13 @@ TEST(GalvatronConfig, WritesZero2AndRefusesWhatGalvatronCannotExpress) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().message.find("layer 4 uses ZeRO1 where an earlier layer uses DP"), std::string::npos)
       << refused.error().message;
+  // Galvatron's use_sp is Ulysses' sequence parallelism, not Megatron's: a plan with the latter is refused.
+  plan::LayerPlan sp = MixedPlan();
+  sp.layers[3].sequence_parallel = true;
+  refused = WriteGalvatronConfig(sp);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("layer 3 uses Megatron sequence parallelism (SP-TP4+CKPT)"), std::string::npos)
+      << refused.error().message;
 }
 
 TEST(GalvatronConfig, ReadsGalvatronsOwnFormat) {

@@ -204,6 +204,20 @@ TEST(PlanJson, ZeroStagesAndTheSdpSpelling) {
   ExpectBadInput(layer(R"({"zero": 4})"), {"plan.json: layer.layers[0].zero: must be an integer in [0, 3]"});
 }
 
+// Megatron sequence parallelism per layer: "sequence_parallel", false when absent, written back.
+TEST(PlanJson, SequenceParallelPerLayer) {
+  Result<plan::Plan> p = ParsePlanJson(
+      R"({"kiwi_plan_version": 1, "layer": {"layers": [{"tp": 2, "sequence_parallel": true}, {"tp": 2}]}})", "plan.json");
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_TRUE(p->layer->layers[0].sequence_parallel);
+  EXPECT_FALSE(p->layer->layers[1].sequence_parallel);
+  Result<plan::Plan> back = ParsePlanJson(WritePlanJson(*p), "plan.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->layer->layers, p->layer->layers);
+  ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [{"sequence_parallel": 1}]}})", "plan.json"),
+                 {"plan.json: layer.layers[0].sequence_parallel:"});
+}
+
 TEST(PlanJson, VersionAndUnknownFields) {
   ExpectBadInput(ParsePlanJson(R"({"graph": "g"})", "plan.json"), {"plan.json: kiwi_plan_version: missing"});
   ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "claims": {"peak_bytes": 3}})", "plan.json"),

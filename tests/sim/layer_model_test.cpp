@@ -157,7 +157,8 @@ TEST(BuildLayerModel, NoOverheadWithoutAKernelTime) {
 // Korthikanti et al. 2023, eq. 2: a GPT middle layer in 16-bit saves 34sbh + 5as^2b, of which Megatron TP
 // keeps 10sbh whole on every rank (norm inputs, column-parallel inputs, the masks after the row-parallel
 // linears); one TP rank's activations of one micro-batch are sbh(10 + 24/t + 5as/(ht)) for t = 1, 2, 4, 8,
-// and a checkpointed layer keeps its whole 2sbh input. With fused attention the 5as^2b of scores go and
+// and a checkpointed layer keeps its whole 2sbh input; with sequence parallelism (eq. 4) everything is split:
+// sbh(34/t + 5as/(ht)), the checkpointed input 2sbh/t. With fused attention the 5as^2b of scores go and
 // the attention's output (2sbh, split over TP like q, k and v) comes: sbh(10 + 26/t).
 TEST(BuildLayerModel, TpRankActivationsAreKorthikantis) {
   for (models::AttentionKernel kernel : {models::AttentionKernel::kMaterialized, models::AttentionKernel::kFused}) {
@@ -190,20 +191,29 @@ TEST(BuildLayerModel, TpRankActivationsAreKorthikantis) {
     cluster.devices_per_node = t;
     cluster.intra_node = {"link", 1e11, 0.0};
     for (bool checkpoint : {false, true}) {
+      for (bool sp : {false, true}) {
       PlacedLayer placed;
       placed.profile = mid;
-      placed.strategy = {.tp = t, .dp = 1, .checkpoint = checkpoint};
+      placed.strategy = {.tp = t, .dp = 1, .checkpoint = checkpoint, .sequence_parallel = sp};
       placed.microbatch = b;
       Result<StageMesh> mesh = MakeStageMesh(cluster, {1, 1, t});
       ASSERT_TRUE(mesh.ok()) << mesh.error().message;
       placed.mesh = *mesh;
       const LayerModel no_states;  // no model states: only the activations differ
       const int64_t kept = StagePeakMemory({&placed}, 1, no_states) - StagePeakMemory({&placed}, 0, no_states);
-      if (!checkpoint) {
+      if (sp && t > 1) {  // eq. 4: sbh(34/t + 5as/(ht)); checkpointed, the input's shard 2sbh/t
+        if (!checkpoint) {
+          EXPECT_EQ(kept, (34 * sbh + output + attention) / t) << "t " << t;
+        } else {
+          EXPECT_EQ(kept, 2 * sbh / t) << "t " << t;
+          EXPECT_EQ(RecomputedBytes(placed), (32 * sbh + output + attention) / t) << "t " << t;
+        }
+      } else if (!checkpoint) {
         EXPECT_EQ(kept, 10 * sbh + (24 * sbh + output) / t + attention / t) << "t " << t;
       } else {
         EXPECT_EQ(kept, 2 * sbh) << "t " << t;  // the layer's input, whole on every rank
         EXPECT_EQ(RecomputedBytes(placed), 8 * sbh + (24 * sbh + output) / t + attention / t) << "t " << t;
+      }
       }
     }
   }
@@ -214,7 +224,8 @@ TEST(BuildLayerModel, TpRankActivationsAreKorthikantis) {
 // layernorms and the out/fc2 biases whole (6h values); the embedding splits the word table over TP,
 // keeps the position table whole and all-reduces its output [seq, h]; the head splits the LM head,
 // keeps the final norm whole, all-reduces max, target logit and sum of exps per token (fp32)
-// forward and its input gradient [seq, h] backward.
+// forward and its input gradient [seq, h] backward (Megatron's g and f operators on the boundary, which
+// sequence parallelism turns into reduce-scatter / all-gather pairs).
 TEST(BuildLayerModel, MegatronTpSplitOfGpt) {
   const cost::CostModel cm(TestDevice());
   Result<LayerModel> m = BuildLayerModel(SmallGpt(2), 2, cm);
@@ -232,11 +243,15 @@ TEST(BuildLayerModel, MegatronTpSplitOfGpt) {
   EXPECT_EQ(m->embedding.boundary_bytes_per_sample, seq * h * 4);
   EXPECT_EQ(m->embedding.tp_forward_all_reduce_bytes_per_sample, std::vector<int64_t>{seq * h * 4});
   EXPECT_TRUE(m->embedding.tp_backward_all_reduce_bytes_per_sample.empty());
+  EXPECT_EQ(m->embedding.tp_forward_g_operators, 1);  // its output all-reduce is Megatron's g
+  EXPECT_EQ(m->embedding.tp_backward_f_operators, 0);
   EXPECT_EQ(m->head.name, "head");
   EXPECT_EQ(m->head.parameter_bytes, (2 * h + h * vocab) * 4);
   EXPECT_EQ(m->head.replicated_parameter_bytes, 2 * h * 4);
   EXPECT_EQ(m->head.tp_forward_all_reduce_bytes_per_sample, std::vector<int64_t>(3, seq * 4));
   EXPECT_EQ(m->head.tp_backward_all_reduce_bytes_per_sample, std::vector<int64_t>{seq * h * 4});
+  EXPECT_EQ(m->head.tp_forward_g_operators, 0);  // the loss's statistics are no g
+  EXPECT_EQ(m->head.tp_backward_f_operators, 1);  // the input gradient's all-reduce is f's
 }
 
 // Under TP the head's loss is Megatron's vocabulary-parallel cross-entropy, not the graph's fused

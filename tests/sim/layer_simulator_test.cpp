@@ -176,6 +176,134 @@ TEST(SimulateLayerPlan, TensorParallelHalvesParamsAndActivationsAndAddsAllReduce
   EXPECT_NEAR(tp.summary.iteration_seconds, 0.096 + 256e-6, kEps);
 }
 
+// FourLayers with Megatron's whole-on-every-TP-rank parts: 4 kB of each sample's 10 kB of activations
+// (Korthikanti's 10sbh of 34sbh) and 200 kB of parameters (layernorms, row-parallel biases).
+LayerModel FourLayersWithReplicatedParts() {
+  LayerModel m = FourLayers();
+  for (LayerProfile& p : m.layers) {
+    p.replicated_activation_bytes_per_sample = 4'000;
+    p.replicated_parameter_bytes = 200'000;
+  }
+  return m;
+}
+
+// Megatron sequence parallelism (Korthikanti et al. 2023 §4.2.2): the 4 kB TP keeps whole are split too
+// (a layer's 16 samples: 6 kB x 16 / 2 + 4 kB x 16 without, 10 kB x 16 / 2 with), each all-reduce of
+// 16 kB becomes an all-gather + reduce-scatter of 16 kB (8 us each over 2 devices: the all-reduce's
+// 16 us), and the replicated parameters' 200 kB gradient is all-reduced over TP once (200 us).
+TEST(SimulateLayerPlan, SequenceParallelSplitsWhatTpKeepsWholeWithTheSameTraffic) {
+  const cost::Cluster two = TestCluster(1, 2);
+  const LayerModel model = FourLayersWithReplicatedParts();
+  const LayerPlan tp = UniformPlan({.tp = 2, .dp = 1}, 16, 1);
+  const LayerPlan sp = UniformPlan({.tp = 2, .dp = 1, .sequence_parallel = true}, 16, 1);
+  EXPECT_EQ(plan::StrategyName(sp.layers[0]), "SP-TP2");
+  const LayerSimResult without = Simulate(model, tp, two);
+  const LayerSimResult with = Simulate(model, sp, two);
+  EXPECT_EQ(without.summary.peak_memory_bytes - with.summary.peak_memory_bytes, 4 * ((48'000 + 64'000) - 80'000));
+  EXPECT_NEAR(without.summary.time.communication, 4 * 4 * 16e-6, kEps);
+  EXPECT_NEAR(with.stages[0].gradient_sync_seconds, 4 * 200e-6, kEps);  // in the iteration's communication
+  EXPECT_NEAR(with.summary.time.communication, 4 * 8 * 8e-6 + 4 * 200e-6, kEps);
+  EXPECT_NEAR(with.summary.iteration_seconds, without.summary.iteration_seconds + 4 * 200e-6, kEps);
+  Result<PlanTraffic> t = LayerPlanTraffic(model, sp, two);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->layers[0].tp_all_reduce_bytes, 0);
+  EXPECT_EQ(t->layers[0].sp_all_gather_bytes, 4 * 16'000);
+  EXPECT_EQ(t->layers[0].sp_reduce_scatter_bytes, 4 * 16'000);
+  EXPECT_EQ(t->layers[0].sp_collectives, 8);
+  EXPECT_EQ(t->layers[0].sp_gradient_all_reduce_bytes, 200'000);
+  // Without TP there is no sequence to split: the flag changes nothing.
+  const cost::Cluster one = TestCluster(1, 1);
+  EXPECT_EQ(Simulate(model, UniformPlan({.tp = 1, .dp = 1, .sequence_parallel = true}, 16, 1), one).summary.peak_memory_bytes,
+            Simulate(model, UniformPlan({.tp = 1, .dp = 1}, 16, 1), one).summary.peak_memory_bytes);
+}
+
+// A checkpointed sequence-parallel layer keeps its input's sequence shard (1 kB x 16 / 2) and brings
+// back its intermediates split the same way (9 kB x 16 / 2, where TP alone brings the 3 kB it keeps
+// whole back whole); its recomputation repeats the forward all-gathers and reduce-scatters.
+TEST(SimulateLayerPlan, SequenceParallelCheckpointKeepsTheInputsShard) {
+  const cost::Cluster cluster = TestCluster(1, 2);
+  const LayerModel model = FourLayersWithReplicatedParts();
+  const int64_t states = 4 * (800'000 / 2 + 200'000) * 4;
+  const LayerSimResult tp = Simulate(model, UniformPlan({.tp = 2, .dp = 1, .checkpoint = true}, 16, 1), cluster);
+  EXPECT_EQ(tp.summary.peak_memory_bytes, states + 4 * 16'000 + 6'000 * 16 / 2 + 3'000 * 16);
+  const LayerSimResult sp =
+      Simulate(model, UniformPlan({.tp = 2, .dp = 1, .checkpoint = true, .sequence_parallel = true}, 16, 1), cluster);
+  EXPECT_EQ(sp.summary.peak_memory_bytes, states + 4 * 8'000 + 9'000 * 16 / 2);
+  EXPECT_NEAR(sp.summary.time.recompute, 4 * (8e-3 + 4 * 8e-6), kEps);
+}
+
+// Between a sequence-parallel layer and one of another layout the boundary (1 kB x 16) is all-gathered
+// over TP: forward when the sequence-parallel layer comes first, its input gradient backward when it
+// comes second (8 us over 2 devices). With a DP change too, that adds to Slice-Gather's own gather.
+TEST(SimulateLayerPlan, SequenceGatherBetweenLayouts) {
+  const cost::Cluster two = TestCluster(1, 2);
+  const LayerModel model = FourLayers();
+  LayerPlan plan = UniformPlan({.tp = 2, .dp = 1}, 16, 1);
+  plan.layers[0].sequence_parallel = plan.layers[1].sequence_parallel = true;
+  EXPECT_NEAR(Simulate(model, plan, two).summary.time.resharding, 8e-6, kEps);
+  Result<PlanTraffic> t = LayerPlanTraffic(model, plan, two);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->layers[2].sequence_gather_bytes, 16'000);
+  EXPECT_EQ(t->layers[2].sequence_gather_backward_bytes, 0);
+  EXPECT_EQ(t->layers[1].sequence_gather_bytes, 0);
+  for (LayerStrategy& s : plan.layers) s.sequence_parallel = !s.sequence_parallel;
+  EXPECT_NEAR(Simulate(model, plan, two).summary.time.resharding, 8e-6, kEps);
+  t = LayerPlanTraffic(model, plan, two);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->layers[2].sequence_gather_backward_bytes, 16'000);
+  for (LayerStrategy& s : plan.layers) s.sequence_parallel = true;
+  EXPECT_NEAR(Simulate(model, plan, two).summary.time.resharding, 0.0, kEps);
+  // SP-TP2xDP2 into DP4 on 4 devices: the 8 samples' boundary gathered over TP forward (4 us), and the
+  // DP growth's backward gather of their gradient from 2 devices (4 us).
+  const cost::Cluster four = TestCluster(1, 4);
+  plan.layers.assign(4, {.tp = 1, .dp = 4});
+  plan.layers[0] = plan.layers[1] = {.tp = 2, .dp = 2, .sequence_parallel = true};
+  EXPECT_NEAR(Simulate(model, plan, four).summary.time.resharding, 4e-6 + 4e-6, kEps);
+}
+
+// Under sequence parallelism the embeddings reduce-scatter their output (g) and all-gather its gradient;
+// the head all-gathers its input (f) and reduce-scatters its gradient; the loss's statistics stay
+// all-reduces. Micro-batch 4: 4 kB each, 2 us per gather or scatter over 2 devices.
+TEST(SimulateLayerPlan, EmbeddingAndHeadUnderSequenceParallelism) {
+  const cost::Cluster cluster = TestCluster(1, 2);
+  LayerModel model = FourLayers();
+  model.embedding.parameter_bytes = 500'000;
+  model.embedding.tp_forward_all_reduce_bytes_per_sample = {1'000};
+  model.embedding.tp_forward_g_operators = 1;
+  model.head.parameter_bytes = 300'000;
+  model.head.tp_forward_all_reduce_bytes_per_sample = {10, 10, 10};
+  model.head.tp_backward_all_reduce_bytes_per_sample = {1'000};
+  model.head.tp_backward_f_operators = 1;
+  const LayerPlan plan = UniformPlan({.tp = 2, .dp = 1, .sequence_parallel = true}, 4, 1);
+  Result<PlanTraffic> t = LayerPlanTraffic(model, plan, cluster);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->embedding.tp_all_reduces, 0);
+  EXPECT_EQ(t->embedding.sp_reduce_scatter_bytes, 4'000);
+  EXPECT_EQ(t->embedding.sp_all_gather_bytes, 4'000);
+  EXPECT_EQ(t->head.tp_all_reduces, 3);
+  EXPECT_EQ(t->head.tp_all_reduce_bytes, 3 * 40);
+  EXPECT_EQ(t->head.sp_all_gather_bytes, 4'000);
+  EXPECT_EQ(t->head.sp_reduce_scatter_bytes, 4'000);
+  EXPECT_NEAR(Simulate(model, plan, cluster).summary.iteration_seconds - Simulate(FourLayers(), plan, cluster).summary.iteration_seconds,
+              2 * 2e-6 + 3 * 40e-9 + 2 * 2e-6, kEps);
+}
+
+// Each TP rank of a sequence-parallel layer sends only its sequence shard to the next stage.
+TEST(SimulateLayerPlan, SequenceParallelStagesSendTheirShards) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  LayerPlan plan = UniformPlan({.tp = 2, .dp = 1}, 16, 1);
+  plan.pp_degree = 2;
+  plan.pp_partition = {2, 2};
+  Result<PlanTraffic> t = LayerPlanTraffic(FourLayers(), plan, cluster);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->send_forward_bytes[0], 16'000);
+  for (LayerStrategy& s : plan.layers) s.sequence_parallel = true;
+  t = LayerPlanTraffic(FourLayers(), plan, cluster);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->send_forward_bytes[0], 8'000);
+  EXPECT_EQ(t->send_backward_bytes[1], 8'000);
+}
+
 TEST(SimulateLayerPlan, TensorParallelRunsInsideANodeAndDataParallelAcrossNodes) {
   // Two nodes of two devices, tp = 2, dp = 2: the stage mesh is {dp 2, tp 2}, TP on NVLink-like links.
   const cost::Cluster cluster = TestCluster(2, 2);

@@ -8,6 +8,7 @@
 
 #include "hybrid_test_util.h"
 #include "kiwi/solve/hybrid/partition.h"
+#include "kiwi/solve/hybrid/search.h"
 
 namespace kiwi::solve::hybrid {
 namespace {
@@ -32,7 +33,7 @@ TEST(CostTables, LeaveOutStrategiesWhoseDpDoesNotDivideTheMicroBatch) {
   ASSERT_TRUE(t.ok()) << t.error().message;
   for (const plan::LayerStrategy& s : t->strategies()) EXPECT_EQ(6 % s.dp, 0);
   EXPECT_EQ(t->num_strategies(), 6);  // tp 4 (dp 2, DP/SDP) and tp 8 (dp 1), each with and without CKPT
-  EXPECT_EQ(t->num_dp_degrees(), 4);
+  EXPECT_EQ(t->num_layouts(), 8);  // DP 1, 2, 4, 8, each whole or sequence-split
 }
 
 // Random assignments, partitions and pipeline shapes: the tables' estimate equals the simulator's.
@@ -41,7 +42,9 @@ void ExpectEstimatesMatchSimulator(const cost::Cluster& cluster, const cost::Lay
   const LayerTypes types = GroupLayerTypes(model);
   const cost::CostModel cm = TestCostModel(cluster);
   MeshCache meshes;
-  Result<CostTables> t = CostTables::Build({&model, &types, &cluster, &cm}, pp, batch / micro_batches, {}, meshes);
+  // kiwi's whole per-layer space: ZeRO-1/2 and sequence parallelism beside Galvatron-BMW's strategies
+  const StrategySpaceOptions space = SpaceOf(Method::kKiwi, cluster.NumDevices(), 1).strategies;
+  Result<CostTables> t = CostTables::Build({&model, &types, &cluster, &cm}, pp, batch / micro_batches, space, meshes);
   ASSERT_TRUE(t.ok()) << t.error().message;
   const PipelineConfig config{pp, batch, micro_batches, schedule};
   const std::vector<Partition> partitions = AllPartitions(static_cast<int>(model.layers.size()), pp);

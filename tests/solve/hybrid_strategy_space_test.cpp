@@ -115,5 +115,28 @@ TEST(LayerStrategies, ZeroStagesOnlyWhereAsked) {
   }
 }
 
+// Sequence parallelism doubles each TP strategy (tp 2, 4, 8 on 8 devices) and never comes without TP.
+TEST(LayerStrategies, SequenceParallelOnlyWithTensorParallelism) {
+  StrategySpaceOptions kiwi;
+  kiwi.allow_zero12 = true;
+  const size_t without = LayerStrategies(8, kiwi).size();
+  kiwi.allow_sequence_parallel = true;
+  const std::vector<plan::LayerStrategy> all = LayerStrategies(8, kiwi);
+  // tp 2 and 4: 4 ZeRO choices each, tp 8: one; each with and without CKPT
+  EXPECT_EQ(all.size(), without + 2 * (4 + 4 + 1));
+  int sp = 0;
+  for (const plan::LayerStrategy& s : all) {
+    if (!s.sequence_parallel) continue;
+    ++sp;
+    EXPECT_GT(s.tp, 1);
+    EXPECT_TRUE(s.SequenceParallel());
+    plan::LayerStrategy off = s;
+    off.sequence_parallel = false;
+    EXPECT_EQ(std::count(all.begin(), all.end(), off), 1);  // its twin without SP is there too
+  }
+  EXPECT_EQ(sp, 18);
+  for (const plan::LayerStrategy& s : LayerStrategies(8, {})) EXPECT_FALSE(s.sequence_parallel);  // BMW's space
+}
+
 }  // namespace
 }  // namespace kiwi::solve::hybrid

@@ -47,16 +47,21 @@ inline cost::LayerModel TwoTypeModel(int encoders, int decoders) {
   m.name = "two-type";
   for (int i = 0; i < encoders; ++i) m.layers.push_back(Profile("enc", 40'000'000, 30'000'000, 2'000'000, 2e-3));
   for (int i = 0; i < decoders; ++i) m.layers.push_back(Profile("dec", 90'000'000, 6'000'000, 1'000'000, 1.2e-3));
-  for (cost::LayerProfile& p : m.layers) p.replicated_parameter_bytes = p.parameter_bytes / 200;  // norms, biases
+  for (cost::LayerProfile& p : m.layers) {
+    p.replicated_parameter_bytes = p.parameter_bytes / 200;  // norms, biases
+    p.replicated_activation_bytes_per_sample = p.activation_bytes_per_sample / 4;  // kept whole by TP without SP
+  }
   // Megatron: embeddings with the first layer (vocabulary-parallel: an all-reduce of their output),
   // the head + loss with the last (3 small all-reduces of the cross-entropy, its input gradient).
   m.embedding = Profile("embedding", 60'000'000, 4'000'000, 2'000'000, 5e-4);
   m.embedding.replicated_parameter_bytes = 1'000'000;
   m.embedding.tp_forward_all_reduce_bytes_per_sample = {2'000'000};
+  m.embedding.tp_forward_g_operators = 1;  // its output: a reduce-scatter under sequence parallelism
   m.head = Profile("head", 50'000'000, 8'000'000, 1'000'000, 6e-4);
   m.head.replicated_parameter_bytes = 8'000;
   m.head.tp_forward_all_reduce_bytes_per_sample = {4'000, 4'000, 4'000};
   m.head.tp_backward_all_reduce_bytes_per_sample = {1'000'000};
+  m.head.tp_backward_f_operators = 1;  // its input gradient
   m.state_bytes_per_parameter_byte = 3.0;
   return m;
 }

@@ -85,11 +85,12 @@ nlohmann::json CandidateJson(const Candidate& c) {
 }
 
 std::string CandidateTable(const std::vector<Candidate>& cands) {
-  report::Table t({"plan", "PP", "TP", "DP", "ZeRO", "CKPT", "micro-batches", "peak memory/device",
+  report::Table t({"plan", "PP", "TP", "SP", "DP", "ZeRO", "CKPT", "micro-batches", "peak memory/device",
                    "iteration", "samples/s", "fits"});
   for (const Candidate& c : cands) {
     const plan::LayerStrategy& s = c.plan.layers.front();
-    t.AddRow({c.name, std::to_string(c.plan.pp_degree), std::to_string(s.tp), std::to_string(s.dp),
+    t.AddRow({c.name, std::to_string(c.plan.pp_degree), std::to_string(s.tp), s.SequenceParallel() ? "yes" : "no",
+              std::to_string(s.dp),
               std::to_string(static_cast<int>(s.ZeroStage())), s.checkpoint ? "yes" : "no", std::to_string(c.plan.micro_batches),
               FormatBytes(c.result.summary.peak_memory_bytes), FormatSeconds(c.result.summary.iteration_seconds),
               fmt::format("{:.1f}", c.result.throughput_samples_per_second), c.fits ? "yes" : "NO"});

@@ -72,39 +72,80 @@ double ParameterGatherSeconds(const PlacedLayer& layer, const CostModel& cost_mo
 
 namespace {
 
-// The layer's TP all-reduces of one micro-batch, bytes of each (empty when TP is 1).
-void FillTpAllReduces(const PlacedLayer& l, LayerCommunication& c) {
-  if (l.mesh.masks[kTpAxis] == 0) return;
-  const LayerProfile& p = l.profile;
-  c.tp_recomputed = l.strategy.checkpoint;
-  if (p.tp_forward_all_reduce_bytes_per_sample.empty() && p.tp_backward_all_reduce_bytes_per_sample.empty()) {
-    const int64_t bytes = p.tp_comm_bytes_per_sample / 2 * l.microbatch;
-    if (bytes <= 0) return;
-    c.tp_forward_all_reduces.assign(kTpAllReducesForward, bytes);
-    c.tp_backward_all_reduces.assign(kTpAllReducesBackward, bytes);
+// Megatron's g operator (after a row-parallel linear, or the vocabulary-parallel embedding) on `bytes`:
+// an all-reduce forward; with sequence parallelism a reduce-scatter forward and an all-gather backward.
+void AddG(int64_t bytes, bool sequence_parallel, LayerCommunication& c) {
+  if (!sequence_parallel) {
+    c.tp_forward.all_reduces.push_back(bytes);
     return;
   }
-  for (int64_t b : p.tp_forward_all_reduce_bytes_per_sample) c.tp_forward_all_reduces.push_back(b * l.microbatch);
-  for (int64_t b : p.tp_backward_all_reduce_bytes_per_sample) c.tp_backward_all_reduces.push_back(b * l.microbatch);
+  c.tp_forward.reduce_scatters.push_back(bytes);
+  c.tp_backward.all_gathers.push_back(bytes);
 }
 
-// Seconds of TP all-reduces of these sizes; runs of one size are priced once and multiplied.
-double TpSeconds(const CostModel& cost_model, const std::vector<int64_t>& bytes, const StageMesh& mesh) {
+// Its conjugate f (before a column-parallel linear or the head): an all-reduce backward; with sequence
+// parallelism an all-gather forward and a reduce-scatter backward.
+void AddF(int64_t bytes, bool sequence_parallel, LayerCommunication& c) {
+  if (!sequence_parallel) {
+    c.tp_backward.all_reduces.push_back(bytes);
+    return;
+  }
+  c.tp_forward.all_gathers.push_back(bytes);
+  c.tp_backward.reduce_scatters.push_back(bytes);
+}
+
+// The layer's TP collectives of one micro-batch (none when TP is 1). Megatron's backward re-gathers a
+// sequence-parallel linear's input for its weight gradient, overlapped with the input-gradient GEMM
+// (Korthikanti et al. 2023 §4.2.2): not counted.
+void FillTpCollectives(const PlacedLayer& l, LayerCommunication& c) {
+  if (l.mesh.masks[kTpAxis] == 0) return;
+  const LayerProfile& p = l.profile;
+  const bool sp = l.strategy.SequenceParallel();
+  c.tp_recomputed = l.strategy.checkpoint;
+  const auto& forward = p.tp_forward_all_reduce_bytes_per_sample;
+  const auto& backward = p.tp_backward_all_reduce_bytes_per_sample;
+  if (forward.empty() && backward.empty()) {  // a transformer layer: f, g before and after attention and MLP
+    const int64_t bytes = p.tp_comm_bytes_per_sample / 2 * l.microbatch;
+    if (bytes <= 0) return;
+    for (int i = 0; i < kTpAllReducesForward; ++i) AddG(bytes, sp, c);
+    for (int i = 0; i < kTpAllReducesBackward; ++i) AddF(bytes, sp, c);
+    return;
+  }
+  for (size_t i = 0; i < forward.size(); ++i) {
+    if (static_cast<int>(i) < p.tp_forward_g_operators) AddG(forward[i] * l.microbatch, sp, c);
+    else c.tp_forward.all_reduces.push_back(forward[i] * l.microbatch);
+  }
+  for (size_t i = 0; i < backward.size(); ++i) {
+    if (static_cast<int>(i) < p.tp_backward_f_operators) AddF(backward[i] * l.microbatch, sp, c);
+    else c.tp_backward.all_reduces.push_back(backward[i] * l.microbatch);
+  }
+}
+
+// Seconds of one collective per entry; runs of one size are priced once and multiplied.
+double RunSeconds(const CostModel& cost_model, Collective kind, const std::vector<int64_t>& bytes, const StageMesh& mesh) {
   double seconds = 0.0;
   for (size_t i = 0; i < bytes.size();) {
     size_t j = i;
     while (j < bytes.size() && bytes[j] == bytes[i]) ++j;
-    seconds += static_cast<double>(j - i) * CollectiveSeconds(cost_model, Collective::kAllReduce, bytes[i], mesh, kTpAxis);
+    seconds += static_cast<double>(j - i) * CollectiveSeconds(cost_model, kind, bytes[i], mesh, kTpAxis);
     i = j;
   }
   return seconds;
 }
 
+double TpSeconds(const CostModel& cost_model, const TpCollectives& c, const StageMesh& mesh) {
+  return RunSeconds(cost_model, Collective::kAllReduce, c.all_reduces, mesh) +
+         RunSeconds(cost_model, Collective::kAllGather, c.all_gathers, mesh) +
+         RunSeconds(cost_model, Collective::kReduceScatter, c.reduce_scatters, mesh);
+}
+
 // Activations of one micro-batch per device of `bytes_per_sample`, of which `whole_per_sample` Megatron
-// TP keeps on every rank (TpRankActivationBytes, Korthikanti et al. 2023 eq. 2).
+// TP keeps on every rank without sequence parallelism (TpRankActivationBytes, Korthikanti et al. 2023
+// eq. 2 and 4).
 int64_t MicrobatchBytes(const PlacedLayer& l, int64_t bytes_per_sample, int64_t whole_per_sample) {
   const int64_t whole = std::min(whole_per_sample, bytes_per_sample);
-  return TpRankActivationBytes((bytes_per_sample - whole) * l.microbatch, whole * l.microbatch, l.strategy.tp);
+  return TpRankActivationBytes((bytes_per_sample - whole) * l.microbatch, whole * l.microbatch, l.strategy.tp,
+                               l.strategy.SequenceParallel());
 }
 
 }  // namespace
@@ -126,7 +167,7 @@ Result<StageMesh> MakeStageMesh(const Cluster& cluster, const std::vector<int>& 
 }
 
 // A checkpointed layer's kept input (its boundary, replicated over TP: Megatron keeps it whole without
-// sequence parallelism) stays; the rest of its activations come back for its backward pass.
+// sequence parallelism, split over the sequence with it) stays; the rest of its activations come back for its backward pass.
 int64_t RecomputedBytes(const PlacedLayer& l) {
   const LayerProfile& p = l.profile;
   const int64_t intermediate = std::max<int64_t>(p.activation_bytes_per_sample - p.boundary_bytes_per_sample, 0);
@@ -176,19 +217,39 @@ int64_t TpShardParameterBytes(const LayerProfile& p, int tp) {
 }
 
 int LayerCommunication::TpAllReduces() const {
-  return static_cast<int>(tp_forward_all_reduces.size() * (tp_recomputed ? 2 : 1) + tp_backward_all_reduces.size());
+  return static_cast<int>(tp_forward.all_reduces.size() * (tp_recomputed ? 2 : 1) + tp_backward.all_reduces.size());
 }
 
+namespace {
+int64_t Sum(const std::vector<int64_t>& bytes) {
+  int64_t sum = 0;
+  for (int64_t b : bytes) sum += b;
+  return sum;
+}
+}  // namespace
+
 int64_t LayerCommunication::TpAllReduceBytes() const {
-  int64_t bytes = 0;
-  for (int64_t b : tp_forward_all_reduces) bytes += b * (tp_recomputed ? 2 : 1);
-  for (int64_t b : tp_backward_all_reduces) bytes += b;
-  return bytes;
+  return Sum(tp_forward.all_reduces) * (tp_recomputed ? 2 : 1) + Sum(tp_backward.all_reduces);
+}
+
+int LayerCommunication::SequenceCollectives() const {
+  const auto count = [](const TpCollectives& c) { return static_cast<int>(c.all_gathers.size() + c.reduce_scatters.size()); };
+  return count(tp_forward) * (tp_recomputed ? 2 : 1) + count(tp_backward);
+}
+
+int64_t LayerCommunication::SequenceAllGatherBytes() const {
+  return Sum(tp_forward.all_gathers) * (tp_recomputed ? 2 : 1) + Sum(tp_backward.all_gathers);
+}
+
+int64_t LayerCommunication::SequenceReduceScatterBytes() const {
+  return Sum(tp_forward.reduce_scatters) * (tp_recomputed ? 2 : 1) + Sum(tp_backward.reduce_scatters);
 }
 
 LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
   LayerCommunication c;
-  FillTpAllReduces(l, c);
+  FillTpCollectives(l, c);
+  if (l.strategy.SequenceParallel() && l.mesh.masks[kTpAxis] != 0)
+    c.sp_gradient_all_reduce_bytes = l.profile.replicated_parameter_bytes;
   if (l.mesh.masks[kDpAxis] == 0) return c;
   const int64_t shard = TpShardParameterBytes(l);
   const plan::Zero zero = l.strategy.ZeroStage();
@@ -214,15 +275,15 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
   // the layer's kernels and its all-reduces, and a pass takes at least those launches
   // (CostModel::LaunchBoundTime): launch time beyond the device's work counts as compute.
   const double share = static_cast<double>(l.microbatch) / l.strategy.tp;
-  const double tp_forward = TpSeconds(cost_model, comm.tp_forward_all_reduces, l.mesh);
-  const double tp_backward = TpSeconds(cost_model, comm.tp_backward_all_reduces, l.mesh);
+  const double tp_forward = TpSeconds(cost_model, comm.tp_forward, l.mesh);
+  const double tp_backward = TpSeconds(cost_model, comm.tp_backward, l.mesh);
   const bool split = l.strategy.tp > 1;  // a head's loss is then Megatron's vocabulary-parallel one
   const double forward_per_sample = p.forward_seconds_per_sample + (split ? p.tp_loss_forward_seconds_per_sample : 0.0);
   const double backward_per_sample = p.backward_seconds_per_sample + (split ? p.tp_loss_backward_seconds_per_sample : 0.0);
   const int64_t forward_kernels = p.forward_kernels + (split ? p.tp_loss_forward_kernels : 0) +
-                                  static_cast<int64_t>(comm.tp_forward_all_reduces.size());
+                                  static_cast<int64_t>(comm.tp_forward.Count());
   const int64_t backward_kernels = p.backward_kernels + (split ? p.tp_loss_backward_kernels : 0) +
-                                   static_cast<int64_t>(comm.tp_backward_all_reduces.size());
+                                   static_cast<int64_t>(comm.tp_backward.Count());
   const double forward_overhead = p.forward_overhead_seconds + (split ? p.tp_loss_forward_overhead_seconds : 0.0);
   const double backward_overhead = p.backward_overhead_seconds + (split ? p.tp_loss_backward_overhead_seconds : 0.0);
   const double forward =
@@ -237,6 +298,10 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
     cost.recompute += forward + (comm.tp_recomputed ? tp_forward : 0.0);
     backward_compute += forward;
   }
+  // Sequence parallelism's all-reduce of the replicated parameters' gradients runs after the flush,
+  // beside the DP sync (not overlapped: Megatron's finalize_model_grads).
+  cost.gradient_sync +=
+      CollectiveSeconds(cost_model, Collective::kAllReduce, comm.sp_gradient_all_reduce_bytes, l.mesh, kTpAxis);
   const double gather =
       CollectiveSeconds(cost_model, Collective::kAllGather, comm.sdp_all_gather_bytes, l.mesh, kDpAxis);
   cost.communication += comm.sdp_all_gathers * gather;
@@ -259,9 +324,26 @@ int64_t SliceGatherBackwardBytes(const PlacedLayer& prev, const PlacedLayer& nex
   return prev.profile.boundary_bytes_per_sample * prev.microbatch;
 }
 
+bool SameLayout(const PlacedLayer& prev, const PlacedLayer& next) {
+  return prev.strategy.dp == next.strategy.dp &&
+         prev.strategy.SequenceParallel() == next.strategy.SequenceParallel();
+}
+
+int64_t SequenceGatherBytes(const PlacedLayer& prev, const PlacedLayer& next) {
+  if (!prev.strategy.SequenceParallel() || SameLayout(prev, next)) return 0;
+  return prev.profile.boundary_bytes_per_sample * prev.microbatch;
+}
+
+int64_t SequenceGatherBackwardBytes(const PlacedLayer& prev, const PlacedLayer& next) {
+  if (!next.strategy.SequenceParallel() || SameLayout(prev, next)) return 0;
+  return prev.profile.boundary_bytes_per_sample * next.microbatch;
+}
+
+// Under sequence parallelism each TP rank sends its sequence shard (Megatron sends the [s/t, b, h] tensor).
 int64_t PointToPointBytes(const PlacedLayer& sender) {
   if (sender.mesh.masks[kPpAxis] == 0) return 0;
-  return sender.profile.boundary_bytes_per_sample * sender.microbatch;
+  const int64_t bytes = sender.profile.boundary_bytes_per_sample * sender.microbatch;
+  return sender.strategy.SequenceParallel() ? CeilDiv(bytes, sender.strategy.tp) : bytes;
 }
 
 // Under Megatron TP a layer's output is replicated in its TP group and split over DP, so layouts only
@@ -273,20 +355,25 @@ int64_t PointToPointBytes(const PlacedLayer& sender) {
 // dp_next / dp_prev devices that computed its pieces (the TP ranks of `prev` all need the whole
 // gradient), mesh {pp, dp_prev, dp_next / dp_prev, tp_next}, axis 2 (Megatron's split/gather pair). If
 // the degrees do not divide, the gather is charged over the whole TP group of the smaller DP degree.
+// A sequence-parallel side first makes the boundary whole over its TP group (prev: its output forward;
+// next: its input gradient backward); slicing it back into sequence shards is free.
 Result<double> SliceGatherSeconds(const PlacedLayer& prev, const PlacedLayer& next, const Cluster& cluster,
                                   const CostModel& cost_model) {
+  const double sequence =
+      CollectiveSeconds(cost_model, Collective::kAllGather, SequenceGatherBytes(prev, next), prev.mesh, kTpAxis) +
+      CollectiveSeconds(cost_model, Collective::kAllGather, SequenceGatherBackwardBytes(prev, next), next.mesh, kTpAxis);
   const bool shrinks = next.strategy.dp < prev.strategy.dp;
-  if (next.strategy.dp == prev.strategy.dp) return 0.0;
+  if (next.strategy.dp == prev.strategy.dp) return sequence;
   const PlacedLayer& small = shrinks ? next : prev;  // the layout of the smaller DP degree (the gather's result)
   const PlacedLayer& large = shrinks ? prev : next;
   const int64_t gathered = shrinks ? SliceGatherBytes(prev, next) : SliceGatherBackwardBytes(prev, next);
   if (large.strategy.dp % small.strategy.dp != 0)
-    return CollectiveSeconds(cost_model, Collective::kAllGather, gathered, small.mesh, kTpAxis);
+    return sequence + CollectiveSeconds(cost_model, Collective::kAllGather, gathered, small.mesh, kTpAxis);
   const int pp = next.mesh.sizes[kPpAxis];
   Result<StageMesh> mesh =
       MakeStageMesh(cluster, {pp, small.strategy.dp, large.strategy.dp / small.strategy.dp, large.strategy.tp});
   if (!mesh) return mesh.error();
-  return CollectiveSeconds(cost_model, Collective::kAllGather, gathered, *mesh, 2);
+  return sequence + CollectiveSeconds(cost_model, Collective::kAllGather, gathered, *mesh, 2);
 }
 
 // Each device sends the boundary activation of its own samples (replicated over its TP group).

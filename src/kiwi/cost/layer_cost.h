@@ -72,15 +72,30 @@ StageMemory LayerMemory(const PlacedLayer& layer, const LayerModel& model);
 // the device's reserve (ReservedBytes).
 int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_flight, const LayerModel& model);
 
+// Megatron TP's collectives in one pass of one micro-batch over the layer's TP group, the per-device
+// `bytes` of each. Without sequence parallelism a transformer layer's f and g operators are all-reduces
+// (Shoeybi et al. 2019, Fig. 3); with it each becomes an all-gather of the sequence shards before a
+// column-parallel linear and a reduce-scatter into them after a row-parallel one (Korthikanti et al.
+// 2023 §4.2.2, Fig. 5): the same bytes on a ring.
+struct TpCollectives {
+  std::vector<int64_t> all_reduces;
+  std::vector<int64_t> all_gathers;
+  std::vector<int64_t> reduce_scatters;
+  int Count() const {
+    return static_cast<int>(all_reduces.size() + all_gathers.size() + reduce_scatters.size());
+  }
+};
+
 // The collectives AddLayerCost prices for one layer, as the per-device `bytes` of CollectiveTime
 // (all-reduce: the buffer; all-gather: the gathered result; reduce-scatter: the input). A collective
 // over an axis of size 1 is not run: it is left out. What a runtime passes to its collectives per
 // device (python/kiwi/torch/distributed checks its measured traffic against these).
 struct LayerCommunication {
-  // Per micro-batch, the bytes of each TP all-reduce: a transformer layer's 2 forward (g) + 2 backward
-  // (f); the embeddings' and head's own (LayerProfile); the forward ones run again when checkpointed.
-  std::vector<int64_t> tp_forward_all_reduces;
-  std::vector<int64_t> tp_backward_all_reduces;
+  // Per micro-batch: a transformer layer's 2 forward (g) + 2 backward (f) all-reduces, or their
+  // sequence-parallel pairs; the embeddings' and head's own (LayerProfile); the forward ones run again
+  // when checkpointed.
+  TpCollectives tp_forward;
+  TpCollectives tp_backward;
   bool tp_recomputed = false;
   int64_t sdp_all_gather_bytes = 0; // one ZeRO-3 all-gather of the TP shard's parameters
   int sdp_all_gathers = 0;          // per micro-batch: before the forward and before the backward
@@ -91,8 +106,17 @@ struct LayerCommunication {
   // gradients); ZeRO-2/3 reduce-scatter every micro-batch's gradients (DeepSpeed: full-size gradients
   // are never kept).
   bool gradient_sync_every_microbatch = false;
-  int TpAllReduces() const;        // per micro-batch, recomputation included
+  // Sequence parallelism: once per iteration, the TP all-reduce of the gradients of the parameters TP
+  // replicates (layernorms, row-parallel biases), each rank having seen only its sequence shard
+  // (Megatron's finalize_model_grads).
+  int64_t sp_gradient_all_reduce_bytes = 0;
+  // Per micro-batch, recomputation included: TP all-reduces; sequence-parallel all-gathers and
+  // reduce-scatters (their calls and bytes).
+  int TpAllReduces() const;
   int64_t TpAllReduceBytes() const;
+  int SequenceCollectives() const;
+  int64_t SequenceAllGatherBytes() const;
+  int64_t SequenceReduceScatterBytes() const;
 };
 LayerCommunication LayerCommunicationOf(const PlacedLayer& layer);
 
@@ -103,6 +127,14 @@ int64_t TpShardParameterBytes(const LayerProfile& profile, int tp);
 // slice), and of its backward all-gather of the input gradient (when the forward only sliced).
 int64_t SliceGatherBytes(const PlacedLayer& prev, const PlacedLayer& next);
 int64_t SliceGatherBackwardBytes(const PlacedLayer& prev, const PlacedLayer& next);
+// Per-device bytes of the TP all-gather that makes a sequence-parallel layer's output whole for a next
+// layer of another layout (forward), and of the one that makes a sequence-parallel next layer's input
+// gradient whole for a previous layer of another layout (backward); 0 when neither side needs it.
+int64_t SequenceGatherBytes(const PlacedLayer& prev, const PlacedLayer& next);
+int64_t SequenceGatherBackwardBytes(const PlacedLayer& prev, const PlacedLayer& next);
+// Whether two neighbouring layers lay out the boundary activation alike (no resharding between them):
+// the same DP degree and, under TP, both or neither sequence-parallel.
+bool SameLayout(const PlacedLayer& prev, const PlacedLayer& next);
 
 // Per-device bytes `sender` sends to the neighbouring stage per micro-batch (each direction).
 int64_t PointToPointBytes(const PlacedLayer& sender);
@@ -111,7 +143,8 @@ int64_t PointToPointBytes(const PlacedLayer& sender);
 void AddLayerCost(const PlacedLayer& layer, const CostModel& cost_model, StageCost& cost);
 
 // Slice-Gather (Galvatron-BMW §VI) of `prev`'s output into the layout `next` needs: a forward all-gather
-// when the DP degree shrinks, a backward all-gather of the gradient when it grows.
+// when the DP degree shrinks, a backward all-gather of the gradient when it grows; around it, the
+// sequence gathers (SequenceGatherBytes) when a sequence-parallel side changes layout.
 Result<double> SliceGatherSeconds(const PlacedLayer& prev, const PlacedLayer& next, const Cluster& cluster,
                                   const CostModel& cost_model);
 

@@ -245,10 +245,14 @@ LayerProfile OtherPart(const ir::Graph& graph, std::span<const ir::NodeId> ids, 
   if (head) {
     const int64_t per_token = CeilDiv(tokens * 4, graph_batch);  // fp32 [tokens] per sample
     p.tp_forward_all_reduce_bytes_per_sample.assign(3, per_token);
-    if (p.boundary_bytes_per_sample > 0) p.tp_backward_all_reduce_bytes_per_sample.push_back(p.boundary_bytes_per_sample);
+    if (p.boundary_bytes_per_sample > 0) {
+      p.tp_backward_all_reduce_bytes_per_sample.push_back(p.boundary_bytes_per_sample);
+      p.tp_backward_f_operators = 1;
+    }
     AddVocabParallelLoss(graph, forward, backward, tokens * vocab * 4, graph_batch, cost_model, p);
   } else if (p.boundary_bytes_per_sample > 0) {
     p.tp_forward_all_reduce_bytes_per_sample.push_back(p.boundary_bytes_per_sample);
+    p.tp_forward_g_operators = 1;
   }
   return p;
 }

@@ -44,6 +44,11 @@ struct LayerProfile {
   // the profile is a transformer layer: 2 forward + 2 backward of tp_comm_bytes_per_sample / 2.
   std::vector<int64_t> tp_forward_all_reduce_bytes_per_sample;
   std::vector<int64_t> tp_backward_all_reduce_bytes_per_sample;
+  // How many of those, the first ones, are Megatron's g operator on the embeddings' output (forward)
+  // and f operator on the head's input (its gradient, backward): sequence parallelism turns each into a
+  // reduce-scatter + all-gather pair (Korthikanti et al. 2023 §4.2.2). The loss's statistics stay all-reduces.
+  int tp_forward_g_operators = 0;
+  int tp_backward_f_operators = 0;
   // The head under TP runs Megatron's vocabulary-parallel cross-entropy in place of the graph's fused
   // loss (cross_entropy; nll_loss_grad and cross_entropy_grad backward): what that adds to each pass,
   // per sample on one device (seconds) and per micro-batch (kernels); 0 for the other parts and at TP 1.

@@ -154,11 +154,15 @@ namespace {
 
 // Galvatron gives a layer ZeRO-3 or the config's one default type, DDP or zero2 (GalvatronZero2: kiwi's
 // ZeRO-1 under gradient accumulation, ZeRO-2 without): the default of a plan's other data-parallel
-// layers, or an error naming the first layer Galvatron cannot express.
+// layers, or an error naming the first layer Galvatron cannot express (Megatron SP among them).
 Result<std::string> DefaultDpType(const plan::LayerPlan& plan) {
   const plan::Zero zero2 = GalvatronZero2(plan.micro_batches);
   std::optional<plan::Zero> common;
   for (size_t i = 0; i < plan.layers.size(); ++i) {
+    if (plan.layers[i].SequenceParallel())  // Galvatron's use_sp is Ulysses' all-to-all, not Megatron's SP
+      return BadInput(fmt::format("layer {} uses Megatron sequence parallelism ({}), which Galvatron's config cannot "
+                                  "express (its use_sp is Ulysses sequence parallelism)",
+                                  i, plan::StrategyName(plan.layers[i])));
     const plan::Zero zero = plan.layers[i].ZeroStage();
     if (plan.layers[i].dp == 1 || zero == plan::Zero::kParameters) continue;
     if (zero != plan::Zero::kNone && zero != zero2)

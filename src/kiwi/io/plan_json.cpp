@@ -130,7 +130,7 @@ Result<plan::OperatorPlan> ReadOperatorPlan(const Json& op, const JsonPath& at) 
 
 Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath& at) {
   KIWI_RETURN_IF_ERROR(CheckObject(entry, at));
-  KIWI_RETURN_IF_ERROR(CheckKnownKeys(entry, at, {"tp", "dp", "zero", "sdp", "checkpoint"}));
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(entry, at, {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel"}));
   Result<int64_t> tp = IntFieldOr(entry, at, "tp", 1, kDegreeRange);
   if (!tp) return tp.error();
   Result<int64_t> dp = IntFieldOr(entry, at, "dp", 1, kDegreeRange);
@@ -144,7 +144,9 @@ Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath&
     return at.BadKey("sdp", fmt::format("{} contradicts zero {}", *sdp, *zero));
   Result<bool> ckpt = BoolFieldOr(entry, at, "checkpoint", false);
   if (!ckpt) return ckpt.error();
-  return plan::LayerStrategy{static_cast<int>(*tp), static_cast<int>(*dp), static_cast<plan::Zero>(*zero), *ckpt};
+  Result<bool> sp = BoolFieldOr(entry, at, "sequence_parallel", false);
+  if (!sp) return sp.error();
+  return plan::LayerStrategy{static_cast<int>(*tp), static_cast<int>(*dp), static_cast<plan::Zero>(*zero), *ckpt, *sp};
 }
 
 Status ReadPipeline(const Json& layer, const JsonPath& at, plan::LayerPlan& p) {

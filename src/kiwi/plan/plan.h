@@ -51,8 +51,14 @@ struct LayerStrategy {
   int dp = 1;               // data-parallel degree (replicas or shards)
   Zero zero = Zero::kNone;  // what the dp ranks shard (nothing when dp is 1)
   bool checkpoint = false;  // recompute the layer's activations in the backward pass
+  // Megatron sequence parallelism (Korthikanti et al. 2023 §4.2.2): the TP group also splits the
+  // layer's layernorm/dropout regions and its boundary activation over the sequence, each all-reduce
+  // becoming an all-gather + reduce-scatter pair.
+  bool sequence_parallel = false;
   // The stage in effect: a ZeRO stage over one DP rank shards nothing.
   Zero ZeroStage() const { return dp > 1 ? zero : Zero::kNone; }
+  // Sequence parallelism in effect: it needs a TP group.
+  bool SequenceParallel() const { return sequence_parallel && tp > 1; }
   bool Shards(Zero what) const { return ZeroStage() >= what; }
   bool operator==(const LayerStrategy&) const = default;
 };
@@ -63,7 +69,7 @@ inline const char* DataParallelName(Zero zero) {
   return kNames[static_cast<int>(zero)];
 }
 
-// "TP2xDP4", "TP2xZeRO2-DP4+CKPT", "SDP8"; with pp > 1 prefixed "PP2x" (a uniform plan's name); "single" without parallelism.
+// "TP2xDP4", "SP-TP2xZeRO2-DP4+CKPT", "SDP8"; with pp > 1 prefixed "PP2x" (a uniform plan's name); "single" without parallelism.
 std::string StrategyName(const LayerStrategy& strategy, int pp = 1);
 
 enum class PipelineSchedule : uint8_t { k1F1B, kGPipe };

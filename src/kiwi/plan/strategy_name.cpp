@@ -8,7 +8,7 @@ namespace kiwi::plan {
 std::string StrategyName(const LayerStrategy& s, int pp) {
   std::vector<std::string> parts;
   if (pp > 1) parts.push_back(fmt::format("PP{}", pp));
-  if (s.tp > 1) parts.push_back(fmt::format("TP{}", s.tp));
+  if (s.tp > 1) parts.push_back(fmt::format("{}TP{}", s.SequenceParallel() ? "SP-" : "", s.tp));
   const Zero zero = s.ZeroStage();
   if (zero == Zero::kOptimizerStates || zero == Zero::kGradients)
     parts.push_back(fmt::format("{}-DP{}", DataParallelName(zero), s.dp));

@@ -201,7 +201,11 @@ json TrafficJson(const sim::LayerTraffic& t) {
           {"sdp_all_gather_bytes", t.sdp_all_gather_bytes},     {"sdp_all_gathers", t.sdp_all_gathers},
           {"dp_all_reduce_bytes", t.dp_all_reduce_bytes},       {"sdp_reduce_scatter_bytes", t.sdp_reduce_scatter_bytes},
           {"slice_gather_bytes", t.slice_gather_bytes},         {"slice_gather_backward_bytes", t.slice_gather_backward_bytes},
-          {"step_all_gather_bytes", t.step_all_gather_bytes}};
+          {"step_all_gather_bytes", t.step_all_gather_bytes},
+          {"sp_all_gather_bytes", t.sp_all_gather_bytes},       {"sp_reduce_scatter_bytes", t.sp_reduce_scatter_bytes},
+          {"sp_collectives", t.sp_collectives},                 {"sp_gradient_all_reduce_bytes", t.sp_gradient_all_reduce_bytes},
+          {"sequence_gather_bytes", t.sequence_gather_bytes},
+          {"sequence_gather_backward_bytes", t.sequence_gather_backward_bytes}};
 }
 
 json ProfileJson(const cost::LayerProfile& p) {

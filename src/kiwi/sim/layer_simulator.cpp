@@ -3,7 +3,8 @@
 //  - compute: forward + backward seconds per sample x per-device micro-batch / tp (§V: time = batch x
 //    per-sample time; Megatron TP splits each layer's work tp ways);
 //  - recompute: one more forward for checkpointed layers (§V), with its 2 TP all-reduces (§III-A.3);
-//  - communication: TP all-reduces (2 forward + 2 backward; the embeddings' and head's own), SDP
+//  - communication: TP all-reduces (2 forward + 2 backward; the embeddings' and head's own), or with
+//    sequence parallelism their all-gather + reduce-scatter pairs, SDP
 //    parameter all-gathers (forward and backward, §III-A.2) and gradient reduce-scatter (every
 //    micro-batch, as DeepSpeed ZeRO-3), point-to-point sends of boundary activations between stages;
 //  - resharding: Galvatron's Slice-Gather between neighbouring layers of different layouts (§VI);
@@ -243,6 +244,10 @@ LayerTraffic TrafficOf(const cost::PlacedLayer& layer, int micro_batches) {
   LayerTraffic t;
   t.tp_all_reduces = c.TpAllReduces() * micro_batches;
   t.tp_all_reduce_bytes = c.TpAllReduceBytes() * micro_batches;
+  t.sp_collectives = c.SequenceCollectives() * micro_batches;
+  t.sp_all_gather_bytes = c.SequenceAllGatherBytes() * micro_batches;
+  t.sp_reduce_scatter_bytes = c.SequenceReduceScatterBytes() * micro_batches;
+  t.sp_gradient_all_reduce_bytes = c.sp_gradient_all_reduce_bytes;
   t.sdp_all_gathers = c.sdp_all_gathers * micro_batches;
   t.sdp_all_gather_bytes = c.sdp_all_gather_bytes * t.sdp_all_gathers;
   t.step_all_gather_bytes = c.step_all_gather_bytes;
@@ -265,6 +270,8 @@ Result<PlanTraffic> LayerPlanTraffic(const cost::LayerModel& model, const LayerP
     if (i == 0) continue;
     traffic.layers.back().slice_gather_bytes = m * cost::SliceGatherBytes(placed[i - 1], placed[i]);
     traffic.layers.back().slice_gather_backward_bytes = m * cost::SliceGatherBackwardBytes(placed[i - 1], placed[i]);
+    traffic.layers.back().sequence_gather_bytes = m * cost::SequenceGatherBytes(placed[i - 1], placed[i]);
+    traffic.layers.back().sequence_gather_backward_bytes = m * cost::SequenceGatherBackwardBytes(placed[i - 1], placed[i]);
   }
   // as CostStage places them: the first layer's strategy, the last layer's; never checkpointed
   if (!IsEmpty(model.embedding)) traffic.embedding = TrafficOf(PlaceOther(model.embedding, placed.front()), m);

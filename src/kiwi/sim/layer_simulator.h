@@ -72,7 +72,13 @@ struct LayerTraffic {
   int64_t sdp_reduce_scatter_bytes = 0;  // ZeRO-1/2/3 gradient reduce-scatter
   int64_t slice_gather_bytes = 0;           // Slice-Gather into this layer's layout: forward all-gathers
   int64_t slice_gather_backward_bytes = 0;  // and backward all-gathers of the gradient
+  int64_t sp_all_gather_bytes = 0;       // sequence parallelism's TP all-gathers, forward + backward + recomputation
+  int64_t sp_reduce_scatter_bytes = 0;   // and reduce-scatters
+  int64_t sp_gradient_all_reduce_bytes = 0;  // and its TP all-reduce of the replicated parameters' gradients
+  int64_t sequence_gather_bytes = 0;           // TP all-gather of a sequence-parallel previous layer's output
+  int64_t sequence_gather_backward_bytes = 0;  // and of this sequence-parallel layer's input gradient
   int tp_all_reduces = 0;                // calls per iteration
+  int sp_collectives = 0;                // sequence-parallel all-gathers + reduce-scatters per iteration
   int sdp_all_gathers = 0;
 };
 struct PlanTraffic {

@@ -17,6 +17,7 @@ class LayerStrategy:
     dp: int = 1
     zero: int = 0  # what the dp ranks shard: 0 nothing (DP), 1 optimizer states, 2 and gradients, 3 and parameters
     checkpoint: bool = False
+    sequence_parallel: bool = False  # Megatron SP over the TP group (in effect only with tp > 1)
 
     @property
     def zero_stage(self) -> int:
@@ -24,9 +25,10 @@ class LayerStrategy:
         return self.zero if self.dp > 1 else 0
 
     def name(self) -> str:
-        """As kiwi names it (plan::StrategyName): "TP2xDP2", "ZeRO1-DP4", "SDP4+CKPT"."""
+        """As kiwi names it (plan::StrategyName): "TP2xDP2", "SP-TP2xZeRO1-DP2", "SDP4+CKPT"."""
         dp = {0: f"DP{self.dp}", 1: f"ZeRO1-DP{self.dp}", 2: f"ZeRO2-DP{self.dp}", 3: f"SDP{self.dp}"}[self.zero_stage]
-        parts = ([f"TP{self.tp}"] if self.tp > 1 else []) + ([dp] if self.dp > 1 else [])
+        tp = ("SP-" if self.sequence_parallel else "") + f"TP{self.tp}"
+        parts = ([tp] if self.tp > 1 else []) + ([dp] if self.dp > 1 else [])
         return ("x".join(parts) or "single") + ("+CKPT" if self.checkpoint else "")
 
 
@@ -59,11 +61,15 @@ class HybridPlan:
         return list(range(first, first + self.pp_partition[stage]))
 
     def check_world(self, world: int) -> None:
-        """Errors when the plan does not fit `world` processes (every layer: tp * dp = world / pp)."""
+        """Errors when the plan does not fit `world` processes (every layer: tp * dp = world / pp) or asks
+        for what the runtime does not run (sequence parallelism)."""
         if world % self.pp_degree != 0:
             raise PlanError(f"{self.source}: pp_degree: {self.pp_degree} does not divide the {world} processes")
         per_stage = world // self.pp_degree
         for i, s in enumerate(self.layers):
+            if s.sequence_parallel and s.tp > 1:
+                raise PlanError(f"{self.source}: layers[{i}]: sequence_parallel: this runtime does not run Megatron "
+                                f"sequence parallelism yet ({s.name()}); kiwi simulates it (kiwi simulate)")
             if s.tp * s.dp != per_stage:
                 raise PlanError(f"{self.source}: layers[{i}]: tp {s.tp} x dp {s.dp} must equal the {per_stage} "
                                 f"processes of a stage ({world} processes, pp_degree {self.pp_degree})")
@@ -113,11 +119,11 @@ def _zero(obj: Dict[str, Any], where: str) -> int:
 def _strategy(obj: Any, where: str) -> LayerStrategy:
     if not isinstance(obj, dict):
         raise PlanError(f"{where}: must be an object with tp, dp, zero, checkpoint")
-    unknown = set(obj) - {"tp", "dp", "zero", "sdp", "checkpoint"}
+    unknown = set(obj) - {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel"}
     if unknown:
         raise PlanError(f"{where}.{sorted(unknown)[0]}: unknown field")
     return LayerStrategy(_int(obj, "tp", where, 1), _int(obj, "dp", where, 1), _zero(obj, where),
-                         _bool(obj, "checkpoint", where))
+                         _bool(obj, "checkpoint", where), _bool(obj, "sequence_parallel", where))
 
 
 def parse_plan(obj: Any, source: str = "plan") -> HybridPlan:

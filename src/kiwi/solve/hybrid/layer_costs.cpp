@@ -65,7 +65,7 @@ Result<CostTables> CostTables::Build(const CostInputs& in, int pp, int64_t micro
   for (const plan::LayerStrategy& s : LayerStrategies(devices / pp, space)) {
     if (microbatch % s.dp != 0) continue;
     t.strategies_.push_back(s);
-    t.dp_index_.push_back(Log2(s.dp));
+    t.layout_index_.push_back(2 * Log2(s.dp) + (s.SequenceParallel() ? 1 : 0));
   }
   KIWI_RETURN_IF_ERROR(t.Fill(in, meshes));
   return t;
@@ -76,10 +76,11 @@ Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
   costs_.resize(static_cast<size_t>(types * num_strategies()));
   embedding_.resize(strategies_.size());
   head_.resize(strategies_.size());
-  point_to_point_.assign(static_cast<size_t>(types * num_dp_), 0.0);
-  slice_gather_.assign(static_cast<size_t>(types * num_dp_ * num_dp_), 0.0);
-  std::vector<cost::PlacedLayer> by_dp(static_cast<size_t>(num_dp_));  // one placed layer per DP degree
-  std::vector<bool> have_dp(static_cast<size_t>(num_dp_), false);
+  const int layouts = num_layouts();
+  point_to_point_.assign(static_cast<size_t>(types * layouts), 0.0);
+  slice_gather_.assign(static_cast<size_t>(types * layouts * layouts), 0.0);
+  std::vector<cost::PlacedLayer> by_layout(static_cast<size_t>(layouts));  // one placed layer per layout
+  std::vector<bool> have_layout(static_cast<size_t>(layouts), false);
   for (int j = 0; j < num_strategies(); ++j) {
     const plan::LayerStrategy& s = strategies_[static_cast<size_t>(j)];
     Result<const cost::StageMesh*> mesh = meshes.Get(*in.cluster, pp_, s.dp, s.tp);
@@ -94,20 +95,20 @@ Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
         PriceLayer({in.model->embedding, other_strategy, **mesh, per_device}, *in.model, *in.cost_model);
     head_[static_cast<size_t>(j)] =
         PriceLayer({in.model->head, other_strategy, **mesh, per_device}, *in.model, *in.cost_model);
-    by_dp[static_cast<size_t>(DpIndex(j))] = {in.types->profiles.front(), s, **mesh, per_device};
-    have_dp[static_cast<size_t>(DpIndex(j))] = true;
+    by_layout[static_cast<size_t>(LayoutIndex(j))] = {in.types->profiles.front(), s, **mesh, per_device};
+    have_layout[static_cast<size_t>(LayoutIndex(j))] = true;
   }
   for (int k = 0; k < types; ++k) {
-    for (int a = 0; a < num_dp_; ++a) {
-      if (!have_dp[static_cast<size_t>(a)]) continue;
-      cost::PlacedLayer prev = by_dp[static_cast<size_t>(a)];
+    for (int a = 0; a < layouts; ++a) {
+      if (!have_layout[static_cast<size_t>(a)]) continue;
+      cost::PlacedLayer prev = by_layout[static_cast<size_t>(a)];
       prev.profile = in.types->profiles[static_cast<size_t>(k)];
-      point_to_point_[static_cast<size_t>(k * num_dp_ + a)] = cost::PointToPointSeconds(prev, *in.cost_model);
-      for (int b = 0; b < num_dp_; ++b) {  // Slice-Gather gathers forward (DP shrinks) or backward (DP grows)
-        if (b == a || !have_dp[static_cast<size_t>(b)]) continue;
-        Result<double> seconds = cost::SliceGatherSeconds(prev, by_dp[static_cast<size_t>(b)], *in.cluster, *in.cost_model);
+      point_to_point_[static_cast<size_t>(k * layouts + a)] = cost::PointToPointSeconds(prev, *in.cost_model);
+      for (int b = 0; b < layouts; ++b) {  // Slice-Gather gathers forward (DP shrinks) or backward (DP grows)
+        if (b == a || !have_layout[static_cast<size_t>(b)]) continue;
+        Result<double> seconds = cost::SliceGatherSeconds(prev, by_layout[static_cast<size_t>(b)], *in.cluster, *in.cost_model);
         if (!seconds) return seconds.error();
-        slice_gather_[static_cast<size_t>((k * num_dp_ + a) * num_dp_ + b)] = *seconds;
+        slice_gather_[static_cast<size_t>((k * layouts + a) * layouts + b)] = *seconds;
       }
     }
   }
@@ -131,12 +132,12 @@ StrategyCost CostTables::LayerCost(int layer, int strategy) const {
   return c;
 }
 
-double CostTables::SliceGather(int prev_type, int prev_dp, int next_dp) const {
-  return slice_gather_[static_cast<size_t>((prev_type * num_dp_ + prev_dp) * num_dp_ + next_dp)];
+double CostTables::SliceGather(int prev_type, int prev_layout, int next_layout) const {
+  return slice_gather_[static_cast<size_t>((prev_type * num_layouts() + prev_layout) * num_layouts() + next_layout)];
 }
 
-double CostTables::PointToPoint(int type, int dp) const {
-  return point_to_point_[static_cast<size_t>(type * num_dp_ + dp)];
+double CostTables::PointToPoint(int type, int layout) const {
+  return point_to_point_[static_cast<size_t>(type * num_layouts() + layout)];
 }
 
 int InFlight(const PipelineConfig& config, int stage) {
@@ -166,14 +167,14 @@ PipelineEstimate EstimatePipeline(const CostTables& tables, const PipelineConfig
       const int j = strategies[static_cast<size_t>(i)];
       add(tables.LayerCost(i, j));
       if (i > 0)
-        seconds += tables.SliceGather(type_of[static_cast<size_t>(i) - 1], tables.DpIndex(strategies[static_cast<size_t>(i) - 1]),
-                                      tables.DpIndex(j));
+        seconds += tables.SliceGather(type_of[static_cast<size_t>(i) - 1], tables.LayoutIndex(strategies[static_cast<size_t>(i) - 1]),
+                                      tables.LayoutIndex(j));
     }
     if (s + 1 < config.pp)
-      seconds += tables.PointToPoint(type_of[static_cast<size_t>(last)], tables.DpIndex(strategies[static_cast<size_t>(last)]));
+      seconds += tables.PointToPoint(type_of[static_cast<size_t>(last)], tables.LayoutIndex(strategies[static_cast<size_t>(last)]));
     if (s > 0)
       seconds += tables.PointToPoint(type_of[static_cast<size_t>(first) - 1],
-                                     tables.DpIndex(strategies[static_cast<size_t>(first) - 1]));
+                                     tables.LayoutIndex(strategies[static_cast<size_t>(first) - 1]));
     e.stage_seconds.push_back(seconds);
     e.sync_seconds.push_back(sync);
     e.optimizer_seconds.push_back(optimizer);

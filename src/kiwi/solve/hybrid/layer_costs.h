@@ -70,8 +70,10 @@ class CostTables {
   int64_t microbatch() const { return microbatch_; }
   const std::vector<plan::LayerStrategy>& strategies() const { return strategies_; }
   int num_strategies() const { return static_cast<int>(strategies_.size()); }
-  int num_dp_degrees() const { return num_dp_; }          // DP degrees 1, 2, 4, ... stage devices
-  int DpIndex(int strategy) const { return dp_index_[static_cast<size_t>(strategy)]; }
+  // The layouts of a layer's boundary activation: by DP degree (1, 2, 4, ... stage devices), each
+  // whole or split over the sequence in its TP group (cost::SameLayout); resharding depends on these only.
+  int num_layouts() const { return 2 * num_dp_; }
+  int LayoutIndex(int strategy) const { return layout_index_[static_cast<size_t>(strategy)]; }
   const StrategyCost& Cost(int type, int strategy) const;
   // The embeddings on the first stage, run with the first layer's strategy, and the head + loss on the
   // last stage with the last layer's (never checkpointed; zero when the model has none).
@@ -80,10 +82,10 @@ class CostTables {
   // The costs layer `layer` carries under `strategy`: its own, plus the embeddings' if it is the first
   // layer and the head's if it is the last (what the DP and the partitioners add per layer).
   StrategyCost LayerCost(int layer, int strategy) const;
-  // Slice-Gather from a layer of `prev_type` at DP index `prev_dp` into a layer at `next_dp`.
-  double SliceGather(int prev_type, int prev_dp, int next_dp) const;
-  // Sending the boundary activation of a layer of `type` at DP index `dp` to the next stage.
-  double PointToPoint(int type, int dp) const;
+  // Slice-Gather from a layer of `prev_type` in layout `prev_layout` into a layer in `next_layout`.
+  double SliceGather(int prev_type, int prev_layout, int next_layout) const;
+  // Sending the boundary activation of a layer of `type` in `layout` to the next stage.
+  double PointToPoint(int type, int layout) const;
   const LayerTypes& types() const { return *types_; }
 
  private:
@@ -91,15 +93,15 @@ class CostTables {
 
   int pp_ = 1;
   int64_t microbatch_ = 1;
-  int num_dp_ = 1;
   const LayerTypes* types_ = nullptr;
   std::vector<plan::LayerStrategy> strategies_;
-  std::vector<int> dp_index_;
+  int num_dp_ = 1;  // DP degrees
+  std::vector<int> layout_index_;
   std::vector<StrategyCost> costs_;        // [type][strategy]
   std::vector<StrategyCost> embedding_;    // [strategy]
   std::vector<StrategyCost> head_;         // [strategy]
-  std::vector<double> slice_gather_;       // [prev_type][prev_dp][next_dp]
-  std::vector<double> point_to_point_;     // [type][dp]
+  std::vector<double> slice_gather_;       // [prev_type][prev_layout][next_layout]
+  std::vector<double> point_to_point_;     // [type][layout]
 };
 
 // A pipeline configuration the search tries (Galvatron-BMW Algorithm 1: P, B, m).

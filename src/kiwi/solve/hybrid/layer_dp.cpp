@@ -17,7 +17,7 @@ struct Label {
   double slowest_optimizer = 0.0;  // exact mode: largest O_s of the finished stages
   int32_t parent = -1;    // index in the previous layer's labels
   int16_t strategy = -1;
-  int16_t dp = 0;         // DP index of `strategy`
+  int16_t layout = 0;     // layout index of `strategy` (CostTables::LayoutIndex)
   int64_t Peak() const { return cost::StageMemory::StagePeakBytes(memory, recompute, gather); }
   double Bottleneck() const { return std::max(slowest, stage_seconds); }
   double OptimizerStep() const { return std::max(slowest_optimizer, stage_optimizer); }
@@ -33,7 +33,7 @@ double PipelineSeconds(const LayerDpProblem& p, const Label& l) {
 // A strategy as one layer of one stage sees it: weighted time and the memory terms (Eq. 1, 4).
 struct Option {
   int strategy = 0;
-  int dp = 0;
+  int layout = 0;
   double cost = 0.0;       // weight * c + g (+ the embeddings on the first layer, the head on the last)
   double seconds = 0.0;    // c
   double weight = 1.0;
@@ -52,14 +52,14 @@ void Absorb(const StrategyCost& c, const DpStage& stage, Option& o) {
   o.gather = std::max(o.gather, c.memory.gathered);
 }
 
-// Options of layer `layer`, without those another option of the same DP degree beats on every count
+// Options of layer `layer`, without those another option of the same layout beats on every count
 // (identical layers share these lists' shape; this is where the 14 strategies of 8 GPUs shrink).
 std::vector<Option> LayerOptions(const LayerDpProblem& p, const DpStage& stage, int layer, int64_t budget) {
   const CostTables& t = *p.tables;
   std::vector<Option> all;
   for (int j = 0; j < t.num_strategies(); ++j) {
     if (!p.allowed.empty() && !p.allowed[static_cast<size_t>(j)]) continue;
-    Option o{j, t.DpIndex(j), 0.0, 0.0, stage.weight, 0.0, 0, 0, 0};
+    Option o{j, t.LayoutIndex(j), 0.0, 0.0, stage.weight, 0.0, 0, 0, 0};
     Absorb(t.LayerCost(layer, j), stage, o);
     if (cost::StageMemory::StagePeakBytes(o.memory, o.recompute, o.gather) <= budget) all.push_back(o);
   }
@@ -68,7 +68,7 @@ std::vector<Option> LayerOptions(const LayerDpProblem& p, const DpStage& stage, 
     bool dominated = false;
     for (size_t b = 0; b < all.size() && !dominated; ++b) {
       const Option &x = all[a], &y = all[b];
-      if (a == b || x.dp != y.dp) continue;
+      if (a == b || x.layout != y.layout) continue;
       const bool no_worse = y.cost <= x.cost && y.memory <= x.memory && y.recompute <= x.recompute &&
                             y.gather <= x.gather && (!p.exact || (y.seconds <= x.seconds && y.optimizer <= x.optimizer));
       const bool equal = y.cost == x.cost && y.memory == x.memory && y.recompute == x.recompute &&
@@ -210,26 +210,26 @@ struct Sources {
   bool stage_start = false;
 };
 
-// Keeps, per DP degree, the labels of the previous stage's end that a stage may start from: the
+// Keeps, per layout, the labels of the previous stage's end that a stage may start from: the
 // cheapest (weighted mode), or those with no better (bottleneck, cost) pair (exact mode).
-std::vector<int32_t> EntryLabels(const LayerDpProblem& p, const std::vector<Label>& ends, int num_dp) {
+std::vector<int32_t> EntryLabels(const LayerDpProblem& p, const std::vector<Label>& ends, int num_layouts) {
   std::vector<int32_t> order(ends.size());
   for (size_t k = 0; k < ends.size(); ++k) order[k] = static_cast<int32_t>(k);
   std::stable_sort(order.begin(), order.end(),
                    [&](int32_t a, int32_t b) { return ends[static_cast<size_t>(a)].cost < ends[static_cast<size_t>(b)].cost; });
-  std::vector<bool> taken(static_cast<size_t>(num_dp), false);
+  std::vector<bool> taken(static_cast<size_t>(num_layouts), false);
   std::vector<int32_t> out;
   for (int32_t k : order) {
     const Label& l = ends[static_cast<size_t>(k)];
-    if (!p.exact) {  // the cheapest of each DP degree
-      if (!taken[static_cast<size_t>(l.dp)]) out.push_back(k);
-      taken[static_cast<size_t>(l.dp)] = true;
+    if (!p.exact) {  // the cheapest of each layout
+      if (!taken[static_cast<size_t>(l.layout)]) out.push_back(k);
+      taken[static_cast<size_t>(l.layout)] = true;
       continue;
     }
-    // Exact: unless a cheaper kept label of its DP degree has no worse a bottleneck and optimizer step.
+    // Exact: unless a cheaper kept label of its layout has no worse a bottleneck and optimizer step.
     const bool beaten = std::any_of(out.begin(), out.end(), [&](int32_t j) {
       const Label& y = ends[static_cast<size_t>(j)];
-      return y.dp == l.dp && y.slowest <= l.slowest && y.slowest_optimizer <= l.slowest_optimizer;
+      return y.layout == l.layout && y.slowest <= l.slowest && y.slowest_optimizer <= l.slowest_optimizer;
     });
     if (!beaten) out.push_back(k);
   }
@@ -244,7 +244,7 @@ Sources StageEntry(const LayerDpProblem& p, const std::vector<Label>& previous, 
   const int type = t.types().type_of[static_cast<size_t>(last_layer)];
   std::vector<Label> ends = previous;
   for (Label& l : ends) {  // the previous stage finishes with its send
-    const double send = t.PointToPoint(type, l.dp);
+    const double send = t.PointToPoint(type, l.layout);
     l.cost += weight_before * send;
     l.stage_seconds += send;
     l.slowest = l.Bottleneck();
@@ -252,9 +252,9 @@ Sources StageEntry(const LayerDpProblem& p, const std::vector<Label>& previous, 
   }
   Sources s;
   s.stage_start = true;
-  for (int32_t k : EntryLabels(p, ends, t.num_dp_degrees())) {
+  for (int32_t k : EntryLabels(p, ends, t.num_layouts())) {
     Label entry = ends[static_cast<size_t>(k)];
-    const double receive = t.PointToPoint(type, entry.dp);
+    const double receive = t.PointToPoint(type, entry.layout);
     entry.cost += weight_after * receive;
     entry.stage_seconds = receive;
     entry.stage_optimizer = 0.0;
@@ -288,7 +288,7 @@ std::vector<Label> Extend(const LayerDpProblem& p, const Sources& sources, const
   const int prev_type = layer > 0 ? t.types().type_of[static_cast<size_t>(layer) - 1] : 0;
   const double cutoff = p.cutoff - bounds.later_cost[static_cast<size_t>(layer)];
   const int64_t budget = p.budget - bounds.later_memory[static_cast<size_t>(layer)];
-  std::vector<std::vector<Label>> by_dp(static_cast<size_t>(t.num_dp_degrees()));
+  std::vector<std::vector<Label>> by_layout(static_cast<size_t>(t.num_layouts()));
   for (size_t k = 0; k < sources.labels.size(); ++k) {
     const Label& src = sources.labels[k];
     for (const Option& o : bounds.options[static_cast<size_t>(layer)]) {
@@ -297,7 +297,7 @@ std::vector<Label> Extend(const LayerDpProblem& p, const Sources& sources, const
       l.recompute = std::max(src.recompute, o.recompute);
       l.gather = std::max(src.gather, o.gather);
       if (l.Peak() > budget) continue;
-      const double reshard = layer > 0 ? t.SliceGather(prev_type, src.dp, o.dp) : 0.0;
+      const double reshard = layer > 0 ? t.SliceGather(prev_type, src.layout, o.layout) : 0.0;
       l.cost = src.cost + o.cost + o.weight * reshard;
       l.stage_seconds = src.stage_seconds + o.seconds + reshard;
       l.slowest = src.slowest;
@@ -309,12 +309,12 @@ std::vector<Label> Extend(const LayerDpProblem& p, const Sources& sources, const
       }
       l.parent = sources.ids[k];
       l.strategy = static_cast<int16_t>(o.strategy);
-      l.dp = static_cast<int16_t>(o.dp);
-      by_dp[static_cast<size_t>(o.dp)].push_back(l);
+      l.layout = static_cast<int16_t>(o.layout);
+      by_layout[static_cast<size_t>(o.layout)].push_back(l);
     }
   }
   std::vector<Label> out;
-  for (std::vector<Label>& labels : by_dp) {
+  for (std::vector<Label>& labels : by_layout) {
     std::vector<Label> kept =
         Thin(p.exact ? ExactParetoLabels(std::move(labels), p.max_labels) : ParetoLabels(std::move(labels)), p.max_labels,
              r.thinned);

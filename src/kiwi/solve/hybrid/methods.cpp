@@ -68,6 +68,7 @@ MethodSpace SpaceOf(Method method, int num_devices, int num_layers) {
     case Method::kKiwi:
       s.partitions = PartitionMode::kBiObjective;
       s.strategies.allow_zero12 = true;
+      s.strategies.allow_sequence_parallel = true;
       break;
     case Method::kBmw:
       s.partitions = PartitionMode::kBiObjective;

@@ -46,7 +46,7 @@ class FixedAssignment {
     for (int i = 0; i < n_; ++i) {
       const StrategyCost c = t.LayerCost(i, s_[static_cast<size_t>(i)]);
       double reshard = 0.0;
-      if (i > 0) reshard = t.SliceGather(type_of[static_cast<size_t>(i) - 1], Dp(i - 1), Dp(i));
+      if (i > 0) reshard = t.SliceGather(type_of[static_cast<size_t>(i) - 1], Layout(i - 1), Layout(i));
       seconds_[static_cast<size_t>(i) + 1] = seconds_[static_cast<size_t>(i)] + c.microbatch_seconds + reshard;
       states_[static_cast<size_t>(i) + 1] = states_[static_cast<size_t>(i)] + c.memory.model_states;
       activations_[static_cast<size_t>(i) + 1] = activations_[static_cast<size_t>(i)] + c.memory.activations;
@@ -57,8 +57,8 @@ class FixedAssignment {
   double Seconds(int s, int first, int count) const {
     const int last = first + count - 1;
     double c = seconds_[static_cast<size_t>(last) + 1] - seconds_[static_cast<size_t>(first)];
-    if (s + 1 < config_.pp) c += t_.PointToPoint(Type(last), Dp(last));
-    if (s > 0) c += t_.PointToPoint(Type(first - 1), Dp(first - 1));
+    if (s + 1 < config_.pp) c += t_.PointToPoint(Type(last), Layout(last));
+    if (s > 0) c += t_.PointToPoint(Type(first - 1), Layout(first - 1));
     return c;
   }
 
@@ -82,7 +82,7 @@ class FixedAssignment {
   }
 
   int Type(int i) const { return t_.types().type_of[static_cast<size_t>(i)]; }
-  int Dp(int i) const { return t_.DpIndex(s_[static_cast<size_t>(i)]); }
+  int Layout(int i) const { return t_.LayoutIndex(s_[static_cast<size_t>(i)]); }
 
   const CostTables& t_;
   PipelineConfig config_;

@@ -46,6 +46,9 @@ struct StrategySpaceOptions {
   // not Galvatron-BMW's (its trees and Table II rows leave them out). Only LayerStrategies has them.
   bool allow_zero12 = false;
   bool allow_tp = true;          // Megatron tensor parallelism with degree > 1
+  // Megatron sequence parallelism beside plain TP (plan::LayerStrategy::sequence_parallel): kiwi's own
+  // space, like allow_zero12. Only LayerStrategies has it.
+  bool allow_sequence_parallel = false;
   bool allow_checkpoint = true;  // CKPT on or off per layer
   bool mix_dp_sdp = false;       // keep the DP+SDP trees that Takeaway #3 removes
   int max_tp = 0;                // the largest TP degree, 0 = any (the search: a node's GPUs)
@@ -58,8 +61,9 @@ std::vector<TreeStrategy> DecisionTreeStrategies(int num_devices, int pp, const 
 std::vector<TreeStrategy> DecisionTreeStrategies(int num_devices, const StrategySpaceOptions& options);
 
 // The distinct strategies the layer estimator tells apart on a stage of `stage_devices` devices (it
-// always places TP innermost, so level orders collapse): tp x dp = stage_devices, a ZeRO stage only
-// with dp > 1, CKPT off/on. Order: tp ascending, then DP, ZeRO-1, ZeRO-2, SDP, then CKPT off before on.
+// always places TP innermost, so level orders collapse): tp x dp = stage_devices, sequence parallelism
+// only with tp > 1, a ZeRO stage only with dp > 1, CKPT off/on. Order: tp ascending, then SP off before
+// on, then DP, ZeRO-1, ZeRO-2, SDP, then CKPT off before on.
 std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const StrategySpaceOptions& options);
 
 // Powers of two dividing n, ascending (1 first).

@@ -14,6 +14,7 @@ std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& o) {
   hybrid::StrategySpaceOptions space;  // the hybrid search's per-layer space, one strategy for all layers
   space.allow_sdp = o.allow_sdp;
   space.allow_zero12 = o.allow_zero12;
+  space.allow_sequence_parallel = o.allow_sequence_parallel;
   space.allow_checkpoint = o.allow_checkpoint;
   std::vector<NamedLayerPlan> plans;
   for (int pp : hybrid::PowerOfTwoDivisors(o.num_devices)) {

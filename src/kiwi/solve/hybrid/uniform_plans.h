@@ -1,7 +1,7 @@
 #pragma once
 // Uniform layer-level plans: every layer gets the same strategy. Enumerates the hybrid space the
 // Galvatron-BMW paper's baselines live in (pure DP, SDP/ZeRO-3, TP/Megatron, PP/GPipe and their
-// combinations, each with and without checkpointing) and ZeRO-1/2 beside them; the simulator judges each one.
+// combinations, each with and without checkpointing) and ZeRO-1/2 and sequence parallelism beside them; the simulator judges each one.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -21,6 +21,7 @@ struct UniformPlanOptions {
   int64_t global_batch = 1;
   bool allow_sdp = true;     // ZeRO-3
   bool allow_zero12 = true;  // ZeRO-1 and ZeRO-2
+  bool allow_sequence_parallel = true;  // Megatron SP beside TP
   bool allow_checkpoint = true;
 };
 
@@ -28,7 +29,7 @@ struct UniformPlanOptions {
 // evenly over stages (earlier stages take the remainder). Micro-batches: 1 without pipelining; with
 // pipelining, global_batch / dp (micro-batches of one sample per replica: the fewest bubbles). Plans
 // whose batch does not divide over dp are skipped. The strategies are hybrid::LayerStrategies' of a
-// stage. Deterministic order: pp, then LayerStrategies' (tp, ZeRO stage, checkpoint).
+// stage. Deterministic order: pp, then LayerStrategies' (tp, SP, ZeRO stage, checkpoint).
 std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& options);
 
 // Splits n layers over k stages as evenly as possible, earlier stages first: (5, 2) -> {3, 2}.
