@@ -1,6 +1,7 @@
-"""kiwi's hybrid search with ZeRO-1 and ZeRO-2 per layer (`--method kiwi`) beside Galvatron-BMW's space
-(`--method bmw`) on the same cost model: throughput, the plan's commonest layer strategy and the search
-time, one row per (model, cluster, budget). Prints a markdown table (docs/hybrid.md, "ZeRO-1 and ZeRO-2").
+"""kiwi's hybrid search with ZeRO-1, ZeRO-2 and sequence parallelism per layer (`--method kiwi`) beside
+Galvatron-BMW's space (`--method bmw`) on the same cost model: throughput, the plan's commonest layer
+strategy (kiwi hybrid --json names each layer's) and the search time, one row per (model, cluster,
+budget). Prints a markdown table (docs/hybrid.md, "ZeRO-1 and ZeRO-2").
 
     python3 bench/hybrid_zero_bench.py [--kiwi build/kiwi] [--repeats 3]
 """
@@ -22,12 +23,6 @@ CASES = [  # (model, cluster, memory per device)
 ]
 
 
-def strategy_name(layer):
-    dp = {0: f"DP{layer['dp']}", 1: f"ZeRO1-DP{layer['dp']}", 2: f"ZeRO2-DP{layer['dp']}", 3: f"SDP{layer['dp']}"}
-    parts = ([f"TP{layer['tp']}"] if layer["tp"] > 1 else []) + ([dp[layer["zero"]]] if layer["dp"] > 1 else [])
-    return ("x".join(parts) or "single") + ("+CKPT" if layer["checkpoint"] else "")
-
-
 def run(kiwi, model, cluster, memory, method, repeats):
     seconds, out = [], None
     for _ in range(repeats):
@@ -44,7 +39,7 @@ def run(kiwi, model, cluster, memory, method, repeats):
 def describe(j):
     if j is None:
         return "OOM", "-"
-    common = collections.Counter(strategy_name(layer) for layer in j["layers"]).most_common(1)[0]
+    common = collections.Counter(layer["name"] for layer in j["layers"]).most_common(1)[0]
     shape = f"PP{j['pp_degree']}, {j['micro_batches']} micro-batches, {common[1]}/{len(j['layers'])} layers {common[0]}"
     return f"{j['throughput_samples_per_second']:.2f} ({j['global_batch']})", shape
 

@@ -85,8 +85,11 @@ Result<hybrid::HybridSearchOptions> SearchOptions(const HybridOptions& o, const 
 nlohmann::json ResultJson(const hybrid::HybridSearchResult& r, const HybridOptions& o, const std::string& model,
                           const std::string& cluster, int64_t budget) {
   nlohmann::json layers = nlohmann::json::array();
-  for (const plan::LayerStrategy& s : r.plan.layers)
-    layers.push_back(io::LayerStrategyJson<nlohmann::json>(s, /*contract_sdp=*/true));
+  for (const plan::LayerStrategy& s : r.plan.layers) {
+    nlohmann::json layer = io::LayerStrategyJson<nlohmann::json>(s, /*contract_sdp=*/true);
+    layer["name"] = plan::StrategyName(s);
+    layers.push_back(std::move(layer));
+  }
   const plan::LayerPlan& p = r.plan;
   return {{"feasible", r.feasible},
           {"method", o.method},
