@@ -102,11 +102,9 @@ def test_plan_errors_name_the_field(tmp_path):
         parse_plan({"layers": [{"dp": 4, "sdp": True, "zero": 1}], "global_batch": 4}, "x.json")
     with pytest.raises(PlanError, match=r"x.json: layers\[0\].zero: must be an integer from 0 to 3, got 4$"):
         parse_plan({"layers": [{"zero": 4}]}, "x.json")
-    # Megatron sequence parallelism: read and named as kiwi does; the runtime refuses to run it
+    # Megatron sequence parallelism: read and named as kiwi does (run: test_distributed_sequence_parallel.py)
     plan = parse_plan({"layers": [{"tp": 2, "dp": 2, "zero": 1, "sequence_parallel": True}], "global_batch": 4}, "x.json")
-    assert plan.layers[0].sequence_parallel and plan.layers[0].name() == "SP-TP2xZeRO1-DP2"
-    with pytest.raises(PlanError, match=r"x.json: layers\[0\]: sequence_parallel: this runtime does not run"):
-        plan.check_world(4)
+    assert plan.layers[0].sequence_split and plan.layers[0].name() == "SP-TP2xZeRO1-DP2"
     with pytest.raises(PlanError, match=r"x.json: layers\[0\].sequence_parallel: must be true or false, got 1$"):
         parse_plan({"layers": [{"sequence_parallel": 1}]}, "x.json")
 

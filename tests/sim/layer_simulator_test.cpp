@@ -211,6 +211,18 @@ TEST(SimulateLayerPlan, SequenceParallelSplitsWhatTpKeepsWholeWithTheSameTraffic
   EXPECT_EQ(t->layers[0].sp_reduce_scatter_bytes, 4 * 16'000);
   EXPECT_EQ(t->layers[0].sp_collectives, 8);
   EXPECT_EQ(t->layers[0].sp_gradient_all_reduce_bytes, 200'000);
+  // Under ZeRO-2 (and 3) each micro-batch's gradients are reduce-scattered whole: the replicated ones
+  // are summed over TP first, in every micro-batch (4 here), as communication of the micro-batch.
+  const cost::Cluster four = TestCluster(1, 4);
+  const LayerPlan zero2 = UniformPlan({.tp = 2, .dp = 2, .zero = plan::Zero::kGradients, .sequence_parallel = true}, 16, 4);
+  t = LayerPlanTraffic(model, zero2, four);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->layers[0].sp_gradient_all_reduce_bytes, 4 * 200'000);
+  LayerPlan zero1 = zero2;
+  for (LayerStrategy& s : zero1.layers) s.zero = plan::Zero::kOptimizerStates;
+  t = LayerPlanTraffic(model, zero1, four);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(t->layers[0].sp_gradient_all_reduce_bytes, 200'000);
   // Without TP there is no sequence to split: the flag changes nothing.
   const cost::Cluster one = TestCluster(1, 1);
   EXPECT_EQ(Simulate(model, UniformPlan({.tp = 1, .dp = 1, .sequence_parallel = true}, 16, 1), one).summary.peak_memory_bytes,

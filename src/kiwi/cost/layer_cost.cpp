@@ -248,8 +248,10 @@ int64_t LayerCommunication::SequenceReduceScatterBytes() const {
 LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
   LayerCommunication c;
   FillTpCollectives(l, c);
-  if (l.strategy.SequenceParallel() && l.mesh.masks[kTpAxis] != 0)
+  if (l.strategy.SequenceParallel() && l.mesh.masks[kTpAxis] != 0) {
     c.sp_gradient_all_reduce_bytes = l.profile.replicated_parameter_bytes;
+    c.sp_gradient_every_microbatch = l.strategy.Shards(plan::Zero::kGradients);
+  }
   if (l.mesh.masks[kDpAxis] == 0) return c;
   const int64_t shard = TpShardParameterBytes(l);
   const plan::Zero zero = l.strategy.ZeroStage();
@@ -298,9 +300,9 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
     cost.recompute += forward + (comm.tp_recomputed ? tp_forward : 0.0);
     backward_compute += forward;
   }
-  // Sequence parallelism's all-reduce of the replicated parameters' gradients runs after the flush,
-  // beside the DP sync (not overlapped: Megatron's finalize_model_grads).
-  cost.gradient_sync +=
+  // Sequence parallelism's all-reduce of the replicated parameters' gradients: after the flush, beside
+  // the DP sync (not overlapped: Megatron's finalize_model_grads); under ZeRO-2/3 in every micro-batch.
+  (comm.sp_gradient_every_microbatch ? cost.communication : cost.gradient_sync) +=
       CollectiveSeconds(cost_model, Collective::kAllReduce, comm.sp_gradient_all_reduce_bytes, l.mesh, kTpAxis);
   const double gather =
       CollectiveSeconds(cost_model, Collective::kAllGather, comm.sdp_all_gather_bytes, l.mesh, kDpAxis);

@@ -106,10 +106,12 @@ struct LayerCommunication {
   // gradients); ZeRO-2/3 reduce-scatter every micro-batch's gradients (DeepSpeed: full-size gradients
   // are never kept).
   bool gradient_sync_every_microbatch = false;
-  // Sequence parallelism: once per iteration, the TP all-reduce of the gradients of the parameters TP
-  // replicates (layernorms, row-parallel biases), each rank having seen only its sequence shard
-  // (Megatron's finalize_model_grads).
+  // Sequence parallelism: the TP all-reduce of the gradients of the parameters TP replicates
+  // (layernorms, row-parallel biases), each rank having seen only its sequence shard: once per
+  // iteration (Megatron's finalize_model_grads), or every micro-batch under ZeRO-2/3, whose
+  // reduce-scatter takes each micro-batch's gradients whole.
   int64_t sp_gradient_all_reduce_bytes = 0;
+  bool sp_gradient_every_microbatch = false;
   // Per micro-batch, recomputation included: TP all-reduces; sequence-parallel all-gathers and
   // reduce-scatters (their calls and bytes).
   int TpAllReduces() const;

@@ -247,7 +247,7 @@ LayerTraffic TrafficOf(const cost::PlacedLayer& layer, int micro_batches) {
   t.sp_collectives = c.SequenceCollectives() * micro_batches;
   t.sp_all_gather_bytes = c.SequenceAllGatherBytes() * micro_batches;
   t.sp_reduce_scatter_bytes = c.SequenceReduceScatterBytes() * micro_batches;
-  t.sp_gradient_all_reduce_bytes = c.sp_gradient_all_reduce_bytes;
+  t.sp_gradient_all_reduce_bytes = c.sp_gradient_all_reduce_bytes * (c.sp_gradient_every_microbatch ? micro_batches : 1);
   t.sdp_all_gathers = c.sdp_all_gathers * micro_batches;
   t.sdp_all_gather_bytes = c.sdp_all_gather_bytes * t.sdp_all_gathers;
   t.step_all_gather_bytes = c.step_all_gather_bytes;

@@ -18,6 +18,11 @@ STEP_ALL_GATHER = "step_all_gather"            # ZeRO-1/2: the updated parameter
 DP_ALL_REDUCE = "dp_all_reduce"
 SLICE_GATHER = "slice_gather"                    # forward all-gather when the DP degree shrinks
 SLICE_GATHER_BACKWARD = "slice_gather_backward"  # backward all-gather when the DP degree grows
+SP_ALL_GATHER = "sp_all_gather"                  # sequence parallelism: the shards gathered (f forward, g backward)
+SP_REDUCE_SCATTER = "sp_reduce_scatter"          # and partial sums reduced into them (g forward, f backward)
+SP_GRAD_ALL_REDUCE = "sp_grad_all_reduce"        # and the TP sum of the replicated parameters' gradients
+SEQUENCE_GATHER = "sequence_gather"                    # a sequence-parallel layer's output made whole for another layout
+SEQUENCE_GATHER_BACKWARD = "sequence_gather_backward"  # a sequence-parallel layer's input gradient made whole
 SEND_FORWARD = "send_forward"
 SEND_BACKWARD = "send_backward"
 

@@ -12,9 +12,12 @@ from kiwi.torch.distributed.trainer import median_after_first
 FIELDS = {"tp_all_reduce_bytes": cc.TP_ALL_REDUCE, "sdp_all_gather_bytes": cc.SDP_ALL_GATHER,
           "dp_all_reduce_bytes": cc.DP_ALL_REDUCE, "sdp_reduce_scatter_bytes": cc.SDP_REDUCE_SCATTER,
           "slice_gather_bytes": cc.SLICE_GATHER, "slice_gather_backward_bytes": cc.SLICE_GATHER_BACKWARD,
-          "step_all_gather_bytes": cc.STEP_ALL_GATHER}
-PURPOSES = [cc.TP_ALL_REDUCE, cc.SDP_ALL_GATHER, cc.SDP_REDUCE_SCATTER, cc.DP_ALL_REDUCE, cc.STEP_ALL_GATHER,
-            cc.SLICE_GATHER, cc.SLICE_GATHER_BACKWARD, cc.SEND_FORWARD, cc.SEND_BACKWARD]
+          "step_all_gather_bytes": cc.STEP_ALL_GATHER, "sp_all_gather_bytes": cc.SP_ALL_GATHER,
+          "sp_reduce_scatter_bytes": cc.SP_REDUCE_SCATTER, "sp_gradient_all_reduce_bytes": cc.SP_GRAD_ALL_REDUCE,
+          "sequence_gather_bytes": cc.SEQUENCE_GATHER, "sequence_gather_backward_bytes": cc.SEQUENCE_GATHER_BACKWARD}
+PURPOSES = [cc.TP_ALL_REDUCE, cc.SP_ALL_GATHER, cc.SP_REDUCE_SCATTER, cc.SP_GRAD_ALL_REDUCE, cc.SDP_ALL_GATHER,
+            cc.SDP_REDUCE_SCATTER, cc.DP_ALL_REDUCE, cc.STEP_ALL_GATHER, cc.SLICE_GATHER, cc.SLICE_GATHER_BACKWARD,
+            cc.SEQUENCE_GATHER, cc.SEQUENCE_GATHER_BACKWARD, cc.SEND_FORWARD, cc.SEND_BACKWARD]
 
 
 def plan_report(plan: HybridPlan, cluster: Optional[str] = None, profile: Optional[str] = None) -> Dict[str, Any]:

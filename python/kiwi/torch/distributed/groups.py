@@ -55,6 +55,9 @@ class GroupPool:
                 small, large = (nxt, prev) if nxt.dp < prev.dp else (prev, nxt)
                 for local in range(layout.per_stage):
                     wanted.add(layout.gather_ranks(large, small, stage, local))
+                    for s in (prev, nxt):  # sequence gathers over either side's TP group (slice_gather.py)
+                        if s.sequence_split:
+                            wanted.add(layout.tp_ranks(s, stage, local))
         self.groups: Dict[Tuple[int, ...], object] = {}
         for ranks in sorted(r for r in wanted if len(r) > 1):  # one order on every rank
             group = dist.new_group(list(ranks))

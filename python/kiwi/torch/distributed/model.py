@@ -10,7 +10,8 @@ from typing import Dict, Optional
 import torch
 import torch.nn.functional as F
 
-from kiwi.torch.distributed.tensor_parallel import (TpContext, column_shard, copy_to_tp, reduce_from_tp, shard_range,
+from kiwi.torch.distributed.tensor_parallel import (TpContext, column_shard, copy_to_tp, gather_sequence,
+                                                    reduce_from_tp, scatter_sequence, shard_range,
                                                     vocab_parallel_cross_entropy)
 
 Params = Dict[str, torch.Tensor]
@@ -60,6 +61,12 @@ def head_parameter_specs(c: GptConfig):
 SPECS = {"embed": embed_parameter_specs, "head": head_parameter_specs}
 
 
+def replicated_names(key: str, c: GptConfig):
+    """The parameters of unit `key` Megatron TP keeps whole on every rank (layernorms, row-parallel
+    biases, the position table): under sequence parallelism each rank's gradient of them is partial."""
+    return [name for name, _, dim in SPECS.get(key, layer_parameter_specs)(c) if dim is None]
+
+
 def _init(name: str, shape, gen: torch.Generator) -> torch.Tensor:
     if name.endswith("gamma"):
         return 1.0 + 0.1 * torch.randn(shape, generator=gen)
@@ -87,16 +94,20 @@ def shard_layer(full: Params, c: GptConfig, tp: int, rank: int, key: str = "laye
     return out
 
 
-def embed_forward(p: Params, ids: torch.Tensor, tp: Optional[TpContext] = None, vocab: int = 0) -> torch.Tensor:
+def embed_forward(p: Params, ids: torch.Tensor, tp: Optional[TpContext] = None, vocab: int = 0,
+                  sp: bool = False) -> torch.Tensor:
     """Token + position embeddings; under TP the vocabulary-parallel lookup: each rank embeds the ids
-    of its vocabulary range (zeros elsewhere) and the TP group sums them (one all-reduce forward)."""
+    of its vocabulary range (zeros elsewhere) and the TP group sums them (one all-reduce forward; with
+    sequence parallelism a reduce-scatter into this rank's sequence block, which gets its positions)."""
     if tp is None or tp.size == 1:
         return F.embedding(ids, p["word.weight"]) + p["position.weight"][: ids.shape[1]]
     start, end = shard_range(vocab, tp.size, tp.rank)
     outside = (ids < start) | (ids >= end)
-    words = F.embedding((ids - start).masked_fill(outside, 0), p["word.weight"])
-    words = reduce_from_tp(words.masked_fill(outside.unsqueeze(-1), 0.0), tp)
-    return words + p["position.weight"][: ids.shape[1]]
+    words = F.embedding((ids - start).masked_fill(outside, 0), p["word.weight"]).masked_fill(outside.unsqueeze(-1), 0.0)
+    if sp:
+        block = ids.shape[1] // tp.size
+        return scatter_sequence(words, tp) + p["position.weight"][tp.rank * block:(tp.rank + 1) * block]
+    return reduce_from_tp(words, tp) + p["position.weight"][: ids.shape[1]]
 
 
 def _layer_norm(x, p, prefix):
@@ -119,44 +130,70 @@ def _linear(x: torch.Tensor, p: Params, name: str) -> torch.Tensor:
     return torch.addmm(p[name + ".bias"], x, p[name + ".weight"])
 
 
+class _Region:
+    """How a layer's column-parallel input enters its TP region and its row-parallel output leaves it:
+    Megatron's f and g on [tokens, hidden] rows, or with sequence parallelism the all-gather of the
+    [b, s/t, h] shards into [b, s, h] and the reduce-scatter back (rows of one sequence block)."""
+
+    def __init__(self, tp: Optional[TpContext], sp: bool, b: int, s: int):
+        self.tp, self.b, self.s = tp, b, s  # s: this rank's sequence length (a block under SP)
+        self.sp = sp and tp is not None and tp.size > 1
+        self.full = s * tp.size if self.sp else s  # the sequence inside the region
+
+    def enter(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.sp:
+            return copy_to_tp(x, self.tp)
+        return gather_sequence(x.view(self.b, self.s, -1), self.tp).reshape(self.b * self.full, -1)
+
+    def leave(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.sp:
+            return reduce_from_tp(x, self.tp)
+        return scatter_sequence(x.view(self.b, self.full, -1), self.tp).reshape(self.b * self.s, -1)
+
+
 # A layer works on [tokens, hidden] rows (a view of [batch, seq, hidden]): its linears are single GEMMs
 # with their biases fused, without the reshapes a batched matmul dispatches around each one.
-def _attention(x: torch.Tensor, p: Params, b: int, s: int, heads: int, tp: Optional[TpContext]) -> torch.Tensor:
-    x = copy_to_tp(x, tp)
+def _attention(x: torch.Tensor, p: Params, heads: int, tp: Optional[TpContext], region: _Region) -> torch.Tensor:
+    x = region.enter(x)
+    b, s = region.b, region.full
     local_heads = heads // (tp.size if tp else 1)
     d = p["q.weight"].shape[1] // local_heads
     q, k, v = (_linear(x, p, n).view(b, s, local_heads, d).transpose(1, 2) for n in ("q", "k", "v"))
     scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d))
     probs = torch.softmax(scores.masked_fill(_causal_mask(s, x.device), float("-inf")), dim=-1)
     context = (probs @ v).transpose(1, 2).reshape(b * s, local_heads * d)
-    return reduce_from_tp(context @ p["out.weight"], tp) + p["out.bias"]
+    return region.leave(context @ p["out.weight"]) + p["out.bias"]
 
 
-def _mlp(x: torch.Tensor, p: Params, tp: Optional[TpContext]) -> torch.Tensor:
-    x = copy_to_tp(x, tp)
-    hidden = F.gelu(_linear(x, p, "fc1"))
-    return reduce_from_tp(hidden @ p["fc2.weight"], tp) + p["fc2.bias"]
+def _mlp(x: torch.Tensor, p: Params, region: _Region) -> torch.Tensor:
+    hidden = F.gelu(_linear(region.enter(x), p, "fc1"))
+    return region.leave(hidden @ p["fc2.weight"]) + p["fc2.bias"]
 
 
-def layer_forward(p: Params, x: torch.Tensor, heads: int, tp: Optional[TpContext] = None) -> torch.Tensor:
+def layer_forward(p: Params, x: torch.Tensor, heads: int, tp: Optional[TpContext] = None, sp: bool = False) -> torch.Tensor:
+    """x [b, s, h], or under sequence parallelism this rank's block [b, s/t, h] (the layernorms, the
+    residuals and the row-parallel biases then run on the block)."""
     b, s, h = x.shape
+    region = _Region(tp, sp, b, s)
     x = x.reshape(b * s, h)
-    x = x + _attention(_layer_norm(x, p, "norm1"), p, b, s, heads, tp)
-    x = x + _mlp(_layer_norm(x, p, "norm2"), p, tp)
+    x = x + _attention(_layer_norm(x, p, "norm1"), p, heads, tp, region)
+    x = x + _mlp(_layer_norm(x, p, "norm2"), p, region)
     return x.view(b, s, h)
 
 
 def head_forward(p: Params, x: torch.Tensor, labels: torch.Tensor, tokens_in_batch: int,
-                 tp: Optional[TpContext] = None, vocab: int = 0) -> torch.Tensor:
+                 tp: Optional[TpContext] = None, vocab: int = 0, sp: bool = False) -> torch.Tensor:
     """Summed token cross-entropy over the global batch's token count: the shares of all DP ranks add
     up to the mean loss, so gradients are summed (not averaged) over DP. Under TP the LM head is
-    column-parallel over the vocabulary (its input gradient all-reduced backward) and the loss is
-    Megatron's vocabulary-parallel cross-entropy."""
+    column-parallel over the vocabulary (its input gradient all-reduced backward; with sequence
+    parallelism the final norm runs on this rank's block, all-gathered before the head) and the loss
+    is Megatron's vocabulary-parallel cross-entropy."""
     if tp is None or tp.size == 1:
         logits = _layer_norm(x, p, "final_norm") @ p["lm_head.weight"]
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="sum")
         return loss / tokens_in_batch
-    logits = copy_to_tp(_layer_norm(x, p, "final_norm"), tp) @ p["lm_head.weight"]
+    normed = _layer_norm(x, p, "final_norm")
+    logits = (gather_sequence(normed, tp) if sp else copy_to_tp(normed, tp)) @ p["lm_head.weight"]
     start, _ = shard_range(vocab, tp.size, tp.rank)
     return vocab_parallel_cross_entropy(logits, labels, tp, start).sum() / tokens_in_batch
 

@@ -55,13 +55,16 @@ class Stage:
                 prev = s
         return x
 
+    def _boundary_shape(self, s) -> tuple:
+        """A layer's output on one rank: its DP shard of the micro-batch, its sequence block under SP."""
+        seq = self.config.seq // s.tp if s.sequence_split else self.config.seq
+        return (self.plan.microbatch // s.dp, seq, self.config.hidden)
+
     def input_shape(self) -> tuple:
-        s = self.plan.layers[self.first_layer - 1]
-        return (self.plan.microbatch // s.dp, self.config.seq, self.config.hidden)
+        return self._boundary_shape(self.plan.layers[self.first_layer - 1])
 
     def output_shape(self) -> tuple:
-        s = self.plan.layers[self.last_layer]
-        return (self.plan.microbatch // s.dp, self.config.seq, self.config.hidden)
+        return self._boundary_shape(self.plan.layers[self.last_layer])
 
 
 class PipelineRunner:

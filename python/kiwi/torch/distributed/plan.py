@@ -24,6 +24,11 @@ class LayerStrategy:
         """The stage in effect: ZeRO over one DP rank shards nothing."""
         return self.zero if self.dp > 1 else 0
 
+    @property
+    def sequence_split(self) -> bool:
+        """Sequence parallelism in effect (plan::LayerStrategy::SequenceParallel): it needs a TP group."""
+        return self.sequence_parallel and self.tp > 1
+
     def name(self) -> str:
         """As kiwi names it (plan::StrategyName): "TP2xDP2", "SP-TP2xZeRO1-DP2", "SDP4+CKPT"."""
         dp = {0: f"DP{self.dp}", 1: f"ZeRO1-DP{self.dp}", 2: f"ZeRO2-DP{self.dp}", 3: f"SDP{self.dp}"}[self.zero_stage]
@@ -61,18 +66,21 @@ class HybridPlan:
         return list(range(first, first + self.pp_partition[stage]))
 
     def check_world(self, world: int) -> None:
-        """Errors when the plan does not fit `world` processes (every layer: tp * dp = world / pp) or asks
-        for what the runtime does not run (sequence parallelism)."""
+        """Errors when the plan does not fit `world` processes (every layer: tp * dp = world / pp)."""
         if world % self.pp_degree != 0:
             raise PlanError(f"{self.source}: pp_degree: {self.pp_degree} does not divide the {world} processes")
         per_stage = world // self.pp_degree
         for i, s in enumerate(self.layers):
-            if s.sequence_parallel and s.tp > 1:
-                raise PlanError(f"{self.source}: layers[{i}]: sequence_parallel: this runtime does not run Megatron "
-                                f"sequence parallelism yet ({s.name()}); kiwi simulates it (kiwi simulate)")
             if s.tp * s.dp != per_stage:
                 raise PlanError(f"{self.source}: layers[{i}]: tp {s.tp} x dp {s.dp} must equal the {per_stage} "
                                 f"processes of a stage ({world} processes, pp_degree {self.pp_degree})")
+
+    def check_sequence(self, seq: int) -> None:
+        """Errors when a sequence-parallel layer's TP degree does not divide the sequence length."""
+        for i, s in enumerate(self.layers):
+            if s.sequence_split and seq % s.tp:
+                raise PlanError(f"{self.source}: layers[{i}]: sequence_parallel: tp {s.tp} does not divide the "
+                                f"sequence of {seq} tokens")
 
     def to_kiwi_plan(self) -> Dict[str, Any]:
         """The kiwi plan JSON (docs/plan-format.md) of this plan, for kiwi's simulator."""

@@ -1,11 +1,15 @@
 """Megatron-LM tensor parallelism (Shoeybi et al. 2019, Fig. 3): the f operator (identity forward,
 all-reduce backward) before a column-parallel linear and the g operator (all-reduce forward, identity
-backward) after a row-parallel linear; attention heads split across the TP group."""
+backward) after a row-parallel linear; attention heads split across the TP group. With sequence
+parallelism (Korthikanti et al. 2023 §4.2.2) activations between them are split over the sequence
+(dimension 1 of [batch, seq, hidden]): f all-gathers the shards forward and reduce-scatters backward,
+g reduce-scatters forward and all-gathers backward."""
 from typing import Optional
 
 import torch
 
-from kiwi.torch.distributed.comm_counter import TP_ALL_REDUCE, CommCounter
+from kiwi.torch.distributed.comm_counter import (SP_ALL_GATHER, SP_GRAD_ALL_REDUCE, SP_REDUCE_SCATTER, TP_ALL_REDUCE,
+                                                 CommCounter)
 from kiwi.torch.distributed.vocab_parallel_loss import vocab_parallel_loss_backward, vocab_parallel_loss_forward
 
 
@@ -15,10 +19,21 @@ class TpContext:
     def __init__(self, group, size: int, rank: int, counter: CommCounter, unit):
         self.group, self.size, self.rank, self.counter, self.unit = group, size, rank, counter, unit
 
-    def all_reduce(self, t: torch.Tensor, op=None) -> torch.Tensor:
+    def all_reduce(self, t: torch.Tensor, op=None, purpose: str = TP_ALL_REDUCE) -> torch.Tensor:
         t = t.contiguous().clone()
-        self.counter.all_reduce(t, self.group, TP_ALL_REDUCE, self.unit, op=op)
+        self.counter.all_reduce(t, self.group, purpose, self.unit, op=op)
         return t
+
+    def gather_sequence(self, x: torch.Tensor) -> torch.Tensor:
+        """[b, s/t, h] shards of the group -> [b, s, h], rank r's shard at sequence block r."""
+        return torch.cat(self.counter.all_gather(x.contiguous(), self.group, self.size, SP_ALL_GATHER, self.unit), dim=1)
+
+    def scatter_sequence(self, x: torch.Tensor) -> torch.Tensor:
+        """[b, s, h] partial sums -> this rank's sequence block [b, s/t, h] of their sum over the group."""
+        blocks = [c.contiguous() for c in x.chunk(self.size, dim=1)]
+        flat = torch.cat([c.reshape(-1) for c in blocks])  # block r is rank r's chunk
+        shard = self.counter.reduce_scatter(flat, self.group, self.size, self.rank, SP_REDUCE_SCATTER, self.unit)
+        return shard.view_as(blocks[self.rank])
 
 
 class _CopyToTp(torch.autograd.Function):
@@ -40,6 +55,54 @@ class _ReduceFromTp(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         return grad, None
+
+
+class _GatherSequence(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, tp: TpContext):
+        ctx.tp = tp
+        return tp.gather_sequence(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.tp.scatter_sequence(grad), None
+
+
+class _ScatterSequence(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, tp: TpContext):
+        ctx.tp = tp
+        return tp.scatter_sequence(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.tp.gather_sequence(grad), None
+
+
+class _SumGradOverTp(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, w, tp: TpContext):
+        ctx.tp = tp
+        return w.view_as(w)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return ctx.tp.all_reduce(grad, purpose=SP_GRAD_ALL_REDUCE), None
+
+
+def gather_sequence(x: torch.Tensor, tp: TpContext) -> torch.Tensor:
+    """Megatron's f under sequence parallelism: [b, s/t, h] -> [b, s, h] (its gradient reduce-scattered)."""
+    return _GatherSequence.apply(x, tp)
+
+
+def scatter_sequence(x: torch.Tensor, tp: TpContext) -> torch.Tensor:
+    """Megatron's g under sequence parallelism: partial [b, s, h] -> the summed [b, s/t, h] shard."""
+    return _ScatterSequence.apply(x, tp)
+
+
+def sum_grad_over_tp(w: torch.Tensor, tp: TpContext) -> torch.Tensor:
+    """A replicated parameter used on a sequence shard: its gradient summed over the TP group."""
+    return _SumGradOverTp.apply(w, tp)
 
 
 def copy_to_tp(x: torch.Tensor, tp: Optional[TpContext]) -> torch.Tensor:

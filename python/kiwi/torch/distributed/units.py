@@ -11,7 +11,8 @@ from kiwi.torch.distributed.comm_counter import CommCounter
 from kiwi.torch.distributed.data_parallel import DpGroup, GradSync, Params, ShardedParams, ZeroShard, run_sharded
 from kiwi.torch.distributed.groups import GroupPool, Layout
 from kiwi.torch.distributed.plan import LayerStrategy
-from kiwi.torch.distributed.tensor_parallel import TpContext
+from kiwi.torch.distributed.comm_counter import SP_GRAD_ALL_REDUCE
+from kiwi.torch.distributed.tensor_parallel import TpContext, sum_grad_over_tp
 
 
 def local_parameters(key: str, full: Params, config: gpt.GptConfig, s: LayerStrategy, tp_rank: int) -> Params:
@@ -45,6 +46,12 @@ class Unit:
             else:
                 grad_sync.register(list(self.params.values()), self.dp, self.unit_id)
         self.checkpoint = strategy.checkpoint and key not in ("embed", "head")
+        # Megatron sequence parallelism: the replicated parameters' gradients are summed over TP, after
+        # the last micro-batch (DP, ZeRO-1) or in every micro-batch's backward, before ZeRO-2/3's
+        # reduce-scatter takes the gradients whole (cost/layer_cost.cpp sp_gradient_all_reduce_bytes)
+        self.sp = strategy.sequence_parallel and self.tp is not None
+        self.replicated = set(gpt.replicated_names(key, config)) if self.sp else set()
+        self.sum_replicated_in_backward = self.sp and strategy.zero_stage >= 2
 
     @property
     def unit_id(self):
@@ -61,7 +68,13 @@ class Unit:
         return self.parameters() + (list(self.params.values()) if self.zero is not None else [])
 
     def before_step(self) -> None:
-        """ZeRO-1: the gradients accumulated over the micro-batches, reduce-scattered to the shard."""
+        """Sequence parallelism (DP, ZeRO-1): the replicated parameters' gradients summed over TP; ZeRO-1:
+        then the gradients accumulated over the micro-batches, reduce-scattered to the shard."""
+        if self.replicated and not self.sum_replicated_in_backward:
+            for name in sorted(self.replicated):
+                grad = self.params[name].grad
+                if grad is not None:
+                    self.tp.counter.all_reduce(grad, self.tp.group, SP_GRAD_ALL_REDUCE, self.unit_id)
         if self.zero is not None:
             self.zero.reduce_scatter()
 
@@ -70,13 +83,18 @@ class Unit:
         if self.zero is not None:
             self.zero.gather()
 
+    def _summed(self, p: Params) -> Params:
+        if not self.sum_replicated_in_backward:
+            return p
+        return {n: sum_grad_over_tp(t, self.tp) if n in self.replicated else t for n, t in p.items()}
+
     def _fn(self, labels: Optional[torch.Tensor], tokens: int):
-        heads, tp, vocab = self.config.heads, self.tp, self.config.vocab
+        heads, tp, vocab, sp, summed = self.config.heads, self.tp, self.config.vocab, self.sp, self._summed
         if self.key == "embed":
-            return lambda p, ids: gpt.embed_forward(p, ids, tp, vocab)
+            return lambda p, ids: gpt.embed_forward(summed(p), ids, tp, vocab, sp)
         if self.key == "head":
-            return lambda p, x: gpt.head_forward(p, x, labels, tokens, tp, vocab)
-        return lambda p, x: gpt.layer_forward(p, x, heads, tp)
+            return lambda p, x: gpt.head_forward(summed(p), x, labels, tokens, tp, vocab, sp)
+        return lambda p, x: gpt.layer_forward(summed(p), x, heads, tp, sp)
 
     def forward(self, x: torch.Tensor, labels: Optional[torch.Tensor] = None, tokens: int = 1) -> torch.Tensor:
         fn = self._fn(labels, tokens)
