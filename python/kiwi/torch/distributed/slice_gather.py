@@ -9,6 +9,7 @@ import torch
 
 from kiwi.torch.distributed.comm_counter import (SEQUENCE_GATHER, SEQUENCE_GATHER_BACKWARD, SLICE_GATHER,
                                                  SLICE_GATHER_BACKWARD, CommCounter)
+from kiwi.torch.distributed.conjugate import conjugate
 from kiwi.torch.distributed.groups import GroupPool, Layout
 from kiwi.torch.distributed.plan import LayerStrategy
 
@@ -27,28 +28,6 @@ class _Gather:
         return t.chunk(self.size, dim=self.dim)[self.index].contiguous()
 
 
-class _GatherForward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, g: _Gather):
-        ctx.g = g
-        return g.gather(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return ctx.g.slice(grad), None
-
-
-class _SliceForward(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, g: _Gather):
-        ctx.g = g
-        return g.slice(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return ctx.g.gather(grad), None
-
-
 def reshard(x: torch.Tensor, prev: LayerStrategy, nxt: LayerStrategy, layout: Layout, pool: GroupPool,
             counter: CommCounter, unit) -> torch.Tensor:
     """x in `prev`'s layout (this rank's DP shard of the micro-batch, under sequence parallelism its
@@ -60,18 +39,20 @@ def reshard(x: torch.Tensor, prev: LayerStrategy, nxt: LayerStrategy, layout: La
     if prev.sequence_split:
         ranks = layout.tp_ranks(prev, layout.stage, layout.local)
         g = _Gather(pool.get(ranks), prev.tp, layout.tp_rank(prev), counter, unit, SEQUENCE_GATHER, dim=1)
-        x = _GatherForward.apply(x, g)
+        x = conjugate(x, g.gather, g.slice)
     if prev.dp != nxt.dp:
         large, small = (prev, nxt) if prev.dp > nxt.dp else (nxt, prev)
         ranks = layout.gather_ranks(large, small, layout.stage, layout.local)
         size = large.dp // small.dp
         index = ranks.index(layout.rank)
         if nxt.dp < prev.dp:
-            x = _GatherForward.apply(x, _Gather(pool.get(ranks), size, index, counter, unit, SLICE_GATHER))
+            g = _Gather(pool.get(ranks), size, index, counter, unit, SLICE_GATHER)
+            x = conjugate(x, g.gather, g.slice)
         else:
-            x = _SliceForward.apply(x, _Gather(pool.get(ranks), size, index, counter, unit, SLICE_GATHER_BACKWARD))
+            g = _Gather(pool.get(ranks), size, index, counter, unit, SLICE_GATHER_BACKWARD)
+            x = conjugate(x, g.slice, g.gather)
     if nxt.sequence_split:
         ranks = layout.tp_ranks(nxt, layout.stage, layout.local)
         g = _Gather(pool.get(ranks), nxt.tp, layout.tp_rank(nxt), counter, unit, SEQUENCE_GATHER_BACKWARD, dim=1)
-        x = _SliceForward.apply(x, g)
+        x = conjugate(x, g.slice, g.gather)
     return x

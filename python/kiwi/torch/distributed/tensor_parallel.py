@@ -10,6 +10,7 @@ import torch
 
 from kiwi.torch.distributed.comm_counter import (SP_ALL_GATHER, SP_GRAD_ALL_REDUCE, SP_REDUCE_SCATTER, TP_ALL_REDUCE,
                                                  CommCounter)
+from kiwi.torch.distributed.conjugate import conjugate, identity
 from kiwi.torch.distributed.vocab_parallel_loss import vocab_parallel_loss_backward, vocab_parallel_loss_forward
 
 
@@ -36,83 +37,29 @@ class TpContext:
         return shard.view_as(blocks[self.rank])
 
 
-class _CopyToTp(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, tp: TpContext):
-        ctx.tp = tp
-        return x.view_as(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return ctx.tp.all_reduce(grad), None
-
-
-class _ReduceFromTp(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, tp: TpContext):
-        return tp.all_reduce(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad, None
-
-
-class _GatherSequence(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, tp: TpContext):
-        ctx.tp = tp
-        return tp.gather_sequence(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return ctx.tp.scatter_sequence(grad), None
-
-
-class _ScatterSequence(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, x, tp: TpContext):
-        ctx.tp = tp
-        return tp.scatter_sequence(x)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return ctx.tp.gather_sequence(grad), None
-
-
-class _SumGradOverTp(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, w, tp: TpContext):
-        ctx.tp = tp
-        return w.view_as(w)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return ctx.tp.all_reduce(grad, purpose=SP_GRAD_ALL_REDUCE), None
-
-
 def gather_sequence(x: torch.Tensor, tp: TpContext) -> torch.Tensor:
     """Megatron's f under sequence parallelism: [b, s/t, h] -> [b, s, h] (its gradient reduce-scattered)."""
-    return _GatherSequence.apply(x, tp)
+    return conjugate(x, tp.gather_sequence, tp.scatter_sequence)
 
 
 def scatter_sequence(x: torch.Tensor, tp: TpContext) -> torch.Tensor:
     """Megatron's g under sequence parallelism: partial [b, s, h] -> the summed [b, s/t, h] shard."""
-    return _ScatterSequence.apply(x, tp)
+    return conjugate(x, tp.scatter_sequence, tp.gather_sequence)
 
 
 def sum_grad_over_tp(w: torch.Tensor, tp: TpContext) -> torch.Tensor:
     """A replicated parameter used on a sequence shard: its gradient summed over the TP group."""
-    return _SumGradOverTp.apply(w, tp)
+    return conjugate(w, identity, lambda g: tp.all_reduce(g, purpose=SP_GRAD_ALL_REDUCE))
 
 
 def copy_to_tp(x: torch.Tensor, tp: Optional[TpContext]) -> torch.Tensor:
     """Megatron's f: the input of column-parallel linears; its gradient is summed over the TP group."""
-    return x if tp is None or tp.size == 1 else _CopyToTp.apply(x, tp)
+    return x if tp is None or tp.size == 1 else conjugate(x, identity, tp.all_reduce)
 
 
 def reduce_from_tp(x: torch.Tensor, tp: Optional[TpContext]) -> torch.Tensor:
     """Megatron's g: sums the row-parallel linear's partial outputs over the TP group."""
-    return x if tp is None or tp.size == 1 else _ReduceFromTp.apply(x, tp)
+    return x if tp is None or tp.size == 1 else conjugate(x, tp.all_reduce, identity)
 
 
 def column_shard(w: torch.Tensor, tp: int, rank: int, dim: int) -> torch.Tensor:
