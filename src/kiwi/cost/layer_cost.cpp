@@ -72,26 +72,19 @@ double ParameterGatherSeconds(const PlacedLayer& layer, const CostModel& cost_mo
 
 namespace {
 
-// Megatron's g operator (after a row-parallel linear, or the vocabulary-parallel embedding) on `bytes`:
-// an all-reduce forward; with sequence parallelism a reduce-scatter forward and an all-gather backward.
-void AddG(int64_t bytes, bool sequence_parallel, LayerCommunication& c) {
+// Megatron's conjugate operators on `bytes` of activation: g (after a row-parallel linear, or the
+// vocabulary-parallel embedding) all-reduces forward, f (before a column-parallel linear or the head)
+// backward; with sequence parallelism that pass reduce-scatters and the other all-gathers.
+enum class TpOperator : uint8_t { kF, kG };
+void AddTpOperator(TpOperator op, int64_t bytes, bool sequence_parallel, LayerCommunication& c) {
+  TpCollectives& reducing = op == TpOperator::kG ? c.tp_forward : c.tp_backward;
+  TpCollectives& gathering = op == TpOperator::kG ? c.tp_backward : c.tp_forward;
   if (!sequence_parallel) {
-    c.tp_forward.all_reduces.push_back(bytes);
+    reducing.all_reduces.push_back(bytes);
     return;
   }
-  c.tp_forward.reduce_scatters.push_back(bytes);
-  c.tp_backward.all_gathers.push_back(bytes);
-}
-
-// Its conjugate f (before a column-parallel linear or the head): an all-reduce backward; with sequence
-// parallelism an all-gather forward and a reduce-scatter backward.
-void AddF(int64_t bytes, bool sequence_parallel, LayerCommunication& c) {
-  if (!sequence_parallel) {
-    c.tp_backward.all_reduces.push_back(bytes);
-    return;
-  }
-  c.tp_forward.all_gathers.push_back(bytes);
-  c.tp_backward.reduce_scatters.push_back(bytes);
+  reducing.reduce_scatters.push_back(bytes);
+  gathering.all_gathers.push_back(bytes);
 }
 
 // The layer's TP collectives of one micro-batch (none when TP is 1). Megatron's backward re-gathers a
@@ -107,16 +100,16 @@ void FillTpCollectives(const PlacedLayer& l, LayerCommunication& c) {
   if (forward.empty() && backward.empty()) {  // a transformer layer: f, g before and after attention and MLP
     const int64_t bytes = p.tp_comm_bytes_per_sample / 2 * l.microbatch;
     if (bytes <= 0) return;
-    for (int i = 0; i < kTpAllReducesForward; ++i) AddG(bytes, sp, c);
-    for (int i = 0; i < kTpAllReducesBackward; ++i) AddF(bytes, sp, c);
+    for (int i = 0; i < kTpAllReducesForward; ++i) AddTpOperator(TpOperator::kG, bytes, sp, c);
+    for (int i = 0; i < kTpAllReducesBackward; ++i) AddTpOperator(TpOperator::kF, bytes, sp, c);
     return;
   }
   for (size_t i = 0; i < forward.size(); ++i) {
-    if (static_cast<int>(i) < p.tp_forward_g_operators) AddG(forward[i] * l.microbatch, sp, c);
+    if (static_cast<int>(i) < p.tp_forward_g_operators) AddTpOperator(TpOperator::kG, forward[i] * l.microbatch, sp, c);
     else c.tp_forward.all_reduces.push_back(forward[i] * l.microbatch);
   }
   for (size_t i = 0; i < backward.size(); ++i) {
-    if (static_cast<int>(i) < p.tp_backward_f_operators) AddF(backward[i] * l.microbatch, sp, c);
+    if (static_cast<int>(i) < p.tp_backward_f_operators) AddTpOperator(TpOperator::kF, backward[i] * l.microbatch, sp, c);
     else c.tp_backward.all_reduces.push_back(backward[i] * l.microbatch);
   }
 }
