@@ -159,8 +159,9 @@ Result<StageMesh> MakeStageMesh(const Cluster& cluster, const std::vector<int>& 
   return m;
 }
 
-// A checkpointed layer's kept input (its boundary, replicated over TP: Megatron keeps it whole without
-// sequence parallelism, split over the sequence with it) stays; the rest of its activations come back for its backward pass.
+// A checkpointed layer's kept input (its boundary: Megatron keeps it whole on every TP rank without
+// sequence parallelism, split over the sequence with it) stays; the rest of its activations come back
+// for its backward pass.
 int64_t RecomputedBytes(const PlacedLayer& l) {
   const LayerProfile& p = l.profile;
   const int64_t intermediate = std::max<int64_t>(p.activation_bytes_per_sample - p.boundary_bytes_per_sample, 0);
