@@ -36,9 +36,11 @@ def test_bytes_match_kiwi(runs, name):
     predicted = check_bytes(plan, results)
     # what sequence parallelism moves per device, 2 micro-batches of 4 samples (8 tokens, hidden 32, fp32)
     sample = 8 * 32 * 4
-    if name == "mixed":  # dp 2: 2 samples per device; each layer gathers and scatters 4 times
-        assert predicted["sp_all_gather"]["0"] == 2 * 4 * 2 * sample
-        assert predicted["sp_all_gather"]["1"] == 2 * (4 + 2) * 2 * sample  # + the recomputed forward's 2
+    if name == "mixed":  # dp 2: 2 samples per device; a layer gathers 6 times (4 + the column-parallel
+        # linears' inputs again for their weight gradients) and scatters 4 times
+        assert predicted["sp_all_gather"]["0"] == 2 * 6 * 2 * sample
+        assert predicted["sp_reduce_scatter"]["0"] == 2 * 4 * 2 * sample
+        assert predicted["sp_all_gather"]["1"] == 2 * (6 + 2) * 2 * sample  # + the recomputed forward's 2
         assert predicted["sp_grad_all_reduce"]["0"] == 6 * 32 * 4  # once (DP)
         assert predicted["sp_grad_all_reduce"]["2"] == 2 * 6 * 32 * 4  # every micro-batch (ZeRO-2)
         assert predicted["sequence_gather"]["3"] == 2 * 2 * sample  # into TP4 (dp 2 -> 1): made whole first

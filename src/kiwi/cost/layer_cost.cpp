@@ -74,7 +74,9 @@ namespace {
 
 // Megatron's conjugate operators on `bytes` of activation: g (after a row-parallel linear, or the
 // vocabulary-parallel embedding) all-reduces forward, f (before a column-parallel linear or the head)
-// backward; with sequence parallelism that pass reduce-scatters and the other all-gathers.
+// backward; with sequence parallelism that pass reduce-scatters and the other all-gathers. f's linear
+// keeps only its input's sequence block and all-gathers it again backward for its weight gradient
+// (Korthikanti et al. 2023 §4.2.2; Megatron overlaps it with the input-gradient GEMM, kiwi does not).
 enum class TpOperator : uint8_t { kF, kG };
 void AddTpOperator(TpOperator op, int64_t bytes, bool sequence_parallel, LayerCommunication& c) {
   TpCollectives& reducing = op == TpOperator::kG ? c.tp_forward : c.tp_backward;
@@ -85,11 +87,10 @@ void AddTpOperator(TpOperator op, int64_t bytes, bool sequence_parallel, LayerCo
   }
   reducing.reduce_scatters.push_back(bytes);
   gathering.all_gathers.push_back(bytes);
+  if (op == TpOperator::kF) c.tp_backward.all_gathers.push_back(bytes);
 }
 
-// The layer's TP collectives of one micro-batch (none when TP is 1). Megatron's backward re-gathers a
-// sequence-parallel linear's input for its weight gradient, overlapped with the input-gradient GEMM
-// (Korthikanti et al. 2023 §4.2.2): not counted.
+// The layer's TP collectives of one micro-batch (none when TP is 1).
 void FillTpCollectives(const PlacedLayer& l, LayerCommunication& c) {
   if (l.mesh.masks[kTpAxis] == 0) return;
   const LayerProfile& p = l.profile;

@@ -76,7 +76,8 @@ int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_fl
 // `bytes` of each. Without sequence parallelism a transformer layer's f and g operators are all-reduces
 // (Shoeybi et al. 2019, Fig. 3); with it each becomes an all-gather of the sequence shards before a
 // column-parallel linear and a reduce-scatter into them after a row-parallel one (Korthikanti et al.
-// 2023 §4.2.2, Fig. 5): the same bytes on a ring.
+// 2023 §4.2.2, Fig. 5): the same bytes on a ring; the backward gathers a column-parallel linear's input
+// once more for its weight gradient (the linear keeps only its block).
 struct TpCollectives {
   std::vector<int64_t> all_reduces;
   std::vector<int64_t> all_gathers;

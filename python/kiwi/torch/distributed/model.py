@@ -10,8 +10,8 @@ from typing import Dict, Optional
 import torch
 import torch.nn.functional as F
 
-from kiwi.torch.distributed.tensor_parallel import (TpContext, column_shard, copy_to_tp, gather_sequence,
-                                                    reduce_from_tp, scatter_sequence, shard_range,
+from kiwi.torch.distributed.tensor_parallel import (TpContext, column_shard, copy_to_tp, reduce_from_tp,
+                                                    scatter_sequence, sequence_parallel_linears, shard_range,
                                                     vocab_parallel_cross_entropy)
 
 Params = Dict[str, torch.Tensor]
@@ -131,19 +131,23 @@ def _linear(x: torch.Tensor, p: Params, name: str) -> torch.Tensor:
 
 
 class _Region:
-    """How a layer's column-parallel input enters its TP region and its row-parallel output leaves it:
-    Megatron's f and g on [tokens, hidden] rows, or with sequence parallelism the all-gather of the
-    [b, s/t, h] shards into [b, s, h] and the reduce-scatter back (rows of one sequence block)."""
+    """How a layer's input enters its TP region and its row-parallel output leaves it: Megatron's f
+    before the column-parallel linears and g after the row-parallel one on [tokens, hidden] rows, or with
+    sequence parallelism the linears over the all-gathered [b, s/t, h] blocks and the reduce-scatter back
+    (rows of one sequence block)."""
 
     def __init__(self, tp: Optional[TpContext], sp: bool, b: int, s: int):
         self.tp, self.b, self.s = tp, b, s  # s: this rank's sequence length (a block under SP)
         self.sp = sp and tp is not None and tp.size > 1
         self.full = s * tp.size if self.sp else s  # the sequence inside the region
 
-    def enter(self, x: torch.Tensor) -> torch.Tensor:
+    def linears(self, x: torch.Tensor, p: Params, names) -> tuple:
+        """The column-parallel linears `names` (kiwi's Linear weights [in, out], fused biases) of x."""
         if not self.sp:
-            return copy_to_tp(x, self.tp)
-        return gather_sequence(x.view(self.b, self.s, -1), self.tp).reshape(self.b * self.full, -1)
+            x = copy_to_tp(x, self.tp)
+            return tuple(_linear(x, p, n) for n in names)
+        layers = [(p[n + ".weight"], p[n + ".bias"]) for n in names]
+        return sequence_parallel_linears(x.view(self.b, self.s, -1), self.tp, layers)
 
     def leave(self, x: torch.Tensor) -> torch.Tensor:
         if not self.sp:
@@ -154,11 +158,10 @@ class _Region:
 # A layer works on [tokens, hidden] rows (a view of [batch, seq, hidden]): its linears are single GEMMs
 # with their biases fused, without the reshapes a batched matmul dispatches around each one.
 def _attention(x: torch.Tensor, p: Params, heads: int, tp: Optional[TpContext], region: _Region) -> torch.Tensor:
-    x = region.enter(x)
     b, s = region.b, region.full
     local_heads = heads // (tp.size if tp else 1)
     d = p["q.weight"].shape[1] // local_heads
-    q, k, v = (_linear(x, p, n).view(b, s, local_heads, d).transpose(1, 2) for n in ("q", "k", "v"))
+    q, k, v = (t.view(b, s, local_heads, d).transpose(1, 2) for t in region.linears(x, p, ("q", "k", "v")))
     scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d))
     probs = torch.softmax(scores.masked_fill(_causal_mask(s, x.device), float("-inf")), dim=-1)
     context = (probs @ v).transpose(1, 2).reshape(b * s, local_heads * d)
@@ -166,7 +169,7 @@ def _attention(x: torch.Tensor, p: Params, heads: int, tp: Optional[TpContext], 
 
 
 def _mlp(x: torch.Tensor, p: Params, region: _Region) -> torch.Tensor:
-    hidden = F.gelu(_linear(region.enter(x), p, "fc1"))
+    hidden = F.gelu(region.linears(x, p, ("fc1",))[0])
     return region.leave(hidden @ p["fc2.weight"]) + p["fc2.bias"]
 
 
@@ -193,7 +196,11 @@ def head_forward(p: Params, x: torch.Tensor, labels: torch.Tensor, tokens_in_bat
         loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), labels.reshape(-1), reduction="sum")
         return loss / tokens_in_batch
     normed = _layer_norm(x, p, "final_norm")
-    logits = (gather_sequence(normed, tp) if sp else copy_to_tp(normed, tp)) @ p["lm_head.weight"]
+    if sp:  # the column-parallel head over the gathered blocks, keeping only this rank's
+        b, s = normed.shape[0], normed.shape[1] * tp.size
+        logits = sequence_parallel_linears(normed, tp, [(p["lm_head.weight"], None)])[0].view(b, s, -1)
+    else:
+        logits = copy_to_tp(normed, tp) @ p["lm_head.weight"]
     start, _ = shard_range(vocab, tp.size, tp.rank)
     return vocab_parallel_cross_entropy(logits, labels, tp, start).sum() / tokens_in_batch
 

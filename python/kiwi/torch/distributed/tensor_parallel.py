@@ -37,9 +37,37 @@ class TpContext:
         return shard.view_as(blocks[self.rank])
 
 
-def gather_sequence(x: torch.Tensor, tp: TpContext) -> torch.Tensor:
-    """Megatron's f under sequence parallelism: [b, s/t, h] -> [b, s, h] (its gradient reduce-scattered)."""
-    return conjugate(x, tp.gather_sequence, tp.scatter_sequence)
+class _SequenceParallelLinears(torch.autograd.Function):
+    """Megatron's column-parallel linears under sequence parallelism (Korthikanti et al. 2023 §4.2.2):
+    all-gather the input's sequence blocks, apply each (weight [in, out], bias or None) to the rows;
+    keep only the block, all-gather it again backward for the weight gradients, reduce-scatter the
+    input gradient."""
+
+    @staticmethod
+    def forward(ctx, x, tp: TpContext, *weights_and_biases):
+        full = tp.gather_sequence(x)
+        rows = full.reshape(-1, full.shape[-1])
+        pairs = list(zip(weights_and_biases[0::2], weights_and_biases[1::2]))
+        ctx.tp, ctx.full_shape, ctx.biased = tp, full.shape, [b is not None for _, b in pairs]
+        ctx.save_for_backward(x, *(w for w, _ in pairs))
+        return tuple(torch.addmm(b, rows, w) if b is not None else rows @ w for w, b in pairs)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        x, *weights = ctx.saved_tensors
+        rows = ctx.tp.gather_sequence(x).reshape(-1, x.shape[-1])
+        grad_rows, out = None, []
+        for g, w, biased in zip(grads, weights, ctx.biased):
+            part = g @ w.t()
+            grad_rows = part if grad_rows is None else grad_rows + part
+            out += [rows.t() @ g, g.sum(0) if biased else None]
+        return (ctx.tp.scatter_sequence(grad_rows.view(ctx.full_shape)), None, *out)
+
+
+def sequence_parallel_linears(x: torch.Tensor, tp: TpContext, layers) -> tuple:
+    """Megatron's f and the column-parallel linears after it under sequence parallelism: x [b, s/t, h]
+    (this rank's block), layers [(weight [h, out], bias or None)]; rows [b * s, out] per layer."""
+    return _SequenceParallelLinears.apply(x, tp, *(t for w, b in layers for t in (w, b)))
 
 
 def scatter_sequence(x: torch.Tensor, tp: TpContext) -> torch.Tensor:
