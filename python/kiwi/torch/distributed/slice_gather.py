@@ -1,9 +1,9 @@
-"""Galvatron-BMW's Slice-Gather (§VI) between neighbouring layers whose strategies differ (and the TP
-gathers around it where a side is sequence-parallel). Under
-Megatron TP a layer's activation is replicated in its TP group and split over DP, so two layouts
-differ only in the DP degree: going to a larger DP degree each rank keeps its slice (forward) and
-all-gathers the gradient (backward); going to a smaller one it all-gathers its new, larger sample range
-(forward) and keeps its slice of the gradient (backward). The gather group is kiwi's
+"""Galvatron-BMW's Slice-Gather (§VI) between neighbouring layers whose strategies differ, and the TP
+gathers around it where a side is sequence-parallel. Under Megatron TP a layer's activation is
+replicated in its TP group and split over DP, so two layouts differ only in the DP degree: going to a
+larger DP degree each rank keeps its slice (forward) and all-gathers the gradient (backward); going to
+a smaller one it all-gathers its new, larger sample range (forward) and keeps its slice of the
+gradient (backward). The gather group is kiwi's
 (cost/layer_cost.cpp SliceGatherSeconds): groups.Layout.gather_ranks."""
 import torch
 

@@ -7,11 +7,10 @@ import torch.nn as nn
 
 from kiwi.torch.distributed import model as gpt
 from kiwi.torch.distributed.checkpoint import run_checkpointed
-from kiwi.torch.distributed.comm_counter import CommCounter
+from kiwi.torch.distributed.comm_counter import SP_GRAD_ALL_REDUCE, CommCounter
 from kiwi.torch.distributed.data_parallel import DpGroup, GradSync, Params, ShardedParams, ZeroShard, run_sharded
 from kiwi.torch.distributed.groups import GroupPool, Layout
 from kiwi.torch.distributed.plan import LayerStrategy
-from kiwi.torch.distributed.comm_counter import SP_GRAD_ALL_REDUCE
 from kiwi.torch.distributed.tensor_parallel import TpContext, sum_grad_over_tp
 
 
