@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "kiwi/cost/activation_memory.h"
 
@@ -211,33 +212,37 @@ int64_t TpShardParameterBytes(const LayerProfile& p, int tp) {
   return CeilDiv(p.parameter_bytes - p.replicated_parameter_bytes, tp) + p.replicated_parameter_bytes;
 }
 
-int LayerCommunication::TpAllReduces() const {
-  return static_cast<int>(tp_forward.all_reduces.size() * (tp_recomputed ? 2 : 1) + tp_backward.all_reduces.size());
+namespace {
+
+// A total over one micro-batch's TP collectives, `of` one pass: the forward's counted again when the
+// layer is recomputed.
+template <typename Of>
+auto WithRecomputation(const LayerCommunication& c, Of of) {
+  return of(c.tp_forward) * (c.tp_recomputed ? 2 : 1) + of(c.tp_backward);
 }
 
-namespace {
-int64_t Sum(const std::vector<int64_t>& bytes) {
-  int64_t sum = 0;
-  for (int64_t b : bytes) sum += b;
-  return sum;
-}
+int64_t Sum(const std::vector<int64_t>& bytes) { return std::accumulate(bytes.begin(), bytes.end(), int64_t{0}); }
+
 }  // namespace
 
+int LayerCommunication::TpAllReduces() const {
+  return WithRecomputation(*this, [](const TpCollectives& t) { return static_cast<int>(t.all_reduces.size()); });
+}
+
 int64_t LayerCommunication::TpAllReduceBytes() const {
-  return Sum(tp_forward.all_reduces) * (tp_recomputed ? 2 : 1) + Sum(tp_backward.all_reduces);
+  return WithRecomputation(*this, [](const TpCollectives& t) { return Sum(t.all_reduces); });
 }
 
 int LayerCommunication::SequenceCollectives() const {
-  const auto count = [](const TpCollectives& c) { return static_cast<int>(c.all_gathers.size() + c.reduce_scatters.size()); };
-  return count(tp_forward) * (tp_recomputed ? 2 : 1) + count(tp_backward);
+  return WithRecomputation(*this, [](const TpCollectives& t) { return t.Count() - static_cast<int>(t.all_reduces.size()); });
 }
 
 int64_t LayerCommunication::SequenceAllGatherBytes() const {
-  return Sum(tp_forward.all_gathers) * (tp_recomputed ? 2 : 1) + Sum(tp_backward.all_gathers);
+  return WithRecomputation(*this, [](const TpCollectives& t) { return Sum(t.all_gathers); });
 }
 
 int64_t LayerCommunication::SequenceReduceScatterBytes() const {
-  return Sum(tp_forward.reduce_scatters) * (tp_recomputed ? 2 : 1) + Sum(tp_backward.reduce_scatters);
+  return WithRecomputation(*this, [](const TpCollectives& t) { return Sum(t.reduce_scatters); });
 }
 
 LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
