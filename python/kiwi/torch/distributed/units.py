@@ -48,7 +48,7 @@ class Unit:
         # Megatron sequence parallelism: the replicated parameters' gradients are summed over TP, after
         # the last micro-batch (DP, ZeRO-1) or in every micro-batch's backward, before ZeRO-2/3's
         # reduce-scatter takes the gradients whole (cost/layer_cost.cpp sp_gradient_all_reduce_bytes)
-        self.sp = strategy.sequence_parallel and self.tp is not None
+        self.sp = strategy.sequence_split
         self.replicated = set(gpt.replicated_names(key, config)) if self.sp else set()
         self.sum_replicated_in_backward = self.sp and strategy.zero_stage >= 2
 
