@@ -15,12 +15,14 @@ def config():
 
 
 def make_plan(layers, pp_partition=None, global_batch=8, micro_batches=2, pipeline="1f1b"):
-    """layers: (tp, dp, zero (True: 3), checkpoint[, sequence_parallel]) per layer."""
+    """layers: (tp, dp, zero (True: 3), checkpoint[, sequence_parallel[, selective_recompute]]) per layer."""
     from kiwi.torch.distributed.plan import parse_plan
     pp_partition = pp_partition or [len(layers)]
     obj = {"kiwi_plan_version": 1, "model": "gpt", "model_flags": MODEL_FLAGS, "cluster": CLUSTER,
-           "layer": {"layers": [dict(tp=t, dp=d, zero=3 if z is True else int(z), checkpoint=c, sequence_parallel=sp)
-                                for t, d, z, c, *rest in layers for sp in [bool(rest and rest[0])]],
+           "layer": {"layers": [dict(tp=t, dp=d, zero=3 if z is True else int(z), checkpoint=c,
+                                     sequence_parallel=bool(rest[:1] and rest[0]),
+                                     selective_recompute=bool(rest[1:] and rest[1]))
+                                for t, d, z, c, *rest in layers],
                      "pp_degree": len(pp_partition), "pp_partition": pp_partition, "global_batch": global_batch,
                      "micro_batches": micro_batches, "pipeline": pipeline}}
     return parse_plan(obj, "test-plan")

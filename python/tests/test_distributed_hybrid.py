@@ -57,7 +57,7 @@ def test_kiwi_hybrid_plan_is_mixed(runs):
     assert [layer["name"] for layer in printed] == [s.name() for s in plan.layers]  # kiwi's names, as Python's
     assert [{k: v for k, v in layer.items() if k != "name"} for layer in printed] == [
         dict(tp=s.tp, dp=s.dp, sdp=s.zero_stage == 3, zero=s.zero_stage, checkpoint=s.checkpoint,
-             sequence_parallel=s.sequence_parallel) for s in plan.layers]
+             sequence_parallel=s.sequence_parallel, selective_recompute=s.selective_recompute) for s in plan.layers]
 
 
 @pytest.mark.parametrize("name", ["hybrid", "hybrid_pp", "mixed", "piped", "gpipe"])
@@ -107,6 +107,14 @@ def test_plan_errors_name_the_field(tmp_path):
     assert plan.layers[0].sequence_split and plan.layers[0].name() == "SP-TP2xZeRO1-DP2"
     with pytest.raises(PlanError, match=r"x.json: layers\[0\].sequence_parallel: must be true or false, got 1$"):
         parse_plan({"layers": [{"sequence_parallel": 1}]}, "x.json")
+    # selective recomputation: in effect without CKPT, named as kiwi does (run: test_distributed_sequence_parallel.py)
+    plan = parse_plan({"layers": [{"tp": 2, "dp": 2, "selective_recompute": True},
+                                  {"tp": 2, "dp": 2, "checkpoint": True, "selective_recompute": True}],
+                       "global_batch": 4}, "x.json")
+    assert [s.selective_split for s in plan.layers] == [True, False]
+    assert [s.name() for s in plan.layers] == ["TP2xDP2+SEL", "TP2xDP2+CKPT"]
+    with pytest.raises(PlanError, match=r"x.json: layers\[0\].selective_recompute: must be true or false, got 'no'$"):
+        parse_plan({"layers": [{"selective_recompute": "no"}]}, "x.json")
 
 
 def test_fused_adam_matches_single_process_training(runs):

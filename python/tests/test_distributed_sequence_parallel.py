@@ -1,7 +1,8 @@
 """Megatron sequence parallelism on 4 gloo processes (docs/distributed.md): layers whose TP group also
 splits the layernorms, residuals and the activation between layers over the sequence, beside DP,
-ZeRO-1/2/3, checkpointing, layers without it, DP changes and pipeline stages. Losses and parameters
-equal single-process training; every collective's bytes equal kiwi's count (sim::LayerPlanTraffic)."""
+ZeRO-1/2/3, checkpointing, selective recomputation of the attention core, layers without it, DP
+changes and pipeline stages. Losses and parameters equal single-process training; every collective's
+bytes equal kiwi's count (sim::LayerPlanTraffic)."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -11,26 +12,31 @@ pytestmark = pytest.mark.skipif(not dist.is_available() or not dist.is_gloo_avai
 
 from dist_helpers import check_bytes, check_matches_reference, make_plan, run  # noqa: E402
 
-# (tp, dp, zero, checkpoint, sequence_parallel)
+# (tp, dp, zero, checkpoint, sequence_parallel[, selective_recompute])
 MIXED = [(2, 2, 0, False, True), (2, 2, 1, True, True), (2, 2, 2, False, True), (4, 1, 0, False, False)]
 ZERO3 = [(2, 2, 3, False, True), (2, 2, 3, True, True), (4, 1, 0, False, True), (4, 1, 0, True, True)]
 PIPED = [(2, 1, 0, False, True), (2, 1, 0, True, True), (1, 2, 0, False, False), (2, 1, 0, False, True)]
+# Megatron's selective recomputation beside SP, ZeRO-3, plain TP and CKPT (which makes it moot)
+SELECTIVE = [(2, 2, 0, False, True, True), (2, 2, 3, False, False, True), (4, 1, 0, False, True, True),
+             (4, 1, 0, True, True, True)]
+NAMES = ["mixed", "zero3", "piped", "selective"]
 
 
 @pytest.fixture(scope="module")
 def runs():
     plans = {"mixed": make_plan(MIXED, micro_batches=2), "zero3": make_plan(ZERO3, micro_batches=2),
-             "piped": make_plan(PIPED, pp_partition=[2, 2], micro_batches=2)}
+             "piped": make_plan(PIPED, pp_partition=[2, 2], micro_batches=2),
+             "selective": make_plan(SELECTIVE, micro_batches=2)}
     return dict(zip(plans, run(list(plans.values()))))
 
 
-@pytest.mark.parametrize("name", ["mixed", "zero3", "piped"])
+@pytest.mark.parametrize("name", NAMES)
 def test_matches_single_process_training(runs, name):
     _, results, reference = runs[name]
     check_matches_reference(results, reference)
 
 
-@pytest.mark.parametrize("name", ["mixed", "zero3", "piped"])
+@pytest.mark.parametrize("name", NAMES)
 def test_bytes_match_kiwi(runs, name):
     plan, results, _ = runs[name]
     predicted = check_bytes(plan, results)
@@ -45,6 +51,10 @@ def test_bytes_match_kiwi(runs, name):
         assert predicted["sp_grad_all_reduce"]["2"] == 2 * 6 * 32 * 4  # every micro-batch (ZeRO-2)
         assert predicted["sequence_gather"]["3"] == 2 * 2 * sample  # into TP4 (dp 2 -> 1): made whole first
         assert "0" not in predicted["tp_all_reduce"]
+    if name == "selective":  # the core runs again without a collective: the layers' traffic is SP's
+        assert [s.name() for s in plan.layers] == ["SP-TP2xDP2+SEL", "TP2xSDP2+SEL", "SP-TP4+SEL", "SP-TP4+CKPT"]
+        assert predicted["sp_all_gather"]["0"] == 2 * 6 * 2 * sample
+        assert predicted["sp_all_gather"]["3"] == 2 * (6 + 2) * 4 * sample  # CKPT's forward again, not SEL's
     if name == "piped":  # dp 1 on the SP layers: 4 samples per device
         assert predicted["send_forward"]["stage0"] == 2 * 4 * sample // 2  # the sequence block
         assert predicted["sequence_gather"]["2"] == 2 * 4 * sample

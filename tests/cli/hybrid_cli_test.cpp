@@ -162,9 +162,15 @@ TEST(HybridCli, GalvatronOutRefusesWhatGalvatronCannotExpress) {
   EXPECT_NE(r.err.find("--galvatron-out " + config + ": layer "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("where an earlier layer uses"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(config));
-  // BERT-Huge-32 at 8 GiB: ZeRO-1 over 8 (and TP2 x ZeRO-1 over 4) in 64 micro-batches: Galvatron's zero2
+  // BERT-Huge-32 at 8 GiB: selective recomputation of its attention cores beside ZeRO-1 over 8, refused
   r = testing::RunKiwi("hybrid --model bert-huge-32 --cluster rtx-titan-pcie-8 --memory 8GiB --quiet --method kiwi "
                        "--galvatron-out " + config);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("uses selective recomputation (ZeRO1-DP8+SEL)"), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(config));
+  // With fused attention (no scores to recompute): ZeRO-1 over 8 in 64 micro-batches, Galvatron's zero2
+  r = testing::RunKiwi("hybrid --model bert-huge-32 --attention fused --cluster rtx-titan-pcie-8 --memory 8GiB --quiet "
+                       "--method kiwi --galvatron-out " + config);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(nlohmann::json::parse(testing::Slurp(config))["default_dp_type"], "zero2");
 }

@@ -32,6 +32,8 @@ TEST(DocsExamples, PlanFormat) {
   Result<plan::Plan> p = ParsePlanJson(JsonExample("plan-format.md"), "plan-format.md");
   ASSERT_TRUE(p.ok()) << p.error().message;
   EXPECT_EQ(p->op->schedule.size(), 3u);
+  ASSERT_EQ(p->layer->layers.size(), 3u);
+  EXPECT_TRUE(p->layer->layers[1].SelectiveRecompute());
 }
 
 TEST(DocsExamples, ClusterAndProfileFormats) {

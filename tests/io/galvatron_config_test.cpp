@@ -91,6 +91,14 @@ TEST(GalvatronConfig, WritesZero2AndRefusesWhatGalvatronCannotExpress) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().message.find("layer 3 uses Megatron sequence parallelism (SP-TP4+CKPT)"), std::string::npos)
       << refused.error().message;
+  // Galvatron's checkpoint recomputes the whole layer: selective recomputation is refused, CKPT over it is not.
+  plan::LayerPlan selective = MixedPlan();
+  selective.layers[2].selective_recompute = true;
+  selective.layers[3].selective_recompute = true;
+  refused = WriteGalvatronConfig(selective);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("layer 2 uses selective recomputation (TP2xSDP2+SEL)"), std::string::npos)
+      << refused.error().message;
 }
 
 TEST(GalvatronConfig, ReadsGalvatronsOwnFormat) {

@@ -218,6 +218,21 @@ TEST(PlanJson, SequenceParallelPerLayer) {
                  {"plan.json: layer.layers[0].sequence_parallel:"});
 }
 
+// Selective recomputation per layer: "selective_recompute", false when absent, written back.
+TEST(PlanJson, SelectiveRecomputationPerLayer) {
+  Result<plan::Plan> p = ParsePlanJson(
+      R"({"kiwi_plan_version": 1, "layer": {"layers": [{"tp": 2, "selective_recompute": true}, {"tp": 2}]}})", "plan.json");
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_TRUE(p->layer->layers[0].SelectiveRecompute());
+  EXPECT_FALSE(p->layer->layers[1].selective_recompute);
+  EXPECT_NE(WritePlanJson(*p).find("selective_recompute"), std::string::npos);
+  Result<plan::Plan> back = ParsePlanJson(WritePlanJson(*p), "plan.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->layer->layers, p->layer->layers);
+  ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [{"selective_recompute": "yes"}]}})", "plan.json"),
+                 {"plan.json: layer.layers[0].selective_recompute:"});
+}
+
 TEST(PlanJson, VersionAndUnknownFields) {
   ExpectBadInput(ParsePlanJson(R"({"graph": "g"})", "plan.json"), {"plan.json: kiwi_plan_version: missing"});
   ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "claims": {"peak_bytes": 3}})", "plan.json"),

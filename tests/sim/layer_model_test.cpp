@@ -220,6 +220,84 @@ TEST(BuildLayerModel, TpRankActivationsAreKorthikantis) {
   }
 }
 
+// Korthikanti et al. 2023 §5, eq. 6 and Table 2: selective recomputation drops the attention core's
+// 5as^2b (softmax output 2as^2b, dropout mask as^2b, dropout output 2as^2b in 16 bits), split over TP
+// like the heads: sbh(10 + 24/t) kept per TP rank, sbh 34/t with sequence parallelism, and the 5as^2b/t
+// come back in the backward pass. Its recomputation is the core's forward (both batched matmuls, the
+// softmax, the dropout): less than the whole layer's, no TP collectives. Fused attention keeps no
+// scores: nothing to recompute, and the search leaves the choice out.
+TEST(BuildLayerModel, SelectiveRecomputationIsKorthikantis) {
+  for (models::AttentionKernel kernel : {models::AttentionKernel::kMaterialized, models::AttentionKernel::kFused}) {
+    SCOPED_TRACE(models::AttentionKernelName(kernel));
+    const bool fused = kernel == models::AttentionKernel::kFused;
+    const int64_t s = 32, b = 2, h = 64, a = 8, sbh = s * b * h, attention = 5 * a * s * s * b;
+    models::ModelOverrides o;
+    o.attention = kernel;
+    o.layers = 3;
+    o.hidden = h;
+    o.heads = a;
+    o.seq = s;
+    o.batch = b;
+    o.dtype = ir::DType::kF16;
+    Result<models::ModelSpec> spec = models::LoadModel("gpt", o);
+    ASSERT_TRUE(spec.ok());
+    Result<ir::Graph> g = models::BuildTrainingGraph(*spec);
+    ASSERT_TRUE(g.ok()) << g.error().message;
+    const cost::CostModel cm(TestDevice());
+    Result<LayerModel> m = BuildLayerModel(*g, b, cm);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    EXPECT_EQ(m->HasAttentionCore(), !fused);
+    EXPECT_EQ(m->embedding.attention_core_bytes_per_sample, 0);
+    EXPECT_EQ(m->head.attention_core_bytes_per_sample, 0);
+    const LayerProfile& mid = m->layers[1];
+    if (fused) {
+      EXPECT_EQ(mid.attention_core_bytes_per_sample, 0);
+      EXPECT_EQ(mid.attention_core_kernels, 0);
+      continue;
+    }
+    EXPECT_EQ(mid.attention_core_bytes_per_sample * b, attention);
+    EXPECT_GT(mid.attention_core_seconds_per_sample, 0.0);
+    EXPECT_LT(mid.attention_core_seconds_per_sample, mid.forward_seconds_per_sample);
+    EXPECT_EQ(mid.attention_core_kernels, 5);  // scores, softmax, mask, dropout, context
+    for (int t : {1, 2, 4, 8}) {
+      cost::Cluster cluster;
+      cluster.device = TestDevice();
+      cluster.devices_per_node = t;
+      cluster.intra_node = {"link", 1e11, 0.0};
+      Result<StageMesh> mesh = MakeStageMesh(cluster, {1, 1, t});
+      ASSERT_TRUE(mesh.ok()) << mesh.error().message;
+      for (bool sp : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "t " << t << " sp " << sp);
+        const auto placed = [&](bool checkpoint, bool selective) {
+          return PlacedLayer{mid, {.tp = t, .dp = 1, .checkpoint = checkpoint, .sequence_parallel = sp,
+                                   .selective_recompute = selective}, *mesh, b};
+        };
+        const PlacedLayer none = placed(false, false), selective = placed(false, true), full = placed(true, true);
+        const LayerModel no_states;
+        const auto kept = [&](const PlacedLayer& l) {
+          return StagePeakMemory({&l}, 1, no_states) - StagePeakMemory({&l}, 0, no_states);
+        };
+        EXPECT_EQ(kept(selective), sp && t > 1 ? 34 * sbh / t : 10 * sbh + 24 * sbh / t);
+        EXPECT_EQ(kept(none) - kept(selective), attention / t);
+        EXPECT_EQ(RecomputedBytes(selective), attention / t);
+        EXPECT_EQ(TransientBytes(selective) - TransientBytes(none), attention / t);
+        EXPECT_FALSE(full.strategy.SelectiveRecompute());  // whole-layer checkpointing recomputes the core anyway
+        EXPECT_EQ(kept(full), sp && t > 1 ? 2 * sbh / t : 2 * sbh);
+        StageCost c_none, c_selective, c_full;
+        AddLayerCost(none, cm, c_none);
+        AddLayerCost(selective, cm, c_selective);
+        AddLayerCost(full, cm, c_full);
+        EXPECT_EQ(c_none.recompute, 0.0);
+        EXPECT_GT(c_selective.recompute, 0.0);
+        EXPECT_LT(c_selective.recompute, c_full.recompute);
+        EXPECT_DOUBLE_EQ(c_selective.compute, c_none.compute);
+        EXPECT_DOUBLE_EQ(c_selective.communication, c_none.communication);
+        EXPECT_EQ(LayerCommunicationOf(selective).TpAllReduces(), LayerCommunicationOf(none).TpAllReduces());
+      }
+    }
+  }
+}
+
 // Megatron's TP layout of GPT (hidden 64, seq 32, vocabulary 50257, fp32): a layer keeps its 2
 // layernorms and the out/fc2 biases whole (6h values); the embedding splits the word table over TP,
 // keeps the position table whole and all-reduces its output [seq, h]; the head splits the LM head,

@@ -18,6 +18,7 @@ using testing::AllOutcomes;
 using testing::Outcome;
 using testing::TestCluster;
 using testing::TestCostModel;
+using testing::InterestingBudgets;
 using testing::TwoTypeModel;
 
 constexpr int64_t kMiB = int64_t{1} << 20;
@@ -33,6 +34,7 @@ std::vector<Outcome> EverythingAtBatch(const cost::LayerModel& model, const cost
   std::vector<Outcome> all;
   StrategySpaceOptions space = SpaceOf(Method::kKiwi, cluster.NumDevices(), static_cast<int>(model.layers.size())).strategies;
   if (cluster.num_nodes > 1) space.max_tp = cluster.devices_per_node;
+  space.allow_selective_recompute &= model.HasAttentionCore();  // as the search does
   const int layers = static_cast<int>(model.layers.size());
   for (int pp : PowerOfTwoDivisors(cluster.NumDevices())) {
     if (pp > layers) continue;
@@ -83,6 +85,39 @@ TEST(SearchHybridPlan, ExhaustivePartitionsEqualBruteForce) {
         << "budget " << budget;
     for (const plan::LayerStrategy& l : r.plan.layers) EXPECT_LE(l.tp, cluster.devices_per_node);  // TP within a node
   }
+}
+
+// Selective recomputation (the encoder type's attention core) is one more choice per layer, between
+// keeping everything and checkpointing the layer: the search finds the brute-force best with it at
+// budgets from the smallest to an eighth of the way to the fastest plan's, and between them (where
+// "TP2+CKPT" and "TP2" part) the best plan uses it.
+TEST(SearchHybridPlan, SelectiveRecomputationEqualsBruteForce) {
+  const cost::Cluster cluster = TestCluster(1, 2);
+  cost::LayerModel model = TwoTypeModel(2, 1);
+  for (cost::LayerProfile& p : model.layers) {
+    if (p.name != "enc") continue;
+    p.activation_bytes_per_sample = 300'000'000;  // long sequences: activations outweigh the model states
+    p.replicated_activation_bytes_per_sample = 60'000'000;
+    p.attention_core_bytes_per_sample = 200'000'000;  // most of them, at a tenth of the forward's time
+    p.attention_core_seconds_per_sample = 2e-4;
+  }
+  ASSERT_TRUE(model.HasAttentionCore());
+  std::vector<Outcome> all = EverythingAtBatch(model, cluster, 8);
+  bool selective_wins = false;
+  const std::vector<int64_t> ends = InterestingBudgets(all);
+  for (int i = 0; i <= 8; ++i) {
+    const int64_t budget = ends.front() + (ends.back() - ends.front()) * i / 64;
+    HybridSearchOptions o;
+    o.memory_budget_bytes = budget;
+    o.global_batch = 8;
+    o.partitions = PartitionMode::kExhaustive;
+    const HybridSearchResult r = Search(model, cluster, o);
+    ExpectSimulatorAgrees(r);
+    EXPECT_NEAR(r.simulated.throughput_samples_per_second, BestThroughput(all, budget), 1e-9 * BestThroughput(all, budget))
+        << "budget " << budget;
+    for (const plan::LayerStrategy& l : r.plan.layers) selective_wins |= l.SelectiveRecompute();
+  }
+  EXPECT_TRUE(selective_wins);
 }
 
 TEST(SearchHybridPlan, BatchSweepEqualsBruteForce) {

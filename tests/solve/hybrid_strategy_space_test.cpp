@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <set>
 
+#include "kiwi/solve/hybrid/search.h"
+
 namespace kiwi::solve::hybrid {
 namespace {
 
@@ -136,6 +138,28 @@ TEST(LayerStrategies, SequenceParallelOnlyWithTensorParallelism) {
   }
   EXPECT_EQ(sp, 18);
   for (const plan::LayerStrategy& s : LayerStrategies(8, {})) EXPECT_FALSE(s.sequence_parallel);  // BMW's space
+}
+
+// Selective recomputation is a third recomputation choice of every strategy, ordered between none and
+// CKPT, never combined with CKPT; BMW's space leaves it out.
+TEST(LayerStrategies, SelectiveRecomputationBetweenNoneAndCheckpointing) {
+  StrategySpaceOptions kiwi = SpaceOf(Method::kKiwi, 8, 8).strategies;
+  ASSERT_TRUE(kiwi.allow_selective_recompute);
+  const std::vector<plan::LayerStrategy> all = LayerStrategies(8, kiwi);
+  kiwi.allow_selective_recompute = false;
+  const std::vector<plan::LayerStrategy> without = LayerStrategies(8, kiwi);
+  ASSERT_EQ(all.size(), without.size() / 2 * 3);
+  for (size_t i = 0; i < all.size(); i += 3) {
+    EXPECT_FALSE(all[i].checkpoint || all[i].selective_recompute);
+    EXPECT_TRUE(all[i + 1].SelectiveRecompute());
+    EXPECT_TRUE(all[i + 2].checkpoint && !all[i + 2].selective_recompute);
+    plan::LayerStrategy base = all[i + 1];
+    base.selective_recompute = false;
+    EXPECT_EQ(base, all[i]);
+    EXPECT_EQ(plan::StrategyName(all[i + 1]), plan::StrategyName(all[i]) + "+SEL");
+  }
+  for (const plan::LayerStrategy& s : LayerStrategies(8, SpaceOf(Method::kBmw, 8, 8).strategies))
+    EXPECT_FALSE(s.selective_recompute);
 }
 
 }  // namespace

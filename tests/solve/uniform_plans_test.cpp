@@ -28,9 +28,9 @@ TEST(UniformLayerPlans, CoversEveryFactorizationOfEightDevices) {
   }
   // pp in {1,2,4} (8 > 4 layers), tp | 8/pp; dp > 1 adds ZeRO-1, ZeRO-2 and SDP twins; each twice
   // for CKPT. pp=1: tp 1,2,4 (dp 8,4,2) x 4 + tp 8 = 13; pp=2: tp 1,2 x 4 + tp 4 = 9; pp=4: 4 + 1 = 5
-  // -> 27; tp > 1 adds a sequence-parallel twin: pp=1: 4 + 4 + 1, pp=2: 4 + 1, pp=4: 1 -> 15; x2 for
-  // CKPT = 84.
-  EXPECT_EQ(plans.size(), 84u);
+  // -> 27; tp > 1 adds a sequence-parallel twin: pp=1: 4 + 4 + 1, pp=2: 4 + 1, pp=4: 1 -> 15; x3 for
+  // no recomputation, selective recomputation and CKPT = 126.
+  EXPECT_EQ(plans.size(), 126u);
   EXPECT_EQ(names.size(), plans.size());
   EXPECT_TRUE(names.count("DP8"));
   EXPECT_TRUE(names.count("SDP8+CKPT"));
@@ -40,13 +40,22 @@ TEST(UniformLayerPlans, CoversEveryFactorizationOfEightDevices) {
   EXPECT_TRUE(names.count("PP2xTP2xDP2"));
   EXPECT_TRUE(names.count("PP2xSP-TP2xDP2+CKPT"));
   EXPECT_TRUE(names.count("SP-TP8"));
+  EXPECT_TRUE(names.count("SP-TP8+SEL"));
+  EXPECT_TRUE(names.count("PP2xTP2xZeRO1-DP2+SEL"));
   EXPECT_FALSE(names.count("PP8"));
+}
+
+TEST(UniformLayerPlans, SelectiveRecomputationOnlyWhenAsked) {
+  const auto with = UniformLayerPlans({.num_layers = 2, .num_devices = 2, .global_batch = 2});
+  const auto without = UniformLayerPlans({.num_layers = 2, .num_devices = 2, .global_batch = 2, .allow_selective_recompute = false});
+  EXPECT_EQ(with.size(), without.size() * 3 / 2);  // one more of three recomputation choices per strategy
+  for (const auto& p : without) EXPECT_FALSE(p.plan.layers.front().selective_recompute) << p.name;
 }
 
 TEST(UniformLayerPlans, SkipsBatchesThatDoNotSplitOverReplicas) {
   const auto plans = UniformLayerPlans({.num_layers = 2, .num_devices = 4, .global_batch = 2,
                                         .allow_sdp = false, .allow_zero12 = false, .allow_sequence_parallel = false,
-                                        .allow_checkpoint = false});
+                                        .allow_checkpoint = false, .allow_selective_recompute = false});
   for (const auto& p : plans) EXPECT_LE(p.plan.layers.front().dp, 2) << p.name;
   // tp 1 (dp 4) is skipped; tp 2, tp 4; pp=2: tp 1 (dp 2), tp 2.
   EXPECT_EQ(plans.size(), 4u);

@@ -50,7 +50,8 @@ Result<std::vector<Candidate>> EvaluateUniformPlans(const cost::LayerModel& mode
   std::vector<Candidate> out;
   const auto plans = solve::UniformLayerPlans({.num_layers = static_cast<int>(model.layers.size()),
                                                .num_devices = cluster.NumDevices(),
-                                               .global_batch = batch});
+                                               .global_batch = batch,
+                                               .allow_selective_recompute = model.HasAttentionCore()});
   if (plans.empty())  // every data-parallel degree the devices allow leaves part of a sample on a device
     return BadInput(fmt::format("--batch {}: no uniform plan on the {} devices of {}: the batch must divide by a "
                                 "data-parallel degree (devices / (PP x TP)); try --batch {}",
@@ -91,7 +92,8 @@ std::string CandidateTable(const std::vector<Candidate>& cands) {
     const plan::LayerStrategy& s = c.plan.layers.front();
     t.AddRow({c.name, std::to_string(c.plan.pp_degree), std::to_string(s.tp), s.SequenceParallel() ? "yes" : "no",
               std::to_string(s.dp),
-              std::to_string(static_cast<int>(s.ZeroStage())), s.checkpoint ? "yes" : "no", std::to_string(c.plan.micro_batches),
+              std::to_string(static_cast<int>(s.ZeroStage())), s.checkpoint ? "yes" : s.SelectiveRecompute() ? "selective" : "no",
+              std::to_string(c.plan.micro_batches),
               FormatBytes(c.result.summary.peak_memory_bytes), FormatSeconds(c.result.summary.iteration_seconds),
               fmt::format("{:.1f}", c.result.throughput_samples_per_second), c.fits ? "yes" : "NO"});
   }

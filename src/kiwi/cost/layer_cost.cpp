@@ -163,9 +163,11 @@ Result<StageMesh> MakeStageMesh(const Cluster& cluster, const std::vector<int>& 
 
 // A checkpointed layer's kept input (its boundary: Megatron keeps it whole on every TP rank without
 // sequence parallelism, split over the sequence with it) stays; the rest of its activations come back
-// for its backward pass.
+// for its backward pass. Selective recomputation brings back the attention core's (split over TP).
 int64_t RecomputedBytes(const PlacedLayer& l) {
   const LayerProfile& p = l.profile;
+  if (l.strategy.SelectiveRecompute()) return MicrobatchBytes(l, p.attention_core_bytes_per_sample, 0);
+  if (!l.strategy.checkpoint) return 0;
   const int64_t intermediate = std::max<int64_t>(p.activation_bytes_per_sample - p.boundary_bytes_per_sample, 0);
   const int64_t whole = std::max<int64_t>(p.replicated_activation_bytes_per_sample - p.boundary_bytes_per_sample, 0);
   return MicrobatchBytes(l, intermediate, whole);
@@ -174,22 +176,25 @@ int64_t RecomputedBytes(const PlacedLayer& l) {
 // The gradients in flight are split over TP like the tensors they belong to (the head's: over the
 // vocabulary-parallel logits), so the whole transient is divided by t.
 int64_t TransientBytes(const PlacedLayer& l) {
-  const int64_t backward = MicrobatchBytes(l, l.profile.backward_transient_bytes_per_sample, 0);
-  return (l.strategy.checkpoint ? RecomputedBytes(l) : 0) + backward;
+  return RecomputedBytes(l) + MicrobatchBytes(l, l.profile.backward_transient_bytes_per_sample, 0);
 }
 
 // A layer's terms of Galvatron-BMW Eq. 1 (StageMemory): its model states, the forward activations of
 // one micro-batch (boundary only when checkpointed, c(f) = c(bnd)), the transient of its backward pass
 // (the intermediates a checkpointed layer recomputes, c(b) = c(int), with its gradients in flight:
 // LayerProfile::backward_transient_bytes_per_sample), and the whole (TP-shard) parameters or gradient
-// a ZeRO-3 or ZeRO-2 layer holds at once.
+// a ZeRO-3 or ZeRO-2 layer holds at once. Selective recomputation keeps all but the attention core's
+// activations (Korthikanti et al. 2023 eq. 6: 34sbh/t of a GPT layer's 34sbh/t + 5as^2b/t under SP),
+// and brings those back as its transient.
 StageMemory LayerMemory(const PlacedLayer& l, const LayerModel& model) {
   const LayerProfile& p = l.profile;
   StageMemory m;
   m.model_states = ModelStateBytes(l, model);
+  const int64_t dropped = l.strategy.SelectiveRecompute() ? p.attention_core_bytes_per_sample : 0;
   m.activations = l.strategy.checkpoint
                       ? MicrobatchBytes(l, p.boundary_bytes_per_sample, p.boundary_bytes_per_sample)
-                      : MicrobatchBytes(l, p.activation_bytes_per_sample, p.replicated_activation_bytes_per_sample);
+                      : MicrobatchBytes(l, std::max<int64_t>(p.activation_bytes_per_sample - dropped, 0),
+                                        p.replicated_activation_bytes_per_sample);
   m.transient = TransientBytes(l);
   // ZeRO-3 holds a layer's whole parameters while it runs, then its whole gradient until the
   // reduce-scatter (the gathered copy freed first); ZeRO-2 that gradient only.
@@ -299,6 +304,11 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
   if (l.strategy.checkpoint) {  // §V: one extra forward propagation
     cost.recompute += forward + (comm.tp_recomputed ? tp_forward : 0.0);
     backward_compute += forward;
+  } else if (l.strategy.SelectiveRecompute()) {  // the attention core's forward, split over TP by heads; no collectives
+    const double core = cost_model.LaunchBoundTime(
+        p.attention_core_seconds_per_sample * share + p.attention_core_overhead_seconds, p.attention_core_kernels);
+    cost.recompute += core;
+    backward_compute += core;
   }
   // Sequence parallelism's all-reduce of the replicated parameters' gradients: after the flush, beside
   // the DP sync (not overlapped: Megatron's finalize_model_grads); under ZeRO-2/3 in every micro-batch.

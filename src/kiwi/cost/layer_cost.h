@@ -39,7 +39,7 @@ struct PlacedLayer {
 
 struct StageCost {
   double compute = 0.0;        // one micro-batch: forward + backward
-  double recompute = 0.0;      // one micro-batch: checkpointed forwards and their TP all-reduces
+  double recompute = 0.0;      // one micro-batch: checkpointed forwards and their TP all-reduces, attention cores
   double communication = 0.0;  // one micro-batch: TP all-reduces, SDP all-gathers, p2p sends
   double resharding = 0.0;     // one micro-batch: Slice-Gather between layers of different layouts
   double gradient_sync = 0.0;  // once per iteration: DP/SDP gradient sync not hidden by the backward
@@ -57,11 +57,12 @@ double OptimizerSeconds(const PlacedLayer& layer, const LayerModel& model, const
 // ZeRO-1/2's all-gather of the layer's updated parameter shards after the optimizer step (0 otherwise).
 double ParameterGatherSeconds(const PlacedLayer& layer, const CostModel& cost_model);
 
-// Bytes a checkpointed layer's recomputation brings back per device for its backward pass.
+// Bytes a layer's recomputation (whole layer, or selective: the attention core) brings back per
+// device for its backward pass; 0 without either.
 int64_t RecomputedBytes(const PlacedLayer& layer);
 
 // The most a layer's backward pass holds per device beyond the activations kept for it: what its
-// recomputation brings back (when checkpointed) and its gradients in flight.
+// recomputation brings back (RecomputedBytes) and its gradients in flight.
 int64_t TransientBytes(const PlacedLayer& layer);
 
 // One layer's terms of a stage's memory (Galvatron-BMW Eq. 1) per device; `model` gives the bytes of

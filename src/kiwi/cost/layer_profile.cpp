@@ -117,8 +117,78 @@ double OptimizerTensorsPerParameter(const ir::Graph& graph) {
   return parameters > 0 ? static_cast<double>(inputs) / static_cast<double>(parameters) : 0.0;
 }
 
+// The forward readers of `id` (a node's readers in the backward pass are its gradient's and weight's).
+std::vector<ir::NodeId> ForwardReaders(const ir::Graph& graph, const std::vector<std::vector<ir::NodeId>>& readers,
+                                       ir::NodeId id) {
+  std::vector<ir::NodeId> out;
+  for (ir::NodeId r : readers[static_cast<size_t>(id)])
+    if (!graph.node(r).is_backward()) out.push_back(r);
+  return out;
+}
+
+// The attention cores Megatron's selective recomputation runs again (Korthikanti et al. 2023 §5): for
+// each softmax of the layer's forward, the chain back from it to the batched matmul that makes the
+// scores (through a score bias or scale), and forward from it through single-reader element-wise ops
+// (dropout, with its mask) to the batched matmul with V. A softmax without both ends has no core.
+std::vector<ir::NodeId> AttentionCore(const ir::Graph& graph, const ir::Layer& layer,
+                                      const std::vector<std::vector<ir::NodeId>>& readers) {
+  constexpr size_t kMaxChain = 4;  // ops between a softmax and either matmul (scale, bias, mask, dropout)
+  std::vector<ir::NodeId> core;
+  const auto in_layer = [&](ir::NodeId id) {
+    const ir::Node& n = graph.node(id);
+    return n.layer == layer.index && !n.is_persistent() && !n.is_backward();
+  };
+  for (ir::NodeId softmax : layer.forward) {
+    if (graph.node(softmax).kind != ir::OpKind::kSoftmax) continue;
+    std::vector<ir::NodeId> chain{softmax};
+    bool scores = false, context = false;
+    for (ir::NodeId id = softmax; !scores && chain.size() <= kMaxChain;) {
+      const ir::Node& n = graph.node(id);
+      if (n.inputs.empty() || !in_layer(n.inputs.front())) break;
+      id = n.inputs.front();
+      chain.push_back(id);
+      scores = graph.node(id).kind == ir::OpKind::kBatchMatmul;
+    }
+    for (ir::NodeId id = softmax; scores && !context && chain.size() <= 2 * kMaxChain;) {
+      const std::vector<ir::NodeId> next = ForwardReaders(graph, readers, id);
+      if (next.size() != 1 || !in_layer(next.front())) break;
+      id = next.front();
+      chain.push_back(id);
+      for (ir::NodeId in : graph.node(id).inputs)  // a dropout's mask is drawn again with the core
+        if (graph.node(in).kind == ir::OpKind::kRandom) chain.push_back(in);
+      context = graph.node(id).kind == ir::OpKind::kBatchMatmul;
+    }
+    if (context) core.insert(core.end(), chain.begin(), chain.end());
+  }
+  std::sort(core.begin(), core.end());  // graph order, as the forward runs them
+  core.erase(std::unique(core.begin(), core.end()), core.end());
+  return core;
+}
+
+// Selective recomputation's terms of a layer's profile (LayerProfile::attention_core_*): the core's
+// saved outputs that no op outside it reads in the forward pass (the context goes on to the output
+// projection, which keeps it), and the core's forward work.
+void FillAttentionCore(const ir::Graph& graph, const ir::Layer& layer, const std::vector<std::vector<ir::NodeId>>& readers,
+                       const std::vector<bool>& saved, int64_t graph_batch, const CostModel& cost_model, LayerProfile& p) {
+  const std::vector<ir::NodeId> core = AttentionCore(graph, layer, readers);
+  if (core.empty()) return;
+  const auto in_core = [&](ir::NodeId id) { return std::binary_search(core.begin(), core.end(), id); };
+  int64_t dropped = 0;
+  for (ir::NodeId id : core) {
+    const std::vector<ir::NodeId> next = ForwardReaders(graph, readers, id);
+    if (saved[static_cast<size_t>(id)] && std::all_of(next.begin(), next.end(), in_core))
+      dropped += graph.node(id).output.Bytes();
+  }
+  const PassWork work = SumPassWork(graph, core, cost_model);
+  p.attention_core_bytes_per_sample = CeilDiv(dropped, graph_batch);
+  p.attention_core_seconds_per_sample = work.seconds / static_cast<double>(graph_batch);
+  p.attention_core_overhead_seconds = work.overhead;
+  p.attention_core_kernels = work.kernels;
+}
+
 LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t graph_batch,
-                       const CostModel& cost_model, const std::vector<bool>& saved) {
+                       const CostModel& cost_model, const std::vector<bool>& saved,
+                       const std::vector<std::vector<ir::NodeId>>& readers) {
   LayerProfile p;
   p.name = layer.name;
   p.parameter_bytes = layer.parameter_bytes;
@@ -132,6 +202,7 @@ LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t g
   const TpReplicated replicated = TpReplicatedBytes(graph, layer.forward, saved);
   p.replicated_parameter_bytes = replicated.parameter_bytes;
   p.replicated_activation_bytes_per_sample = CeilDiv(replicated.saved_activation_bytes, graph_batch);
+  FillAttentionCore(graph, layer, readers, saved, graph_batch, cost_model, p);
   return p;
 }
 
@@ -284,9 +355,9 @@ Result<LayerModel> BuildLayerModel(const ir::Graph& training, int64_t graph_batc
   model.name = training.name();
   model.layers.reserve(view->layers.size());
   const std::vector<bool> saved = ir::SavedForBackward(training);
-  for (const ir::Layer& layer : view->layers)
-    model.layers.push_back(ProfileOf(training, layer, graph_batch, cost_model, saved));
   const std::vector<std::vector<ir::NodeId>> readers = training.Consumers();
+  for (const ir::Layer& layer : view->layers)
+    model.layers.push_back(ProfileOf(training, layer, graph_batch, cost_model, saved, readers));
   FillOther(training, *view, readers, graph_batch, cost_model, model);
   const std::vector<int64_t> transients = BackwardTransients(training, *view, readers);
   for (size_t i = 0; i < model.layers.size(); ++i)

@@ -58,6 +58,15 @@ struct LayerProfile {
   double tp_loss_backward_overhead_seconds = 0.0;
   int tp_loss_forward_kernels = 0;
   int tp_loss_backward_kernels = 0;
+  // Megatron's selective recomputation (plan::LayerStrategy::selective_recompute) of the layer's
+  // attention core (AttentionCore in layer_profile.cpp): the saved activations it drops, per sample
+  // (split over TP like the heads: Korthikanti et al. 2023 eq. 6, 5as^2b of a GPT layer in 16 bits),
+  // and the core's forward work, run again in the backward pass. 0 where there is no core to recompute
+  // (fused attention never keeps the scores; the embeddings and the head).
+  int64_t attention_core_bytes_per_sample = 0;
+  double attention_core_seconds_per_sample = 0.0;
+  double attention_core_overhead_seconds = 0.0;
+  int attention_core_kernels = 0;
 
   bool operator==(const LayerProfile&) const = default;
 };
@@ -90,6 +99,10 @@ struct LayerModel {
   // none, as in models read from Galvatron's profiles, which time no optimizer step).
   std::string optimizer;
 
+  // Whether some layer has an attention core that selective recomputation can drop.
+  bool HasAttentionCore() const {
+    return std::any_of(layers.begin(), layers.end(), [](const LayerProfile& p) { return p.attention_core_bytes_per_sample > 0; });
+  }
   bool operator==(const LayerModel&) const = default;
 };
 

@@ -130,7 +130,8 @@ Result<plan::OperatorPlan> ReadOperatorPlan(const Json& op, const JsonPath& at) 
 
 Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath& at) {
   KIWI_RETURN_IF_ERROR(CheckObject(entry, at));
-  KIWI_RETURN_IF_ERROR(CheckKnownKeys(entry, at, {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel"}));
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(entry, at, {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel",
+                                                "selective_recompute"}));
   Result<int64_t> tp = IntFieldOr(entry, at, "tp", 1, kDegreeRange);
   if (!tp) return tp.error();
   Result<int64_t> dp = IntFieldOr(entry, at, "dp", 1, kDegreeRange);
@@ -146,7 +147,10 @@ Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath&
   if (!ckpt) return ckpt.error();
   Result<bool> sp = BoolFieldOr(entry, at, "sequence_parallel", false);
   if (!sp) return sp.error();
-  return plan::LayerStrategy{static_cast<int>(*tp), static_cast<int>(*dp), static_cast<plan::Zero>(*zero), *ckpt, *sp};
+  Result<bool> selective = BoolFieldOr(entry, at, "selective_recompute", false);
+  if (!selective) return selective.error();
+  return plan::LayerStrategy{static_cast<int>(*tp), static_cast<int>(*dp), static_cast<plan::Zero>(*zero), *ckpt, *sp,
+                             *selective};
 }
 
 Status ReadPipeline(const Json& layer, const JsonPath& at, plan::LayerPlan& p) {

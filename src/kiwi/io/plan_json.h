@@ -21,8 +21,8 @@ Result<plan::Plan> ParsePlanJson(std::string_view text, const std::string& sourc
 std::string WritePlanJson(const plan::Plan& plan);  // ParsePlanJson(WritePlanJson(p)) == p
 
 // One layer strategy as the plan's "layer.layers" entries (Json = nlohmann::ordered_json) and `kiwi
-// hybrid/plan --json` (nlohmann::json) write it: tp, dp, zero, checkpoint, sequence_parallel; with
-// `contract_sdp`, also CONTRACT.md's "sdp" (whether ZeRO-3 is in effect).
+// hybrid/plan --json` (nlohmann::json) write it: tp, dp, zero, checkpoint, sequence_parallel,
+// selective_recompute; with `contract_sdp`, also CONTRACT.md's "sdp" (whether ZeRO-3 is in effect).
 template <typename Json>
 Json LayerStrategyJson(const plan::LayerStrategy& s, bool contract_sdp = false) {
   Json j;
@@ -32,6 +32,7 @@ Json LayerStrategyJson(const plan::LayerStrategy& s, bool contract_sdp = false) 
   j["zero"] = static_cast<int>(s.zero);
   j["checkpoint"] = s.checkpoint;
   j["sequence_parallel"] = s.sequence_parallel;
+  j["selective_recompute"] = s.selective_recompute;
   return j;
 }
 

@@ -55,11 +55,17 @@ struct LayerStrategy {
   // layer's layernorm/dropout regions and its boundary activation over the sequence, each all-reduce
   // becoming an all-gather + reduce-scatter pair.
   bool sequence_parallel = false;
+  // Megatron's selective activation recomputation (Korthikanti et al. 2023 §5): only the attention
+  // core (scores, softmax, its dropout, context) is recomputed in the backward pass, dropping its
+  // 5as^2b bytes per layer (eq. 6). Moot when the whole layer is checkpointed.
+  bool selective_recompute = false;
   // The stage in effect: a ZeRO stage over one DP rank shards nothing.
   Zero ZeroStage() const { return dp > 1 ? zero : Zero::kNone; }
   // Sequence parallelism in effect: it needs a TP group.
   bool SequenceParallel() const { return sequence_parallel && tp > 1; }
   bool Shards(Zero what) const { return ZeroStage() >= what; }
+  // Selective recomputation in effect: whole-layer checkpointing recomputes the core anyway.
+  bool SelectiveRecompute() const { return selective_recompute && !checkpoint; }
   bool operator==(const LayerStrategy&) const = default;
 };
 
@@ -69,7 +75,7 @@ inline const char* DataParallelName(Zero zero) {
   return kNames[static_cast<int>(zero)];
 }
 
-// "TP2xDP4", "SP-TP2xZeRO2-DP4+CKPT", "SDP8"; with pp > 1 prefixed "PP2x" (a uniform plan's name); "single" without parallelism.
+// "TP2xDP4", "SP-TP2xZeRO2-DP4+CKPT", "TP8+SEL" (selective recomputation), "SDP8"; with pp > 1 prefixed "PP2x" (a uniform plan's name); "single" without parallelism.
 std::string StrategyName(const LayerStrategy& strategy, int pp = 1);
 
 enum class PipelineSchedule : uint8_t { k1F1B, kGPipe };

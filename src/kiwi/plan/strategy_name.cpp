@@ -15,7 +15,8 @@ std::string StrategyName(const LayerStrategy& s, int pp) {
   else if (s.dp > 1)
     parts.push_back(fmt::format("{}{}", DataParallelName(zero), s.dp));
   std::string name = parts.empty() ? "single" : fmt::format("{}", fmt::join(parts, "x"));
-  return s.checkpoint ? name + "+CKPT" : name;
+  if (s.checkpoint) return name + "+CKPT";
+  return s.SelectiveRecompute() ? name + "+SEL" : name;
 }
 
 }  // namespace kiwi::plan

@@ -9,6 +9,7 @@ from typing import Dict, Optional
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 from kiwi.torch.distributed.tensor_parallel import (TpContext, column_shard, copy_to_tp, reduce_from_tp,
                                                     scatter_sequence, sequence_parallel_linears, shard_range,
@@ -157,14 +158,23 @@ class _Region:
 
 # A layer works on [tokens, hidden] rows (a view of [batch, seq, hidden]): its linears are single GEMMs
 # with their biases fused, without the reshapes a batched matmul dispatches around each one.
-def _attention(x: torch.Tensor, p: Params, heads: int, tp: Optional[TpContext], region: _Region) -> torch.Tensor:
+def _core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """The attention core: scores, causal softmax, context (what selective recomputation runs again)."""
+    scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(q.shape[-1]))
+    probs = torch.softmax(scores.masked_fill(_causal_mask(q.shape[-2], q.device), float("-inf")), dim=-1)
+    return probs @ v
+
+
+def _attention(x: torch.Tensor, p: Params, heads: int, tp: Optional[TpContext], region: _Region,
+               selective: bool) -> torch.Tensor:
     b, s = region.b, region.full
     local_heads = heads // (tp.size if tp else 1)
     d = p["q.weight"].shape[1] // local_heads
     q, k, v = (t.view(b, s, local_heads, d).transpose(1, 2) for t in region.linears(x, p, ("q", "k", "v")))
-    scores = (q @ k.transpose(-1, -2)) * (1.0 / math.sqrt(d))
-    probs = torch.softmax(scores.masked_fill(_causal_mask(s, x.device), float("-inf")), dim=-1)
-    context = (probs @ v).transpose(1, 2).reshape(b * s, local_heads * d)
+    # Megatron's selective recomputation (Korthikanti et al. 2023 §5): the core keeps only q, k, v and
+    # runs again in the backward pass, so its [s, s] probabilities are not kept.
+    core = torch.utils.checkpoint.checkpoint(_core, q, k, v, use_reentrant=False) if selective else _core(q, k, v)
+    context = core.transpose(1, 2).reshape(b * s, local_heads * d)
     return region.leave(context @ p["out.weight"]) + p["out.bias"]
 
 
@@ -173,13 +183,14 @@ def _mlp(x: torch.Tensor, p: Params, region: _Region) -> torch.Tensor:
     return region.leave(hidden @ p["fc2.weight"]) + p["fc2.bias"]
 
 
-def layer_forward(p: Params, x: torch.Tensor, heads: int, tp: Optional[TpContext] = None, sp: bool = False) -> torch.Tensor:
+def layer_forward(p: Params, x: torch.Tensor, heads: int, tp: Optional[TpContext] = None, sp: bool = False,
+                  selective: bool = False) -> torch.Tensor:
     """x [b, s, h], or under sequence parallelism this rank's block [b, s/t, h] (the layernorms, the
-    residuals and the row-parallel biases then run on the block)."""
+    residuals and the row-parallel biases then run on the block); `selective` recomputes the attention core."""
     b, s, h = x.shape
     region = _Region(tp, sp, b, s)
     x = x.reshape(b * s, h)
-    x = x + _attention(_layer_norm(x, p, "norm1"), p, heads, tp, region)
+    x = x + _attention(_layer_norm(x, p, "norm1"), p, heads, tp, region, selective)
     x = x + _mlp(_layer_norm(x, p, "norm2"), p, region)
     return x.view(b, s, h)
 

@@ -18,6 +18,7 @@ class LayerStrategy:
     zero: int = 0  # what the dp ranks shard: 0 nothing (DP), 1 optimizer states, 2 and gradients, 3 and parameters
     checkpoint: bool = False
     sequence_parallel: bool = False  # Megatron SP over the TP group (in effect only with tp > 1)
+    selective_recompute: bool = False  # recompute the attention core (in effect without checkpoint)
 
     @property
     def zero_stage(self) -> int:
@@ -29,12 +30,17 @@ class LayerStrategy:
         """Sequence parallelism in effect (plan::LayerStrategy::SequenceParallel): it needs a TP group."""
         return self.sequence_parallel and self.tp > 1
 
+    @property
+    def selective_split(self) -> bool:
+        """Selective recomputation in effect (plan::LayerStrategy::SelectiveRecompute): CKPT recomputes all."""
+        return self.selective_recompute and not self.checkpoint
+
     def name(self) -> str:
-        """As kiwi names it (plan::StrategyName): "TP2xDP2", "SP-TP2xZeRO1-DP2", "SDP4+CKPT"."""
+        """As kiwi names it (plan::StrategyName): "TP2xDP2", "SP-TP2xZeRO1-DP2", "SDP4+CKPT", "TP2+SEL"."""
         dp = {0: f"DP{self.dp}", 1: f"ZeRO1-DP{self.dp}", 2: f"ZeRO2-DP{self.dp}", 3: f"SDP{self.dp}"}[self.zero_stage]
         tp = ("SP-" if self.sequence_parallel else "") + f"TP{self.tp}"
         parts = ([tp] if self.tp > 1 else []) + ([dp] if self.dp > 1 else [])
-        return ("x".join(parts) or "single") + ("+CKPT" if self.checkpoint else "")
+        return ("x".join(parts) or "single") + ("+CKPT" if self.checkpoint else "+SEL" if self.selective_split else "")
 
 
 @dataclasses.dataclass
@@ -127,11 +133,12 @@ def _zero(obj: Dict[str, Any], where: str) -> int:
 def _strategy(obj: Any, where: str) -> LayerStrategy:
     if not isinstance(obj, dict):
         raise PlanError(f"{where}: must be an object with tp, dp, zero, checkpoint")
-    unknown = set(obj) - {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel"}
+    unknown = set(obj) - {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel", "selective_recompute"}
     if unknown:
         raise PlanError(f"{where}.{sorted(unknown)[0]}: unknown field")
     return LayerStrategy(_int(obj, "tp", where, 1), _int(obj, "dp", where, 1), _zero(obj, where),
-                         _bool(obj, "checkpoint", where), _bool(obj, "sequence_parallel", where))
+                         _bool(obj, "checkpoint", where), _bool(obj, "sequence_parallel", where),
+                         _bool(obj, "selective_recompute", where))
 
 
 def parse_plan(obj: Any, source: str = "plan") -> HybridPlan:

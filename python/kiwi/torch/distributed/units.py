@@ -45,6 +45,7 @@ class Unit:
             else:
                 grad_sync.register(list(self.params.values()), self.dp, self.unit_id)
         self.checkpoint = strategy.checkpoint and key not in ("embed", "head")
+        self.selective = strategy.selective_split and key not in ("embed", "head")
         # Megatron sequence parallelism: the replicated parameters' gradients are summed over TP, after
         # the last micro-batch (DP, ZeRO-1) or in every micro-batch's backward, before ZeRO-2/3's
         # reduce-scatter takes the gradients whole (cost/layer_cost.cpp sp_gradient_all_reduce_bytes)
@@ -88,12 +89,13 @@ class Unit:
         return {n: sum_grad_over_tp(t, self.tp) if n in self.replicated else t for n, t in p.items()}
 
     def _fn(self, labels: Optional[torch.Tensor], tokens: int):
-        heads, tp, vocab, sp, summed = self.config.heads, self.tp, self.config.vocab, self.sp, self._summed
+        heads, tp, vocab, sp, summed, selective = (self.config.heads, self.tp, self.config.vocab, self.sp, self._summed,
+                                                   self.selective)
         if self.key == "embed":
             return lambda p, ids: gpt.embed_forward(summed(p), ids, tp, vocab, sp)
         if self.key == "head":
             return lambda p, x: gpt.head_forward(summed(p), x, labels, tokens, tp, vocab, sp)
-        return lambda p, x: gpt.layer_forward(summed(p), x, heads, tp, sp)
+        return lambda p, x: gpt.layer_forward(summed(p), x, heads, tp, sp, selective)
 
     def forward(self, x: torch.Tensor, labels: Optional[torch.Tensor] = None, tokens: int = 1) -> torch.Tensor:
         fn = self._fn(labels, tokens)

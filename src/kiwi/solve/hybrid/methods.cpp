@@ -69,6 +69,7 @@ MethodSpace SpaceOf(Method method, int num_devices, int num_layers) {
       s.partitions = PartitionMode::kBiObjective;
       s.strategies.allow_zero12 = true;
       s.strategies.allow_sequence_parallel = true;
+      s.strategies.allow_selective_recompute = true;
       break;
     case Method::kBmw:
       s.partitions = PartitionMode::kBiObjective;

@@ -55,6 +55,8 @@ class Search {
     const bool searching = options.method == Method::kKiwi || options.method == Method::kBmw ||
                            options.method == Method::kBase || options.method == Method::kGalvatron;
     if (searching && cluster.num_nodes > 1) space_.strategies.max_tp = cluster.devices_per_node;
+    // Selective recomputation of a model without an attention core would only repeat "no recomputation".
+    space_.strategies.allow_selective_recompute &= model.HasAttentionCore();
   }
 
   Result<HybridSearchResult> Run();

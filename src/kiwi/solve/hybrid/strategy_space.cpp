@@ -134,8 +134,9 @@ std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const Strate
       for (plan::Zero zero : {plan::Zero::kNone, plan::Zero::kOptimizerStates, plan::Zero::kGradients, plan::Zero::kParameters}) {
         if (dp > 1 && !Allowed(zero, o)) continue;
         if (dp == 1 && zero != plan::Zero::kNone) continue;  // ZeRO over one device shards nothing: DP1
-        for (bool checkpoint : {false, true})
-          if (!checkpoint || o.allow_checkpoint) out.push_back({tp, dp, zero, checkpoint, sp});
+        out.push_back({tp, dp, zero, false, sp});
+        if (o.allow_selective_recompute) out.push_back({tp, dp, zero, false, sp, true});
+        if (o.allow_checkpoint) out.push_back({tp, dp, zero, true, sp});
       }
     }
   }

@@ -50,6 +50,10 @@ struct StrategySpaceOptions {
   // space, like allow_zero12. Only LayerStrategies has it.
   bool allow_sequence_parallel = false;
   bool allow_checkpoint = true;  // CKPT on or off per layer
+  // Megatron's selective recomputation of the attention core (plan::LayerStrategy::selective_recompute)
+  // beside none and CKPT: kiwi's own space. Only LayerStrategies has it; the search turns it off for
+  // models without an attention core to recompute (cost::LayerModel::HasAttentionCore).
+  bool allow_selective_recompute = false;
   bool mix_dp_sdp = false;       // keep the DP+SDP trees that Takeaway #3 removes
   int max_tp = 0;                // the largest TP degree, 0 = any (the search: a node's GPUs)
 };
@@ -62,8 +66,8 @@ std::vector<TreeStrategy> DecisionTreeStrategies(int num_devices, const Strategy
 
 // The distinct strategies the layer estimator tells apart on a stage of `stage_devices` devices (it
 // always places TP innermost, so level orders collapse): tp x dp = stage_devices, sequence parallelism
-// only with tp > 1, a ZeRO stage only with dp > 1, CKPT off/on. Order: tp ascending, then SP off before
-// on, then DP, ZeRO-1, ZeRO-2, SDP, then CKPT off before on.
+// only with tp > 1, a ZeRO stage only with dp > 1, CKPT off/on (and selective recomputation). Order: tp
+// ascending, then SP off before on, then DP, ZeRO-1, ZeRO-2, SDP, then no recomputation, selective, CKPT.
 std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const StrategySpaceOptions& options);
 
 // Powers of two dividing n, ascending (1 first).

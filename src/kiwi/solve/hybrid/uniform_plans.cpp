@@ -16,6 +16,7 @@ std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& o) {
   space.allow_zero12 = o.allow_zero12;
   space.allow_sequence_parallel = o.allow_sequence_parallel;
   space.allow_checkpoint = o.allow_checkpoint;
+  space.allow_selective_recompute = o.allow_selective_recompute;
   std::vector<NamedLayerPlan> plans;
   for (int pp : hybrid::PowerOfTwoDivisors(o.num_devices)) {
     if (pp > o.num_layers) continue;

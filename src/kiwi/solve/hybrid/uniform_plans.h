@@ -1,7 +1,8 @@
 #pragma once
 // Uniform layer-level plans: every layer gets the same strategy. Enumerates the hybrid space the
 // Galvatron-BMW paper's baselines live in (pure DP, SDP/ZeRO-3, TP/Megatron, PP/GPipe and their
-// combinations, each with and without checkpointing) and ZeRO-1/2 and sequence parallelism beside them; the simulator judges each one.
+// combinations, each with and without checkpointing) and ZeRO-1/2, sequence parallelism and selective
+// recomputation beside them; the simulator judges each one.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@ struct UniformPlanOptions {
   bool allow_zero12 = true;  // ZeRO-1 and ZeRO-2
   bool allow_sequence_parallel = true;  // Megatron SP beside TP
   bool allow_checkpoint = true;
+  bool allow_selective_recompute = true;  // of the attention core (for models that have one)
 };
 
 // Degrees are powers of two with pp * tp * dp = num_devices and pp <= num_layers. Layers are split
