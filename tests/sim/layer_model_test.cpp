@@ -154,6 +154,27 @@ TEST(BuildLayerModel, NoOverheadWithoutAKernelTime) {
   EXPECT_EQ(plain->layers[0].backward_overhead_seconds, 0.0);
 }
 
+// A 3-layer 16-bit GPT (seq 32, batch 2, hidden 64, 8 heads) on which Korthikanti et al.'s closed
+// forms are checked, as a layer model.
+struct KorthikantiGpt {
+  static constexpr int64_t kSeq = 32, kBatch = 2, kHidden = 64, kHeads = 8;
+  static Result<LayerModel> Build(models::AttentionKernel kernel, const cost::CostModel& cm) {
+    models::ModelOverrides o;
+    o.attention = kernel;
+    o.layers = 3;
+    o.hidden = kHidden;
+    o.heads = kHeads;
+    o.seq = kSeq;
+    o.batch = kBatch;
+    o.dtype = ir::DType::kF16;
+    Result<models::ModelSpec> spec = models::LoadModel("gpt", o);
+    if (!spec) return spec.error();
+    Result<ir::Graph> g = models::BuildTrainingGraph(*spec);
+    if (!g) return g.error();
+    return BuildLayerModel(*g, kBatch, cm);
+  }
+};
+
 // Korthikanti et al. 2023, eq. 2: a GPT middle layer in 16-bit saves 34sbh + 5as^2b, of which Megatron TP
 // keeps 10sbh whole on every rank (norm inputs, column-parallel inputs, the masks after the row-parallel
 // linears); one TP rank's activations of one micro-batch are sbh(10 + 24/t + 5as/(ht)) for t = 1, 2, 4, 8,
@@ -164,21 +185,9 @@ TEST(BuildLayerModel, TpRankActivationsAreKorthikantis) {
   for (models::AttentionKernel kernel : {models::AttentionKernel::kMaterialized, models::AttentionKernel::kFused}) {
   SCOPED_TRACE(models::AttentionKernelName(kernel));
   const bool fused = kernel == models::AttentionKernel::kFused;
-  const int64_t s = 32, b = 2, h = 64, a = 8;
-  models::ModelOverrides o;
-  o.attention = kernel;
-  o.layers = 3;
-  o.hidden = h;
-  o.heads = a;
-  o.seq = s;
-  o.batch = b;
-  o.dtype = ir::DType::kF16;
-  Result<models::ModelSpec> spec = models::LoadModel("gpt", o);
-  ASSERT_TRUE(spec.ok());
-  Result<ir::Graph> g = models::BuildTrainingGraph(*spec);
-  ASSERT_TRUE(g.ok()) << g.error().message;
+  const int64_t s = KorthikantiGpt::kSeq, b = KorthikantiGpt::kBatch, h = KorthikantiGpt::kHidden, a = KorthikantiGpt::kHeads;
   const cost::CostModel cm(TestDevice());
-  Result<LayerModel> m = BuildLayerModel(*g, b, cm);
+  Result<LayerModel> m = KorthikantiGpt::Build(kernel, cm);
   ASSERT_TRUE(m.ok()) << m.error().message;
   const LayerProfile& mid = m->layers[1];
   const int64_t sbh = s * b * h, attention = fused ? 0 : 5 * a * s * s * b, output = fused ? 2 * sbh : 0;
@@ -230,21 +239,10 @@ TEST(BuildLayerModel, SelectiveRecomputationIsKorthikantis) {
   for (models::AttentionKernel kernel : {models::AttentionKernel::kMaterialized, models::AttentionKernel::kFused}) {
     SCOPED_TRACE(models::AttentionKernelName(kernel));
     const bool fused = kernel == models::AttentionKernel::kFused;
-    const int64_t s = 32, b = 2, h = 64, a = 8, sbh = s * b * h, attention = 5 * a * s * s * b;
-    models::ModelOverrides o;
-    o.attention = kernel;
-    o.layers = 3;
-    o.hidden = h;
-    o.heads = a;
-    o.seq = s;
-    o.batch = b;
-    o.dtype = ir::DType::kF16;
-    Result<models::ModelSpec> spec = models::LoadModel("gpt", o);
-    ASSERT_TRUE(spec.ok());
-    Result<ir::Graph> g = models::BuildTrainingGraph(*spec);
-    ASSERT_TRUE(g.ok()) << g.error().message;
+    const int64_t s = KorthikantiGpt::kSeq, b = KorthikantiGpt::kBatch, h = KorthikantiGpt::kHidden,
+                  a = KorthikantiGpt::kHeads, sbh = s * b * h, attention = 5 * a * s * s * b;
     const cost::CostModel cm(TestDevice());
-    Result<LayerModel> m = BuildLayerModel(*g, b, cm);
+    Result<LayerModel> m = KorthikantiGpt::Build(kernel, cm);
     ASSERT_TRUE(m.ok()) << m.error().message;
     EXPECT_EQ(m->HasAttentionCore(), !fused);
     EXPECT_EQ(m->embedding.attention_core_bytes_per_sample, 0);

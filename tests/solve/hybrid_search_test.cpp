@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "hybrid_test_util.h"
 #include "kiwi/models/presets.h"
 #include "kiwi/solve/hybrid/partition.h"
@@ -67,6 +69,23 @@ void ExpectSimulatorAgrees(const HybridSearchResult& r) {
   EXPECT_NEAR(r.simulated.summary.iteration_seconds, r.claimed_iteration_seconds, 1e-9 * r.claimed_iteration_seconds);
 }
 
+// The exhaustive-partition search within `budget` (the batch fixed, or swept up to max_batch): its
+// plan replays to its claims and is as fast as the best of `all`.
+HybridSearchResult ExpectBruteForceBest(const cost::LayerModel& model, const cost::Cluster& cluster,
+                                        const std::vector<Outcome>& all, int64_t budget,
+                                        std::optional<int64_t> batch, int64_t max_batch = 512) {
+  HybridSearchOptions o;
+  o.memory_budget_bytes = budget;
+  o.global_batch = batch;
+  o.max_batch = max_batch;
+  o.partitions = PartitionMode::kExhaustive;
+  const HybridSearchResult r = Search(model, cluster, o);
+  ExpectSimulatorAgrees(r);
+  EXPECT_NEAR(r.simulated.throughput_samples_per_second, BestThroughput(all, budget), 1e-9 * BestThroughput(all, budget))
+      << "budget " << budget;
+  return r;
+}
+
 TEST(SearchHybridPlan, ExhaustivePartitionsEqualBruteForce) {
   const cost::Cluster cluster = TestCluster(2, 2);
   const cost::LayerModel model = TwoTypeModel(2, 1);
@@ -74,15 +93,8 @@ TEST(SearchHybridPlan, ExhaustivePartitionsEqualBruteForce) {
   int64_t smallest = INT64_MAX, largest = 0;
   for (const Outcome& o : all) smallest = std::min(smallest, o.peak), largest = std::max(largest, o.peak);
   for (int64_t budget : {smallest, smallest + (largest - smallest) / 8, smallest + (largest - smallest) / 3, largest}) {
-    HybridSearchOptions o;
-    o.memory_budget_bytes = budget;
-    o.global_batch = 8;
-    o.partitions = PartitionMode::kExhaustive;
-    const HybridSearchResult r = Search(model, cluster, o);
-    ExpectSimulatorAgrees(r);
+    const HybridSearchResult r = ExpectBruteForceBest(model, cluster, all, budget, 8);
     EXPECT_TRUE(r.proven);
-    EXPECT_NEAR(r.simulated.throughput_samples_per_second, BestThroughput(all, budget), 1e-9 * BestThroughput(all, budget))
-        << "budget " << budget;
     for (const plan::LayerStrategy& l : r.plan.layers) EXPECT_LE(l.tp, cluster.devices_per_node);  // TP within a node
   }
 }
@@ -107,14 +119,7 @@ TEST(SearchHybridPlan, SelectiveRecomputationEqualsBruteForce) {
   const std::vector<int64_t> ends = InterestingBudgets(all);
   for (int i = 0; i <= 8; ++i) {
     const int64_t budget = ends.front() + (ends.back() - ends.front()) * i / 64;
-    HybridSearchOptions o;
-    o.memory_budget_bytes = budget;
-    o.global_batch = 8;
-    o.partitions = PartitionMode::kExhaustive;
-    const HybridSearchResult r = Search(model, cluster, o);
-    ExpectSimulatorAgrees(r);
-    EXPECT_NEAR(r.simulated.throughput_samples_per_second, BestThroughput(all, budget), 1e-9 * BestThroughput(all, budget))
-        << "budget " << budget;
+    const HybridSearchResult r = ExpectBruteForceBest(model, cluster, all, budget, 8);
     for (const plan::LayerStrategy& l : r.plan.layers) selective_wins |= l.SelectiveRecompute();
   }
   EXPECT_TRUE(selective_wins);
@@ -128,16 +133,7 @@ TEST(SearchHybridPlan, BatchSweepEqualsBruteForce) {
     std::vector<Outcome> some = EverythingAtBatch(model, cluster, batch);
     all.insert(all.end(), some.begin(), some.end());
   }
-  for (int64_t budget : {300 * kMiB, 600 * kMiB, 2000 * kMiB}) {
-    HybridSearchOptions o;
-    o.memory_budget_bytes = budget;
-    o.max_batch = 8;
-    o.partitions = PartitionMode::kExhaustive;
-    const HybridSearchResult r = Search(model, cluster, o);
-    ExpectSimulatorAgrees(r);
-    EXPECT_NEAR(r.simulated.throughput_samples_per_second, BestThroughput(all, budget), 1e-9 * BestThroughput(all, budget))
-        << "budget " << budget;
-  }
+  for (int64_t budget : {300 * kMiB, 600 * kMiB, 2000 * kMiB}) ExpectBruteForceBest(model, cluster, all, budget, std::nullopt, 8);
 }
 
 TEST(SearchHybridPlan, KiwiIsNeverSlowerThanAnotherMethod) {  // its space contains theirs
