@@ -111,7 +111,7 @@ def test_plan_errors_name_the_field(tmp_path):
     plan = parse_plan({"layers": [{"tp": 2, "dp": 2, "selective_recompute": True},
                                   {"tp": 2, "dp": 2, "checkpoint": True, "selective_recompute": True}],
                        "global_batch": 4}, "x.json")
-    assert [s.selective_split for s in plan.layers] == [True, False]
+    assert [s.recomputes_core for s in plan.layers] == [True, False]
     assert [s.name() for s in plan.layers] == ["TP2xDP2+SEL", "TP2xDP2+CKPT"]
     with pytest.raises(PlanError, match=r"x.json: layers\[0\].selective_recompute: must be true or false, got 'no'$"):
         parse_plan({"layers": [{"selective_recompute": "no"}]}, "x.json")

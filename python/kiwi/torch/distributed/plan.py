@@ -31,7 +31,7 @@ class LayerStrategy:
         return self.sequence_parallel and self.tp > 1
 
     @property
-    def selective_split(self) -> bool:
+    def recomputes_core(self) -> bool:
         """Selective recomputation in effect (plan::LayerStrategy::SelectiveRecompute): CKPT recomputes all."""
         return self.selective_recompute and not self.checkpoint
 
@@ -40,7 +40,7 @@ class LayerStrategy:
         dp = {0: f"DP{self.dp}", 1: f"ZeRO1-DP{self.dp}", 2: f"ZeRO2-DP{self.dp}", 3: f"SDP{self.dp}"}[self.zero_stage]
         tp = ("SP-" if self.sequence_parallel else "") + f"TP{self.tp}"
         parts = ([tp] if self.tp > 1 else []) + ([dp] if self.dp > 1 else [])
-        return ("x".join(parts) or "single") + ("+CKPT" if self.checkpoint else "+SEL" if self.selective_split else "")
+        return ("x".join(parts) or "single") + ("+CKPT" if self.checkpoint else "+SEL" if self.recomputes_core else "")
 
 
 @dataclasses.dataclass

@@ -45,7 +45,7 @@ class Unit:
             else:
                 grad_sync.register(list(self.params.values()), self.dp, self.unit_id)
         self.checkpoint = strategy.checkpoint and key not in ("embed", "head")
-        self.selective = strategy.selective_split and key not in ("embed", "head")
+        self.selective = strategy.recomputes_core and key not in ("embed", "head")
         # Megatron sequence parallelism: the replicated parameters' gradients are summed over TP, after
         # the last micro-batch (DP, ZeRO-1) or in every micro-batch's backward, before ZeRO-2/3's
         # reduce-scatter takes the gradients whole (cost/layer_cost.cpp sp_gradient_all_reduce_bytes)
