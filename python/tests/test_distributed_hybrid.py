@@ -115,6 +115,15 @@ def test_plan_errors_name_the_field(tmp_path):
     assert [s.name() for s in plan.layers] == ["TP2xDP2+SEL", "TP2xDP2+CKPT"]
     with pytest.raises(PlanError, match=r"x.json: layers\[0\].selective_recompute: must be true or false, got 'no'$"):
         parse_plan({"layers": [{"selective_recompute": "no"}]}, "x.json")
+    # interleaved 1F1B: read (pp x v chunks) and written back for kiwi simulate, refused by this runtime
+    plan = parse_plan({"layers": [{}] * 4, "pp_degree": 2, "virtual_stages": 2, "pp_partition": [1, 1, 1, 1],
+                       "global_batch": 2, "micro_batches": 2}, "x.json")
+    assert plan.virtual_stages == 2 and plan.to_kiwi_plan()["layer"]["virtual_stages"] == 2
+    assert "virtual_stages" not in parse_plan({"layers": [{}]}, "x.json").to_kiwi_plan()["layer"]
+    with pytest.raises(PlanError, match=r"^x.json: virtual_stages: 2 model chunks per stage \(interleaved 1F1B\)"):
+        plan.check_world(2)
+    with pytest.raises(PlanError, match=r"pp_partition: has 2 chunks, pp_degree 2 x virtual_stages 2 is 4$"):
+        parse_plan({"layers": [{}] * 4, "pp_degree": 2, "virtual_stages": 2, "pp_partition": [2, 2]}, "x.json")
 
 
 def test_fused_adam_matches_single_process_training(runs):

@@ -518,6 +518,20 @@ TEST(Cli, SimulateNamesThePlanFileAndField) {
     EXPECT_EQ(CountLines(r.err), 1) << r.err;
     EXPECT_NE(r.err.find(path + cases[i].second), std::string::npos) << r.err;
   }
+  // Interleaved 1F1B: the stages list their chunks' layers; micro-batches not a multiple of the stages
+  // are named (kiwi.torch.distributed does not run such plans; kiwi simulate prices them).
+  const std::string four = R"({"kiwi_plan_version": 1, "model": "gpt", "model_flags": {"layers": 4}, "cluster": "v100-nvlink-8",
+      "layer": {"layers": [{"dp": 4}, {"dp": 4}, {"dp": 4}, {"dp": 4}], "pp_degree": 2, "virtual_stages": 2,
+      "pp_partition": [1, 1, 1, 1], "global_batch": 16, )";
+  auto interleaved = RunKiwi("simulate " + WriteTemp("interleaved_plan.json", four + R"("micro_batches": 4}})"));
+  EXPECT_EQ(interleaved.exit_code, 0) << interleaved.err;
+  EXPECT_NE(interleaved.out.find("0-0,2-2"), std::string::npos) << interleaved.out;
+  EXPECT_NE(interleaved.out.find("1-1,3-3"), std::string::npos) << interleaved.out;
+  const std::string odd = WriteTemp("interleaved_odd_plan.json", four + R"("micro_batches": 1}})");
+  auto refused = RunKiwi("simulate " + odd);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_NE(refused.err.find(odd + ": layer.micro_batches: 1 is not a multiple of pp_degree 2"), std::string::npos)
+      << refused.err;
   // The same cluster name given as a flag is the flag's fault.
   auto flag = RunKiwi("simulate " + WriteTemp("flag_plan.json", head + layers + rest) + " --cluster v100");
   EXPECT_EQ(flag.exit_code, 2);

@@ -21,6 +21,36 @@ TEST(MicrobatchesInFlight, OneFOneBHoldsPpMinusStageGPipeHoldsAll) {
   EXPECT_EQ(MicrobatchesInFlight(PipelineSchedule::k1F1B, 4, 2, 3), 1);
 }
 
+// Megatron-LM's interleaved schedule: 2 (pp - s - 1) + (v - 1) pp warm-up forwards of one chunk each,
+// one more before the first backward. The first stage holds pp (1 + (pp - 1) / (pp v)) micro-batches
+// of its layers (Korthikanti et al. 2023 §4.2.3), i.e. v times that in chunk-micro-batches.
+TEST(MicrobatchesInFlight, InterleavedCountsChunksAsMegatronsWarmUp) {
+  for (int pp : {2, 4, 8})
+    for (int v : {2, 3, 4}) {
+      const int m = 4 * pp;
+      EXPECT_EQ(MicrobatchesInFlight(PipelineSchedule::k1F1B, pp, m, 0, v), pp * v + pp - 1) << pp << " " << v;
+      EXPECT_DOUBLE_EQ(MicrobatchesInFlight(PipelineSchedule::k1F1B, pp, m, 0, v) / static_cast<double>(v),
+                       pp * (1.0 + (pp - 1.0) / (pp * v)));
+      EXPECT_EQ(MicrobatchesInFlight(PipelineSchedule::k1F1B, pp, m, pp - 1, v), (v - 1) * pp + 1);
+    }
+  // 4 stages, 2 chunks, 8 micro-batches: stage s runs 2 (3 - s) + 4 warm-up forwards.
+  for (int s = 0; s < 4; ++s) EXPECT_EQ(MicrobatchesInFlight(PipelineSchedule::k1F1B, 4, 8, s, 2), 2 * (3 - s) + 5);
+  // Never more than the v m chunk-micro-batches there are; v = 1 is plain 1F1B.
+  EXPECT_EQ(MicrobatchesInFlight(PipelineSchedule::k1F1B, 4, 4, 0, 2), 8);
+  EXPECT_EQ(MicrobatchesInFlight(PipelineSchedule::k1F1B, 4, 8, 1, 1), 3);
+}
+
+TEST(StageMemory, ChunksAddStatesAndTakeTheLargestChunksActivations) {
+  const StageMemory stage = StageMemory::OfChunks({{100, 10, 7, 0}, {200, 30, 3, 50}, {300, 20, 5, 40}});
+  EXPECT_EQ(stage.model_states, 600);
+  EXPECT_EQ(stage.activations, 30);
+  EXPECT_EQ(stage.transient, 7);
+  EXPECT_EQ(stage.gathered, 50);
+  // One chunk is the stage itself.
+  const StageMemory one = StageMemory::OfChunks({{100, 10, 7, 1}});
+  EXPECT_EQ(one.PeakBytes(3), StageMemory({100, 10, 7, 1}).PeakBytes(3));
+}
+
 TEST(StageMemory, AddsStatesAndActivationsTakesTheLargestTransients) {
   StageMemory stage;
   stage += StageMemory{100, 10, 7, 0};
@@ -50,6 +80,24 @@ TEST(PipelineIterationSeconds, IsEquationEightWithTheOptimizerStep) {
   testing::ExpectSeconds(PipelineIterationSeconds(8, 3.0, sum, 0.4), 7 * 3.0 + sum + 0.4);
   // One micro-batch: the stages run one after another.
   testing::ExpectSeconds(PipelineIterationSeconds(1, 3.0, sum, 0.4), sum + 0.4);
+}
+
+// Narayanan et al. 2021 §2.2: with equal stages C the interleaved bubble is (pp - 1) C / v, a fraction
+// (pp - 1) / (v m) of the m C of useful work; v = 1 is Eq. 8.
+TEST(InterleavedIterationSeconds, ShrinksTheBubbleVFold) {
+  const double c = 2.0;
+  for (int pp : {2, 4, 8})
+    for (int v : {1, 2, 4})
+      for (int m : {pp, 4 * pp}) {
+        const double t = InterleavedIterationSeconds(m, v, c, pp * c, 0.0, 0.0);
+        EXPECT_NEAR((t - m * c) / (m * c), (pp - 1.0) / (v * m), 1e-12) << pp << " " << v << " " << m;
+      }
+  // Unequal stages with syncs and optimizer steps: v = 1 is PipelineIterationSeconds, the syncs are
+  // not divided.
+  const double stages = 1.0 + 3.0 + 2.0, syncs = 0.5 + 0.25;
+  testing::ExpectSeconds(InterleavedIterationSeconds(8, 1, 3.0, stages, syncs, 0.4),
+                         PipelineIterationSeconds(8, 3.0, stages + syncs, 0.4));
+  testing::ExpectSeconds(InterleavedIterationSeconds(8, 2, 3.0, stages, syncs, 0.4), 7.5 * 3.0 + stages / 2 + syncs + 0.4);
 }
 
 TEST(ReservedBytes, NegativeMeansNone) {

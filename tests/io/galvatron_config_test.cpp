@@ -99,6 +99,13 @@ TEST(GalvatronConfig, WritesZero2AndRefusesWhatGalvatronCannotExpress) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().message.find("layer 2 uses selective recomputation (TP2xSDP2+SEL)"), std::string::npos)
       << refused.error().message;
+  // Its pipelines run one chunk per stage: interleaved 1F1B is refused.
+  plan::LayerPlan interleaved = MixedPlan();
+  interleaved.virtual_stages = 2;
+  refused = WriteGalvatronConfig(interleaved);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("interleaves 2 model chunks per stage"), std::string::npos)
+      << refused.error().message;
 }
 
 TEST(GalvatronConfig, ReadsGalvatronsOwnFormat) {

@@ -41,6 +41,7 @@ void ExpectSamePlan(const plan::Plan& a, const plan::Plan& b) {
     EXPECT_EQ(a.layer->global_batch, b.layer->global_batch);
     EXPECT_EQ(a.layer->micro_batches, b.layer->micro_batches);
     EXPECT_EQ(a.layer->pipeline, b.layer->pipeline);
+    EXPECT_EQ(a.layer->virtual_stages, b.layer->virtual_stages);
   }
   EXPECT_EQ(a.claims.peak_memory_bytes, b.claims.peak_memory_bytes);
   EXPECT_EQ(a.claims.iteration_seconds, b.claims.iteration_seconds);
@@ -231,6 +232,37 @@ TEST(PlanJson, SelectiveRecomputationPerLayer) {
   EXPECT_EQ(back->layer->layers, p->layer->layers);
   ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [{"selective_recompute": "yes"}]}})", "plan.json"),
                  {"plan.json: layer.layers[0].selective_recompute:"});
+}
+
+// Interleaved 1F1B: "virtual_stages" (1 when absent, written only above 1) and a partition of
+// pp_degree x virtual_stages chunks; only on the 1F1B schedule, with more than one stage.
+TEST(PlanJson, InterleavedPipelineChunks) {
+  auto layer = [](const std::string& fields) {
+    return ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [{}, {}, {}, {}], "pp_degree": 2, )" + fields +
+                             "}}",
+                         "plan.json");
+  };
+  Result<plan::Plan> p = layer(R"("virtual_stages": 2, "pp_partition": [1, 1, 1, 1], "micro_batches": 2)");
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->layer->virtual_stages, 2);
+  EXPECT_EQ(p->layer->StageOfChunk(3), 1);
+  const std::string written = WritePlanJson(*p);
+  EXPECT_NE(written.find(R"("virtual_stages": 2)"), std::string::npos);
+  Result<plan::Plan> back = ParsePlanJson(written, "plan.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  ExpectSamePlan(*p, *back);
+  Result<plan::Plan> plain = layer(R"("pp_partition": [2, 2])");
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  EXPECT_EQ(plain->layer->virtual_stages, 1);
+  EXPECT_EQ(WritePlanJson(*plain).find("virtual_stages"), std::string::npos);
+  ExpectBadInput(layer(R"("virtual_stages": 2, "pp_partition": [2, 2])"),
+                 {"plan.json: layer.pp_partition: has 2 chunks, pp_degree 2 x virtual_stages 2 is 4"});
+  ExpectBadInput(layer(R"("virtual_stages": 0, "pp_partition": [2, 2])"),
+                 {"plan.json: layer.virtual_stages: must be an integer in [1, 2147483647]"});
+  ExpectBadInput(layer(R"("virtual_stages": 2, "pp_partition": [1, 1, 1, 1], "pipeline": "gpipe")"),
+                 {"plan.json: layer.virtual_stages: 2 model chunks per stage (interleaved 1F1B) need pipeline \"1f1b\""});
+  ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [{}, {}], "virtual_stages": 2}})", "plan.json"),
+                 {"plan.json: layer.virtual_stages: 2 model chunks per stage need pp_degree >= 2"});
 }
 
 TEST(PlanJson, VersionAndUnknownFields) {

@@ -698,6 +698,63 @@ TEST(SimulateLayerPlan, OneFOneBStageZeroNeverHoldsMoreThanMinPpMMicroBatches) {
   }
 }
 
+// Interleaved 1F1B, 2 stages x 2 chunks of one layer (stage 0: layers 0 and 2, stage 1: 1 and 3), on
+// two nodes of one device, 4 micro-batches of 2 samples: the same work per stage as [2, 2], more sends,
+// a bubble half as long, and Korthikanti's 1 + (pp - 1) / (pp v) more activations on the first stage.
+TEST(SimulateLayerPlan, InterleavedOneFOneBTwoStagesTwoChunks) {
+  const cost::Cluster cluster = TestCluster(2, 1);
+  LayerPlan plain = UniformPlan({.tp = 1, .dp = 1}, 8, 4);
+  plain.pp_degree = 2;
+  plain.pp_partition = {2, 2};
+  LayerPlan interleaved = plain;
+  interleaved.virtual_stages = 2;
+  interleaved.pp_partition = {1, 1, 1, 1};
+  const LayerSimResult r = Simulate(FourLayers(), interleaved, cluster);
+  ASSERT_EQ(r.stages.size(), 2u);
+  EXPECT_EQ(r.stages[0].layers, (std::vector<int>{0, 2}));
+  EXPECT_EQ(r.stages[1].layers, (std::vector<int>{1, 3}));
+  // Each stage: 2 layers x 2 samples x 3 ms, and three 2000-byte sends at 1e8 (stage 0: chunk 0
+  // forward, chunk 2 both ways; stage 1: chunk 1 both ways, chunk 3 backward).
+  const double c = 12e-3 + 3 * 20e-6;
+  EXPECT_NEAR(r.stages[0].microbatch_seconds, c, kEps);
+  EXPECT_NEAR(r.stages[1].microbatch_seconds, c, kEps);
+  // (m - 1/v) C + sum C / v = 4 C + (pp - 1) C / v.
+  EXPECT_NEAR(r.summary.iteration_seconds, 4 * c + c / 2, kEps);
+  EXPECT_NEAR(r.summary.time.total(), r.summary.iteration_seconds, kEps);
+  const double c_plain = 12e-3 + 20e-6;
+  EXPECT_NEAR(Simulate(FourLayers(), plain, cluster).summary.iteration_seconds, 4 * c_plain + c_plain, kEps);
+  // Stage 0 holds 2 (2 - 0 - 1) + 2 + 1 = 5 chunk-micro-batches of 20 kB, stage 1 3; plain 1F1B holds
+  // 2 and 1 micro-batches of 40 kB.
+  EXPECT_EQ(r.stages[0].peak_memory_bytes, 8'000'000 + 5 * 20'000);
+  EXPECT_EQ(r.stages[1].peak_memory_bytes, 8'000'000 + 3 * 20'000);
+  EXPECT_DOUBLE_EQ(5 * 20'000 / (2 * 40'000.0), 1.0 + (2 - 1) / (2.0 * 2));
+  // v sends per stage and micro-batch each way, but the pipeline's ends.
+  Result<PlanTraffic> traffic = LayerPlanTraffic(FourLayers(), interleaved, cluster);
+  ASSERT_TRUE(traffic.ok()) << traffic.error().message;
+  EXPECT_EQ(traffic->send_forward_bytes, (std::vector<int64_t>{4 * 2 * 2'000, 4 * 1 * 2'000}));
+  EXPECT_EQ(traffic->send_backward_bytes, (std::vector<int64_t>{4 * 1 * 2'000, 4 * 2 * 2'000}));
+}
+
+// The embeddings ride with the first chunk and the head with the last; a stage's in-flight
+// chunk-micro-batches are counted at its largest chunk's activations.
+TEST(SimulateLayerPlan, InterleavedStagesCountTheirLargestChunk) {
+  const cost::Cluster cluster = TestCluster(1, 2);
+  LayerModel model = FourLayers();
+  model.embedding.parameter_bytes = 500'000;
+  model.embedding.activation_bytes_per_sample = 2'000;
+  model.head.parameter_bytes = 300'000;
+  model.head.activation_bytes_per_sample = 1'000;
+  LayerPlan plan = UniformPlan({.tp = 1, .dp = 1}, 4, 2);
+  plan.pp_degree = 2;
+  plan.virtual_stages = 2;
+  plan.pp_partition = {1, 1, 1, 1};
+  const LayerSimResult r = Simulate(model, plan, cluster);
+  // 2 samples per micro-batch: stage 0's chunks hold 20 kB + 4 kB (embeddings) and 20 kB, 5 in flight
+  // (at most v m = 4 here); stage 1's 20 kB and 20 kB + 2 kB (head), 3 in flight.
+  EXPECT_EQ(r.stages[0].peak_memory_bytes, 8'000'000 + 2'000'000 + 4 * 24'000);
+  EXPECT_EQ(r.stages[1].peak_memory_bytes, 8'000'000 + 1'200'000 + 3 * 22'000);
+}
+
 void ExpectBadInput(const LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster,
                     const std::string& field) {
   Result<LayerSimResult> r = SimulateLayerPlan(model, plan, cluster, TestCostModel(cluster));
@@ -733,6 +790,28 @@ TEST(SimulateLayerPlan, RejectsPartitionsThatDoNotCoverTheLayers) {
   ExpectBadInput(FourLayers(), plan, cluster, "pp_partition");
   plan.pp_partition = {};
   ExpectBadInput(FourLayers(), plan, cluster, "pp_partition");
+}
+
+TEST(SimulateLayerPlan, RejectsInterleavingItCannotRun) {
+  const cost::Cluster cluster = TestCluster(1, 2);
+  LayerPlan plan = UniformPlan({.tp = 1, .dp = 1}, 8, 4);
+  plan.pp_degree = 2;
+  plan.virtual_stages = 2;
+  plan.pp_partition = {2, 2};
+  ExpectBadInput(FourLayers(), plan, cluster, "pp_partition: has 2 chunks, pp_degree 2 x virtual_stages 2 is 4");
+  plan.pp_partition = {1, 1, 1, 1};
+  plan.pipeline = plan::PipelineSchedule::kGPipe;
+  ExpectBadInput(FourLayers(), plan, cluster, "virtual_stages");
+  plan.pipeline = plan::PipelineSchedule::k1F1B;
+  plan.micro_batches = 1;  // not a multiple of the 2 stages
+  ExpectBadInput(FourLayers(), plan, cluster, "micro_batches: 1 is not a multiple of pp_degree 2");
+  plan.micro_batches = 4;
+  plan.virtual_stages = 0;
+  ExpectBadInput(FourLayers(), plan, cluster, "virtual_stages: must be at least 1");
+  LayerPlan single = UniformPlan({.tp = 1, .dp = 2}, 8, 4);
+  single.virtual_stages = 2;
+  single.pp_partition = {2, 2};
+  ExpectBadInput(FourLayers(), single, cluster, "pp_degree >= 2");
 }
 
 TEST(SimulateLayerPlan, RejectsBatchesThatDoNotDivide) {

@@ -5,9 +5,11 @@
 
 namespace kiwi::cost {
 
-int MicrobatchesInFlight(plan::PipelineSchedule schedule, int pp, int micro_batches, int stage) {
+int MicrobatchesInFlight(plan::PipelineSchedule schedule, int pp, int micro_batches, int stage, int virtual_stages) {
   if (schedule == plan::PipelineSchedule::kGPipe) return micro_batches;
-  return std::min(pp - stage, micro_batches);
+  if (virtual_stages <= 1) return std::min(pp - stage, micro_batches);
+  const int64_t warmup = 2 * int64_t{pp - stage - 1} + int64_t{virtual_stages - 1} * pp;
+  return static_cast<int>(std::min<int64_t>(warmup + 1, int64_t{virtual_stages} * micro_batches));
 }
 
 StageMemory& StageMemory::operator+=(const StageMemory& layer) {
@@ -18,11 +20,29 @@ StageMemory& StageMemory::operator+=(const StageMemory& layer) {
   return *this;
 }
 
+StageMemory StageMemory::OfChunks(const std::vector<StageMemory>& chunks) {
+  StageMemory stage;
+  for (const StageMemory& c : chunks) {
+    const int64_t largest = std::max(stage.activations, c.activations);
+    stage += c;
+    stage.activations = largest;
+  }
+  return stage;
+}
+
 int64_t ReservedBytes(const DeviceSpec& device) { return std::max<int64_t>(device.reserved_bytes, 0); }
 
 double PipelineIterationSeconds(int micro_batches, double slowest_microbatch_seconds, double sum_of_stages_seconds,
                                 double slowest_optimizer_seconds) {
   return (micro_batches - 1) * slowest_microbatch_seconds + sum_of_stages_seconds + slowest_optimizer_seconds;
+}
+
+double InterleavedIterationSeconds(int micro_batches, int virtual_stages, double slowest_microbatch_seconds,
+                                   double sum_of_stages_seconds, double sum_of_syncs_seconds,
+                                   double slowest_optimizer_seconds) {
+  const double v = virtual_stages;
+  return (micro_batches - 1.0 / v) * slowest_microbatch_seconds + sum_of_stages_seconds / v + sum_of_syncs_seconds +
+         slowest_optimizer_seconds;
 }
 
 }  // namespace kiwi::cost

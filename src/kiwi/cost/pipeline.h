@@ -6,6 +6,7 @@
 //   StageMemory m;  m += layer_terms...;  int64_t peak = m.PeakBytes(MicrobatchesInFlight(k1F1B, 4, 8, s));
 //   double t = PipelineIterationSeconds(8, slowest_microbatch, sum_of_stages, slowest_optimizer_step);
 #include <cstdint>
+#include <vector>
 
 #include "kiwi/cost/cluster.h"
 #include "kiwi/plan/plan.h"
@@ -14,7 +15,12 @@ namespace kiwi::cost {
 
 // Micro-batches whose activations stage `stage` of `pp` holds at once: 1F1B-flush starts a stage's
 // first backward after pp - stage forwards (Narayanan et al. 2021); GPipe runs every forward first.
-int MicrobatchesInFlight(plan::PipelineSchedule schedule, int pp, int micro_batches, int stage);
+// Interleaved 1F1B (virtual_stages v > 1: the stage runs v model chunks) counts chunk-micro-batches
+// (one chunk's activations of one micro-batch): Megatron-LM's schedule runs 2 (pp - stage - 1) +
+// (v - 1) pp warm-up forwards, then holds one more before its first backward, at most the v m there
+// are (Narayanan et al. 2021 §2.2; Korthikanti et al. 2023 §4.2.3: the first stage holds
+// pp (1 + (pp - 1) / (pp v)) micro-batches of its layers).
+int MicrobatchesInFlight(plan::PipelineSchedule schedule, int pp, int micro_batches, int stage, int virtual_stages = 1);
 
 // Galvatron-BMW Eq. 1 for one stage on one device, kept as its terms so layers add one at a time:
 // model states and the activations of each micro-batch in flight add up; a backward pass's transient
@@ -27,6 +33,10 @@ struct StageMemory {
   int64_t gathered = 0;      // the largest whole (TP-shard) parameters or gradient a ZeRO-3 / ZeRO-2 layer holds
 
   StageMemory& operator+=(const StageMemory& layer);
+  // A stage's v model chunks (interleaved 1F1B): their model states add up, the activations term is
+  // the largest chunk's (each in-flight unit is one chunk's micro-batch: exact when the chunks hold
+  // equal activations, an upper bound otherwise), transients are maxima as across layers.
+  static StageMemory OfChunks(const std::vector<StageMemory>& chunks);
   // What grows with every layer: model states + `in_flight` micro-batches' activations.
   int64_t AdditiveBytes(int in_flight) const { return model_states + static_cast<int64_t>(in_flight) * activations; }
   int64_t PeakBytes(int in_flight) const { return StagePeakBytes(AdditiveBytes(in_flight), transient, gathered); }
@@ -45,5 +55,13 @@ int64_t ReservedBytes(const DeviceSpec& device);
 // after the flush (+ max_s O_s). Linear in its terms, so time buckets can each be passed through it.
 double PipelineIterationSeconds(int micro_batches, double slowest_microbatch_seconds, double sum_of_stages_seconds,
                                 double slowest_optimizer_seconds);
+
+// Eq. 8 for interleaved 1F1B with v chunks per stage: the fill and drain pass through chunks of 1/v of
+// a stage's work, so the bubble (sum_s C_s - max_s C_s) shrinks v-fold (Narayanan et al. 2021 §2.2:
+// bubble fraction (pp - 1) / (v m) with equal stages):
+// (m - 1/v) max_s C_s + sum_s C_s / v + sum_s G_s + max_s O_s. With v = 1 it is Eq. 8.
+double InterleavedIterationSeconds(int micro_batches, int virtual_stages, double slowest_microbatch_seconds,
+                                   double sum_of_stages_seconds, double sum_of_syncs_seconds,
+                                   double slowest_optimizer_seconds);
 
 }  // namespace kiwi::cost

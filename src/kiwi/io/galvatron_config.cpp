@@ -186,6 +186,10 @@ Result<std::string> DefaultDpType(const plan::LayerPlan& plan) {
 }  // namespace
 
 Result<std::string> WriteGalvatronConfig(const plan::LayerPlan& plan) {
+  if (plan.virtual_stages > 1)  // its pipelines are GPipe and PipeDream-flush, one chunk per stage
+    return BadInput(fmt::format("the plan interleaves {} model chunks per stage (interleaved 1F1B), which Galvatron's "
+                                "config cannot express (its pipeline_type is gpipe or pipedream_flush)",
+                                plan.virtual_stages));
   Result<std::string> default_dp_type = DefaultDpType(plan);
   if (!default_dp_type) return default_dp_type.error();
   OrderedJson j;

@@ -20,7 +20,8 @@ namespace kiwi::io {
 // Galvatron's zero2 is kiwi's ZeRO-1 under gradient accumulation (by default Galvatron reduce-scatters
 // only after the last backward pass, keeping whole gradients) and ZeRO-2 with one micro-batch.
 // Errors (kBadInput) name the first layer Galvatron cannot express: the other of ZeRO-1/2, or plain DP
-// beside it in one plan (Galvatron has one default data-parallel type beside per-layer ZeRO-3).
+// beside it in one plan (Galvatron has one default data-parallel type beside per-layer ZeRO-3), or an
+// interleaved 1F1B plan.
 Result<std::string> WriteGalvatronConfig(const plan::LayerPlan& plan);
 
 // Reads a config for `num_devices` devices. Errors (kBadInput) name the field: lists of different

@@ -157,6 +157,10 @@ Status ReadPipeline(const Json& layer, const JsonPath& at, plan::LayerPlan& p) {
   Result<int64_t> pp = IntFieldOr(layer, at, "pp_degree", 1, kDegreeRange);
   if (!pp) return pp.error();
   p.pp_degree = static_cast<int>(*pp);
+  Result<int64_t> virtual_stages = IntFieldOr(layer, at, "virtual_stages", 1, kDegreeRange);
+  if (!virtual_stages) return virtual_stages.error();
+  p.virtual_stages = static_cast<int>(*virtual_stages);
+  const int64_t chunks = p.pp_degree * *virtual_stages;
   if (const Json* list = FindField(layer, "pp_partition")) {
     if (!list->is_array()) return at.BadKey("pp_partition", "must be a list of layer counts");
     int64_t total = 0;
@@ -166,8 +170,11 @@ Status ReadPipeline(const Json& layer, const JsonPath& at, plan::LayerPlan& p) {
       total += *n;
       p.pp_partition.push_back(static_cast<int>(*n));
     }
-    if (!p.pp_partition.empty() && static_cast<int64_t>(p.pp_partition.size()) != p.pp_degree)
+    if (!p.pp_partition.empty() && p.virtual_stages == 1 && static_cast<int64_t>(p.pp_partition.size()) != p.pp_degree)
       return at.BadKey("pp_partition", fmt::format("has {} stages, pp_degree is {}", p.pp_partition.size(), p.pp_degree));
+    if (!p.pp_partition.empty() && p.virtual_stages > 1 && static_cast<int64_t>(p.pp_partition.size()) != chunks)
+      return at.BadKey("pp_partition", fmt::format("has {} chunks, pp_degree {} x virtual_stages {} is {}",
+                                                   p.pp_partition.size(), p.pp_degree, p.virtual_stages, chunks));
     if (!p.pp_partition.empty() && total != static_cast<int64_t>(p.layers.size()))
       return at.BadKey("pp_partition", fmt::format("sums to {} layers, the plan has {}", total, p.layers.size()));
   }
@@ -175,13 +182,18 @@ Status ReadPipeline(const Json& layer, const JsonPath& at, plan::LayerPlan& p) {
   if (!pipeline) return pipeline.error();
   if (*pipeline != "1f1b" && *pipeline != "gpipe") return at.BadKey("pipeline", "must be \"1f1b\" or \"gpipe\"");
   p.pipeline = *pipeline == "gpipe" ? plan::PipelineSchedule::kGPipe : plan::PipelineSchedule::k1F1B;
+  if (p.virtual_stages > 1 && p.pipeline != plan::PipelineSchedule::k1F1B)
+    return at.BadKey("virtual_stages", fmt::format("{} model chunks per stage (interleaved 1F1B) need pipeline \"1f1b\"",
+                                                   p.virtual_stages));
+  if (p.virtual_stages > 1 && p.pp_degree < 2)
+    return at.BadKey("virtual_stages", fmt::format("{} model chunks per stage need pp_degree >= 2", p.virtual_stages));
   return Status::Ok();
 }
 
 Result<plan::LayerPlan> ReadLayerPlan(const Json& layer, const JsonPath& at) {
   KIWI_RETURN_IF_ERROR(CheckObject(layer, at));
   KIWI_RETURN_IF_ERROR(CheckKnownKeys(
-      layer, at, {"layers", "pp_degree", "pp_partition", "global_batch", "micro_batches", "pipeline"}));
+      layer, at, {"layers", "pp_degree", "pp_partition", "global_batch", "micro_batches", "pipeline", "virtual_stages"}));
   plan::LayerPlan p;
   Result<const Json*> layers = ArrayField(layer, at, "layers");
   if (!layers) return layers.error();
@@ -347,6 +359,7 @@ OrderedJson LayerJson(const plan::LayerPlan& lp) {
   j["global_batch"] = lp.global_batch;
   j["micro_batches"] = lp.micro_batches;
   j["pipeline"] = lp.pipeline == plan::PipelineSchedule::kGPipe ? "gpipe" : "1f1b";
+  if (lp.virtual_stages != 1) j["virtual_stages"] = lp.virtual_stages;  // interleaved 1F1B only
   return j;
 }
 

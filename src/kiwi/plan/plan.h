@@ -83,10 +83,16 @@ enum class PipelineSchedule : uint8_t { k1F1B, kGPipe };
 struct LayerPlan {
   std::vector<LayerStrategy> layers;  // one per model layer
   int pp_degree = 1;
-  std::vector<int> pp_partition;      // layers per stage; sums to layers.size(); empty = one stage
+  // Layers per stage; sums to layers.size(); empty = one stage. With virtual_stages v > 1: layers per
+  // model chunk, pp_degree x v of them in model order, chunk c on stage c % pp_degree (Megatron-LM).
+  std::vector<int> pp_partition;
   int64_t global_batch = 1;
   int micro_batches = 1;
   PipelineSchedule pipeline = PipelineSchedule::k1F1B;
+  // Model chunks per stage: v > 1 is interleaved 1F1B (Narayanan et al. 2021 §2.2), 1F1B only.
+  int virtual_stages = 1;
+  // The stage that runs chunk (or, with v = 1, stage) `chunk` of pp_partition.
+  int StageOfChunk(int chunk) const { return chunk % pp_degree; }
 };
 
 // What a solver claims the plan achieves; tests compare it with the simulator's answer.

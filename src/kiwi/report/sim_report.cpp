@@ -33,6 +33,18 @@ std::string BudgetText(int64_t peak, const SimReportOptions& o) {
                      peak <= *o.memory_budget ? "fits" : "DOES NOT FIT");
 }
 
+// "0-5", or "0-5,48-53" for an interleaved stage's chunks.
+std::string LayerRanges(const std::vector<int>& layers) {
+  std::string out;
+  for (size_t i = 0; i < layers.size();) {
+    size_t j = i;
+    while (j + 1 < layers.size() && layers[j + 1] == layers[j] + 1) ++j;
+    out += fmt::format("{}{}-{}", out.empty() ? "" : ",", layers[i], layers[j]);
+    i = j + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json ToJson(const sim::SimResult& r, const SimReportOptions& o) {
@@ -89,7 +101,7 @@ std::string ToText(const sim::LayerSimResult& r, const SimReportOptions& o) {
   Table t({"stage", "layers", "peak memory", "micro-batch time", "grad sync"});
   for (size_t i = 0; i < r.stages.size(); ++i) {
     const sim::StageResult& s = r.stages[i];
-    const std::string layers = s.layers.empty() ? "-" : fmt::format("{}-{}", s.layers.front(), s.layers.back());
+    const std::string layers = s.layers.empty() ? "-" : LayerRanges(s.layers);
     t.AddRow({std::to_string(i), layers, FormatBytes(s.peak_memory_bytes), FormatSeconds(s.microbatch_seconds),
               FormatSeconds(s.gradient_sync_seconds)});
   }

@@ -12,7 +12,8 @@
 //    pass and slowed down by the overlap factor (§V), so only its unhidden part counts (the SDP
 //    reduce-scatter is overlapped the same way, in every micro-batch).
 // The iteration time is Eq. 8 and the memory of a stage follows Eq. 1 with 1F1B/GPipe micro-batches
-// in flight (cost/pipeline.h).
+// in flight (cost/pipeline.h); interleaved 1F1B (virtual_stages v > 1) runs v model chunks per stage,
+// each sending its boundary activations, with the bubble shrunk v-fold.
 #include "kiwi/sim/layer_simulator.h"
 
 #include <fmt/format.h>
@@ -28,11 +29,36 @@ namespace {
 using plan::LayerPlan;
 using plan::LayerStrategy;
 
-// Stage s holds layers [first, first + count).
+// A stage's layers [first, first + count), or with interleaved 1F1B one of its model chunks'.
 struct StageSpan {
   int first = 0;
   int count = 0;
 };
+
+// The chunks of stage s in model order (one without interleaving).
+std::vector<StageSpan> ChunksOf(const LayerPlan& plan, const std::vector<StageSpan>& chunks, int s) {
+  std::vector<StageSpan> out;
+  for (int c = s; c < static_cast<int>(chunks.size()); c += plan.pp_degree) out.push_back(chunks[static_cast<size_t>(c)]);
+  return out;
+}
+
+// Interleaved 1F1B as Megatron-LM runs it: v chunks per stage on the 1F1B schedule, micro-batches in
+// groups of pp (its schedule's condition).
+Status CheckInterleaving(const LayerPlan& plan) {
+  const int v = plan.virtual_stages;
+  if (v < 1) return BadInput(fmt::format("layer plan: virtual_stages: must be at least 1, got {}", v));
+  if (v == 1) return Status::Ok();
+  if (plan.pipeline != plan::PipelineSchedule::k1F1B)
+    return BadInput(fmt::format("layer plan: virtual_stages: {} model chunks per stage need the 1f1b schedule "
+                                "(interleaved 1F1B), the plan's pipeline is gpipe", v));
+  if (plan.pp_degree < 2)
+    return BadInput(fmt::format("layer plan: virtual_stages: {} model chunks per stage need pp_degree >= 2, got {}", v,
+                                plan.pp_degree));
+  if (plan.micro_batches % plan.pp_degree != 0)
+    return BadInput(fmt::format("layer plan: micro_batches: {} is not a multiple of pp_degree {}, which interleaved "
+                                "1F1B needs (virtual_stages {})", plan.micro_batches, plan.pp_degree, v));
+  return Status::Ok();
+}
 
 Status CheckDegrees(const cost::LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster) {
   if (model.layers.empty()) return BadInput(fmt::format("layer model {}: has no layers", model.name));
@@ -52,14 +78,20 @@ Status CheckDegrees(const cost::LayerModel& model, const LayerPlan& plan, const 
   return Status::Ok();
 }
 
+// The stages' layers, or with interleaved 1F1B the chunks' (pp_degree x virtual_stages, in model order).
 Result<std::vector<StageSpan>> CheckPartition(const LayerPlan& plan) {
   const int num_layers = static_cast<int>(plan.layers.size());
+  KIWI_RETURN_IF_ERROR(CheckInterleaving(plan));
   if (plan.pp_partition.empty()) {
     if (plan.pp_degree != 1)
       return BadInput(fmt::format("layer plan: pp_partition: empty, but pp_degree is {}", plan.pp_degree));
     return std::vector<StageSpan>{{0, num_layers}};
   }
-  if (static_cast<int>(plan.pp_partition.size()) != plan.pp_degree)
+  if (plan.virtual_stages > 1 && static_cast<int>(plan.pp_partition.size()) != plan.pp_degree * plan.virtual_stages)
+    return BadInput(fmt::format("layer plan: pp_partition: has {} chunks, pp_degree {} x virtual_stages {} is {}",
+                                plan.pp_partition.size(), plan.pp_degree, plan.virtual_stages,
+                                plan.pp_degree * plan.virtual_stages));
+  if (plan.virtual_stages == 1 && static_cast<int>(plan.pp_partition.size()) != plan.pp_degree)
     return BadInput(fmt::format("layer plan: pp_partition: has {} stages, pp_degree is {}", plan.pp_partition.size(),
                                 plan.pp_degree));
   std::vector<StageSpan> stages;
@@ -112,7 +144,8 @@ Result<std::vector<cost::PlacedLayer>> PlaceLayers(const cost::LayerModel& model
   return placed;
 }
 
-// A plan checked against the model and cluster: its stages and every layer on its stage mesh.
+// A plan checked against the model and cluster: its stages' (or chunks') layers and every layer on its
+// stage mesh.
 struct CheckedPlan {
   std::vector<StageSpan> stages;
   std::vector<cost::PlacedLayer> placed;
@@ -128,71 +161,82 @@ Result<CheckedPlan> CheckAndPlace(const cost::LayerModel& model, const LayerPlan
   return CheckedPlan{*std::move(stages), *std::move(placed)};
 }
 
-// Per-micro-batch costs and peak memory of stage s.
+// Per-micro-batch costs and peak memory of stage s, over its chunks (`chunks`: every stage's or chunk's
+// span in model order). The embeddings ride with the first chunk, the head with the last.
 Result<cost::StageCost> CostStage(const cost::LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster,
                             const cost::CostModel& cost_model, const std::vector<cost::PlacedLayer>& placed,
-                            const std::vector<StageSpan>& stages, int s) {
-  const StageSpan span = stages[static_cast<size_t>(s)];
-  std::vector<const cost::PlacedLayer*> layers;
-  cost::PlacedLayer embedding, head;
-  if (s == 0 && !IsEmpty(model.embedding)) {
-    embedding = PlaceOther(model.embedding, placed.front());
-    layers.push_back(&embedding);
-  }
-  for (int i = span.first; i < span.first + span.count; ++i) layers.push_back(&placed[static_cast<size_t>(i)]);
-  if (s + 1 == plan.pp_degree && !IsEmpty(model.head)) {
-    head = PlaceOther(model.head, placed.back());
-    layers.push_back(&head);
-  }
-
+                            const std::vector<StageSpan>& chunks, int s) {
+  const int last_chunk = static_cast<int>(chunks.size()) - 1;
   cost::StageCost c;
-  const int in_flight = cost::MicrobatchesInFlight(plan.pipeline, plan.pp_degree, plan.micro_batches, s);
-  c.peak_memory_bytes = cost::StagePeakMemory(layers, in_flight, model) + cost::ReservedBytes(cluster.device);
-  for (const cost::PlacedLayer* layer : layers) {
-    cost::AddLayerCost(*layer, cost_model, c);
-    c.optimizer += cost::OptimizerSeconds(*layer, model, cost_model);
-    c.parameter_gather += cost::ParameterGatherSeconds(*layer, cost_model);
+  std::vector<cost::StageMemory> chunk_memory;
+  cost::PlacedLayer embedding, head;
+  for (int k = s; k <= last_chunk; k += plan.pp_degree) {
+    const StageSpan span = chunks[static_cast<size_t>(k)];
+    std::vector<const cost::PlacedLayer*> layers;
+    if (k == 0 && !IsEmpty(model.embedding)) {
+      embedding = PlaceOther(model.embedding, placed.front());
+      layers.push_back(&embedding);
+    }
+    for (int i = span.first; i < span.first + span.count; ++i) layers.push_back(&placed[static_cast<size_t>(i)]);
+    if (k == last_chunk && !IsEmpty(model.head)) {
+      head = PlaceOther(model.head, placed.back());
+      layers.push_back(&head);
+    }
+    cost::StageMemory memory;
+    for (const cost::PlacedLayer* layer : layers) {
+      memory += cost::LayerMemory(*layer, model);
+      cost::AddLayerCost(*layer, cost_model, c);
+      c.optimizer += cost::OptimizerSeconds(*layer, model, cost_model);
+      c.parameter_gather += cost::ParameterGatherSeconds(*layer, cost_model);
+    }
+    chunk_memory.push_back(memory);
+    for (int i = std::max(span.first, 1); i < span.first + span.count; ++i) {
+      Result<double> reshard = cost::SliceGatherSeconds(placed[static_cast<size_t>(i) - 1], placed[static_cast<size_t>(i)],
+                                                        cluster, cost_model);
+      if (!reshard) return reshard.error();
+      c.resharding += *reshard;
+    }
+    // Boundary activations: the chunk sends its output forward and its input gradient backward.
+    if (k < last_chunk)
+      c.communication += cost::PointToPointSeconds(placed[static_cast<size_t>(span.first + span.count) - 1], cost_model);
+    if (k > 0) c.communication += cost::PointToPointSeconds(placed[static_cast<size_t>(span.first) - 1], cost_model);
   }
-  for (int i = std::max(span.first, 1); i < span.first + span.count; ++i) {
-    Result<double> reshard =
-        cost::SliceGatherSeconds(placed[static_cast<size_t>(i) - 1], placed[static_cast<size_t>(i)], cluster, cost_model);
-    if (!reshard) return reshard.error();
-    c.resharding += *reshard;
-  }
-  // Boundary activations: stage s sends its output forward and its input gradient backward.
-  if (s + 1 < plan.pp_degree)
-    c.communication += cost::PointToPointSeconds(placed[static_cast<size_t>(span.first + span.count) - 1], cost_model);
-  if (s > 0) c.communication += cost::PointToPointSeconds(placed[static_cast<size_t>(span.first) - 1], cost_model);
+  const int in_flight =
+      cost::MicrobatchesInFlight(plan.pipeline, plan.pp_degree, plan.micro_batches, s, plan.virtual_stages);
+  c.peak_memory_bytes = cost::StageMemory::OfChunks(chunk_memory).PeakBytes(in_flight) + cost::ReservedBytes(cluster.device);
   return c;
 }
 
-// Galvatron-BMW Eq. 8 with the optimizer step (cost::PipelineIterationSeconds), applied to each time
-// bucket: the slowest stage's micro-batch (without its gradient sync) m - 1 more times, every stage's
-// micro-batch and unhidden sync once, the slowest optimizer step once. Eq. 8 is linear in its terms,
-// so the buckets add up to the iteration time.
+// Galvatron-BMW Eq. 8 with the optimizer step (cost::InterleavedIterationSeconds, v = 1 without
+// interleaving), applied to each time bucket: the slowest stage's micro-batch (without its gradient
+// sync) m - 1/v more times, every stage's micro-batch 1/v times and unhidden sync once, the slowest
+// optimizer step once. Linear in its terms, so the buckets add up to the iteration time.
 void FillPipelineTime(const LayerPlan& plan, const std::vector<cost::StageCost>& costs, LayerSimResult& result) {
   size_t slowest = 0;
   for (size_t s = 1; s < costs.size(); ++s)
     if (costs[s].MicrobatchSeconds() > costs[slowest].MicrobatchSeconds()) slowest = s;
   cost::StageCost sum;
+  double syncs = 0.0;
   size_t last_to_step = 0;  // the stage whose optimizer step and ZeRO-1/2 parameter gather end last
   for (size_t s = 0; s < costs.size(); ++s) {
     const cost::StageCost& c = costs[s];
     sum.compute += c.compute;
     sum.recompute += c.recompute;
-    sum.communication += c.communication + c.gradient_sync;
+    sum.communication += c.communication;
+    syncs += c.gradient_sync;
     sum.resharding += c.resharding;
     const cost::StageCost& l = costs[last_to_step];
     if (c.optimizer + c.parameter_gather > l.optimizer + l.parameter_gather) last_to_step = s;
   }
-  const int m = plan.micro_batches;
+  const int m = plan.micro_batches, v = plan.virtual_stages;
   const cost::StageCost& top = costs[slowest];
   const cost::StageCost& step = costs[last_to_step];
   TimeBreakdown& t = result.summary.time;
-  t.compute = cost::PipelineIterationSeconds(m, top.compute, sum.compute, step.optimizer);
-  t.recompute = cost::PipelineIterationSeconds(m, top.recompute, sum.recompute, 0.0);
-  t.communication = cost::PipelineIterationSeconds(m, top.communication, sum.communication, step.parameter_gather);
-  t.resharding = cost::PipelineIterationSeconds(m, top.resharding, sum.resharding, 0.0);
+  t.compute = cost::InterleavedIterationSeconds(m, v, top.compute, sum.compute, 0.0, step.optimizer);
+  t.recompute = cost::InterleavedIterationSeconds(m, v, top.recompute, sum.recompute, 0.0, 0.0);
+  t.communication =
+      cost::InterleavedIterationSeconds(m, v, top.communication, sum.communication, syncs, step.parameter_gather);
+  t.resharding = cost::InterleavedIterationSeconds(m, v, top.resharding, sum.resharding, 0.0, 0.0);
   result.summary.iteration_seconds = t.total();
   result.throughput_samples_per_second = static_cast<double>(plan.global_batch) / result.summary.iteration_seconds;
 }
@@ -222,8 +266,8 @@ Result<LayerSimResult> SimulateLayerPlan(const cost::LayerModel& model, const La
     if (!cost) return cost.error();
     costs.push_back(*cost);
     StageResult stage;
-    const StageSpan span = stages[static_cast<size_t>(s)];
-    for (int i = span.first; i < span.first + span.count; ++i) stage.layers.push_back(i);
+    for (const StageSpan& span : ChunksOf(plan, stages, s))
+      for (int i = span.first; i < span.first + span.count; ++i) stage.layers.push_back(i);
     stage.peak_memory_bytes = cost->peak_memory_bytes;
     stage.microbatch_seconds = cost->MicrobatchSeconds();
     stage.gradient_sync_seconds = cost->gradient_sync;
@@ -276,12 +320,15 @@ Result<PlanTraffic> LayerPlanTraffic(const cost::LayerModel& model, const LayerP
   // as CostStage places them: the first layer's strategy, the last layer's; never checkpointed
   if (!IsEmpty(model.embedding)) traffic.embedding = TrafficOf(PlaceOther(model.embedding, placed.front()), m);
   if (!IsEmpty(model.head)) traffic.head = TrafficOf(PlaceOther(model.head, placed.back()), m);
-  for (const StageSpan& span : stages) {
-    const bool last = span.first + span.count == static_cast<int>(placed.size());
-    traffic.send_forward_bytes.push_back(
-        last ? 0 : m * cost::PointToPointBytes(placed[static_cast<size_t>(span.first + span.count - 1)]));
-    traffic.send_backward_bytes.push_back(
-        span.first == 0 ? 0 : m * cost::PointToPointBytes(placed[static_cast<size_t>(span.first - 1)]));
+  for (int s = 0; s < plan.pp_degree; ++s) {
+    int64_t forward = 0, backward = 0;
+    for (const StageSpan& span : ChunksOf(plan, stages, s)) {
+      const bool last = span.first + span.count == static_cast<int>(placed.size());
+      if (!last) forward += m * cost::PointToPointBytes(placed[static_cast<size_t>(span.first + span.count - 1)]);
+      if (span.first > 0) backward += m * cost::PointToPointBytes(placed[static_cast<size_t>(span.first - 1)]);
+    }
+    traffic.send_forward_bytes.push_back(forward);
+    traffic.send_backward_bytes.push_back(backward);
   }
   return traffic;
 }

@@ -50,13 +50,19 @@ struct LayerSimResult {
 //    layer with its backward (+ recomputation) through CostModel::OverlappedTime; only the excess
 //    over that compute counts.
 //  - iteration = (m - 1) max_s C_s + sum_s (C_s + G_s) + max_s O_s (Eq. 8 with the optimizer step O_s,
-//    cost::PipelineIterationSeconds, for 1F1B and GPipe alike); the time
-//    buckets use the same decomposition (G_s goes to communication) and add up to it.
+//    for 1F1B and GPipe alike); the time buckets use the same decomposition (G_s goes to
+//    communication) and add up to it.
+//  - interleaved 1F1B (virtual_stages v > 1; pp_partition lists pp x v chunks, chunk c on stage
+//    c % pp): a stage's C_s covers all its chunks, each sending and receiving its boundary; the
+//    iteration is (m - 1/v) max_s C_s + sum_s C_s / v + sum_s G_s + max_s O_s
+//    (cost::InterleavedIterationSeconds); memory counts chunk-micro-batches in flight times the
+//    stage's largest chunk's activations (cost::MicrobatchesInFlight, StageMemory::OfChunks).
 //  - every stage's peak adds the device's reserve (cost::ReservedBytes).
 //  - summary.peak_memory_per_device[d] is the peak of d's stage (d / devices per stage); timeline is
 //    empty and recomputations counts checkpointed layer forwards run again (layers * micro-batches).
 // Errors (kBadInput): degrees that do not multiply to the devices of a stage, a partition that does
-// not cover the layers, a batch not divisible into micro-batches and DP shards, a strategy count
+// not cover the layers or has not pp x v entries, interleaving without 1F1B, pp >= 2 and micro-batches
+// a multiple of pp, a batch not divisible into micro-batches and DP shards, a strategy count
 // that differs from the model's layers.
 Result<LayerSimResult> SimulateLayerPlan(const cost::LayerModel& model, const plan::LayerPlan& plan,
                                          const cost::Cluster& cluster, const cost::CostModel& cost_model);

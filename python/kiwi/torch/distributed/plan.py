@@ -51,6 +51,7 @@ class HybridPlan:
     global_batch: int = 1
     micro_batches: int = 1
     pipeline: str = "1f1b"
+    virtual_stages: int = 1                # > 1: interleaved 1F1B, pp_partition lists pp x v chunks
     source: str = "plan"
     model: Optional[str] = None            # model preset (kiwi plan JSON only)
     model_flags: Dict[str, Any] = dataclasses.field(default_factory=dict)
@@ -73,6 +74,10 @@ class HybridPlan:
 
     def check_world(self, world: int) -> None:
         """Errors when the plan does not fit `world` processes (every layer: tp * dp = world / pp)."""
+        if self.virtual_stages > 1:
+            raise PlanError(f"{self.source}: virtual_stages: {self.virtual_stages} model chunks per stage (interleaved "
+                            "1F1B); this runtime runs one chunk per stage (1f1b, gpipe): `kiwi simulate --plan` "
+                            "prices the plan")
         if world % self.pp_degree != 0:
             raise PlanError(f"{self.source}: pp_degree: {self.pp_degree} does not divide the {world} processes")
         per_stage = world // self.pp_degree
@@ -94,7 +99,8 @@ class HybridPlan:
                 "cluster": self.cluster or "",
                 "layer": {"layers": [dataclasses.asdict(s) for s in self.layers], "pp_degree": self.pp_degree,
                           "pp_partition": self.pp_partition, "global_batch": self.global_batch,
-                          "micro_batches": self.micro_batches, "pipeline": self.pipeline}}
+                          "micro_batches": self.micro_batches, "pipeline": self.pipeline,
+                          **({"virtual_stages": self.virtual_stages} if self.virtual_stages > 1 else {})}}
 
 
 def _int(obj: Dict[str, Any], key: str, where: str, default: Optional[int] = None) -> int:
@@ -173,6 +179,7 @@ def _parse(obj: Dict[str, Any], source: str) -> HybridPlan:
     plan.global_batch = _int(layer, "global_batch", where, 1)
     plan.micro_batches = _int(layer, "micro_batches", where, 1)
     plan.pipeline = layer.get("pipeline", "1f1b")
+    plan.virtual_stages = _int(layer, "virtual_stages", where, 1)
     if plan.pipeline not in ("1f1b", "gpipe"):
         raise PlanError(f"{where + '.' if where else ''}pipeline: must be \"1f1b\" or \"gpipe\", got {plan.pipeline!r}")
     _partition(plan, layer.get("pp_partition", []), where)
@@ -192,7 +199,10 @@ def _partition(plan: HybridPlan, part: Any, where: str) -> None:
             raise PlanError(f"{field}: empty, but pp_degree is {plan.pp_degree}")
     if not isinstance(part, list) or any(isinstance(c, bool) or not isinstance(c, int) or c < 1 for c in part):
         raise PlanError(f"{field}: must be an array of integers >= 1, got {part!r}")
-    if len(part) != plan.pp_degree:
+    if plan.virtual_stages > 1 and len(part) != plan.pp_degree * plan.virtual_stages:
+        raise PlanError(f"{field}: has {len(part)} chunks, pp_degree {plan.pp_degree} x virtual_stages "
+                        f"{plan.virtual_stages} is {plan.pp_degree * plan.virtual_stages}")
+    if plan.virtual_stages == 1 and len(part) != plan.pp_degree:
         raise PlanError(f"{field}: has {len(part)} stages, pp_degree is {plan.pp_degree}")
     if sum(part) != len(plan.layers):
         raise PlanError(f"{field}: covers {sum(part)} layers, the plan has {len(plan.layers)}")
