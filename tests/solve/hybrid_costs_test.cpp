@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <numeric>
+#include <optional>
 #include <random>
 
 #include "hybrid_test_util.h"
@@ -37,20 +39,26 @@ TEST(CostTables, LeaveOutStrategiesWhoseDpDoesNotDivideTheMicroBatch) {
 }
 
 // Random assignments, partitions and pipeline shapes: the tables' estimate equals the simulator's.
+// Interleaved (virtual_stages > 1): one round's tables, its assignments repeated in every chunk.
 void ExpectEstimatesMatchSimulator(const cost::Cluster& cluster, const cost::LayerModel& model, int pp, int64_t batch,
-                                   int micro_batches, plan::PipelineSchedule schedule, std::mt19937& rng) {
+                                   int micro_batches, plan::PipelineSchedule schedule, std::mt19937& rng,
+                                   int virtual_stages = 1) {
   const LayerTypes types = GroupLayerTypes(model);
+  const LayerTypes rounds = RoundTypes(types, virtual_stages);
   const cost::CostModel cm = TestCostModel(cluster);
   MeshCache meshes;
   // kiwi's whole per-layer space: ZeRO-1/2 and sequence parallelism beside Galvatron-BMW's strategies
   const StrategySpaceOptions space = SpaceOf(Method::kKiwi, cluster.NumDevices(), 1).strategies;
-  Result<CostTables> t = CostTables::Build({&model, &types, &cluster, &cm}, pp, batch / micro_batches, space, meshes);
-  ASSERT_TRUE(t.ok()) << t.error().message;
-  const PipelineConfig config{pp, batch, micro_batches, schedule};
-  const std::vector<Partition> partitions = AllPartitions(static_cast<int>(model.layers.size()), pp);
+  Result<CostTables> base = CostTables::Build({&model, &types, &cluster, &cm}, pp, batch / micro_batches, space, meshes);
+  ASSERT_TRUE(base.ok()) << base.error().message;
+  const std::optional<CostTables> t =
+      virtual_stages > 1 ? CostTables::Interleaved(*base, virtual_stages, rounds) : std::move(*base);
+  const PipelineConfig config{pp, batch, micro_batches, schedule, virtual_stages};
+  const int layers = static_cast<int>(model.layers.size()) / virtual_stages;
+  const std::vector<Partition> partitions = AllPartitions(layers, pp);
   for (int trial = 0; trial < 40; ++trial) {
     std::vector<int> strategies;
-    for (size_t i = 0; i < model.layers.size(); ++i)
+    for (int i = 0; i < layers; ++i)
       strategies.push_back(static_cast<int>(rng() % static_cast<unsigned>(t->num_strategies())));
     const Partition& partition = partitions[rng() % partitions.size()];
     const PipelineEstimate e = EstimatePipeline(*t, config, partition, strategies);
@@ -61,6 +69,13 @@ void ExpectEstimatesMatchSimulator(const cost::Cluster& cluster, const cost::Lay
     EXPECT_NEAR(e.iteration_seconds, r->summary.iteration_seconds, 1e-12 * r->summary.iteration_seconds);
     for (size_t s = 0; s < r->stages.size(); ++s) {
       EXPECT_EQ(e.stage_memory[s], r->stages[s].peak_memory_bytes) << "stage " << s;
+      if (t->MemoryExact()) continue;
+      // The DP adds the tables' rows: an upper bound on the stage's memory when the copies differ.
+      cost::StageMemory rows;
+      const int first = std::accumulate(partition.begin(), partition.begin() + static_cast<std::ptrdiff_t>(s), 0);
+      for (int i = first; i < first + partition[s]; ++i) rows += t->LayerCost(i, strategies[static_cast<size_t>(i)]).memory;
+      EXPECT_GE(rows.PeakBytes(InFlight(config, static_cast<int>(s))) + cost::ReservedBytes(cluster.device),
+                e.stage_memory[s]);
       EXPECT_NEAR(e.stage_seconds[s], r->stages[s].microbatch_seconds, 1e-12 * r->stages[s].microbatch_seconds);
       EXPECT_NEAR(e.sync_seconds[s], r->stages[s].gradient_sync_seconds, 1e-12);
     }
@@ -76,6 +91,50 @@ TEST(EstimatePipeline, MatchesTheSimulatorOnRandomAssignments) {
   ExpectEstimatesMatchSimulator(TestCluster(2, 4), model, 2, 32, 2, plan::PipelineSchedule::kGPipe, rng);
   ExpectEstimatesMatchSimulator(TestCluster(2, 4), model, 4, 32, 8, plan::PipelineSchedule::k1F1B, rng);
   ExpectEstimatesMatchSimulator(TestCluster(1, 4), model, 4, 8, 2, plan::PipelineSchedule::k1F1B, rng);
+}
+
+// Interleaved 1F1B: 8 layers in 2 rounds of 4 (one type: the copies alike, memory exact) and
+// 4 + 4 of two types in 2 rounds (each round layer an encoder and a decoder: the DP's memory a bound),
+// 6 layers in 3 rounds of 2.
+TEST(EstimatePipeline, MatchesTheSimulatorInterleaved) {
+  std::mt19937 rng(13);
+  ExpectEstimatesMatchSimulator(TestCluster(2, 2), TwoTypeModel(8, 0), 2, 16, 4, plan::PipelineSchedule::k1F1B, rng, 2);
+  ExpectEstimatesMatchSimulator(TestCluster(2, 2), TwoTypeModel(4, 4), 2, 16, 8, plan::PipelineSchedule::k1F1B, rng, 2);
+  ExpectEstimatesMatchSimulator(TestCluster(2, 4), TwoTypeModel(8, 0), 4, 32, 8, plan::PipelineSchedule::k1F1B, rng, 2);
+  ExpectEstimatesMatchSimulator(TestCluster(2, 2), TwoTypeModel(6, 0), 2, 16, 4, plan::PipelineSchedule::k1F1B, rng, 3);
+}
+
+TEST(RoundTypes, ARoundLayersTypeIsItsCopiesTypes) {
+  const LayerTypes model = GroupLayerTypes(TwoTypeModel(3, 3));  // types 0 0 0 1 1 1
+  const LayerTypes two = RoundTypes(model, 2);                    // (0, 1) (0, 1) (0, 1)
+  EXPECT_EQ(two.type_of, (std::vector<int>{0, 0, 0}));
+  EXPECT_EQ(two.num_types(), 1);
+  const LayerTypes three = RoundTypes(model, 3);  // (0, 0, 1) (0, 1, 1)
+  EXPECT_EQ(three.type_of, (std::vector<int>{0, 1}));
+  EXPECT_EQ(RoundTypes(GroupLayerTypes(TwoTypeModel(4, 0)), 2).type_of, (std::vector<int>{0, 0}));
+}
+
+// The DP's memory is exact when a stage's largest chunk is largest at every round layer: copies alike,
+// or a last layer (a final norm) whose copy in the last chunk keeps the most; otherwise a bound.
+TEST(CostTables, InterleavedMemoryIsExactWhenTheLastChunkKeepsTheMost) {
+  const cost::Cluster cluster = TestCluster(2, 2);
+  const cost::CostModel cm = TestCostModel(cluster);
+  auto exact = [&](const cost::LayerModel& model) {
+    const LayerTypes types = GroupLayerTypes(model);
+    const LayerTypes rounds = RoundTypes(types, 2);
+    MeshCache meshes;
+    Result<CostTables> base = CostTables::Build({&model, &types, &cluster, &cm}, 2, 4, {}, meshes);
+    EXPECT_TRUE(base.ok());
+    return base.ok() && CostTables::Interleaved(*base, 2, rounds).MemoryExact();
+  };
+  EXPECT_TRUE(exact(TwoTypeModel(8, 0)));
+  cost::LayerModel last_differs = TwoTypeModel(7, 1);  // the decoder keeps less than an encoder
+  EXPECT_FALSE(exact(last_differs));
+  last_differs.layers.back().activation_bytes_per_sample = 40'000'000;  // now more
+  last_differs.layers.back().replicated_activation_bytes_per_sample = 10'000'000;
+  last_differs.layers.back().boundary_bytes_per_sample = 2'000'000;  // and as much under CKPT
+  EXPECT_TRUE(exact(last_differs));
+  EXPECT_FALSE(exact(TwoTypeModel(4, 4)));  // every round layer an encoder and a decoder
 }
 
 TEST(EstimatePipeline, MatchesTheSimulatorOnAPresetCluster) {
@@ -94,6 +153,9 @@ TEST(InFlight, FollowsTheSchedules) {
   EXPECT_EQ(InFlight(few, 0), 2);
   const PipelineConfig gpipe{4, 32, 8, plan::PipelineSchedule::kGPipe};
   EXPECT_EQ(InFlight(gpipe, 3), 8);
+  const PipelineConfig interleaved{4, 32, 8, plan::PipelineSchedule::k1F1B, 2};  // chunk-micro-batches
+  EXPECT_EQ(InFlight(interleaved, 0), 11);
+  EXPECT_EQ(InFlight(interleaved, 3), 5);
 }
 
 }  // namespace

@@ -103,6 +103,7 @@ nlohmann::json ResultJson(const hybrid::HybridSearchResult& r, const HybridOptio
           {"pp_degree", p.pp_degree},
           {"pp_partition", p.pp_partition.empty() ? std::vector<int>{static_cast<int>(p.layers.size())} : p.pp_partition},
           {"pipeline", p.pipeline == plan::PipelineSchedule::kGPipe ? "gpipe" : "1f1b"},
+          {"virtual_stages", p.virtual_stages},
           {"layers", std::move(layers)},
           {"peak_memory_bytes", r.simulated.summary.peak_memory_bytes},
           {"optimal", r.proven},
@@ -123,9 +124,11 @@ std::string ResultText(const hybrid::HybridSearchResult& r, const std::string& m
                                 DescribeCluster(cluster), FormatBytes(budget));
   out += fmt::format("  throughput  {:.2f} samples/s ({} per iteration)\n", r.simulated.throughput_samples_per_second,
                      FormatSeconds(r.simulated.summary.iteration_seconds));
+  const std::string schedule = p.virtual_stages > 1 ? fmt::format("interleaved 1F1B, {} chunks per stage", p.virtual_stages)
+                               : p.pipeline == plan::PipelineSchedule::kGPipe ? "GPipe"
+                                                                              : "1F1B-flush";
   out += fmt::format("  batch       {} in {} micro-batches, {} pipeline stage(s) [{}] ({})\n", p.global_batch,
-                     p.micro_batches, p.pp_degree, fmt::join(p.pp_partition, ", "),
-                     p.pipeline == plan::PipelineSchedule::kGPipe ? "GPipe" : "1F1B-flush");
+                     p.micro_batches, p.pp_degree, fmt::join(p.pp_partition, ", "), schedule);
   out += fmt::format("  peak memory {} per device (largest stage)\n", FormatBytes(r.simulated.summary.peak_memory_bytes));
   out += fmt::format("  search      {} ({} of {} configurations searched, {} partitions, {}){}\n\n",
                      FormatSeconds(r.search_seconds), r.evaluated, r.configurations, r.partitions,
@@ -133,7 +136,8 @@ std::string ResultText(const hybrid::HybridSearchResult& r, const std::string& m
                      r.timed_out ? ", time limit reached" : "");
   report::Table t({"layers", "stage", "strategy"});
   std::vector<int> stage_of;
-  for (size_t s = 0; s < p.pp_partition.size(); ++s) stage_of.insert(stage_of.end(), static_cast<size_t>(p.pp_partition[s]), static_cast<int>(s));
+  for (size_t c = 0; c < p.pp_partition.size(); ++c)
+    stage_of.insert(stage_of.end(), static_cast<size_t>(p.pp_partition[c]), p.StageOfChunk(static_cast<int>(c)));
   for (size_t i = 0; i < p.layers.size();) {
     size_t j = i;
     while (j + 1 < p.layers.size() && p.layers[j + 1] == p.layers[i] && stage_of[j + 1] == stage_of[i]) ++j;

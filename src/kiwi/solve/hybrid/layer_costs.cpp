@@ -43,6 +43,20 @@ LayerTypes GroupLayerTypes(const cost::LayerModel& model) {
   return t;
 }
 
+LayerTypes RoundTypes(const LayerTypes& model_types, int virtual_stages) {
+  const int round = static_cast<int>(model_types.type_of.size()) / virtual_stages;
+  LayerTypes t;
+  std::map<std::vector<int>, int> index;
+  for (int i = 0; i < round; ++i) {
+    std::vector<int> copies;
+    for (int k = 0; k < virtual_stages; ++k) copies.push_back(model_types.type_of[static_cast<size_t>(i + k * round)]);
+    auto [it, added] = index.emplace(copies, t.num_types());
+    if (added) t.profiles.push_back(model_types.profiles[static_cast<size_t>(copies.front())]);
+    t.type_of.push_back(it->second);
+  }
+  return t;
+}
+
 Result<const cost::StageMesh*> MeshCache::Get(const cost::Cluster& cluster, int pp, int dp, int tp) {
   auto it = meshes_.find({pp, dp});
   if (it != meshes_.end()) return &it->second;
@@ -115,6 +129,67 @@ Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
   return Status::Ok();
 }
 
+namespace {
+
+// Whether the DP's rows (each round layer at its largest copy's activations) add up to the largest
+// chunk of every stage at round layer i: its copies alike, or, on the first round layer (the first
+// stage, whose chunk 0 has the embeddings) copy 0 the largest under every strategy, or on the last
+// (the last stage, the head in chunk v - 1) copy v - 1; the stages in between see alike copies only.
+bool RoundLayerMemoryExact(const CostTables& base, int i, int round, int virtual_stages) {
+  const std::vector<int>& type_of = base.types().type_of;
+  auto activations = [&](int k, int j) { return base.Cost(type_of[static_cast<size_t>(i + k * round)], j).memory.activations; };
+  bool alike = true;
+  for (int k = 1; k < virtual_stages; ++k) alike = alike && type_of[static_cast<size_t>(i + k * round)] == type_of[static_cast<size_t>(i)];
+  if (alike) return true;
+  auto largest = [&](int copy) {
+    for (int j = 0; j < base.num_strategies(); ++j)
+      for (int k = 0; k < virtual_stages; ++k)
+        if (activations(k, j) > activations(copy, j)) return false;
+    return true;
+  };
+  return (i == 0 && largest(0)) || (i == round - 1 && largest(virtual_stages - 1));
+}
+
+}  // namespace
+
+CostTables CostTables::Interleaved(const CostTables& base, int virtual_stages, const LayerTypes& round_types) {
+  CostTables t = base;
+  t.types_ = &round_types;
+  t.virtual_stages_ = virtual_stages;
+  t.base_ = &base;
+  const int round = static_cast<int>(round_types.type_of.size());
+  const int types = round_types.num_types(), strategies = t.num_strategies(), layouts = t.num_layouts();
+  t.costs_.assign(static_cast<size_t>(types * strategies), StrategyCost{});
+  t.slice_gather_.assign(static_cast<size_t>(types * layouts * layouts), 0.0);
+  t.point_to_point_.assign(static_cast<size_t>(types * layouts), 0.0);
+  std::vector<bool> done(static_cast<size_t>(types), false);
+  for (int i = 0; i < round; ++i) {
+    const int r = round_types.type_of[static_cast<size_t>(i)];
+    t.memory_exact_ = t.memory_exact_ && RoundLayerMemoryExact(base, i, round, virtual_stages);
+    if (done[static_cast<size_t>(r)]) continue;
+    done[static_cast<size_t>(r)] = true;
+    for (int k = 0; k < virtual_stages; ++k) {
+      const int type = base.types().type_of[static_cast<size_t>(i + k * round)];
+      for (int j = 0; j < strategies; ++j) {
+        StrategyCost& c = t.costs_[static_cast<size_t>(r * strategies + j)];
+        const StrategyCost& x = base.Cost(type, j);
+        const int64_t activations = std::max(c.memory.activations, x.memory.activations);
+        c.memory += x.memory;
+        c.memory.activations = activations;
+        c.microbatch_seconds += x.microbatch_seconds;
+        c.sync_seconds += x.sync_seconds;
+        c.optimizer_seconds += x.optimizer_seconds;
+      }
+      for (int a = 0; a < layouts; ++a) {
+        t.point_to_point_[static_cast<size_t>(r * layouts + a)] += base.PointToPoint(type, a);
+        for (int b = 0; b < layouts; ++b)
+          t.slice_gather_[static_cast<size_t>((r * layouts + a) * layouts + b)] += base.SliceGather(type, a, b);
+      }
+    }
+  }
+  return t;
+}
+
 const StrategyCost& CostTables::Cost(int type, int strategy) const {
   return costs_[static_cast<size_t>(type * num_strategies() + strategy)];
 }
@@ -141,8 +216,33 @@ double CostTables::PointToPoint(int type, int layout) const {
 }
 
 int InFlight(const PipelineConfig& config, int stage) {
-  return cost::MicrobatchesInFlight(config.schedule, config.pp, config.micro_batches, stage);
+  return cost::MicrobatchesInFlight(config.schedule, config.pp, config.micro_batches, stage, config.virtual_stages);
 }
+
+namespace {
+
+// What one round's tables leave to the estimate of interleaved stage s (round layers first..last): the
+// v - 1 wraps from the last round layer on the last stage to the first on the first (sent forward by
+// the last stage, the gradient back by the first, resharded into it), and the stage's memory as the
+// simulator counts it, over its v chunks of model layers (StageMemory::OfChunks).
+void AddInterleaving(const CostTables& tables, const PipelineConfig& config, int s, int first, int last,
+                     const std::vector<int>& strategies, double& seconds, cost::StageMemory& memory) {
+  const CostTables& base = tables.base();
+  const int round = static_cast<int>(strategies.size()), v = config.virtual_stages;
+  const int end_layout = tables.LayoutIndex(strategies.back());
+  for (int k = 0; k + 1 < v; ++k) {
+    const int sender_type = base.types().type_of[static_cast<size_t>(round - 1 + k * round)];
+    if (s + 1 == config.pp || s == 0) seconds += base.PointToPoint(sender_type, end_layout);
+    if (s == 0) seconds += base.SliceGather(sender_type, end_layout, tables.LayoutIndex(strategies.front()));
+  }
+  std::vector<cost::StageMemory> chunks(static_cast<size_t>(v));
+  for (int k = 0; k < v; ++k)
+    for (int i = first; i <= last; ++i)
+      chunks[static_cast<size_t>(k)] += base.LayerCost(i + k * round, strategies[static_cast<size_t>(i)]).memory;
+  memory = cost::StageMemory::OfChunks(chunks);
+}
+
+}  // namespace
 
 int PipelineEstimate::SlowestStage() const {
   return static_cast<int>(std::max_element(stage_seconds.begin(), stage_seconds.end()) - stage_seconds.begin());
@@ -175,16 +275,18 @@ PipelineEstimate EstimatePipeline(const CostTables& tables, const PipelineConfig
     if (s > 0)
       seconds += tables.PointToPoint(type_of[static_cast<size_t>(first) - 1],
                                      tables.LayoutIndex(strategies[static_cast<size_t>(first) - 1]));
+    if (config.virtual_stages > 1) AddInterleaving(tables, config, s, first, last, strategies, seconds, memory);
     e.stage_seconds.push_back(seconds);
     e.sync_seconds.push_back(sync);
     e.optimizer_seconds.push_back(optimizer);
     e.stage_memory.push_back(memory.PeakBytes(InFlight(config, s)));
     first = last + 1;
   }
-  double total = 0.0;
-  for (size_t s = 0; s < e.stage_seconds.size(); ++s) total += e.stage_seconds[s] + e.sync_seconds[s];
-  e.iteration_seconds = cost::PipelineIterationSeconds(config.micro_batches, e.stage_seconds[static_cast<size_t>(e.SlowestStage())],
-                                                       total, *std::max_element(e.optimizer_seconds.begin(), e.optimizer_seconds.end()));
+  double stages = 0.0, syncs = 0.0;
+  for (size_t s = 0; s < e.stage_seconds.size(); ++s) stages += e.stage_seconds[s], syncs += e.sync_seconds[s];
+  e.iteration_seconds = cost::InterleavedIterationSeconds(
+      config.micro_batches, config.virtual_stages, e.stage_seconds[static_cast<size_t>(e.SlowestStage())], stages, syncs,
+      *std::max_element(e.optimizer_seconds.begin(), e.optimizer_seconds.end()));
   e.peak_memory_bytes = *std::max_element(e.stage_memory.begin(), e.stage_memory.end());
   return e;
 }
@@ -192,9 +294,12 @@ PipelineEstimate EstimatePipeline(const CostTables& tables, const PipelineConfig
 plan::LayerPlan MakeLayerPlan(const CostTables& tables, const PipelineConfig& config, const std::vector<int>& partition,
                               const std::vector<int>& strategies) {
   plan::LayerPlan p;
-  for (int j : strategies) p.layers.push_back(tables.strategies()[static_cast<size_t>(j)]);
+  for (int chunk = 0; chunk < config.virtual_stages; ++chunk) {
+    for (int j : strategies) p.layers.push_back(tables.strategies()[static_cast<size_t>(j)]);
+    p.pp_partition.insert(p.pp_partition.end(), partition.begin(), partition.end());
+  }
+  p.virtual_stages = config.virtual_stages;
   p.pp_degree = config.pp;
-  p.pp_partition = partition;
   p.global_batch = config.global_batch;
   p.micro_batches = config.micro_batches;
   p.pipeline = config.schedule;

@@ -31,6 +31,10 @@ struct LayerTypes {
 };
 LayerTypes GroupLayerTypes(const cost::LayerModel& model);
 
+// Interleaved 1F1B over v rounds of R = L / v layers: round layer i stands for model layers i, i + R,
+// ..., i + (v - 1) R, and its type for their v types (the tuple; its profile is the first copy's).
+LayerTypes RoundTypes(const LayerTypes& model_types, int virtual_stages);
+
 // One layer under one strategy, one micro-batch: the simulator's terms (cost/layer_cost.cpp).
 struct StrategyCost {
   cost::StageMemory memory;       // its terms of Eq. 1 per device (cost::LayerMemory)
@@ -65,6 +69,13 @@ class CostTables {
   // Strategies whose DP degree does not divide the micro-batch are left out (the simulator rejects them).
   static Result<CostTables> Build(const CostInputs& in, int pp, int64_t microbatch, const StrategySpaceOptions& space,
                                   MeshCache& meshes);
+  // Interleaved 1F1B with v model chunks per stage, each stage's chunks alike: the tables of one round
+  // (`round_types`, from RoundTypes), where a round layer stands for its v copies: the sum of their
+  // model states, times and sends, the largest of their activations (each in-flight unit is one
+  // chunk's micro-batch, StageMemory::OfChunks; with unequal copies the DP's memory is then an upper
+  // bound, MemoryExact() false). The embeddings and the head stay once, on the first and last round
+  // layer. `base` and `round_types` must outlive the tables.
+  static CostTables Interleaved(const CostTables& base, int virtual_stages, const LayerTypes& round_types);
 
   int pp() const { return pp_; }
   int64_t microbatch() const { return microbatch_; }
@@ -87,12 +98,21 @@ class CostTables {
   // Sending the boundary activation of a layer of `type` in `layout` to the next stage.
   double PointToPoint(int type, int layout) const;
   const LayerTypes& types() const { return *types_; }
+  int virtual_stages() const { return virtual_stages_; }
+  // The per-model-layer tables an interleaved one was made from (itself otherwise).
+  const CostTables& base() const { return base_ ? *base_ : *this; }
+  // The DP's memory per stage equals the simulator's (false: an upper bound; interleaved rounds whose
+  // copies differ, such as a last layer with the final norm).
+  bool MemoryExact() const { return memory_exact_; }
 
  private:
   Status Fill(const CostInputs& in, MeshCache& meshes);
 
   int pp_ = 1;
   int64_t microbatch_ = 1;
+  int virtual_stages_ = 1;
+  const CostTables* base_ = nullptr;
+  bool memory_exact_ = true;
   const LayerTypes* types_ = nullptr;
   std::vector<plan::LayerStrategy> strategies_;
   int num_dp_ = 1;  // DP degrees
@@ -110,6 +130,7 @@ struct PipelineConfig {
   int64_t global_batch = 1;
   int micro_batches = 1;
   plan::PipelineSchedule schedule = plan::PipelineSchedule::k1F1B;
+  int virtual_stages = 1;  // > 1: interleaved 1F1B over tables of one round (CostTables::Interleaved)
   int64_t Microbatch() const { return global_batch / micro_batches; }
 };
 
@@ -117,7 +138,9 @@ struct PipelineConfig {
 int InFlight(const PipelineConfig& config, int stage);
 
 // The simulator's answer for an assignment, computed from the tables: per-stage micro-batch time C_s,
-// unhidden gradient sync G_s, peak memory (Eq. 1), and Eq. 8's iteration time.
+// unhidden gradient sync G_s, peak memory (Eq. 1), and Eq. 8's iteration time. Interleaved (the
+// tables of one round): C_s also has the sends and resharding where a round wraps from the last stage
+// to the first, which the layer DP leaves out (they make its objective a lower bound).
 struct PipelineEstimate {
   std::vector<double> stage_seconds;  // C_s
   std::vector<double> sync_seconds;   // G_s
@@ -130,7 +153,8 @@ struct PipelineEstimate {
 PipelineEstimate EstimatePipeline(const CostTables& tables, const PipelineConfig& config,
                                   const std::vector<int>& partition, const std::vector<int>& strategies);
 
-// The layer plan of an assignment (strategy indices into tables.strategies()).
+// The layer plan of an assignment (strategy indices into tables.strategies()); interleaved, the
+// round's strategies and partition repeated for each of the v chunks of a stage.
 plan::LayerPlan MakeLayerPlan(const CostTables& tables, const PipelineConfig& config, const std::vector<int>& partition,
                               const std::vector<int>& strategies);
 

@@ -1,5 +1,6 @@
 // The search spaces of kiwi's search and Galvatron-BMW's Table II rows (search.h Method).
 #include <algorithm>
+#include <set>
 
 #include "kiwi/solve/hybrid/search.h"
 
@@ -17,10 +18,14 @@ constexpr MethodName_ kNames[] = {
     {Method::kDpTp, "dp+tp"}, {Method::kDpPp, "dp+pp"},
 };
 
-// Pipeline degrees a method may use: powers of two dividing the devices, at most one stage per layer.
+// Pipeline degrees a method may use, at most one stage per layer: powers of two dividing the devices,
+// and those leaving a power of two per stage (on 35 DGX nodes, 280 GPUs: 35 stages of 8, Megatron-LM's
+// 530B run). On a power-of-two cluster both are the same.
 std::vector<int> PipelineDegrees(int num_devices, int num_layers) {
+  std::set<int> degrees;
+  for (int d : PowerOfTwoDivisors(num_devices)) degrees.insert({d, num_devices / d});
   std::vector<int> out;
-  for (int pp : PowerOfTwoDivisors(num_devices))
+  for (int pp : degrees)
     if (pp <= num_layers) out.push_back(pp);
   return out;
 }
@@ -70,6 +75,7 @@ MethodSpace SpaceOf(Method method, int num_devices, int num_layers) {
       s.strategies.allow_zero12 = true;
       s.strategies.allow_sequence_parallel = true;
       s.strategies.allow_selective_recompute = true;
+      s.virtual_stages = {1, 2, 3, 4};  // Megatron-LM's interleaved 1F1B
       break;
     case Method::kBmw:
       s.partitions = PartitionMode::kBiObjective;

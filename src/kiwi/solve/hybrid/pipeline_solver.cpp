@@ -44,12 +44,13 @@ int LikelySlowest(const PartitionProblem& p, const std::vector<DpStage>& stages)
 
 // The DP with weight 1 + (m - 1) lambda_s on stage s's C_s and lambda_s on its optimizer step O_s
 // (lambda on the simplex: the objective is then at most Eq. 8 + max_s O_s for every assignment), or
-// that itself in exact mode.
+// that itself in exact mode. Interleaved (v chunks per stage): 1/v + (m - 1/v) lambda_s, as
+// cost::InterleavedIterationSeconds weighs C_s.
 LayerDpResult RunWeighted(const PartitionProblem& p, std::vector<DpStage> stages, const std::vector<double>& lambda,
                           double cutoff, bool exact = false) {
-  const double m = p.config.micro_batches;
+  const double m = p.config.micro_batches, v = p.config.virtual_stages;
   for (size_t s = 0; s < stages.size(); ++s) {
-    stages[s].weight = exact ? 1.0 : 1.0 + (m - 1.0) * lambda[s];
+    stages[s].weight = exact ? 1.0 : 1.0 / v + (m - 1.0 / v) * lambda[s];
     stages[s].optimizer_weight = exact ? 0.0 : lambda[s];  // sum_s lambda_s O_s <= max_s O_s
   }
   LayerDpProblem problem{p.tables, std::move(stages), p.budget, p.allowed, p.max_labels, cutoff};
@@ -125,7 +126,9 @@ PartitionSolution SolveOnce(const PartitionProblem& p) {
   Progress g;
   WeightedRuns(p, stages, g);
   const bool nothing_fits = !g.found && !g.best.cut_off;
-  if (!nothing_fits && !g.best.timed_out && !g.Proven() && !g.thinned && g.best.lower_bound < p.cutoff) {
+  // The exact DP evaluates Eq. 8 itself, not its interleaved form: interleaved plans rest on the bounds.
+  const bool exact_applies = p.config.virtual_stages == 1;
+  if (exact_applies && !nothing_fits && !g.best.timed_out && !g.Proven() && !g.thinned && g.best.lower_bound < p.cutoff) {
     const double cutoff = g.Cutoff(p);  // the exact optimum, if it beats the plans found so far
     g.Record(p, RunWeighted(p, stages, {}, cutoff, /*exact=*/true), cutoff);
   }

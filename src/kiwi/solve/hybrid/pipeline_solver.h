@@ -9,7 +9,9 @@
 // weights the plan's slowest stage next, and so on; the plan is proven optimal once its T meets the
 // largest bound. If no weighting proves it, one exact run of the DP (layer_dp.h exact mode: labels
 // carry the stage times, so Eq. 8's max is evaluated, not bounded) finds the optimum. `proven` is
-// false only when a DP had to thin its labels.
+// false only when a DP had to thin its labels. Interleaved 1F1B (config.virtual_stages v > 1, the
+// tables of one round): weights 1/v + (m - 1/v) lambda_s, and no exact run (it evaluates Eq. 8 at v = 1):
+// a plan is proven only by the weighted bounds.
 #include <chrono>
 #include <cstdint>
 #include <limits>

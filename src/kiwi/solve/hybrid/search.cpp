@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "kiwi/solve/hybrid/layer_costs.h"
 #include "kiwi/solve/hybrid/partition.h"
@@ -62,7 +63,8 @@ class Search {
   Result<HybridSearchResult> Run();
 
  private:
-  Result<const CostTables*> Tables(int pp, int64_t microbatch);
+  Result<const CostTables*> Tables(int pp, int64_t microbatch, int virtual_stages = 1);
+  const LayerTypes* Rounds(int virtual_stages, int pp);
   std::vector<bool> Allowed(const CostTables& t) const;
   bool AnyAllowed(const CostTables& t) const;
   std::vector<int64_t> Batches() const;
@@ -77,6 +79,8 @@ class Search {
   Status FindSmallestMemory(HybridSearchResult& r);
   Status SkipDegreesThatCannotBeLaidOut();
   bool Expired() const { return Clock::now() > deadline_; }
+  // The layers the tables' partitions cover: the model's, or one round's when interleaved.
+  static int Layers(const CostTables& t) { return static_cast<int>(t.types().type_of.size()); }
 
   const cost::LayerModel& model_;
   LayerTypes types_;
@@ -86,7 +90,8 @@ class Search {
   PartitionMode mode_;
   int num_layers_;
   MeshCache meshes_;
-  std::map<std::pair<int, int64_t>, CostTables> tables_;
+  std::map<std::tuple<int, int64_t, int>, CostTables> tables_;  // by (pp, micro-batch, virtual stages)
+  std::map<int, LayerTypes> round_types_;                        // by virtual stages
   Incumbent best_;
   bool all_proven_ = true;
   bool timed_out_ = false;
@@ -94,12 +99,28 @@ class Search {
   HybridSearchResult stats_;
 };
 
-Result<const CostTables*> Search::Tables(int pp, int64_t microbatch) {
-  auto it = tables_.find({pp, microbatch});
+Result<const CostTables*> Search::Tables(int pp, int64_t microbatch, int virtual_stages) {
+  auto it = tables_.find({pp, microbatch, virtual_stages});
   if (it != tables_.end()) return &it->second;
+  if (virtual_stages > 1) {
+    Result<const CostTables*> base = Tables(pp, microbatch);
+    if (!base) return base;
+    CostTables round = CostTables::Interleaved(**base, virtual_stages, *Rounds(virtual_stages, pp));
+    return &tables_.emplace(std::make_tuple(pp, microbatch, virtual_stages), std::move(round)).first->second;
+  }
   Result<CostTables> t = CostTables::Build(inputs_, pp, microbatch, space_.strategies, meshes_);
   if (!t) return t.error();
-  return &tables_.emplace(std::make_pair(pp, microbatch), std::move(*t)).first->second;
+  return &tables_.emplace(std::make_tuple(pp, microbatch, 1), std::move(*t)).first->second;
+}
+
+// The types of one round of v (layer_costs.h RoundTypes), or nullptr when the layers do not split into
+// v rounds or a round has fewer layers than the pp stages each of its chunks needs one of.
+const LayerTypes* Search::Rounds(int virtual_stages, int pp) {
+  if (virtual_stages < 2 || pp < 2 || num_layers_ % virtual_stages != 0 || num_layers_ / virtual_stages < pp)
+    return nullptr;
+  auto it = round_types_.find(virtual_stages);
+  if (it == round_types_.end()) it = round_types_.emplace(virtual_stages, RoundTypes(types_, virtual_stages)).first;
+  return &it->second;
 }
 
 std::vector<bool> Search::Allowed(const CostTables& t) const {
@@ -123,25 +144,34 @@ std::vector<int64_t> Search::Batches() const {
   return out;
 }
 
-// m: powers of two dividing B; without gradient accumulation, one micro-batch when not pipelining and
+// m: powers of two dividing B (and, with pp no power of two, B over them); without gradient accumulation, one micro-batch when not pipelining and
 // P, 2P or 4P micro-batches with P stages.
 std::vector<int> Search::MicroBatchCounts(int64_t batch, int pp) const {
   const bool accumulate = options_.accumulation && space_.accumulate;
   if (pp == 1 && !accumulate) return {1};
+  std::set<int64_t> counts;
+  for (int64_t m = 1; m <= batch && m <= (int64_t{1} << 20); m *= 2) {
+    if (batch % m != 0) continue;
+    counts.insert(m);
+    // A pipeline degree that is no power of two (35 stages on 280 GPUs) also gets the multiples of pp
+    // that leave a power-of-two micro-batch (280 samples in 280 micro-batches: Megatron-LM's 530B run).
+    if ((pp & (pp - 1)) != 0 && (batch / m) % pp == 0 && batch / m <= (int64_t{1} << 20)) counts.insert(batch / m);
+  }
   std::vector<int> out;
-  for (int64_t m = 1; m <= batch && m <= (int64_t{1} << 20); m *= 2)
-    if (batch % m == 0 && (accumulate || (m >= pp && m <= 4 * pp))) out.push_back(static_cast<int>(m));
+  for (int64_t m : counts)
+    if (accumulate || (m >= pp && m <= 4 * pp)) out.push_back(static_cast<int>(m));
   return out;
 }
 
-// Eq. 8 >= sum_s ((m - 1) / P + 1) C_s + G_s (the slowest stage is at least the average), each C_s,
+// Eq. 8 >= sum_s ((m - 1) / P + 1) C_s + G_s (interleaved: ((m - 1/v) / P + 1/v) C_s; the slowest stage is at least the average), each C_s,
 // G_s is at least the sum of its layers' terms, and the stages' memory adds up to at most P x budget
 // (counting every stage's activations at the fewest micro-batches in flight). Lagrangian relaxation of
 // that memory sum: for any price lambda >= 0, sum_l min_j (w c_j + g_j + lambda mem_j) - lambda P E is a
 // lower bound on the iteration time of every plan of the configuration, whatever its partition.
 double Search::UpperBound(const CostTables& t, const PipelineConfig& c) const {
   const std::vector<bool> allowed = Allowed(t);
-  const double w = 1.0 + static_cast<double>(c.micro_batches - 1) / c.pp;
+  const double v = c.virtual_stages;  // interleaved: (m - 1/v) max_s C_s + sum_s C_s / v
+  const double w = 1.0 / v + (c.micro_batches - 1.0 / v) / c.pp;
   int in_flight = InFlight(c, 0);
   for (int s = 1; s < c.pp; ++s) in_flight = std::min(in_flight, InFlight(c, s));
   // The first and last layers carry the embeddings and the head (CostTables::LayerCost): priced on
@@ -202,13 +232,16 @@ Result<std::vector<Candidate>> Search::Enumerate() {
   std::vector<Candidate> out;
   for (int pp : space_.pp_degrees)
     for (int64_t batch : Batches())
-      for (int m : MicroBatchCounts(batch, pp)) {
-        Result<const CostTables*> t = Tables(pp, batch / m);
-        if (!t) return t.error();
-        if (!AnyAllowed(**t)) continue;
-        const PipelineConfig c{pp, batch, m, space_.schedule};
-        out.push_back({c, UpperBound(**t, c)});
-      }
+      for (int m : MicroBatchCounts(batch, pp))
+        for (int v : space_.virtual_stages) {
+          // Interleaving: 1F1B, micro-batches in groups of pp (plan.h), the layers in v rounds.
+          if (v > 1 && (space_.schedule != plan::PipelineSchedule::k1F1B || m % pp != 0 || !Rounds(v, pp))) continue;
+          Result<const CostTables*> t = Tables(pp, batch / m, v);
+          if (!t) return t.error();
+          if (!AnyAllowed(**t)) continue;
+          const PipelineConfig c{pp, batch, m, space_.schedule, v};
+          out.push_back({c, UpperBound(**t, c)});
+        }
   std::stable_sort(out.begin(), out.end(),
                    [](const Candidate& a, const Candidate& b) { return a.upper_bound > b.upper_bound; });
   return out;
@@ -225,13 +258,17 @@ void Search::Solve(const CostTables& t, const PipelineConfig& c, const Partition
   stats_.dp_runs += sol.dp_runs;
   // Unproven: a plan not shown optimal, or a partition ruled out (cut off) by a thinned DP.
   if ((sol.feasible && !sol.proven) || sol.thinned) all_proven_ = false;
+  // An upper bound on memory may rule out plans that fit: nothing about this configuration is proven.
+  if (!t.MemoryExact()) all_proven_ = false;
   if (sol.feasible) {
     const double throughput = static_cast<double>(c.global_batch) / sol.estimate.iteration_seconds;
     if (!best_.found || throughput > best_.throughput) {
       best_ = {true, &t, c, p, sol.strategies, sol.estimate, throughput};
       if (options_.progress)
-        options_.progress(fmt::format("{:.2f} samples/s: pp {} partition [{}], batch {}, {} micro-batches", throughput,
-                                      c.pp, fmt::join(p, ","), c.global_batch, c.micro_batches));
+        options_.progress(fmt::format("{:.2f} samples/s: pp {} partition [{}]{}, batch {}, {} micro-batches", throughput,
+                                      c.pp, fmt::join(p, ","),
+                                      c.virtual_stages > 1 ? fmt::format(" x {} chunks", c.virtual_stages) : "",
+                                      c.global_batch, c.micro_batches));
     }
   }
   if (out) *out = std::move(sol);
@@ -261,7 +298,7 @@ std::vector<int> Search::SmallestMemoryStrategies(const CostTables& t, const Pip
 // partition's strategies (PP_Partition_Init; the smallest-memory strategies when it has none) and the
 // partition with the smallest feasible peak, move layers off the slowest stage while that helps.
 void Search::BiObjective(const CostTables& t, const PipelineConfig& c, const StagePeakBounds& bounds) {
-  const Partition even = EvenPartition(num_layers_, c.pp);
+  const Partition even = EvenPartition(Layers(t), c.pp);
   std::deque<Partition> queue;
   std::set<Partition> seen{even};
   std::vector<int> initial = SmallestMemoryStrategies(t, c);
@@ -275,7 +312,7 @@ void Search::BiObjective(const CostTables& t, const PipelineConfig& c, const Sta
   }
   queue.push_front(bounds.BestPartition(deadline_));
   queue.push_front(MemoryBalancedPartition(t, c, initial, deadline_));
-  const int64_t cap = 4 * static_cast<int64_t>(num_layers_) + 8;
+  const int64_t cap = 4 * static_cast<int64_t>(Layers(t)) + 8;
   for (int64_t solved = 0; !queue.empty() && solved < cap; ++solved) {
     if (Expired()) {
       timed_out_ = true;
@@ -298,7 +335,8 @@ void Search::BiObjective(const CostTables& t, const PipelineConfig& c, const Sta
 void Search::Refine(const CostTables& t, const PipelineConfig& c, const StagePeakBounds& bounds,
                     std::set<Partition>& seen) {
   if (!best_.found || !(best_.config.pp == c.pp && best_.config.global_batch == c.global_batch &&
-                        best_.config.micro_batches == c.micro_batches))
+                        best_.config.micro_batches == c.micro_batches &&
+                        best_.config.virtual_stages == c.virtual_stages))
     return;
   for (bool improved = true; improved && !Expired();) {
     improved = false;
@@ -320,17 +358,17 @@ void Search::Refine(const CostTables& t, const PipelineConfig& c, const StagePea
 }
 
 Status Search::Evaluate(const PipelineConfig& c) {
-  Result<const CostTables*> tables = Tables(c.pp, c.Microbatch());
+  Result<const CostTables*> tables = Tables(c.pp, c.Microbatch(), c.virtual_stages);
   if (!tables) return tables.error();
   const CostTables& t = **tables;
   const StagePeakBounds bounds(t, c, Allowed(t));
   const int64_t budget = options_.memory_budget_bytes;
   ++stats_.evaluated;
   if (mode_ == PartitionMode::kEven) {
-    const Partition even = EvenPartition(num_layers_, c.pp);
+    const Partition even = EvenPartition(Layers(t), c.pp);
     if (bounds.Peak(even) <= budget) Solve(t, c, even);
   } else if (mode_ == PartitionMode::kExhaustive) {
-    for (const Partition& p : AllPartitions(num_layers_, c.pp))
+    for (const Partition& p : AllPartitions(Layers(t), c.pp))
       if (bounds.Peak(p) <= budget) Solve(t, c, p);
   } else if (bounds.Peak(bounds.BestPartition(deadline_)) <= budget) {
     BiObjective(t, c, bounds);
@@ -400,13 +438,19 @@ Result<HybridSearchResult> Search::Run() {
   Result<std::vector<Candidate>> candidates = Enumerate();
   if (!candidates) return candidates.error();
   stats_.configurations = static_cast<int64_t>(candidates->size());
-  for (const Candidate& c : *candidates) {
-    if (best_.found && c.upper_bound <= best_.throughput) break;  // no later configuration can do better
-    if (Expired()) {
-      timed_out_ = true;
-      break;
+  // One chunk per stage first, then interleaved 1F1B against the best plan of those: Algorithm 2's
+  // exploration depends on the best plan so far, and so the plans without interleaving stay those the
+  // search finds without it.
+  for (bool interleaved : {false, true}) {
+    for (const Candidate& c : *candidates) {
+      if ((c.config.virtual_stages > 1) != interleaved) continue;
+      if (best_.found && c.upper_bound <= best_.throughput) break;  // no later configuration can do better
+      if (Expired()) {
+        timed_out_ = true;
+        break;
+      }
+      KIWI_RETURN_IF_ERROR(Evaluate(c.config));
     }
-    KIWI_RETURN_IF_ERROR(Evaluate(c.config));
   }
   HybridSearchResult r = stats_;
   r.timed_out = timed_out_;

@@ -2,7 +2,9 @@
 // Galvatron-BMW's search (§IV, Algorithms 1 and 2) and the paper's baselines (Table II), all through
 // one engine and one estimator:
 //  - configurations: PP degree P (powers of two, at most the layers), global batch B (a sweep, or
-//    one), micro-batches m (powers of two dividing B, or only enough to fill the pipeline);
+//    one), micro-batches m (powers of two dividing B, or only enough to fill the pipeline), and for
+//    kiwi's space model chunks per stage v (interleaved 1F1B; m a multiple of P): the partition and
+//    the strategies are then one round's, repeated in each of the v chunks of a stage;
 //  - per configuration, partitions (even; or BMW's memory-balanced start refined by Algorithm 2) and,
 //    per partition, the layer DP (pipeline_solver.h);
 //  - branch and bound over configurations: each gets an upper bound on its throughput (every layer at
@@ -56,6 +58,9 @@ struct MethodSpace {
   bool accumulate = true;          // false: one micro-batch without pipelining (no gradient accumulation)
   PartitionMode partitions = PartitionMode::kEven;
   plan::PipelineSchedule schedule = plan::PipelineSchedule::k1F1B;
+  // Model chunks per stage to try with 1F1B (interleaved 1F1B above 1): each where the layer types
+  // repeat that many times and every stage gets a layer of each round (CostTables::Interleaved).
+  std::vector<int> virtual_stages = {1};
 };
 MethodSpace SpaceOf(Method method, int num_devices, int num_layers);
 
