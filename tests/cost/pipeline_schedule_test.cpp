@@ -121,6 +121,28 @@ TEST(PipelineSchedule, UnequalStagesAreNeverUnderestimated) {
   }
 }
 
+// The most activations a device holds in that order, its chunks keeping different bytes, is
+// InterleavedStagePeakBytes' term.
+TEST(PipelineSchedule, HeldActivationsAreInterleavedStagePeakBytes) {
+  uint32_t state = 777;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int p = 2 << (trial % 3), v = 2 + trial % 3, m = p * (1 + trial % 2);
+    for (int d = 0; d < p; ++d) {
+      std::vector<StageMemory> chunks;
+      for (int k = 0; k < v; ++k) {
+        state = state * 1664525u + 1013904223u;
+        chunks.push_back({0, static_cast<int64_t>(1 + (state >> 20)), 0, 0});
+      }
+      int64_t held = 0, most = 0;
+      for (const Op& o : DeviceOrder(p, v, m, d)) {
+        held += (o.forward ? 1 : -1) * chunks[static_cast<size_t>(o.chunk)].activations;
+        most = std::max(most, held);
+      }
+      EXPECT_EQ(InterleavedStagePeakBytes(chunks, p, m, d), most) << "trial " << trial << " device " << d;
+    }
+  }
+}
+
 // The most chunk-micro-batches a device holds (forwarded, not yet backwarded) in that order is
 // MicrobatchesInFlight.
 TEST(PipelineSchedule, HeldMicrobatchesAreMicrobatchesInFlight) {

@@ -40,15 +40,18 @@ TEST(MicrobatchesInFlight, InterleavedCountsChunksAsMegatronsWarmUp) {
   EXPECT_EQ(MicrobatchesInFlight(PipelineSchedule::k1F1B, 4, 8, 1, 1), 3);
 }
 
-TEST(StageMemory, ChunksAddStatesAndTakeTheLargestChunksActivations) {
-  const StageMemory stage = StageMemory::OfChunks({{100, 10, 7, 0}, {200, 30, 3, 50}, {300, 20, 5, 40}});
-  EXPECT_EQ(stage.model_states, 600);
-  EXPECT_EQ(stage.activations, 30);
-  EXPECT_EQ(stage.transient, 7);
-  EXPECT_EQ(stage.gathered, 50);
-  // One chunk is the stage itself.
-  const StageMemory one = StageMemory::OfChunks({{100, 10, 7, 1}});
-  EXPECT_EQ(one.PeakBytes(3), StageMemory({100, 10, 7, 1}).PeakBytes(3));
+// 2 stages of 2 chunks keeping 10 and 30 bytes per micro-batch, 2 micro-batches. Stage 0 runs every
+// forward first (chunks 0, 0, 1, 1): 2 x 10 + 2 x 30; stage 1 two forwards of chunk 0, then chunk 1's
+// forward before each of its backwards: 2 x 10 + 30, where its 3 chunk-micro-batches in flight at the
+// largest chunk would be 90. States add up, transients are the largest.
+TEST(InterleavedStagePeakBytes, HoldsWhatMegatronsOrderHolds) {
+  const std::vector<StageMemory> chunks = {{100, 10, 7, 0}, {200, 30, 3, 50}};
+  EXPECT_EQ(InterleavedStagePeakBytes(chunks, 2, 2, 0), 300 + (2 * 10 + 2 * 30) + 7 + 50);
+  EXPECT_EQ(InterleavedStagePeakBytes(chunks, 2, 2, 1), 300 + (2 * 10 + 30) + 7 + 50);
+  // Equal chunks: MicrobatchesInFlight of them.
+  const std::vector<StageMemory> equal(3, StageMemory{100, 10, 0, 0});
+  for (int s = 0; s < 4; ++s)
+    EXPECT_EQ(InterleavedStagePeakBytes(equal, 4, 8, s), 300 + 10 * MicrobatchesInFlight(PipelineSchedule::k1F1B, 4, 8, s, 3));
 }
 
 TEST(StageMemory, AddsStatesAndActivationsTakesTheLargestTransients) {

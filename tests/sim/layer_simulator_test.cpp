@@ -735,9 +735,9 @@ TEST(SimulateLayerPlan, InterleavedOneFOneBTwoStagesTwoChunks) {
   EXPECT_EQ(traffic->send_backward_bytes, (std::vector<int64_t>{4 * 1 * 2'000, 4 * 2 * 2'000}));
 }
 
-// The embeddings ride with the first chunk and the head with the last; a stage's in-flight
-// chunk-micro-batches are counted at its largest chunk's activations.
-TEST(SimulateLayerPlan, InterleavedStagesCountTheirLargestChunk) {
+// The embeddings ride with the first chunk and the head with the last; a stage holds what Megatron's
+// order holds of each chunk.
+TEST(SimulateLayerPlan, InterleavedStagesHoldWhatTheScheduleHolds) {
   const cost::Cluster cluster = TestCluster(1, 2);
   LayerModel model = FourLayers();
   model.embedding.parameter_bytes = 500'000;
@@ -749,10 +749,11 @@ TEST(SimulateLayerPlan, InterleavedStagesCountTheirLargestChunk) {
   plan.virtual_stages = 2;
   plan.pp_partition = {1, 1, 1, 1};
   const LayerSimResult r = Simulate(model, plan, cluster);
-  // 2 samples per micro-batch: stage 0's chunks hold 20 kB + 4 kB (embeddings) and 20 kB, 5 in flight
-  // (at most v m = 4 here); stage 1's 20 kB and 20 kB + 2 kB (head), 3 in flight.
-  EXPECT_EQ(r.stages[0].peak_memory_bytes, 8'000'000 + 2'000'000 + 4 * 24'000);
-  EXPECT_EQ(r.stages[1].peak_memory_bytes, 8'000'000 + 1'200'000 + 3 * 22'000);
+  // 2 samples per micro-batch: stage 0's chunks keep 20 kB + 4 kB (embeddings) and 20 kB, and it runs
+  // all 4 forwards first; stage 1's keep 20 kB and 20 kB + 2 kB (head): 2 forwards of the first, then
+  // one of the second before each backward.
+  EXPECT_EQ(r.stages[0].peak_memory_bytes, 8'000'000 + 2'000'000 + 2 * 24'000 + 2 * 20'000);
+  EXPECT_EQ(r.stages[1].peak_memory_bytes, 8'000'000 + 1'200'000 + 2 * 20'000 + 22'000);
 }
 
 void ExpectBadInput(const LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster,

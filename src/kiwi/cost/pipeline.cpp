@@ -20,14 +20,25 @@ StageMemory& StageMemory::operator+=(const StageMemory& layer) {
   return *this;
 }
 
-StageMemory StageMemory::OfChunks(const std::vector<StageMemory>& chunks) {
-  StageMemory stage;
-  for (const StageMemory& c : chunks) {
-    const int64_t largest = std::max(stage.activations, c.activations);
-    stage += c;
-    stage.activations = largest;
+int64_t InterleavedStagePeakBytes(const std::vector<StageMemory>& chunks, int pp, int micro_batches, int stage) {
+  const int v = static_cast<int>(chunks.size());
+  StageMemory sum;
+  for (const StageMemory& c : chunks) sum += c;
+  const int total = v * micro_batches;
+  const int warmup = MicrobatchesInFlight(plan::PipelineSchedule::k1F1B, pp, micro_batches, stage, v) - 1;
+  auto chunk_of = [&](int k, bool backward) {
+    const int group = (k % (pp * v)) / pp;
+    return static_cast<size_t>(backward ? v - 1 - group : group);
+  };
+  int64_t held = 0, most = 0;
+  auto forward = [&](int k) { most = std::max(most, held += chunks[chunk_of(k, false)].activations); };
+  auto backward = [&](int k) { held -= chunks[chunk_of(k, true)].activations; };
+  for (int k = 0; k < std::min(warmup, total); ++k) forward(k);
+  for (int i = 0; i + warmup < total; ++i) {
+    forward(warmup + i);
+    backward(i);
   }
-  return stage;
+  return sum.model_states + most + sum.transient + sum.gathered;
 }
 
 int64_t ReservedBytes(const DeviceSpec& device) { return std::max<int64_t>(device.reserved_bytes, 0); }

@@ -33,10 +33,6 @@ struct StageMemory {
   int64_t gathered = 0;      // the largest whole (TP-shard) parameters or gradient a ZeRO-3 / ZeRO-2 layer holds
 
   StageMemory& operator+=(const StageMemory& layer);
-  // A stage's v model chunks (interleaved 1F1B): their model states add up, the activations term is
-  // the largest chunk's (each in-flight unit is one chunk's micro-batch: exact when the chunks hold
-  // equal activations, an upper bound otherwise), transients are maxima as across layers.
-  static StageMemory OfChunks(const std::vector<StageMemory>& chunks);
   // What grows with every layer: model states + `in_flight` micro-batches' activations.
   int64_t AdditiveBytes(int in_flight) const { return model_states + static_cast<int64_t>(in_flight) * activations; }
   int64_t PeakBytes(int in_flight) const { return StagePeakBytes(AdditiveBytes(in_flight), transient, gathered); }
@@ -45,6 +41,12 @@ struct StageMemory {
     return additive + transient + gathered;
   }
 };
+
+// Eq. 1 for stage `stage` of an interleaved 1F1B pipeline running `chunks` (its model chunks' terms, in
+// model order): their model states, the most activations the schedule holds at once (Megatron-LM's op
+// order replayed: forward k runs chunk (k mod pp v) / pp, the backwards the chunks in reverse; at most
+// MicrobatchesInFlight chunk-micro-batches, each of its own chunk), the largest transients.
+int64_t InterleavedStagePeakBytes(const std::vector<StageMemory>& chunks, int pp, int micro_batches, int stage);
 
 // Memory a process holds per device beyond its tensors (DeviceSpec::reserved_bytes; negative: none),
 // counted in every peak the layer simulator reports.

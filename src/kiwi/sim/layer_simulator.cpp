@@ -201,9 +201,13 @@ Result<cost::StageCost> CostStage(const cost::LayerModel& model, const LayerPlan
       c.communication += cost::PointToPointSeconds(placed[static_cast<size_t>(span.first + span.count) - 1], cost_model);
     if (k > 0) c.communication += cost::PointToPointSeconds(placed[static_cast<size_t>(span.first) - 1], cost_model);
   }
-  const int in_flight =
-      cost::MicrobatchesInFlight(plan.pipeline, plan.pp_degree, plan.micro_batches, s, plan.virtual_stages);
-  c.peak_memory_bytes = cost::StageMemory::OfChunks(chunk_memory).PeakBytes(in_flight) + cost::ReservedBytes(cluster.device);
+  if (plan.virtual_stages > 1) {
+    c.peak_memory_bytes = cost::InterleavedStagePeakBytes(chunk_memory, plan.pp_degree, plan.micro_batches, s);
+  } else {
+    const int in_flight = cost::MicrobatchesInFlight(plan.pipeline, plan.pp_degree, plan.micro_batches, s);
+    c.peak_memory_bytes = chunk_memory.front().PeakBytes(in_flight);
+  }
+  c.peak_memory_bytes += cost::ReservedBytes(cluster.device);
   return c;
 }
 

@@ -55,8 +55,8 @@ struct LayerSimResult {
 //  - interleaved 1F1B (virtual_stages v > 1; pp_partition lists pp x v chunks, chunk c on stage
 //    c % pp): a stage's C_s covers all its chunks, each sending and receiving its boundary; the
 //    iteration is (m - 1/v) max_s C_s + sum_s C_s / v + sum_s G_s + max_s O_s
-//    (cost::InterleavedIterationSeconds); memory counts chunk-micro-batches in flight times the
-//    stage's largest chunk's activations (cost::MicrobatchesInFlight, StageMemory::OfChunks).
+//    (cost::InterleavedIterationSeconds); memory holds the most activations Megatron-LM's op order
+//    keeps at once, chunk by chunk (cost::InterleavedStagePeakBytes).
 //  - every stage's peak adds the device's reserve (cost::ReservedBytes).
 //  - summary.peak_memory_per_device[d] is the peak of d's stage (d / devices per stage); timeline is
 //    empty and recomputations counts checkpointed layer forwards run again (layers * micro-batches).

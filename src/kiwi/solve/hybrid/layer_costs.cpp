@@ -131,23 +131,18 @@ Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
 
 namespace {
 
-// Whether the DP's rows (each round layer at its largest copy's activations) add up to the largest
-// chunk of every stage at round layer i: its copies alike, or, on the first round layer (the first
-// stage, whose chunk 0 has the embeddings) copy 0 the largest under every strategy, or on the last
-// (the last stage, the head in chunk v - 1) copy v - 1; the stages in between see alike copies only.
-bool RoundLayerMemoryExact(const CostTables& base, int i, int round, int virtual_stages) {
+// Whether the DP's memory of an interleaved stage, (in-flight chunk-micro-batches) x (the sum of its
+// round layers' largest copies), is the schedule's: only when every chunk of the stage keeps the same
+// activations, i.e. the copies of each round layer are alike and the embeddings and the head keep none.
+// Otherwise it is an upper bound (a chunk-micro-batch never holds more than the largest chunk).
+bool InterleavedMemoryExact(const CostTables& base, int round, int virtual_stages) {
   const std::vector<int>& type_of = base.types().type_of;
-  auto activations = [&](int k, int j) { return base.Cost(type_of[static_cast<size_t>(i + k * round)], j).memory.activations; };
-  bool alike = true;
-  for (int k = 1; k < virtual_stages; ++k) alike = alike && type_of[static_cast<size_t>(i + k * round)] == type_of[static_cast<size_t>(i)];
-  if (alike) return true;
-  auto largest = [&](int copy) {
-    for (int j = 0; j < base.num_strategies(); ++j)
-      for (int k = 0; k < virtual_stages; ++k)
-        if (activations(k, j) > activations(copy, j)) return false;
-    return true;
-  };
-  return (i == 0 && largest(0)) || (i == round - 1 && largest(virtual_stages - 1));
+  for (int i = 0; i < round; ++i)
+    for (int k = 1; k < virtual_stages; ++k)
+      if (type_of[static_cast<size_t>(i + k * round)] != type_of[static_cast<size_t>(i)]) return false;
+  for (int j = 0; j < base.num_strategies(); ++j)
+    if (base.Embedding(j).memory.activations != 0 || base.Head(j).memory.activations != 0) return false;
+  return true;
 }
 
 }  // namespace
@@ -162,10 +157,10 @@ CostTables CostTables::Interleaved(const CostTables& base, int virtual_stages, c
   t.costs_.assign(static_cast<size_t>(types * strategies), StrategyCost{});
   t.slice_gather_.assign(static_cast<size_t>(types * layouts * layouts), 0.0);
   t.point_to_point_.assign(static_cast<size_t>(types * layouts), 0.0);
+  t.memory_exact_ = InterleavedMemoryExact(base, round, virtual_stages);
   std::vector<bool> done(static_cast<size_t>(types), false);
   for (int i = 0; i < round; ++i) {
     const int r = round_types.type_of[static_cast<size_t>(i)];
-    t.memory_exact_ = t.memory_exact_ && RoundLayerMemoryExact(base, i, round, virtual_stages);
     if (done[static_cast<size_t>(r)]) continue;
     done[static_cast<size_t>(r)] = true;
     for (int k = 0; k < virtual_stages; ++k) {
@@ -224,9 +219,9 @@ namespace {
 // What one round's tables leave to the estimate of interleaved stage s (round layers first..last): the
 // v - 1 wraps from the last round layer on the last stage to the first on the first (sent forward by
 // the last stage, the gradient back by the first, resharded into it), and the stage's memory as the
-// simulator counts it, over its v chunks of model layers (StageMemory::OfChunks).
-void AddInterleaving(const CostTables& tables, const PipelineConfig& config, int s, int first, int last,
-                     const std::vector<int>& strategies, double& seconds, cost::StageMemory& memory) {
+// simulator counts it, over its v chunks of model layers (cost::InterleavedStagePeakBytes).
+int64_t AddInterleaving(const CostTables& tables, const PipelineConfig& config, int s, int first, int last,
+                        const std::vector<int>& strategies, double& seconds) {
   const CostTables& base = tables.base();
   const int round = static_cast<int>(strategies.size()), v = config.virtual_stages;
   const int end_layout = tables.LayoutIndex(strategies.back());
@@ -239,7 +234,7 @@ void AddInterleaving(const CostTables& tables, const PipelineConfig& config, int
   for (int k = 0; k < v; ++k)
     for (int i = first; i <= last; ++i)
       chunks[static_cast<size_t>(k)] += base.LayerCost(i + k * round, strategies[static_cast<size_t>(i)]).memory;
-  memory = cost::StageMemory::OfChunks(chunks);
+  return cost::InterleavedStagePeakBytes(chunks, config.pp, config.micro_batches, s);
 }
 
 }  // namespace
@@ -275,11 +270,13 @@ PipelineEstimate EstimatePipeline(const CostTables& tables, const PipelineConfig
     if (s > 0)
       seconds += tables.PointToPoint(type_of[static_cast<size_t>(first) - 1],
                                      tables.LayoutIndex(strategies[static_cast<size_t>(first) - 1]));
-    if (config.virtual_stages > 1) AddInterleaving(tables, config, s, first, last, strategies, seconds, memory);
+    const int64_t peak = config.virtual_stages > 1
+                             ? AddInterleaving(tables, config, s, first, last, strategies, seconds)
+                             : memory.PeakBytes(InFlight(config, s));
     e.stage_seconds.push_back(seconds);
     e.sync_seconds.push_back(sync);
     e.optimizer_seconds.push_back(optimizer);
-    e.stage_memory.push_back(memory.PeakBytes(InFlight(config, s)));
+    e.stage_memory.push_back(peak);
     first = last + 1;
   }
   double stages = 0.0, syncs = 0.0;

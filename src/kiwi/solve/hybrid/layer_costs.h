@@ -72,9 +72,9 @@ class CostTables {
   // Interleaved 1F1B with v model chunks per stage, each stage's chunks alike: the tables of one round
   // (`round_types`, from RoundTypes), where a round layer stands for its v copies: the sum of their
   // model states, times and sends, the largest of their activations (each in-flight unit is one
-  // chunk's micro-batch, StageMemory::OfChunks; with unequal copies the DP's memory is then an upper
-  // bound, MemoryExact() false). The embeddings and the head stay once, on the first and last round
-  // layer. `base` and `round_types` must outlive the tables.
+  // chunk's micro-batch: the DP's memory is an upper bound on the schedule's, equal only when every
+  // chunk keeps the same, MemoryExact()). The embeddings and the head stay once, on the first and last
+  // round layer. `base` and `round_types` must outlive the tables.
   static CostTables Interleaved(const CostTables& base, int virtual_stages, const LayerTypes& round_types);
 
   int pp() const { return pp_; }
@@ -101,8 +101,8 @@ class CostTables {
   int virtual_stages() const { return virtual_stages_; }
   // The per-model-layer tables an interleaved one was made from (itself otherwise).
   const CostTables& base() const { return base_ ? *base_ : *this; }
-  // The DP's memory per stage equals the simulator's (false: an upper bound; interleaved rounds whose
-  // copies differ, such as a last layer with the final norm).
+  // The DP's memory per stage equals the simulator's (false: an upper bound; interleaved stages whose
+  // chunks keep different activations: the embeddings', the head's, a last layer with the final norm).
   bool MemoryExact() const { return memory_exact_; }
 
  private:
