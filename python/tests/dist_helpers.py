@@ -14,8 +14,9 @@ def config():
     return GptConfig(layers=4, hidden=32, heads=4, seq=8)  # kiwi's gpt vocabulary (50257)
 
 
-def make_plan(layers, pp_partition=None, global_batch=8, micro_batches=2, pipeline="1f1b"):
-    """layers: (tp, dp, zero (True: 3), checkpoint[, sequence_parallel[, selective_recompute]]) per layer."""
+def make_plan(layers, pp_partition=None, global_batch=8, micro_batches=2, pipeline="1f1b", virtual_stages=1):
+    """layers: (tp, dp, zero (True: 3), checkpoint[, sequence_parallel[, selective_recompute]]) per layer;
+    with virtual_stages > 1, pp_partition lists the chunks."""
     from kiwi.torch.distributed.plan import parse_plan
     pp_partition = pp_partition or [len(layers)]
     obj = {"kiwi_plan_version": 1, "model": "gpt", "model_flags": MODEL_FLAGS, "cluster": CLUSTER,
@@ -23,8 +24,9 @@ def make_plan(layers, pp_partition=None, global_batch=8, micro_batches=2, pipeli
                                      sequence_parallel=bool(rest[:1] and rest[0]),
                                      selective_recompute=bool(rest[1:] and rest[1]))
                                 for t, d, z, c, *rest in layers],
-                     "pp_degree": len(pp_partition), "pp_partition": pp_partition, "global_batch": global_batch,
-                     "micro_batches": micro_batches, "pipeline": pipeline}}
+                     "pp_degree": len(pp_partition) // virtual_stages, "pp_partition": pp_partition,
+                     "global_batch": global_batch, "micro_batches": micro_batches, "pipeline": pipeline,
+                     "virtual_stages": virtual_stages}}
     return parse_plan(obj, "test-plan")
 
 

@@ -40,8 +40,12 @@ def runs(tmp_path_factory):
     two_stage = [(2, 1, False, False), (1, 2, True, False), (2, 1, False, True), (1, 2, False, False)]
     piped = make_plan(two_stage, pp_partition=[2, 2], micro_batches=2)
     gpipe = make_plan(two_stage, pp_partition=[1, 3], micro_batches=4, pipeline="gpipe")
-    out = run([plan, piped_plan, mixed, piped, gpipe])
-    return {"hybrid": out[0], "hybrid_pp": out[1], "mixed": out[2], "piped": out[3], "gpipe": out[4], "printed": printed}
+    # interleaved 1F1B: stage 0 runs layers 0 and 2, stage 1 layers 1 and 3; layer 2 reshards what stage
+    # 1's layer 1 (ZeRO-3 over DP2) sends back round to stage 0 (TP2)
+    interleaved = make_plan(two_stage, pp_partition=[1, 1, 1, 1], micro_batches=4, virtual_stages=2)
+    out = run([plan, piped_plan, mixed, piped, gpipe, interleaved])
+    return {"hybrid": out[0], "hybrid_pp": out[1], "mixed": out[2], "piped": out[3], "gpipe": out[4],
+            "interleaved": out[5], "printed": printed}
 
 
 def test_kiwi_hybrid_plan_is_mixed(runs):
@@ -60,13 +64,13 @@ def test_kiwi_hybrid_plan_is_mixed(runs):
              sequence_parallel=s.sequence_parallel, selective_recompute=s.selective_recompute) for s in plan.layers]
 
 
-@pytest.mark.parametrize("name", ["hybrid", "hybrid_pp", "mixed", "piped", "gpipe"])
+@pytest.mark.parametrize("name", ["hybrid", "hybrid_pp", "mixed", "piped", "gpipe", "interleaved"])
 def test_matches_single_process_training(runs, name):
     plan, results, reference = runs[name]
     check_matches_reference(results, reference)
 
 
-@pytest.mark.parametrize("name", ["hybrid", "hybrid_pp", "mixed", "piped", "gpipe"])
+@pytest.mark.parametrize("name", ["hybrid", "hybrid_pp", "mixed", "piped", "gpipe", "interleaved"])
 def test_bytes_match_kiwi(runs, name):
     plan, results, _ = runs[name]
     predicted = check_bytes(plan, results)
@@ -76,6 +80,9 @@ def test_bytes_match_kiwi(runs, name):
         # the head on layer 3's TP4: vocabulary-parallel cross-entropy over TP4, the batch's 64 tokens
         # (3 fp32 all-reduces per token) and the head's input gradient
         assert predicted["tp_all_reduce"]["head"] == 3 * 4 * 8 * 8 + 4 * 8 * 32 * 8
+    if name == "interleaved":  # 4 micro-batches: stage 0's two chunks (DP1) each send 2 samples forward,
+        # stage 1's layer 1 (DP2) one sample per rank, its last chunk nothing
+        assert predicted["send_forward"] == {"stage0": 4 * 2 * (2 * 8 * 32 * 4), "stage1": 4 * (1 * 8 * 32 * 4)}
     if name == "mixed":  # dp 4 -> 2 -> 4 -> 1
         assert set(predicted["slice_gather"]) == {"1", "3"} and set(predicted["slice_gather_backward"]) == {"2"}
 
@@ -120,10 +127,12 @@ def test_plan_errors_name_the_field(tmp_path):
                        "global_batch": 2, "micro_batches": 2}, "x.json")
     assert plan.virtual_stages == 2 and plan.to_kiwi_plan()["layer"]["virtual_stages"] == 2
     assert "virtual_stages" not in parse_plan({"layers": [{}]}, "x.json").to_kiwi_plan()["layer"]
-    with pytest.raises(PlanError, match=r"^x.json: virtual_stages: 2 model chunks per stage \(interleaved 1F1B\)"):
-        plan.check_world(2)
+    assert plan.stage_layers(0) == [0, 2] and plan.stage_of_layers() == [0, 1, 0, 1]
+    with pytest.raises(PlanError, match=r"^x.json: micro_batches: 1 is not a multiple of pp_degree 2, which interleaved"):
+        parse_plan({"layers": [{}] * 4, "pp_degree": 2, "virtual_stages": 2, "pp_partition": [1, 1, 1, 1]}, "x.json")
     with pytest.raises(PlanError, match=r"pp_partition: has 2 chunks, pp_degree 2 x virtual_stages 2 is 4$"):
-        parse_plan({"layers": [{}] * 4, "pp_degree": 2, "virtual_stages": 2, "pp_partition": [2, 2]}, "x.json")
+        parse_plan({"layers": [{}] * 4, "pp_degree": 2, "virtual_stages": 2, "pp_partition": [2, 2],
+                    "micro_batches": 2}, "x.json")
 
 
 def test_fused_adam_matches_single_process_training(runs):

@@ -99,13 +99,13 @@ class CommCounter:
             dist.all_reduce(buf, group=group)
         return buf[index * chunk:(index + 1) * chunk].clone()
 
-    def isend(self, t: torch.Tensor, dst: int, purpose: str, unit):
+    def isend(self, t: torch.Tensor, dst: int, purpose: str, unit, tag: int = 0):
         self.record(purpose, unit, nbytes(t))
-        return dist.isend(t.contiguous(), dst)
+        return dist.isend(t.contiguous(), dst, tag=tag)
 
     @staticmethod
-    def irecv(t: torch.Tensor, src: int):
-        return dist.irecv(t, src)  # the sender counts the message
+    def irecv(t: torch.Tensor, src: int, tag: int = 0):
+        return dist.irecv(t, src, tag=tag)  # the sender counts the message
 
 
 class NullCounter(CommCounter):

@@ -64,20 +64,24 @@ class HybridPlan:
 
     def stage_of_layers(self) -> List[int]:
         out: List[int] = []
-        for s, count in enumerate(self.pp_partition):
-            out += [s] * count
+        for c, count in enumerate(self.pp_partition):  # chunk c runs on stage c % pp_degree
+            out += [c % self.pp_degree] * count
         return out
 
+    def chunk_layers(self, chunk: int) -> List[int]:
+        """The layers of model chunk `chunk` (a stage's, without interleaving)."""
+        first = sum(self.pp_partition[:chunk])
+        return list(range(first, first + self.pp_partition[chunk]))
+
+    def stage_chunks(self, stage: int) -> List[int]:
+        """The model chunks `stage` runs, in model order (interleaved 1F1B: stage, stage + pp, ...)."""
+        return list(range(stage, len(self.pp_partition), self.pp_degree))
+
     def stage_layers(self, stage: int) -> List[int]:
-        first = sum(self.pp_partition[:stage])
-        return list(range(first, first + self.pp_partition[stage]))
+        return [i for c in self.stage_chunks(stage) for i in self.chunk_layers(c)]
 
     def check_world(self, world: int) -> None:
         """Errors when the plan does not fit `world` processes (every layer: tp * dp = world / pp)."""
-        if self.virtual_stages > 1:
-            raise PlanError(f"{self.source}: virtual_stages: {self.virtual_stages} model chunks per stage (interleaved "
-                            "1F1B); this runtime runs one chunk per stage (1f1b, gpipe): `kiwi simulate --plan` "
-                            "prices the plan")
         if world % self.pp_degree != 0:
             raise PlanError(f"{self.source}: pp_degree: {self.pp_degree} does not divide the {world} processes")
         per_stage = world // self.pp_degree
@@ -182,6 +186,7 @@ def _parse(obj: Dict[str, Any], source: str) -> HybridPlan:
     plan.virtual_stages = _int(layer, "virtual_stages", where, 1)
     if plan.pipeline not in ("1f1b", "gpipe"):
         raise PlanError(f"{where + '.' if where else ''}pipeline: must be \"1f1b\" or \"gpipe\", got {plan.pipeline!r}")
+    _interleaving(plan, where)
     _partition(plan, layer.get("pp_partition", []), where)
     _batch(plan, where)
     if "layer" in obj:
@@ -189,6 +194,22 @@ def _parse(obj: Dict[str, Any], source: str) -> HybridPlan:
         plan.model_flags = dict(obj.get("model_flags", {}) or {})
         plan.cluster = obj.get("cluster") or None
     return plan
+
+
+def _interleaving(plan: HybridPlan, where: str) -> None:
+    """Interleaved 1F1B as Megatron-LM (and kiwi's simulator) runs it."""
+    v = plan.virtual_stages
+    if v == 1:
+        return
+    prefix = f"{where}." if where else ""
+    if plan.pipeline != "1f1b":
+        raise PlanError(f"{prefix}virtual_stages: {v} model chunks per stage (interleaved 1F1B) need pipeline "
+                        f"\"1f1b\", got {plan.pipeline!r}")
+    if plan.pp_degree < 2:
+        raise PlanError(f"{prefix}virtual_stages: {v} model chunks per stage need pp_degree >= 2")
+    if plan.micro_batches % plan.pp_degree:
+        raise PlanError(f"{prefix}micro_batches: {plan.micro_batches} is not a multiple of pp_degree "
+                        f"{plan.pp_degree}, which interleaved 1F1B needs")
 
 
 def _partition(plan: HybridPlan, part: Any, where: str) -> None:

@@ -15,7 +15,7 @@ from kiwi.torch.distributed.comm_counter import CommCounter
 from kiwi.torch.distributed.data_parallel import GradSync
 from kiwi.torch.distributed.groups import GroupPool, Layout
 from kiwi.torch.distributed.pipeline import PipelineRunner, Stage
-from kiwi.torch.distributed.plan import HybridPlan
+from kiwi.torch.distributed.plan import HybridPlan, PlanError
 from kiwi.torch.distributed.units import Unit
 
 
@@ -49,9 +49,9 @@ def _strategies(plan: HybridPlan, stage: int):
 
 
 def _transitions(plan: HybridPlan, stage: int):
-    layers = plan.stage_layers(stage)
-    first = max(layers[0], 1)
-    return [(plan.layers[i - 1], plan.layers[i]) for i in range(first, layers[-1] + 1)]
+    """(previous, next) strategies of each layer of the stage after the model's first (the previous one
+    may run on the stage before: the stage reshards what it receives)."""
+    return [(plan.layers[i - 1], plan.layers[i]) for i in plan.stage_layers(stage) if i >= 1]
 
 
 def build_stage(plan: HybridPlan, config: gpt.GptConfig, layout: Layout, counter: CommCounter, o: TrainOptions):
@@ -84,6 +84,9 @@ def train_rank(plan: HybridPlan, config: gpt.GptConfig, o: TrainOptions, rank: i
     params = [p for u in stage.units for p in u.parameters()]
     optimizer = make_optimizer(params, o)
     schedule = o.schedule or plan.pipeline
+    if plan.virtual_stages > 1 and schedule != "1f1b":
+        raise PlanError(f"{plan.source}: virtual_stages: {plan.virtual_stages} model chunks per stage run "
+                        f"interleaved 1F1B, not {schedule}")
     result: Dict[str, Any] = {"rank": rank, "stage": layout.stage, "losses": [], "seconds": [], "comm": [],
                               "optimizer_seconds": [], "comm_seconds": []}
     head = [u for u in stage.units if u.key == "head"]
