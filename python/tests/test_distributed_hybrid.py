@@ -128,6 +128,10 @@ def test_plan_errors_name_the_field(tmp_path):
     assert plan.virtual_stages == 2 and plan.to_kiwi_plan()["layer"]["virtual_stages"] == 2
     assert "virtual_stages" not in parse_plan({"layers": [{}]}, "x.json").to_kiwi_plan()["layer"]
     assert plan.stage_layers(0) == [0, 2] and plan.stage_of_layers() == [0, 1, 0, 1]
+    plan.check_schedule(None)
+    plan.check_schedule("1f1b")
+    with pytest.raises(PlanError, match=r"^x.json: virtual_stages: 2 model chunks per stage run interleaved 1F1B, not gpipe$"):
+        plan.check_schedule("gpipe")  # a --schedule override
     with pytest.raises(PlanError, match=r"^x.json: micro_batches: 1 is not a multiple of pp_degree 2, which interleaved"):
         parse_plan({"layers": [{}] * 4, "pp_degree": 2, "virtual_stages": 2, "pp_partition": [1, 1, 1, 1]}, "x.json")
     with pytest.raises(PlanError, match=r"pp_partition: has 2 chunks, pp_degree 2 x virtual_stages 2 is 4$"):

@@ -109,8 +109,9 @@ def launch_jobs(jobs: List[tuple], nproc: int, backend: str = "auto",
     """Runs (plan, config, options, reference-or-None) jobs one after the other on `nproc` local
     processes; returns, per job, each rank's result in rank order. On CPU the ranks run with glibc
     keeping freed memory (caching_allocator.py) unless `allocator` is "system"."""
-    for plan, *_ in jobs:
+    for plan, _, options, *_ in jobs:
         plan.check_world(nproc)
+        plan.check_schedule(options.schedule)
     backend = pick_backend(backend)
     with tempfile.TemporaryDirectory(prefix="kiwi-dist-") as tmp, rank_environment(backend, allocator):
         out = os.path.join(tmp, "results.json")
@@ -131,4 +132,5 @@ def launch_from_env(plan: HybridPlan, config: GptConfig, options: TrainOptions,
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     plan.check_world(world)
+    plan.check_schedule(options.schedule)
     return run_one_rank(rank, world, local_rank, pick_backend(backend), plan, config, options, None)

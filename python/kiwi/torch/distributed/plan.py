@@ -90,6 +90,12 @@ class HybridPlan:
                 raise PlanError(f"{self.source}: layers[{i}]: tp {s.tp} x dp {s.dp} must equal the {per_stage} "
                                 f"processes of a stage ({world} processes, pp_degree {self.pp_degree})")
 
+    def check_schedule(self, schedule: Optional[str]) -> None:
+        """Errors when a schedule override (--schedule) cannot run the plan: interleaved plans run 1f1b."""
+        if self.virtual_stages > 1 and schedule not in (None, "1f1b"):
+            raise PlanError(f"{self.source}: virtual_stages: {self.virtual_stages} model chunks per stage run "
+                            f"interleaved 1F1B, not {schedule}")
+
     def check_sequence(self, seq: int) -> None:
         """Errors when a sequence-parallel layer's TP degree does not divide the sequence length."""
         for i, s in enumerate(self.layers):

@@ -15,7 +15,7 @@ from kiwi.torch.distributed.comm_counter import CommCounter
 from kiwi.torch.distributed.data_parallel import GradSync
 from kiwi.torch.distributed.groups import GroupPool, Layout
 from kiwi.torch.distributed.pipeline import PipelineRunner, Stage
-from kiwi.torch.distributed.plan import HybridPlan, PlanError
+from kiwi.torch.distributed.plan import HybridPlan
 from kiwi.torch.distributed.units import Unit
 
 
@@ -83,10 +83,8 @@ def train_rank(plan: HybridPlan, config: gpt.GptConfig, o: TrainOptions, rank: i
     runner = PipelineRunner(stage, layout, counter, grad_sync)
     params = [p for u in stage.units for p in u.parameters()]
     optimizer = make_optimizer(params, o)
+    plan.check_schedule(o.schedule)
     schedule = o.schedule or plan.pipeline
-    if plan.virtual_stages > 1 and schedule != "1f1b":
-        raise PlanError(f"{plan.source}: virtual_stages: {plan.virtual_stages} model chunks per stage run "
-                        f"interleaved 1F1B, not {schedule}")
     result: Dict[str, Any] = {"rank": rank, "stage": layout.stage, "losses": [], "seconds": [], "comm": [],
                               "optimizer_seconds": [], "comm_seconds": []}
     head = [u for u in stage.units if u.key == "head"]
