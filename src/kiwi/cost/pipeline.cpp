@@ -33,7 +33,7 @@ int64_t InterleavedStagePeakBytes(const std::vector<StageMemory>& chunks, int pp
   int64_t held = 0, most = 0;
   auto forward = [&](int k) { most = std::max(most, held += chunks[chunk_of(k, false)].activations); };
   auto backward = [&](int k) { held -= chunks[chunk_of(k, true)].activations; };
-  for (int k = 0; k < std::min(warmup, total); ++k) forward(k);
+  for (int k = 0; k < warmup; ++k) forward(k);  // warmup < total: MicrobatchesInFlight is at most v m
   for (int i = 0; i + warmup < total; ++i) {
     forward(warmup + i);
     backward(i);
@@ -45,7 +45,8 @@ int64_t ReservedBytes(const DeviceSpec& device) { return std::max<int64_t>(devic
 
 double PipelineIterationSeconds(int micro_batches, double slowest_microbatch_seconds, double sum_of_stages_seconds,
                                 double slowest_optimizer_seconds) {
-  return (micro_batches - 1) * slowest_microbatch_seconds + sum_of_stages_seconds + slowest_optimizer_seconds;
+  return InterleavedIterationSeconds(micro_batches, 1, slowest_microbatch_seconds, sum_of_stages_seconds, 0.0,
+                                     slowest_optimizer_seconds);
 }
 
 double InterleavedIterationSeconds(int micro_batches, int virtual_stages, double slowest_microbatch_seconds,
