@@ -209,7 +209,7 @@ TEST(BuildLayerModel, TpRankActivationsAreKorthikantis) {
       ASSERT_TRUE(mesh.ok()) << mesh.error().message;
       placed.mesh = *mesh;
       const LayerModel no_states;  // no model states: only the activations differ
-      const int64_t kept = StagePeakMemory({&placed}, 1, no_states) - StagePeakMemory({&placed}, 0, no_states);
+      const int64_t kept = LayerMemory(placed, no_states).activations;
       if (sp && t > 1) {  // eq. 4: sbh(34/t + 5as/(ht)); checkpointed, the input's shard 2sbh/t
         if (!checkpoint) {
           EXPECT_EQ(kept, (34 * sbh + output + attention) / t) << "t " << t;
@@ -273,7 +273,7 @@ TEST(BuildLayerModel, SelectiveRecomputationIsKorthikantis) {
         const PlacedLayer none = placed(false, false), selective = placed(false, true), full = placed(true, true);
         const LayerModel no_states;
         const auto kept = [&](const PlacedLayer& l) {
-          return StagePeakMemory({&l}, 1, no_states) - StagePeakMemory({&l}, 0, no_states);
+          return LayerMemory(l, no_states).activations;
         };
         EXPECT_EQ(kept(selective), sp && t > 1 ? 34 * sbh / t : 10 * sbh + 24 * sbh / t);
         EXPECT_EQ(kept(none) - kept(selective), attention / t);

@@ -207,12 +207,6 @@ StageMemory LayerMemory(const PlacedLayer& l, const LayerModel& model) {
   return m;
 }
 
-int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_flight, const LayerModel& model) {
-  StageMemory stage;
-  for (const PlacedLayer* l : layers) stage += LayerMemory(*l, model);
-  return stage.PeakBytes(in_flight);
-}
-
 int64_t TpShardParameterBytes(const LayerProfile& p, int tp) {
   return CeilDiv(p.parameter_bytes - p.replicated_parameter_bytes, tp) + p.replicated_parameter_bytes;
 }

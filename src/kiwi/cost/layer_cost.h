@@ -69,10 +69,6 @@ int64_t TransientBytes(const PlacedLayer& layer);
 // gradients and optimizer states per parameter byte.
 StageMemory LayerMemory(const PlacedLayer& layer, const LayerModel& model);
 
-// Peak bytes per device of a stage holding `in_flight` micro-batches' activations (Eq. 1), without
-// the device's reserve (ReservedBytes).
-int64_t StagePeakMemory(const std::vector<const PlacedLayer*>& layers, int in_flight, const LayerModel& model);
-
 // Megatron TP's collectives in one pass of one micro-batch over the layer's TP group, the per-device
 // `bytes` of each. Without sequence parallelism a transformer layer's f and g operators are all-reduces
 // (Shoeybi et al. 2019, Fig. 3); with it each becomes an all-gather of the sequence shards before a

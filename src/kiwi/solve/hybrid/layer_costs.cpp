@@ -150,7 +150,6 @@ bool InterleavedMemoryExact(const CostTables& base, int round, int virtual_stage
 CostTables CostTables::Interleaved(const CostTables& base, int virtual_stages, const LayerTypes& round_types) {
   CostTables t = base;
   t.types_ = &round_types;
-  t.virtual_stages_ = virtual_stages;
   t.base_ = &base;
   const int round = static_cast<int>(round_types.type_of.size());
   const int types = round_types.num_types(), strategies = t.num_strategies(), layouts = t.num_layouts();

@@ -98,7 +98,6 @@ class CostTables {
   // Sending the boundary activation of a layer of `type` in `layout` to the next stage.
   double PointToPoint(int type, int layout) const;
   const LayerTypes& types() const { return *types_; }
-  int virtual_stages() const { return virtual_stages_; }
   // The per-model-layer tables an interleaved one was made from (itself otherwise).
   const CostTables& base() const { return base_ ? *base_ : *this; }
   // The DP's memory per stage equals the simulator's (false: an upper bound; interleaved stages whose
@@ -110,7 +109,6 @@ class CostTables {
 
   int pp_ = 1;
   int64_t microbatch_ = 1;
-  int virtual_stages_ = 1;
   const CostTables* base_ = nullptr;
   bool memory_exact_ = true;
   const LayerTypes* types_ = nullptr;
