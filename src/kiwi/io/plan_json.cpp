@@ -160,7 +160,6 @@ Status ReadPipeline(const Json& layer, const JsonPath& at, plan::LayerPlan& p) {
   Result<int64_t> virtual_stages = IntFieldOr(layer, at, "virtual_stages", 1, kDegreeRange);
   if (!virtual_stages) return virtual_stages.error();
   p.virtual_stages = static_cast<int>(*virtual_stages);
-  const int64_t chunks = p.pp_degree * *virtual_stages;
   if (const Json* list = FindField(layer, "pp_partition")) {
     if (!list->is_array()) return at.BadKey("pp_partition", "must be a list of layer counts");
     int64_t total = 0;
@@ -170,11 +169,8 @@ Status ReadPipeline(const Json& layer, const JsonPath& at, plan::LayerPlan& p) {
       total += *n;
       p.pp_partition.push_back(static_cast<int>(*n));
     }
-    if (!p.pp_partition.empty() && p.virtual_stages == 1 && static_cast<int64_t>(p.pp_partition.size()) != p.pp_degree)
-      return at.BadKey("pp_partition", fmt::format("has {} stages, pp_degree is {}", p.pp_partition.size(), p.pp_degree));
-    if (!p.pp_partition.empty() && p.virtual_stages > 1 && static_cast<int64_t>(p.pp_partition.size()) != chunks)
-      return at.BadKey("pp_partition", fmt::format("has {} chunks, pp_degree {} x virtual_stages {} is {}",
-                                                   p.pp_partition.size(), p.pp_degree, p.virtual_stages, chunks));
+    if (!p.pp_partition.empty() && static_cast<int64_t>(p.pp_partition.size()) != p.NumChunks())
+      return at.BadKey("pp_partition", plan::PartitionLengthError(p));
     if (!p.pp_partition.empty() && total != static_cast<int64_t>(p.layers.size()))
       return at.BadKey("pp_partition", fmt::format("sums to {} layers, the plan has {}", total, p.layers.size()));
   }

@@ -91,9 +91,14 @@ struct LayerPlan {
   PipelineSchedule pipeline = PipelineSchedule::k1F1B;
   // Model chunks per stage: v > 1 is interleaved 1F1B (Narayanan et al. 2021 §2.2), 1F1B only.
   int virtual_stages = 1;
-  // The stage that runs chunk (or, with v = 1, stage) `chunk` of pp_partition.
+  // The entries pp_partition has (when given), and the stage that runs entry `chunk`.
+  int64_t NumChunks() const { return int64_t{pp_degree} * virtual_stages; }
   int StageOfChunk(int chunk) const { return chunk % pp_degree; }
 };
+
+// "has 3 stages, pp_degree is 2" / "has 2 chunks, pp_degree 2 x virtual_stages 2 is 4": a pp_partition
+// whose length is not NumChunks(), as the plan's readers say it.
+std::string PartitionLengthError(const LayerPlan& plan);
 
 // What a solver claims the plan achieves; tests compare it with the simulator's answer.
 struct Claims {

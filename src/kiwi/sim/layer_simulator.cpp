@@ -87,13 +87,8 @@ Result<std::vector<StageSpan>> CheckPartition(const LayerPlan& plan) {
       return BadInput(fmt::format("layer plan: pp_partition: empty, but pp_degree is {}", plan.pp_degree));
     return std::vector<StageSpan>{{0, num_layers}};
   }
-  if (plan.virtual_stages > 1 && static_cast<int>(plan.pp_partition.size()) != plan.pp_degree * plan.virtual_stages)
-    return BadInput(fmt::format("layer plan: pp_partition: has {} chunks, pp_degree {} x virtual_stages {} is {}",
-                                plan.pp_partition.size(), plan.pp_degree, plan.virtual_stages,
-                                plan.pp_degree * plan.virtual_stages));
-  if (plan.virtual_stages == 1 && static_cast<int>(plan.pp_partition.size()) != plan.pp_degree)
-    return BadInput(fmt::format("layer plan: pp_partition: has {} stages, pp_degree is {}", plan.pp_partition.size(),
-                                plan.pp_degree));
+  if (static_cast<int64_t>(plan.pp_partition.size()) != plan.NumChunks())
+    return BadInput("layer plan: pp_partition: " + plan::PartitionLengthError(plan));
   std::vector<StageSpan> stages;
   int first = 0;
   for (size_t s = 0; s < plan.pp_partition.size(); ++s) {
