@@ -433,7 +433,7 @@ TEST(BuildTrainingGraphErrors, OpWithoutGradientRuleIsNamed) {
   ExpectBadInput(BuildTrainingGraph(c, {}), {"node 4 'r'", "collective 'all_reduce'"});
 }
 
-TEST(BuildTrainingGraphErrors, OperandWithoutGradientIsNamed) {
+TEST(BuildTrainingGraphErrors, IntegerParameterIsNamed) {
   Graph g("ids");
   const NodeId table = AddParam(g, "table", {10, 4});
   const NodeId idw = AddParam(g, "idw", {2}, DType::kI64);  // ids computed from a parameter
@@ -441,7 +441,37 @@ TEST(BuildTrainingGraphErrors, OperandWithoutGradientIsNamed) {
   const NodeId emb = AddOp(g, "emb", OpKind::kEmbedding, "embedding", {2, 4}, {table, ids});
   const NodeId labels = AddInput(g, "labels", {2}, DType::kI64);
   AddOp(g, "loss", OpKind::kLoss, "cross_entropy", {}, {emb, labels});
-  ExpectBadInput(BuildTrainingGraph(g, {}), {"node 3 'emb'", "inputs[1]", "no gradient"});
+  ExpectBadInput(BuildTrainingGraph(g, {}), {"node 1 'idw'", "output.dtype", "no gradient"});
+}
+
+// Indices computed from parameters (a router's top-k) carry no gradient: the probabilities they
+// gather do, and only the gathered operand gets one.
+TEST(BuildTrainingGraph, IntegerIndicesFromParametersGetNoGradient) {
+  Graph g("router");
+  const NodeId x = AddInput(g, "x", {4, 3});
+  const NodeId w = AddParam(g, "w", {3, 5});
+  const NodeId logits = AddOp(g, "logits", OpKind::kMatmul, "matmul", {4, 5}, {x, w});
+  const NodeId probs = AddOp(g, "probs", OpKind::kSoftmax, "softmax", {4, 5}, {logits});
+  const NodeId choice = AddOp(g, "choice", OpKind::kReduce, "topk", {4, 2}, {probs}, DType::kI64);
+  g.mutable_node(choice).attrs.axes = {1};
+  const NodeId flat = AddOp(g, "flat", OpKind::kReshape, "reshape", {20, 1}, {probs});
+  const NodeId gates = AddOp(g, "gates", OpKind::kEmbedding, "embedding", {4, 2, 1}, {flat, choice});
+  const NodeId rows = AddOp(g, "rows", OpKind::kReshape, "reshape", {4, 2}, {gates});
+  const NodeId labels = AddInput(g, "labels", {4}, DType::kI64);
+  AddOp(g, "loss", OpKind::kLoss, "cross_entropy", {}, {rows, labels});
+  Result<Graph> t = BuildTrainingGraph(g, {});
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  // The router's weight gets its gradient from the logits' matmul, through the gathered probabilities.
+  int from_choice = 0, from_logits = 0, from_gates = 0;
+  for (const Node& n : t->nodes()) {
+    from_choice += n.grad_of == choice;
+    from_logits += n.grad_of == logits && n.output.shape == t->node(w).output.shape;
+    from_gates += n.grad_of == gates;
+  }
+  EXPECT_EQ(from_choice, 0);
+  EXPECT_EQ(from_logits, 1);
+  EXPECT_EQ(from_gates, 1);  // embedding_grad into the flattened probabilities only
+  EXPECT_TRUE(VerifyGraph(*t).ok());
 }
 
 TEST(BuildTrainingGraphErrors, UnusedParameterAndParameterFreeLoss) {

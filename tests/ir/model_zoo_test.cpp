@@ -44,10 +44,11 @@ TEST(ModelZoo, EveryModelDifferentiatesAndGroupsIntoLayers) {
     EXPECT_EQ(opt.kind, OpKind::kOptimizer);
     EXPECT_EQ(static_cast<int64_t>(opt.inputs.size()), params * (2 + per_param));
     // Matmul-dominated: the backward pass costs about twice the forward (less the input gradients
-    // nobody needs, plus cheap elementwise gradients).
+    // nobody needs, plus cheap elementwise gradients and, in a mixture of experts, the scatter-adds
+    // that undo its gathers).
     const double ratio = SumFlops(*t, Pass::kBackward) / SumFlops(*t, Pass::kForward);
     EXPECT_GT(ratio, 1.8);
-    EXPECT_LT(ratio, 2.1);
+    EXPECT_LT(ratio, 2.15);
     Result<LayerView> view = BuildLayerView(*t);
     ASSERT_TRUE(view.ok()) << view.error().message;
     int64_t layered = 0;

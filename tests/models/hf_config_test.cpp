@@ -43,6 +43,41 @@ TEST(HfConfig, LlamaTwoSevenBIsThePreset) {
   EXPECT_FALSE(t.dropout);
 }
 
+// Abridged from mistralai/Mixtral-8x7B-v0.1 and Qwen/Qwen3-30B-A3B.
+constexpr const char* kMixtral = R"({"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336,
+  "max_position_embeddings": 32768, "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+  "num_local_experts": 8, "num_experts_per_tok": 2, "vocab_size": 32000, "torch_dtype": "bfloat16"})";
+constexpr const char* kQwen3Moe = R"({"model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
+  "head_dim": 128, "max_position_embeddings": 40960, "num_attention_heads": 32, "num_hidden_layers": 48,
+  "num_key_value_heads": 4, "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+  "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": true, "vocab_size": 151936,
+  "tie_word_embeddings": false, "torch_dtype": "bfloat16"})";
+
+TEST(HfConfig, MixturesOfExpertsAreThePresets) {
+  for (const auto& [text, preset] : {std::pair{kMixtral, "mixtral-8x7b"}, std::pair{kQwen3Moe, "qwen3-30b-a3b"}}) {
+    const TransformerConfig t = Transformer(ParseHfConfig(text, "config.json", {.seq = 4096}));
+    Result<ModelSpec> p = LoadModel(preset);
+    ASSERT_TRUE(p.ok());
+    const TransformerConfig& want = std::get<TransformerConfig>(p->config);
+    EXPECT_EQ(t.experts, want.experts) << preset;
+    EXPECT_EQ(t.top_k, want.top_k) << preset;
+    EXPECT_EQ(t.head_dim, want.head_dim) << preset;
+    EXPECT_EQ(t.qk_norm, want.qk_norm) << preset;
+    EXPECT_EQ(ClosedFormParameterCount(t), ClosedFormParameterCount(want)) << preset;
+  }
+  std::string dense_layers = kQwen3Moe;
+  dense_layers.replace(dense_layers.find("\"mlp_only_layers\": []"), 21, "\"mlp_only_layers\": [0]");
+  Result<ModelSpec> r = ParseHfConfig(dense_layers, "q.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message,
+            "q.json: mlp_only_layers: kiwi builds every layer's MLP as experts (decoder_sparse_step 1, no mlp_only_layers)");
+  std::string too_many = kMixtral;
+  too_many.replace(too_many.find("\"num_experts_per_tok\": 2"), 24, "\"num_experts_per_tok\": 9");
+  r = ParseHfConfig(too_many, "m.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message, "m.json: top_k: must be in [1, 8] (the experts), got 9");
+}
+
 TEST(HfConfig, BertT5VitSwin) {
   const TransformerConfig bert = Transformer(ParseHfConfig(
       R"({"model_type": "bert", "num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16,

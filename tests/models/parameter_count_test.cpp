@@ -1,5 +1,5 @@
 // Parameter counts: every builder against the closed forms, and the presets against published sizes
-// (Galvatron-BMW Table I, GPT-3 13B, the Llama 2 model cards).
+// (Galvatron-BMW Table I, GPT-3 13B, the Llama 2 and 3 model cards, Mixtral 8x7B, Qwen3-30B-A3B).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -139,6 +139,29 @@ TEST(ParameterCount, LlamaMatchesTheReleasedCheckpoints) {
     Result<ModelSpec> spec = LoadModel(name);
     ASSERT_TRUE(spec.ok());
     Result<ir::Graph> graph = BuildForwardGraph(*spec);  // full size: metadata only
+    ASSERT_TRUE(graph.ok()) << graph.error().message;
+    EXPECT_EQ(GraphParameterCount(*graph), released) << name;
+    EXPECT_EQ(ClosedFormParameterCount(std::get<TransformerConfig>(spec->config)), released) << name;
+  }
+}
+
+TEST(ParameterCount, MixtureOfExpertsAndQwen3AttentionMatchClosedForm) {
+  for (bool qk_norm : {false, true}) {
+    TransformerConfig c = Sized(Family::kLlama, {2, 64, 4, 8, 48}, true);
+    c.experts = 4, c.top_k = 2, c.kv_heads = 2, c.head_dim = qk_norm ? 32 : 0, c.qk_norm = qk_norm;
+    SCOPED_TRACE(qk_norm);
+    EXPECT_EQ(BuiltCount(c), ClosedFormParameterCount(c));
+  }
+}
+
+TEST(ParameterCount, MixturesOfExpertsMatchTheReleasedCheckpoints) {
+  // Parameter totals of mistralai/Mixtral-8x7B-v0.1 and Qwen/Qwen3-30B-A3B: the sums of the tensor
+  // sizes of transformers' MixtralForCausalLM and Qwen3MoeForCausalLM built from the released configs.
+  for (const auto& [name, released] : {std::pair{"mixtral-8x7b", int64_t{46'702'792'704}},
+                                       std::pair{"qwen3-30b-a3b", int64_t{30'532'122'624}}}) {
+    Result<ModelSpec> spec = LoadModel(name);
+    ASSERT_TRUE(spec.ok());
+    Result<ir::Graph> graph = BuildForwardGraph(*spec);
     ASSERT_TRUE(graph.ok()) << graph.error().message;
     EXPECT_EQ(GraphParameterCount(*graph), released) << name;
     EXPECT_EQ(ClosedFormParameterCount(std::get<TransformerConfig>(spec->config)), released) << name;

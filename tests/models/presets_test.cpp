@@ -25,7 +25,7 @@ TEST(ModelNames, ListsEveryContractName) {
   for (const char* name : {"gpt", "bert", "t5", "vit", "swin", "llama", "mlp", "bert-huge-32", "bert-huge-48",
                            "vit-huge-32", "vit-huge-48", "t5-large-32", "t5-large-48", "t5-512-4-32",
                            "t5-512-4-48", "swin-huge-32", "swin-huge-48", "gpt3-13b", "llama2-7b", "llama2-70b",
-                           "llama3-8b", "llama3-70b", "llama3-405b"})
+                           "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b", "qwen3-30b-a3b"})
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
 }

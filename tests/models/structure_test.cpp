@@ -92,6 +92,46 @@ TEST(LlamaStructure, GroupedQueryAttentionRotaryAndNoDropout) {
   EXPECT_EQ(Select(g, [](const Node& n) { return n.op == "rmsnorm"; }).size(), 5u);  // 2 per layer + final
 }
 
+TEST(MoeStructure, RouterTopKDispatchExpertsAndCombine) {
+  // 2 x 8 tokens, 4 experts, top 2: 32 (token, expert) rows, 8 per expert.
+  TransformerConfig c = Gpt(2, 8, 2, 64, 4);
+  c.family = Family::kLlama, c.ffn = 96, c.dropout = false, c.experts = 4, c.top_k = 2;
+  const ir::Graph g = Build(c);
+  auto in_layer0 = [](const Node& n) { return n.layer == 0 && n.scope == "layer0.mlp"; };
+  auto topk = Select(g, [&](const Node& n) { return in_layer0(n) && n.op == "topk"; });
+  ASSERT_EQ(topk.size(), 1u);
+  EXPECT_EQ(topk[0]->output.shape, (Shape{16, 2}));
+  EXPECT_EQ(topk[0]->output.dtype, ir::DType::kI64);
+  auto router = Select(g, [](const Node& n) { return n.name == "layer0.mlp.router.weight"; });
+  ASSERT_EQ(router.size(), 1u);
+  EXPECT_EQ(router[0]->output.shape, (Shape{64, 4}));
+  auto experts = Select(g, [&](const Node& n) { return in_layer0(n) && n.kind == OpKind::kBatchMatmul; });
+  EXPECT_EQ(ShapesOf(experts), (std::vector<Shape>{{4, 8, 96}, {4, 8, 96}, {4, 8, 64}}));  // gate, up, down
+  // Three gathers: the gates, the dispatch into expert order, the combine back per token.
+  EXPECT_EQ(ShapesOf(Select(g, [&](const Node& n) { return in_layer0(n) && n.kind == OpKind::kEmbedding; })),
+            (std::vector<Shape>{{16, 2, 1}, {32, 64}, {16, 2, 64}}));
+  // Each token runs top_k experts: the experts' forward FLOPs are k times one dense SwiGLU MLP of the
+  // same width (2 * 3 * tokens * h * f each), whatever the number of experts.
+  double expert_flops = 0;
+  for (const Node* n : experts) expert_flops += n->flops;
+  EXPECT_DOUBLE_EQ(expert_flops, 2.0 * (2 * 3 * 16 * 64 * 96));
+}
+
+TEST(Qwen3Structure, HeadDimApartFromHiddenAndQkNorm) {
+  TransformerConfig c = Gpt(1, 8, 1, 64, 8);
+  c.family = Family::kLlama, c.kv_heads = 2, c.head_dim = 16, c.qk_norm = true, c.ffn = 96, c.dropout = false;
+  const ir::Graph g = Build(c);
+  auto weight = [&](const std::string& name) {
+    auto w = Select(g, [&](const Node& n) { return n.name == name; });
+    return w.size() == 1 ? w[0]->output.shape : Shape{};
+  };
+  EXPECT_EQ(weight("layer0.attn.q.weight"), (Shape{64, 128}));  // 8 heads of 16, wider than hidden 64
+  EXPECT_EQ(weight("layer0.attn.k.weight"), (Shape{64, 32}));
+  EXPECT_EQ(weight("layer0.attn.out.weight"), (Shape{128, 64}));
+  EXPECT_EQ(weight("layer0.attn.q_norm.gamma"), (Shape{16}));
+  EXPECT_EQ(weight("layer0.attn.k_norm.gamma"), (Shape{16}));
+}
+
 TEST(T5Structure, CrossAttentionReadsTheEncoderAndRelativeBiasIsAdded) {
   TransformerConfig c = Gpt(2, 16, 1, 32, 4);
   c.family = Family::kT5, c.decoder_layers = 3, c.decoder_seq = 4;
@@ -172,6 +212,17 @@ TEST(ConfigErrors, NameTheField) {
   ExpectConfigError(c, "window");
   c.window = 7, c.stage_depths = {1, 2};
   ExpectConfigError(c, "stage_depths");
+  c = Gpt(2, 8, 1, 32, 4);
+  c.experts = 4, c.top_k = 2;
+  ExpectConfigError(c, "experts: kiwi builds mixture-of-experts layers for llama-style models, not gpt");
+  c.family = Family::kLlama, c.top_k = 5;
+  ExpectConfigError(c, "top_k: must be in [1, 4] (the experts), got 5");
+  c.top_k = 1, c.experts = 3;
+  ExpectConfigError(c, "experts: 3 experts do not share batch 1 x seq 8 x top_k 1 token rows evenly");
+  c.experts = 0, c.top_k = 2;
+  ExpectConfigError(c, "top_k: 2 without experts");
+  c.top_k = 0, c.head_dim = -1;
+  ExpectConfigError(c, "head_dim");
   Result<ir::Graph> mlp = BuildMlpForward({.widths = {8}});
   ASSERT_FALSE(mlp.ok());
   EXPECT_THAT(mlp.error().message, ::testing::HasSubstr("widths"));

@@ -333,6 +333,47 @@ TEST(BuildLayerModel, MegatronTpSplitOfGpt) {
 // Under TP the head's loss is Megatron's vocabulary-parallel cross-entropy, not the graph's fused
 // loss: the head's profile carries the difference of the two on the whole vocabulary (the fused loss's
 // forward op, and its two backward ops nll_loss_grad and cross_entropy_grad, taken out); no other part does.
+// A mixture of experts under TP (Megatron-LM's expert tensor parallelism): the router and the norms
+// are whole on every rank, each expert's linears split like a dense SwiGLU's; each token runs top_k
+// experts, so the split activations of its experts (gate, silu, up and their product: 4 T f per
+// expert row) are k times a dense SwiGLU's of the same width.
+TEST(BuildLayerModel, MixtureOfExpertsKeepsTheRouterWholeAndSplitsTheExperts) {
+  const cost::CostModel cm(TestDevice());
+  const int64_t h = 64, f = 96, seq = 16, batch = 2, experts = 4, k = 2, bytes = 2;
+  const auto layer_model = [&](int64_t n_experts) {
+    models::TransformerConfig c;
+    c.family = models::Family::kLlama, c.layers = 2, c.hidden = h, c.heads = 4, c.kv_heads = 2, c.ffn = f;
+    c.seq = seq, c.batch = batch, c.vocab = 101, c.dtype = ir::DType::kBF16, c.dropout = false;
+    c.experts = n_experts, c.top_k = n_experts > 0 ? k : 0;
+    Result<ir::Graph> forward = models::BuildTransformerForward(c);
+    EXPECT_TRUE(forward.ok()) << forward.error().message;
+    Result<ir::Graph> training = ir::BuildTrainingGraph(*forward, {.optimizer = ir::Optimizer::kAdam, .master_weights = true});
+    EXPECT_TRUE(training.ok()) << training.error().message;
+    Result<LayerModel> m = BuildLayerModel(*training, batch, cm);
+    EXPECT_TRUE(m.ok()) << m.error().message;
+    return *m;
+  };
+  const LayerModel moe = layer_model(experts), dense = layer_model(0);
+  const LayerProfile& e = moe.layers[1];
+  const LayerProfile& d = dense.layers[1];
+  EXPECT_EQ(e.replicated_parameter_bytes, (2 * h + h * experts) * bytes);  // the norms and the router
+  EXPECT_EQ(d.replicated_parameter_bytes, 2 * h * bytes);
+  EXPECT_EQ(e.parameter_bytes - d.parameter_bytes, ((experts - 1) * 3 * h * f + h * experts) * bytes);
+  const int64_t tokens = seq;  // per sample
+  EXPECT_EQ((e.activation_bytes_per_sample - e.replicated_activation_bytes_per_sample) -
+                (d.activation_bytes_per_sample - d.replicated_activation_bytes_per_sample),
+            4 * tokens * f * (k - 1) * bytes);
+  EXPECT_EQ(e.tp_comm_bytes_per_sample, d.tp_comm_bytes_per_sample);  // one all-reduce per sublayer, as dense
+  // What expert parallelism splits and sends: the experts' weights, each token's k routed rows.
+  EXPECT_EQ(e.experts, experts);
+  EXPECT_EQ(e.expert_parameter_bytes, experts * 3 * h * f * bytes);
+  EXPECT_EQ(e.routed_bytes_per_sample, k * tokens * h * bytes);
+  EXPECT_EQ(d.experts, 0);
+  EXPECT_EQ(d.expert_parameter_bytes, 0);
+  EXPECT_EQ(moe.MaxExperts(), experts);
+  EXPECT_EQ(dense.MaxExperts(), 0);
+}
+
 TEST(BuildLayerModel, TheHeadUnderTpRunsMegatronsVocabularyParallelLoss) {
   const int64_t batch = 2, seq = 32, vocab = 50257;
   const ir::Graph g = SmallGpt(batch);

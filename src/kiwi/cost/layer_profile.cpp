@@ -65,10 +65,34 @@ void FillStateRatios(const ir::Graph& graph, LayerModel& model) {
 // column-parallel linear (one whose input is replicated) through element-wise ops, attention and
 // reshapes; a norm's or residual's output of replicated inputs is replicated; a dropout mask is split
 // like the tensor it multiplies. For a GPT layer: parameters 2 norms + out.bias + fc2.bias = 6h.
+// A mixture of experts (Megatron-LM's MoE with expert tensor parallelism): the router is whole on every
+// rank (its weight replicated), the experts' batched matmuls are column- and row-parallel like linears,
+// and a gather (dispatch, combine) is split like the rows it gathers, never by its indices.
 struct TpReplicated {
   int64_t parameter_bytes = 0;
   int64_t saved_activation_bytes = 0;
 };
+
+bool IsRoutingChoice(const ir::Node& node) { return node.kind == ir::OpKind::kReduce && node.op == "topk"; }
+
+// The linears whose output decides a routing (a top-k), through a softmax or element-wise ops.
+std::vector<ir::NodeId> Routers(const ir::Graph& graph, std::span<const ir::NodeId> forward) {
+  std::vector<ir::NodeId> routers;
+  for (ir::NodeId id : forward) {
+    if (!IsRoutingChoice(graph.node(id))) continue;
+    ir::NodeId at = graph.node(id).inputs[0];
+    while (graph.node(at).kind == ir::OpKind::kSoftmax ||
+           (graph.node(at).kind == ir::OpKind::kElementwise && graph.node(at).inputs.size() == 1))
+      at = graph.node(at).inputs[0];
+    if (graph.node(at).kind == ir::OpKind::kMatmul) routers.push_back(at);
+  }
+  return routers;
+}
+
+bool IsLinear(const ir::Graph& graph, const ir::Node& node) {
+  return node.kind == ir::OpKind::kMatmul ||
+         (node.kind == ir::OpKind::kBatchMatmul && graph.node(node.inputs[1]).kind == ir::OpKind::kParameter);
+}
 
 TpReplicated TpReplicatedBytes(const ir::Graph& graph, std::span<const ir::NodeId> forward,
                                const std::vector<bool>& saved) {
@@ -77,12 +101,19 @@ TpReplicated TpReplicatedBytes(const ir::Graph& graph, std::span<const ir::NodeI
     auto it = split.find(id);
     return it != split.end() && it->second;
   };
+  const std::vector<ir::NodeId> routers = Routers(graph, forward);
   TpReplicated r;
   for (ir::NodeId id : forward) {
     const ir::Node& node = graph.node(id);
     if (node.kind == ir::OpKind::kParameter) continue;
     bool out = false;
-    if (node.kind == ir::OpKind::kMatmul) {
+    if (std::find(routers.begin(), routers.end(), id) != routers.end()) {
+      for (size_t k = 1; k < node.inputs.size(); ++k) r.parameter_bytes += graph.node(node.inputs[k]).output.Bytes();
+    } else if (IsRoutingChoice(node)) {
+      out = false;  // indices: every rank routes alike
+    } else if (node.kind == ir::OpKind::kEmbedding) {
+      out = is_split(node.inputs[0]);
+    } else if (IsLinear(graph, node)) {
       out = !is_split(node.inputs[0]);  // column-parallel: split output; row-parallel: all-reduced
       if (!out && node.inputs.size() > 2) r.parameter_bytes += graph.node(node.inputs[2]).output.Bytes();
     } else if (node.kind == ir::OpKind::kLayerNorm) {
@@ -186,6 +217,20 @@ void FillAttentionCore(const ir::Graph& graph, const ir::Layer& layer, const std
   p.attention_core_kernels = work.kernels;
 }
 
+// A mixture of experts' terms of a layer's profile: the router's choice gives the experts (its input's
+// last dim) and top_k (its output's), the batched linears with weights are the experts'.
+void FillExperts(const ir::Graph& graph, const ir::Layer& layer, LayerProfile& p) {
+  for (ir::NodeId id : layer.forward) {
+    const ir::Node& node = graph.node(id);
+    if (IsRoutingChoice(node)) {
+      p.experts = graph.node(node.inputs[0]).output.shape.back();
+      p.routed_bytes_per_sample = node.output.shape.back() * p.boundary_bytes_per_sample;
+    }
+    if (node.kind == ir::OpKind::kBatchMatmul && IsLinear(graph, node))
+      p.expert_parameter_bytes += graph.node(node.inputs[1]).output.Bytes();
+  }
+}
+
 LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t graph_batch,
                        const CostModel& cost_model, const std::vector<bool>& saved,
                        const std::vector<std::vector<ir::NodeId>>& readers) {
@@ -203,6 +248,7 @@ LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t g
   p.replicated_parameter_bytes = replicated.parameter_bytes;
   p.replicated_activation_bytes_per_sample = CeilDiv(replicated.saved_activation_bytes, graph_batch);
   FillAttentionCore(graph, layer, readers, saved, graph_batch, cost_model, p);
+  FillExperts(graph, layer, p);
   return p;
 }
 

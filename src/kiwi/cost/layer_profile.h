@@ -67,6 +67,13 @@ struct LayerProfile {
   double attention_core_seconds_per_sample = 0.0;
   double attention_core_overhead_seconds = 0.0;
   int attention_core_kernels = 0;
+  // A mixture of experts (models/builder.h MoeFeedForward): how many experts (0: a dense layer), the
+  // part of parameter_bytes their weights are (split over TP like linears, and over EP), and the rows
+  // its router dispatches per sample (each token's top_k copies of its hidden state): the buffer of each
+  // expert-parallel all-to-all.
+  int64_t experts = 0;
+  int64_t expert_parameter_bytes = 0;
+  int64_t routed_bytes_per_sample = 0;
 
   bool operator==(const LayerProfile&) const = default;
 };
@@ -99,6 +106,12 @@ struct LayerModel {
   // none, as in models read from Galvatron's profiles, which time no optimizer step).
   std::string optimizer;
 
+  // The most experts a layer has (0: a dense model): what expert parallelism can split.
+  int64_t MaxExperts() const {
+    int64_t most = 0;
+    for (const LayerProfile& p : layers) most = std::max(most, p.experts);
+    return most;
+  }
   // Whether some layer has an attention core that selective recomputation can drop.
   bool HasAttentionCore() const {
     return std::any_of(layers.begin(), layers.end(), [](const LayerProfile& p) { return p.attention_core_bytes_per_sample > 0; });

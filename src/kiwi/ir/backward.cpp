@@ -156,17 +156,19 @@ Result<NodeId> FindLoss(const Graph& g, const std::string& source) {
   return loss;
 }
 
-// has_grad = depends on a parameter (forward sweep) and reaches the loss (backward sweep).
+// has_grad = depends on a parameter through floating tensors (forward sweep) and reaches the loss
+// (backward sweep).
 Status MarkGradients(const Graph& g, NodeId loss, const std::string& source, BackwardState& s) {
   const std::vector<NodeId> order = g.order();
   const auto n = static_cast<size_t>(g.size());
   std::vector<bool> depends(n, false), reaches(n, false);
   for (NodeId id : order) {
     const Node& node = g.node(id);
+    // An integer tensor (a router's top-k indices) is not differentiable: no gradient flows through it.
     depends[static_cast<size_t>(id)] =
         node.kind == OpKind::kParameter ||
-        std::any_of(node.inputs.begin(), node.inputs.end(),
-                    [&](NodeId in) { return depends[static_cast<size_t>(in)]; });
+        (IsFloating(node.output.dtype) && std::any_of(node.inputs.begin(), node.inputs.end(),
+                                                      [&](NodeId in) { return depends[static_cast<size_t>(in)]; }));
   }
   reaches[static_cast<size_t>(loss)] = true;
   for (auto it = order.rbegin(); it != order.rend(); ++it)
@@ -178,6 +180,10 @@ Status MarkGradients(const Graph& g, NodeId loss, const std::string& source, Bac
   for (size_t i = 0; i < n; ++i) {
     s.has_grad[i] = depends[i] && reaches[i];
     const Node& node = g.node(static_cast<NodeId>(i));
+    if (node.kind == OpKind::kParameter && !IsFloating(node.output.dtype))
+      return NodeError(source, node, "output.dtype",
+                       fmt::format("a parameter of dtype {} gets no gradient (integer tensors are not differentiable)",
+                                   DTypeName(node.output.dtype)));
     if (node.kind == OpKind::kParameter && !reaches[i])
       return NodeError(source, node, "kind", "parameter does not affect the loss (it would get no gradient)");
   }

@@ -296,6 +296,22 @@ Check Reduce(const Graph& g, const Node& n) {
   KIWI_CHECK(Arity(n, 1, 1));
   return ReducePair(In(g, n, 0).shape, "inputs[0]", n.output.shape, "output.shape", n.attrs.axes);
 }
+// topk: the indices of the k largest entries along the last dim (a router's expert choice): [..., n]
+// -> integer [..., k], k <= n.
+Check TopK(const Graph& g, const Node& n) {
+  KIWI_CHECK(Arity(n, 1, 1));
+  const Shape& x = In(g, n, 0).shape;
+  if (IsFloating(n.output.dtype))
+    return Bad("output.dtype", fmt::format("top-k indices need an integer dtype, got {}", DTypeName(n.output.dtype)));
+  if (x.empty() || n.output.Rank() != static_cast<int>(x.size()) || n.attrs.axes != std::vector<int>{n.output.Rank() - 1})
+    return Bad("output.shape", fmt::format("top-k over the last dim of {} needs the same rank and attrs.axes [{}]",
+                                           ShapeString(x), static_cast<int>(x.size()) - 1));
+  const int64_t k = n.output.shape.back();
+  if (!std::equal(x.begin(), x.end() - 1, n.output.shape.begin()) || k < 1 || k > x.back())
+    return Bad("output.shape", fmt::format("shape {} should be {} with the last dim k in [1, {}]",
+                                           ShapeString(n.output.shape), ShapeString(x), x.back()));
+  return std::nullopt;
+}
 Check ReduceLinearGrad(const Graph& g, const Node& n) {  // sum_grad/mean_grad: (dY) -> dx
   KIWI_CHECK(Arity(n, 1, 1));
   return ReducePair(n.output.shape, "output.shape", In(g, n, 0).shape, "inputs[0]", n.attrs.axes);
@@ -479,6 +495,7 @@ constexpr auto kRules = std::to_array<Rule>({
     {OpKind::kPool, "avg_pool_grad", AvgPoolGrad},
     {OpKind::kElementwise, "", Elementwise},
     {OpKind::kReduce, "", Reduce},
+    {OpKind::kReduce, "topk", TopK},
     {OpKind::kReduce, "sum_grad", ReduceLinearGrad},
     {OpKind::kReduce, "mean_grad", ReduceLinearGrad},
     {OpKind::kReduce, "max_grad", ReduceMaxGrad},

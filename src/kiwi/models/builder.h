@@ -32,6 +32,7 @@ class GraphBuilder {
   int32_t layer() const { return layer_; }
   ir::DType dtype() const { return dtype_; }
   const Shape& shape(NodeId id) const { return graph_.node(id).output.shape; }
+  ir::DType dtype_of(NodeId id) const { return graph_.node(id).output.dtype; }  // a node's output dtype
 
   NodeId Add(ir::OpKind kind, std::string op, const std::string& name, std::vector<NodeId> inputs,
              ir::TensorType output, ir::OpAttrs attrs = {});
@@ -81,6 +82,8 @@ struct AttentionOptions {
   NodeId score_bias = ir::kNoNode;  // [heads, sq, sk], added to the scores (T5/Swin relative positions)
   bool fused = false;            // one kAttention op (FlashAttention; no score_bias) instead of the scores
   bool causal = false;           // queries attend to keys up to their own position (GPT, Llama)
+  int64_t head_dim = 0;          // 0 = hidden / heads
+  bool qk_norm = false;          // RMSNorm over each query and key head (Qwen3)
 };
 
 // Multi-head attention of x_q [B, sq, h] over x_kv [B, sk, h] (the same node for self-attention):
@@ -97,10 +100,19 @@ struct MlpOptions {
   Activation activation = Activation::kGelu;
   bool bias = true;
   double dropout_p = 0.0;  // after the second matmul (Megatron placement)
+  int64_t experts = 0;     // > 0: a mixture of that many SwiGLU experts of width ffn (MoeFeedForward)
+  int64_t top_k = 0;
 };
 
-// fc1 -> activation -> fc2 -> dropout; SwiGLU: down(silu(gate(x)) * up(x)).
+// fc1 -> activation -> fc2 -> dropout; SwiGLU: down(silu(gate(x)) * up(x)); with experts, MoeFeedForward.
 NodeId FeedForward(GraphBuilder& gb, NodeId x, const MlpOptions& options);
+
+// A dropless top-k mixture of SwiGLU experts over x [B, s, h] (Shazeer et al. 2017; Mixtral, Jiang et
+// al. 2024): router linear [h, E] and softmax, the top_k indices per token, the T*k (token, expert) rows
+// gathered in expert order (Megatron's token permutation) as E groups of T*k/E rows (an even load),
+// batched expert matmuls [E, h, f], and each token's k rows gathered back and summed, weighted by their
+// router probabilities.
+NodeId MoeFeedForward(GraphBuilder& gb, NodeId x, const MlpOptions& options);
 
 struct LayerOptions {
   NormKind norm = NormKind::kLayerNorm;

@@ -51,10 +51,13 @@ int64_t Vit(const TransformerConfig& c) {
   return layers + detail::kImageChannels * c.patch * c.patch * h + h + grid * grid * h + 2 * h + h * c.vocab + c.vocab;
 }
 
-// Llama: q, out (2h^2), k, v (2h * kv_heads * d), SwiGLU (3hf), two RMS norms; untied head.
+// Llama: q, out (2h * heads * d), k, v (2h * kv_heads * d), QK norms (2d), SwiGLU (3hf) or E SwiGLU
+// experts and the router (3hfE + hE), two RMS norms; untied head.
 int64_t Llama(const TransformerConfig& c) {
-  const int64_t h = c.hidden, f = FfnSize(c), kv = KvHeads(c) * (h / c.heads);
-  const int64_t layers = c.layers * (2 * h * h + 2 * h * kv + 3 * h * f + 2 * h);
+  const int64_t h = c.hidden, f = FfnSize(c), d = c.head_dim > 0 ? c.head_dim : h / c.heads;
+  const int64_t attention = 2 * h * c.heads * d + 2 * h * KvHeads(c) * d + (c.qk_norm ? 2 * d : 0);
+  const int64_t mlp = c.experts > 0 ? c.experts * (3 * h * f + h) : 3 * h * f;
+  const int64_t layers = c.layers * (attention + mlp + 2 * h);
   if (!c.embeddings) return layers;
   return layers + c.vocab * h + h + h * c.vocab;
 }

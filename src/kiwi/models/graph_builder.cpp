@@ -94,7 +94,7 @@ NodeId Unary(GraphBuilder& gb, const std::string& op, const std::string& name, N
 }
 
 NodeId Reshape(GraphBuilder& gb, const std::string& name, NodeId x, Shape shape) {
-  return gb.Add(OpKind::kReshape, "reshape", name, {x}, {gb.dtype(), std::move(shape)});
+  return gb.Add(OpKind::kReshape, "reshape", name, {x}, {gb.dtype_of(x), std::move(shape)});
 }
 
 NodeId Transpose(GraphBuilder& gb, const std::string& name, NodeId x, std::vector<int> axes) {

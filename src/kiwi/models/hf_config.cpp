@@ -124,7 +124,50 @@ Result<TransformerConfig> Llama(const Config& c) {
   Result<int64_t> kv = c.Int({"num_key_value_heads"}, t.heads);
   if (!kv) return kv.error();
   t.kv_heads = *kv == t.heads ? 0 : *kv;
+  Result<int64_t> head_dim = c.Int({"head_dim"}, 0);  // 0: hidden / heads
+  if (!head_dim) return head_dim.error();
+  t.head_dim = t.hidden % t.heads == 0 && *head_dim == t.hidden / t.heads ? 0 : *head_dim;
   t.dropout = false;
+  return t;
+}
+
+// Mixtral: every layer's MLP is num_local_experts experts of intermediate_size.
+Result<TransformerConfig> Mixtral(const Config& c) {
+  Result<TransformerConfig> t = Llama(c);
+  if (!t) return t;
+  Result<int64_t> experts = c.Int({"num_local_experts"});
+  if (!experts) return experts.error();
+  Result<int64_t> top_k = c.Int({"num_experts_per_tok"}, 2);
+  if (!top_k) return top_k.error();
+  t->experts = *experts;
+  t->top_k = *top_k;
+  return t;
+}
+
+// Qwen3 (dense) and Qwen3-MoE: Llama's layout with QK norm; the MoE's experts are moe_intermediate_size
+// wide, in every layer (kiwi builds no mixed dense/MoE stacks).
+Result<TransformerConfig> Qwen3(const Config& c) {
+  Result<TransformerConfig> t = Llama(c);
+  if (!t) return t;
+  t->qk_norm = true;
+  return t;
+}
+
+Result<TransformerConfig> Qwen3Moe(const Config& c) {
+  Result<TransformerConfig> t = Qwen3(c);
+  if (!t) return t;
+  for (auto [key, out] : {std::pair{"num_experts", &t->experts}, std::pair{"num_experts_per_tok", &t->top_k},
+                          std::pair{"moe_intermediate_size", &t->ffn}}) {
+    Result<int64_t> v = c.Int({key});
+    if (!v) return v.error();
+    *out = *v;
+  }
+  Result<int64_t> step = c.Int({"decoder_sparse_step"}, 1);
+  if (!step) return step.error();
+  auto dense = c.j.find("mlp_only_layers");
+  if (*step != 1 || (dense != c.j.end() && !(dense->is_array() && dense->empty())))
+    return c.Bad(*step != 1 ? "decoder_sparse_step" : "mlp_only_layers",
+                 "kiwi builds every layer's MLP as experts (decoder_sparse_step 1, no mlp_only_layers)");
   return t;
 }
 
@@ -168,7 +211,8 @@ struct Handler {
 };
 
 constexpr Handler kHandlers[] = {{"gpt2", Gpt2}, {"bert", Bert}, {"roberta", Bert},   {"t5", T5},          {"mt5", T5},
-                                 {"vit", Vit},   {"swin", Swin}, {"llama", Llama}, {"mistral", Llama}};
+                                 {"vit", Vit},   {"swin", Swin}, {"llama", Llama}, {"mistral", Llama},
+                                 {"mixtral", Mixtral}, {"qwen3", Qwen3}, {"qwen3_moe", Qwen3Moe}};
 
 Status ApplyPrecision(const Config& c, const ModelOverrides& o, ModelSpec& spec) {
   auto& t = std::get<TransformerConfig>(spec.config);
@@ -207,7 +251,7 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, const std::string& source
   for (const Handler& h : kHandlers)
     if (type == h.model_type) handler = &h;
   if (!handler)
-    return c.Bad("model_type", fmt::format("'{}' is not one of gpt2, bert, roberta, t5, mt5, vit, swin, llama, mistral", type));
+    return c.Bad("model_type", fmt::format("'{}' is not one of gpt2, bert, roberta, t5, mt5, vit, swin, llama, mistral, mixtral, qwen3, qwen3_moe", type));
   Result<TransformerConfig> t = handler->read(c);
   if (!t) return t.error();
   if (o.seq && (t->family == Family::kVit || t->family == Family::kSwin))

@@ -78,6 +78,19 @@ TransformerConfig Llama(int layers, int64_t hidden, int64_t heads, int64_t kv_he
   return c;
 }
 
+TransformerConfig Moe(TransformerConfig c, int64_t experts, int64_t top_k) {
+  c.experts = experts;
+  c.top_k = top_k;
+  return c;
+}
+
+// Qwen3: 128 features per head whatever the hidden size, and QK norm.
+TransformerConfig Qwen3(TransformerConfig c) {
+  c.head_dim = 128;
+  c.qk_norm = true;
+  return c;
+}
+
 TransformerConfig Bf16(TransformerConfig c) {
   c.dtype = DType::kBF16;
   return c;
@@ -115,6 +128,10 @@ std::vector<Preset> Presets() {
       Make("llama3-8b", Llama(32, 4096, 32, 8, 14336, 8192, 128256), kMixedAdam),
       Make("llama3-70b", Llama(80, 8192, 64, 8, 28672, 8192, 128256), kMixedAdam),
       Make("llama3-405b", Llama(126, 16384, 128, 8, 53248, 8192, 128256), kMixedAdam),
+      // Mixture of experts, at a 4,096-token sequence: Mixtral 8x7B (Jiang et al. 2024: 8 experts, top 2)
+      // and Qwen3-30B-A3B (128 experts, top 8, 128-wide heads with QK norm); parameter counts as released.
+      Make("mixtral-8x7b", Moe(Llama(32, 4096, 32, 8, 14336, 4096), 8, 2), kMixedAdam),
+      Make("qwen3-30b-a3b", Qwen3(Moe(Llama(48, 2048, 32, 4, 768, 4096, 151936), 128, 8)), kMixedAdam),
   };
 }
 
@@ -165,7 +182,7 @@ Status ApplySwinLayers(const std::string& name, int layers, TransformerConfig& c
 }
 
 Status ApplyDivisibility(const std::string& name, const ModelOverrides& o, TransformerConfig& c) {
-  if (c.hidden % c.heads != 0) {
+  if (c.head_dim == 0 && c.hidden % c.heads != 0) {
     if (o.heads) return BadInput(fmt::format("--heads: {} does not divide --hidden {}", c.heads, c.hidden));
     return BadInput(fmt::format("--hidden: {} is not divisible by the {} heads of {}", c.hidden, c.heads, name));
   }

@@ -41,8 +41,10 @@ LayerOptions StandardLayer(const TransformerConfig& c, NormKind norm, bool pre_n
   o.pre_norm = pre_norm;
   o.self_attn = {.heads = c.heads, .kv_heads = KvHeads(c), .bias = bias, .rotary = false,
                  .dropout_p = DropoutP(c), .score_bias = ir::kNoNode, .fused = UsesFusedAttention(c),
-                 .causal = c.family == Family::kGpt || c.family == Family::kLlama};
-  o.mlp = {.ffn = FfnSize(c), .activation = act, .bias = bias, .dropout_p = DropoutP(c)};
+                 .causal = c.family == Family::kGpt || c.family == Family::kLlama,
+                 .head_dim = c.head_dim, .qk_norm = c.qk_norm};
+  o.mlp = {.ffn = FfnSize(c), .activation = act, .bias = bias, .dropout_p = DropoutP(c), .experts = c.experts,
+           .top_k = c.top_k};
   return o;
 }
 
@@ -221,6 +223,24 @@ Status ValidateFamily(const TransformerConfig& c) {
   return Status::Ok();
 }
 
+Status ValidateExperts(const TransformerConfig& c) {
+  if (c.experts < 0) return BadInput(fmt::format("experts: must be >= 0, got {}", c.experts));
+  if (c.experts == 0) {
+    if (c.top_k != 0) return BadInput(fmt::format("top_k: {} without experts", c.top_k));
+    return Status::Ok();
+  }
+  if (c.family != Family::kLlama)
+    return BadInput(fmt::format("experts: kiwi builds mixture-of-experts layers for llama-style models, not {}",
+                                FamilyName(c.family)));
+  if (c.top_k < 1 || c.top_k > c.experts)
+    return BadInput(fmt::format("top_k: must be in [1, {}] (the experts), got {}", c.experts, c.top_k));
+  // kiwi's experts share the tokens evenly (dropless routing under a balanced load).
+  if (c.batch * c.seq * c.top_k % c.experts != 0)
+    return BadInput(fmt::format("experts: {} experts do not share batch {} x seq {} x top_k {} token rows evenly",
+                                c.experts, c.batch, c.seq, c.top_k));
+  return Status::Ok();
+}
+
 // The checks of ValidateTransformerConfig, their messages naming the field alone.
 Status ValidateFields(const TransformerConfig& c) {
   if (static_cast<size_t>(c.family) > static_cast<size_t>(Family::kLlama))
@@ -233,8 +253,10 @@ Status ValidateFields(const TransformerConfig& c) {
   KIWI_RETURN_IF_ERROR(Positive(c.vocab, "vocab"));
   if (c.ffn < 0) return BadInput(fmt::format("ffn: must be >= 0, got {}", c.ffn));
   if (c.kv_heads < 0) return BadInput(fmt::format("kv_heads: must be >= 0, got {}", c.kv_heads));
-  if (c.hidden % c.heads != 0)
+  if (c.head_dim < 0) return BadInput(fmt::format("head_dim: must be >= 0, got {}", c.head_dim));
+  if (c.head_dim == 0 && c.hidden % c.heads != 0)
     return BadInput(fmt::format("heads: {} does not divide hidden {}", c.heads, c.hidden));
+  KIWI_RETURN_IF_ERROR(ValidateExperts(c));
   if (c.heads % KvHeads(c) != 0)
     return BadInput(fmt::format("kv_heads: {} does not divide heads {}", KvHeads(c), c.heads));
   return ValidateFamily(c);

@@ -38,7 +38,13 @@ struct TransformerConfig {
   int64_t hidden = 1024;
   int64_t heads = 16;
   int64_t kv_heads = 0;      // grouped-query attention (Llama 2 70B); 0 = heads
-  int64_t ffn = 0;           // 0 = 4 * hidden
+  int64_t head_dim = 0;      // 0 = hidden / heads (Qwen3: 128 per head whatever the hidden size)
+  bool qk_norm = false;      // an RMSNorm over each query and key head before rotary (Qwen3)
+  int64_t ffn = 0;           // 0 = 4 * hidden; with experts: each expert's width
+  // Mixture of experts (Llama family: Mixtral, Qwen3-MoE): every layer's MLP is `experts` SwiGLU
+  // experts behind a softmax router that sends each token to its top_k (dropless, even load); 0: dense.
+  int64_t experts = 0;
+  int64_t top_k = 0;
   int64_t seq = 1024;        // encoder / decoder-only sequence length
   int64_t decoder_seq = 0;   // T5 decoder length; 0 = seq
   int64_t batch = 8;

@@ -52,16 +52,27 @@ NodeId MergeHeads(GraphBuilder& gb, const std::string& name, NodeId x, int64_t g
   return Reshape(gb, name, t, {batch, s, n * g * d});
 }
 
+// Qwen3's QK norm: an RMSNorm over each head's d features of x [B, s, n*d].
+NodeId HeadNorm(GraphBuilder& gb, const std::string& name, NodeId x, int64_t n, int64_t d) {
+  const Shape shape = gb.shape(x);
+  NodeId heads = Reshape(gb, name + "_heads", x, {shape[0], shape[1], n, d});
+  return Reshape(gb, name + "_merged", Norm(gb, name, heads, NormKind::kRmsNorm), shape);
+}
+
 }  // namespace
 
 NodeId Attention(GraphBuilder& gb, NodeId x_q, NodeId x_kv, const AttentionOptions& options) {
   const int64_t h = gb.shape(x_q).back();
-  const int64_t d = h / options.heads;
+  const int64_t d = options.head_dim > 0 ? options.head_dim : h / options.heads;
   const int64_t groups = options.heads / options.kv_heads;
   // Separate q/k/v projections (no fused qkv: the IR has no split op).
-  NodeId q = Linear(gb, "q", x_q, h, options.bias);
+  NodeId q = Linear(gb, "q", x_q, options.heads * d, options.bias);
   NodeId k = Linear(gb, "k", x_kv, options.kv_heads * d, options.bias);
   NodeId v = Linear(gb, "v", x_kv, options.kv_heads * d, options.bias);
+  if (options.qk_norm) {
+    q = HeadNorm(gb, "q_norm", q, options.heads, d);
+    k = HeadNorm(gb, "k_norm", k, options.kv_heads, d);
+  }
   if (options.rotary) {
     q = Unary(gb, "rotary", "q_rotary", q);
     k = Unary(gb, "rotary", "k_rotary", k);
@@ -87,7 +98,32 @@ NodeId Attention(GraphBuilder& gb, NodeId x_q, NodeId x_kv, const AttentionOptio
   return Dropout(gb, "out_dropout", out, options.dropout_p);
 }
 
+NodeId MoeFeedForward(GraphBuilder& gb, NodeId x, const MlpOptions& options) {
+  const Shape in = gb.shape(x);
+  const int64_t h = in.back(), tokens = in[0] * in[1], e = options.experts, k = options.top_k;
+  NodeId rows = Reshape(gb, "tokens", x, {tokens, h});
+  NodeId probs = Softmax(gb, "router_probs", Linear(gb, "router", rows, e, false));
+  ir::OpAttrs last;
+  last.axes = {1};
+  NodeId choice = gb.Add(ir::OpKind::kReduce, "topk", "topk", {probs}, {ir::DType::kI64, {tokens, k}}, last);
+  // Each token's k probabilities: a gather from the flattened [T*E, 1] probabilities.
+  NodeId gates = Embedding(gb, "gates", Reshape(gb, "probs_flat", probs, {tokens * e, 1}), choice);
+  NodeId routed = Embedding(gb, "dispatch", rows, Reshape(gb, "order", choice, {tokens * k}));
+  NodeId grouped = Reshape(gb, "grouped", routed, {e, tokens * k / e, h});
+  const auto expert_linear = [&](const std::string& name, NodeId input, int64_t out) {
+    return BatchMatmul(gb, name, input, gb.Parameter(name + ".weight", {e, gb.shape(input).back(), out}), false);
+  };
+  NodeId gate = expert_linear("experts.gate", grouped, options.ffn);
+  NodeId up = expert_linear("experts.up", grouped, options.ffn);
+  NodeId hidden = Binary(gb, "mul", "experts.gated", Unary(gb, "silu", "experts.act", gate), up);
+  NodeId expert_rows = Reshape(gb, "expert_rows", expert_linear("experts.down", hidden, h), {tokens * k, h});
+  NodeId weighted = Binary(gb, "mul", "weighted", Embedding(gb, "combine", expert_rows, choice), gates);
+  NodeId combined = gb.Add(ir::OpKind::kReduce, "sum", "combined", {weighted}, {gb.dtype(), {tokens, h}}, last);
+  return Dropout(gb, "dropout", Reshape(gb, "output", combined, in), options.dropout_p);
+}
+
 NodeId FeedForward(GraphBuilder& gb, NodeId x, const MlpOptions& options) {
+  if (options.experts > 0) return MoeFeedForward(gb, x, options);
   const int64_t h = gb.shape(x).back();
   NodeId hidden;
   if (options.activation == Activation::kSwiGlu) {

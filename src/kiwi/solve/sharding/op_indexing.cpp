@@ -255,6 +255,12 @@ Nest Norm(const ir::Graph& g, const ir::Node& n) {
   return Normalized(g, n, InShape(g, n, 0), LowerRank::kNormalizedDim);
 }
 
+// topk (x[..., n]) -> indices[..., k]: the rows split, the last dim (the choice among n) never.
+Nest TopK(const ir::Graph& g, const ir::Node& n) {
+  if (n.inputs.size() != 1) return std::nullopt;
+  return Normalized(g, n, InShape(g, n, 0), LowerRank::kLeadingDims);
+}
+
 // cross_entropy (logits[..., V], labels[...]) -> scalar: token splits leave partial sums.
 Nest CrossEntropy(const ir::Graph& g, const ir::Node& n) {
   if (n.inputs.size() != 2 || n.output.Rank() != 0) return std::nullopt;
@@ -377,6 +383,7 @@ constexpr auto kDescribers = std::to_array<DescriberRule>({
     {ir::OpKind::kPool, "", Pool},
     {ir::OpKind::kElementwise, "", Elementwise},
     {ir::OpKind::kReduce, "", Reduce},
+    {ir::OpKind::kReduce, "topk", TopK},
     {ir::OpKind::kReduce, "sum_grad", ReduceGrad},
     {ir::OpKind::kReduce, "mean_grad", ReduceGrad},
     {ir::OpKind::kReduce, "max_grad", ReduceGrad},
