@@ -96,7 +96,8 @@ int Timing(const BenchOptions& o) {
   const std::vector<Case> cases = {{"bert-huge-48", "rtx-titan-pcie-8", 16}, {"t5-large-48", "rtx-titan-pcie-8", 16},
                                    {"t5-large-48", "rtx-titan-pcie-8", 8},
                                    {"bert-huge-48", "a100-nvlink-ib-64", 40}, {"gpt3-13b", "a100-nvlink-ib-64", 40},
-                                   {"llama2-70b", "a100-nvlink-ib-64", 40}, {"llama3-405b", "dgx-h100:128", 80}};
+                                   {"llama2-70b", "a100-nvlink-ib-64", 40}, {"llama3-405b", "dgx-h100:128", 80},
+                                   {"mixtral-8x7b", "dgx-h100:8", 80}, {"qwen3-30b-a3b", "dgx-h100:8", 80}};
   std::cout << "\n| model | cluster | memory | method | search seconds (wall) | CPU seconds | configurations (searched) | "
                "partitions | DP runs | samples/s | batch | PP | strategies proven |\n"
                "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";

@@ -11,6 +11,7 @@ namespace kiwi {
 namespace {
 
 using testing::RunKiwi;
+using testing::Slurp;
 using testing::TempDir;
 
 const std::string kSmall = "hybrid --model bert --layers 4 --cluster rtx-titan-pcie-8 ";
@@ -83,6 +84,39 @@ TEST(HybridCli, GptThreeInterleavesAndMatchesMegatronsConfiguration) {
   ASSERT_EQ(theirs.exit_code, 0) << theirs.err;
   EXPECT_GE(sim.Json()["throughput_samples_per_second"].get<double>(),
             theirs.Json()["throughput_samples_per_second"].get<double>());
+}
+
+// Mixtral 8x7B on 8 DGX H100s: the search splits the experts (EP), its plan replays with the same
+// numbers, and the same plan without expert parallelism is slower and needs more memory per device
+// (every rank then holds every expert's states).
+TEST(HybridCli, MixtralSplitsItsExpertsAndReplays) {
+  const std::string plan = (TempDir() / "hybrid_mixtral_plan.json").string();
+  auto r = RunKiwi("hybrid --model mixtral-8x7b --cluster dgx-h100:8 --batch 256 --quiet --json --out " + plan);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = r.Json();
+  int max_ep = 1;
+  for (const nlohmann::json& layer : j["layers"]) max_ep = std::max(max_ep, layer.value("ep", 1));
+  EXPECT_GT(max_ep, 1) << r.out;
+  auto sim = RunKiwi("simulate " + plan + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_TRUE(sim.Json()["claims"]["iteration_seconds_matches"].get<bool>());
+  EXPECT_TRUE(sim.Json()["claims"]["peak_memory_bytes_matches"].get<bool>());
+  nlohmann::json without = nlohmann::json::parse(Slurp(plan));
+  for (nlohmann::json& layer : without["layer"]["layers"]) layer.erase("ep");
+  const std::string no_ep = (TempDir() / "hybrid_mixtral_no_ep.json").string();
+  std::ofstream(no_ep) << without.dump();
+  auto theirs = RunKiwi("simulate " + no_ep + " --json");
+  ASSERT_EQ(theirs.exit_code, 0) << theirs.err;
+  EXPECT_GT(sim.Json()["throughput_samples_per_second"].get<double>(),
+            theirs.Json()["throughput_samples_per_second"].get<double>());
+  EXPECT_LT(sim.Json()["peak_memory_bytes"].get<int64_t>(), theirs.Json()["peak_memory_bytes"].get<int64_t>());
+  const std::string config = (TempDir() / "galvatron_mixtral.json").string();
+  std::filesystem::remove(config);
+  auto g = RunKiwi("hybrid --model mixtral-8x7b --cluster dgx-h100:8 --batch 256 --quiet --galvatron-out " + config +
+                   " --method kiwi");
+  EXPECT_EQ(g.exit_code, 2) << g.err;
+  EXPECT_NE(g.err.find("uses expert parallelism"), std::string::npos) << g.err;
+  EXPECT_FALSE(std::filesystem::exists(config));
 }
 
 // A fused Adam keeps Adam's states (the same memory) and steps faster; the plan file records it, so

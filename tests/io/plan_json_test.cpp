@@ -234,6 +234,28 @@ TEST(PlanJson, SelectiveRecomputationPerLayer) {
                  {"plan.json: layer.layers[0].selective_recompute:"});
 }
 
+// Expert parallelism: "ep" (1 when absent, written only above 1), dividing dp, not beside ZeRO-3.
+TEST(PlanJson, ExpertParallelPerLayer) {
+  Result<plan::Plan> p = ParsePlanJson(
+      R"({"kiwi_plan_version": 1, "layer": {"layers": [{"dp": 8, "zero": 1, "ep": 4}, {"dp": 8}]}})", "plan.json");
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->layer->layers[0].ep, 4);
+  EXPECT_EQ(p->layer->layers[0].ExpertDataParallel(), 2);
+  EXPECT_EQ(p->layer->layers[1].ep, 1);
+  EXPECT_EQ(plan::StrategyName(p->layer->layers[0]), "ZeRO1-DP8xEP4");
+  const std::string written = WritePlanJson(*p);
+  EXPECT_EQ(written.find("\"ep\""), written.rfind("\"ep\""));  // once: the second layer's 1 is left out
+  Result<plan::Plan> back = ParsePlanJson(written, "plan.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->layer->layers, p->layer->layers);
+  ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [{"dp": 4, "ep": 3}]}})", "plan.json"),
+                 {"plan.json: layer.layers[0].ep: 3 does not divide dp 4"});
+  ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [{"dp": 4, "zero": 3, "ep": 2}]}})", "plan.json"),
+                 {"plan.json: layer.layers[0].ep: expert parallelism with ZeRO-3"});
+  ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [{"dp": 4, "ep": 0}]}})", "plan.json"),
+                 {"plan.json: layer.layers[0].ep:"});
+}
+
 // Interleaved 1F1B: "virtual_stages" (1 when absent, written only above 1) and a partition of
 // pp_degree x virtual_stages chunks; only on the 1F1B schedule, with more than one stage.
 TEST(PlanJson, InterleavedPipelineChunks) {

@@ -779,6 +779,27 @@ TEST(SimulateLayerPlan, RejectsDegreesThatDoNotMatchTheStage) {
   ExpectBadInput(FourLayers(), plan, cluster, "layers");
 }
 
+// Expert parallelism only where a layer has experts it divides, within dp, and not under ZeRO-3.
+TEST(SimulateLayerPlan, RejectsExpertParallelismItCannotRun) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  LayerModel model = FourLayers();
+  for (size_t i = 1; i < model.layers.size(); ++i) model.layers[i].experts = 8, model.layers[i].expert_parameter_bytes = 1000;
+  LayerPlan plan = UniformPlan({.tp = 1, .dp = 4, .ep = 4}, 16, 1);
+  plan.layers[0].ep = 1;
+  EXPECT_TRUE(SimulateLayerPlan(model, plan, cluster, TestCostModel(cluster)).ok());
+  plan.layers[0].ep = 2;
+  ExpectBadInput(model, plan, cluster, "layers[0]: ep: 2, but layer");
+  plan.layers[0].ep = 1;
+  plan.layers[1].ep = 3;
+  ExpectBadInput(model, plan, cluster, "layers[1]: ep: 3 does not divide dp 4");
+  model.layers[1].experts = 6;
+  plan.layers[1].ep = 4;
+  ExpectBadInput(model, plan, cluster, "layers[1]: ep: 4 does not divide the 6 experts");
+  model.layers[1].experts = 8;
+  plan.layers[1].zero = plan::Zero::kParameters;
+  ExpectBadInput(model, plan, cluster, "layers[1]: ep: expert parallelism with ZeRO-3 is not modelled");
+}
+
 TEST(SimulateLayerPlan, RejectsPartitionsThatDoNotCoverTheLayers) {
   const cost::Cluster cluster = TestCluster(1, 4);
   LayerPlan plan = UniformPlan({.tp = 1, .dp = 2}, 16, 2);

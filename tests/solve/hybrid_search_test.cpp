@@ -37,6 +37,7 @@ std::vector<Outcome> EverythingAtBatch(const cost::LayerModel& model, const cost
   StrategySpaceOptions space = SpaceOf(Method::kKiwi, cluster.NumDevices(), static_cast<int>(model.layers.size())).strategies;
   if (cluster.num_nodes > 1) space.max_tp = cluster.devices_per_node;
   space.allow_selective_recompute &= model.HasAttentionCore();  // as the search does
+  space.experts = model.MaxExperts();
   const int layers = static_cast<int>(model.layers.size());
   for (int pp : PowerOfTwoDivisors(cluster.NumDevices())) {
     if (pp > layers) continue;
@@ -156,6 +157,37 @@ TEST(SearchHybridPlan, InterleavedOneFOneBEqualsBruteForce) {
     interleaving_wins |= r.plan.virtual_stages > 1;
   }
   EXPECT_TRUE(interleaving_wins);
+}
+
+// Expert parallelism is one more choice per mixture-of-experts layer: on 4 devices of one node, the
+// encoder type made of 4 experts (most of its weights) routes 2 copies of each token; the search finds
+// the brute-force best over every plan with and without EP at budgets from the smallest to the
+// fastest plan's, and at some of them the best plan splits the experts.
+TEST(SearchHybridPlan, ExpertParallelismEqualsBruteForce) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  cost::LayerModel model = TwoTypeModel(2, 1);
+  for (cost::LayerProfile& p : model.layers) {
+    if (p.name != "enc") continue;
+    p.parameter_bytes = 400'000'000;
+    p.experts = 4;
+    p.expert_parameter_bytes = 360'000'000;
+    p.routed_bytes_per_sample = 2 * p.boundary_bytes_per_sample;
+  }
+  ASSERT_EQ(model.MaxExperts(), 4);
+  std::vector<Outcome> all = EverythingAtBatch(model, cluster, 8);
+  bool expert_parallel_wins = false;
+  const std::vector<int64_t> ends = InterestingBudgets(all);
+  for (int i = 0; i <= 8; ++i) {
+    const int64_t budget = ends.front() + (ends.back() - ends.front()) * i / 8;
+    const HybridSearchResult r = ExpectBruteForceBest(model, cluster, all, budget, 8);
+    for (size_t k = 0; k < r.plan.layers.size(); ++k) {
+      expert_parallel_wins |= r.plan.layers[k].ep > 1;
+      if (model.layers[k].experts == 0) {
+        EXPECT_EQ(r.plan.layers[k].ep, 1);  // EP splits only experts
+      }
+    }
+  }
+  EXPECT_TRUE(expert_parallel_wins);
 }
 
 TEST(SearchHybridPlan, BatchSweepEqualsBruteForce) {

@@ -162,5 +162,34 @@ TEST(LayerStrategies, SelectiveRecomputationBetweenNoneAndCheckpointing) {
     EXPECT_FALSE(s.selective_recompute);
 }
 
+// Expert parallelism in kiwi's space for a model with experts: every power-of-two ep below dp that
+// divides the experts, beside ep 1, with DP, ZeRO-1 or ZeRO-2 (never SDP); none without experts or
+// outside kiwi's space.
+TEST(LayerStrategies, ExpertParallelismWithinDpForModelsWithExperts) {
+  StrategySpaceOptions kiwi = SpaceOf(Method::kKiwi, 8, 8).strategies;
+  const std::vector<plan::LayerStrategy> dense = LayerStrategies(8, kiwi);
+  for (const plan::LayerStrategy& s : dense) EXPECT_EQ(s.ep, 1);
+  kiwi.experts = 4;
+  const std::vector<plan::LayerStrategy> moe = LayerStrategies(8, kiwi);
+  size_t with_ep = 0;
+  for (const plan::LayerStrategy& s : moe) {
+    if (s.ep == 1) continue;
+    ++with_ep;
+    EXPECT_EQ(s.dp % s.ep, 0) << plan::StrategyName(s);
+    EXPECT_EQ(4 % s.ep, 0) << plan::StrategyName(s);
+    EXPECT_NE(s.zero, plan::Zero::kParameters) << plan::StrategyName(s);
+    plan::LayerStrategy twin = s;
+    twin.ep = 1;
+    EXPECT_NE(std::find(dense.begin(), dense.end(), twin), dense.end()) << plan::StrategyName(s);
+  }
+  // dp 8: ep 2, 4 (8 does not divide 4 experts); dp 4: ep 2, 4; dp 2: ep 2; each with DP, ZeRO-1,
+  // ZeRO-2 (x SP off/on where tp > 1) and none / selective / CKPT.
+  EXPECT_EQ(with_ep, (2 * 3 + 2 * 3 * 2 + 1 * 3 * 2) * 3);
+  EXPECT_EQ(moe.size(), dense.size() + with_ep);
+  StrategySpaceOptions bmw = SpaceOf(Method::kBmw, 8, 8).strategies;
+  bmw.experts = 4;
+  for (const plan::LayerStrategy& s : LayerStrategies(8, bmw)) EXPECT_EQ(s.ep, 1);
+}
+
 }  // namespace
 }  // namespace kiwi::solve::hybrid

@@ -59,7 +59,7 @@ Result<std::vector<Candidate>> EvaluateUniformPlans(const cost::LayerModel& mode
   for (const solve::NamedLayerPlan& p : plans) {
     if (std::chrono::steady_clock::now() > deadline) break;
     const plan::LayerStrategy& s = p.plan.layers.front();
-    if (!cost::MakeStageMesh(cluster, {p.plan.pp_degree, s.dp, s.tp}).ok()) continue;  // stages would split nodes
+    if (!cost::MakeLayerMesh(cluster, p.plan.pp_degree, s).ok()) continue;  // stages would split nodes
     Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(model, p.plan, cluster, cm);
     if (!r) return r.error();
     out.push_back({p.name, p.plan, *r, r->summary.peak_memory_bytes <= budget});

@@ -19,6 +19,10 @@ constexpr int kTpAllReducesBackward = 2;
 // ZeRO-3 gathers a layer's parameters before its forward and again before its backward (§III-A.2);
 // the backward gather also serves the recomputation of a checkpointed layer.
 constexpr int kSdpAllGathers = 2;
+// Expert parallelism's all-to-alls per micro-batch (Lepikhin et al. 2021 §2.2; Megatron-LM's
+// MoEAlltoAllTokenDispatcher): dispatch and combine forward, and their gradients backward.
+constexpr int kAllToAllsForward = 2;
+constexpr int kAllToAllsBackward = 2;
 
 double CollectiveSeconds(const CostModel& cost_model, Collective c, int64_t bytes, const StageMesh& mesh,
                          int axis) {
@@ -27,35 +31,60 @@ double CollectiveSeconds(const CostModel& cost_model, Collective c, int64_t byte
   return cost_model.CollectiveTime(c, bytes, mesh.mesh, mask);
 }
 
-// The layer's parameters within one TP shard (what DP replicates and SDP shards further).
-int64_t TpShardParameterBytes(const PlacedLayer& l) { return TpShardParameterBytes(l.profile, l.strategy.tp); }
+// The layer's parameters within one TP (and EP) shard (what DP replicates and ZeRO shards further).
+int64_t TpShardParameterBytes(const PlacedLayer& l) { return TpShardParameterBytes(l.profile, l.strategy.tp, l.strategy.ep); }
 
-// The TP shard's parameters as tp times a TP shard (the replicated part counted tp times), so that
-// dividing by tp (and by dp where ZeRO shards) gives one device's share.
-double TpWholeParameterBytes(const PlacedLayer& l) {
+// Under EP (ep > 1) the two parts of a shard that sync over different groups: the experts' weights
+// (over the dp / ep ranks holding the same experts) and the rest (over all dp).
+bool ExpertParallel(const PlacedLayer& l) { return l.strategy.ep > 1 && l.mesh.experts.ep != 0; }
+int64_t ExpertShardBytes(const PlacedLayer& l) {
+  return CeilDiv(l.profile.expert_parameter_bytes, int64_t{l.strategy.tp} * l.strategy.ep);
+}
+int64_t DenseShardBytes(const PlacedLayer& l) { return TpShardParameterBytes(l) - ExpertShardBytes(l); }
+
+// The TP shard's parameters but the experts' as tp times a TP shard (the replicated part counted tp
+// times), so that dividing by tp (and by dp where ZeRO shards) gives one device's share; the experts'
+// as tp x ep times one device's TP x EP shard (divided by dp / ep where ZeRO shards).
+double TpWholeDenseBytes(const PlacedLayer& l) {
   const LayerProfile& p = l.profile;
-  return static_cast<double>(p.parameter_bytes - p.replicated_parameter_bytes) +
+  return static_cast<double>(p.parameter_bytes - p.replicated_parameter_bytes - p.expert_parameter_bytes) +
          static_cast<double>(p.replicated_parameter_bytes) * l.strategy.tp;
+}
+double ExpertBytes(const PlacedLayer& l) { return static_cast<double>(l.profile.expert_parameter_bytes); }
+
+// Bytes of model states per parameter byte of one DP replica, `dp` ranks sharding what the ZeRO stage shards.
+double StateBytesPerParameterByte(const plan::LayerStrategy& s, int dp, const LayerModel& model) {
+  const double n = static_cast<double>(dp);
+  const double gradients = model.GradientBytesPerParameterByte();
+  const double states = model.OptimizerStateBytesPerParameterByte();
+  return (s.Shards(plan::Zero::kParameters) ? 1.0 / n : 1.0) + (s.Shards(plan::Zero::kGradients) ? gradients / n : gradients) +
+         (s.Shards(plan::Zero::kOptimizerStates) ? states / n : states);
 }
 
 // Parameters + gradients + optimizer states per device: split by TP (but the replicated part), and by
-// DP what the layer's ZeRO stage shards (ZeRO §5.1-5.3: P_os, P_os+g, P_os+g+p).
+// DP what the layer's ZeRO stage shards (ZeRO §5.1-5.3: P_os, P_os+g, P_os+g+p); the experts' also by
+// EP, their ZeRO shards over dp / ep.
 int64_t ModelStateBytes(const PlacedLayer& l, const LayerModel& model) {
   const plan::LayerStrategy& s = l.strategy;
-  const double dp = static_cast<double>(s.dp);
-  const double gradients = model.GradientBytesPerParameterByte();
-  const double states = model.OptimizerStateBytesPerParameterByte();
-  const double per_parameter_byte = (s.Shards(plan::Zero::kParameters) ? 1.0 / dp : 1.0) +
-                                    (s.Shards(plan::Zero::kGradients) ? gradients / dp : gradients) +
-                                    (s.Shards(plan::Zero::kOptimizerStates) ? states / dp : states);
-  return static_cast<int64_t>(std::ceil(TpWholeParameterBytes(l) * per_parameter_byte / s.tp));
+  const double dense = TpWholeDenseBytes(l) * StateBytesPerParameterByte(s, s.dp, model);
+  const double experts = ExpertBytes(l) / s.ep * StateBytesPerParameterByte(s, s.ExpertDataParallel(), model);
+  return static_cast<int64_t>(std::ceil((dense + experts) / s.tp));
 }
 
 // The model states one device's optimizer step passes over: all of them, or the DP shard under any
-// ZeRO stage (each rank steps the parameters whose optimizer states it holds).
+// ZeRO stage (each rank steps the parameters whose optimizer states it holds; the experts' over dp / ep).
 int64_t SteppedStateBytes(const PlacedLayer& l, const LayerModel& model) {
-  const double shards = static_cast<double>(l.strategy.tp) * (l.strategy.Shards(plan::Zero::kOptimizerStates) ? l.strategy.dp : 1);
-  return static_cast<int64_t>(std::ceil(TpWholeParameterBytes(l) * (1.0 + model.state_bytes_per_parameter_byte) / shards));
+  const plan::LayerStrategy& s = l.strategy;
+  const bool sharded = s.Shards(plan::Zero::kOptimizerStates);
+  const double dense = TpWholeDenseBytes(l) / (sharded ? s.dp : 1);
+  const double experts = ExpertBytes(l) / s.ep / (sharded ? s.ExpertDataParallel() : 1);
+  return static_cast<int64_t>(std::ceil((dense + experts) * (1.0 + model.state_bytes_per_parameter_byte) / s.tp));
+}
+
+double ExpertCollectiveSeconds(const CostModel& cost_model, Collective c, int64_t bytes, const ExpertMesh& mesh,
+                               ir::AxisMask mask) {
+  if (mask == 0 || bytes <= 0) return 0.0;
+  return cost_model.CollectiveTime(c, bytes, mesh.mesh, mask);
 }
 
 }  // namespace
@@ -68,7 +97,9 @@ double OptimizerSeconds(const PlacedLayer& layer, const LayerModel& model, const
 
 double ParameterGatherSeconds(const PlacedLayer& layer, const CostModel& cost_model) {
   const LayerCommunication comm = LayerCommunicationOf(layer);
-  return CollectiveSeconds(cost_model, Collective::kAllGather, comm.step_all_gather_bytes, layer.mesh, kDpAxis);
+  return CollectiveSeconds(cost_model, Collective::kAllGather, comm.step_all_gather_bytes, layer.mesh, kDpAxis) +
+         ExpertCollectiveSeconds(cost_model, Collective::kAllGather, comm.expert_step_all_gather_bytes,
+                                 layer.mesh.experts, layer.mesh.experts.data);
 }
 
 namespace {
@@ -161,6 +192,15 @@ Result<StageMesh> MakeStageMesh(const Cluster& cluster, const std::vector<int>& 
   return m;
 }
 
+Result<StageMesh> MakeLayerMesh(const Cluster& cluster, int pp, const plan::LayerStrategy& s) {
+  Result<StageMesh> m = MakeStageMesh(cluster, {pp, s.dp, s.tp});
+  if (!m || s.ep <= 1) return m;
+  Result<StageMesh> split = MakeStageMesh(cluster, {pp, s.ExpertDataParallel(), s.ep, s.tp});
+  if (!split) return split.error();
+  m->experts = {std::move(split->mesh), split->masks[2], split->masks[1]};
+  return m;
+}
+
 // A checkpointed layer's kept input (its boundary: Megatron keeps it whole on every TP rank without
 // sequence parallelism, split over the sequence with it) stays; the rest of its activations come back
 // for its backward pass. Selective recomputation brings back the attention core's (split over TP).
@@ -207,8 +247,10 @@ StageMemory LayerMemory(const PlacedLayer& l, const LayerModel& model) {
   return m;
 }
 
-int64_t TpShardParameterBytes(const LayerProfile& p, int tp) {
-  return CeilDiv(p.parameter_bytes - p.replicated_parameter_bytes, tp) + p.replicated_parameter_bytes;
+int64_t TpShardParameterBytes(const LayerProfile& p, int tp, int ep) {
+  if (ep <= 1) return CeilDiv(p.parameter_bytes - p.replicated_parameter_bytes, tp) + p.replicated_parameter_bytes;
+  return CeilDiv(p.parameter_bytes - p.replicated_parameter_bytes - p.expert_parameter_bytes, tp) +
+         p.replicated_parameter_bytes + CeilDiv(p.expert_parameter_bytes, int64_t{tp} * ep);
 }
 
 namespace {
@@ -252,7 +294,14 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
     c.sp_gradient_every_microbatch = l.strategy.Shards(plan::Zero::kGradients);
   }
   if (l.mesh.masks[kDpAxis] == 0) return c;
-  const int64_t shard = TpShardParameterBytes(l);
+  const bool experts = ExpertParallel(l);
+  if (experts) {
+    c.all_to_all_bytes = l.profile.routed_bytes_per_sample * l.microbatch;
+    c.all_to_alls = kAllToAllsForward + kAllToAllsBackward;
+    c.all_to_alls_recomputed = l.strategy.checkpoint ? kAllToAllsForward : 0;
+  }
+  const int64_t shard = experts ? DenseShardBytes(l) : TpShardParameterBytes(l);
+  const int64_t expert_shard = experts && l.mesh.experts.data != 0 ? ExpertShardBytes(l) : 0;
   const plan::Zero zero = l.strategy.ZeroStage();
   if (zero == plan::Zero::kParameters) {
     c.sdp_all_gather_bytes = shard;
@@ -260,8 +309,12 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
   }
   // ZeRO-1/2: each rank steps its shard and all-gathers the updated parameters (ZeRO §7.2.1: a
   // reduce-scatter and an all-gather, DP's all-reduce volume).
-  if (zero == plan::Zero::kOptimizerStates || zero == plan::Zero::kGradients) c.step_all_gather_bytes = shard;
+  if (zero == plan::Zero::kOptimizerStates || zero == plan::Zero::kGradients) {
+    c.step_all_gather_bytes = shard;
+    c.expert_step_all_gather_bytes = expert_shard;
+  }
   c.gradient_sync_bytes = shard;
+  c.expert_gradient_sync_bytes = expert_shard;
   c.gradient_sync = zero == plan::Zero::kNone ? Collective::kAllReduce : Collective::kReduceScatter;
   c.gradient_sync_every_microbatch = l.strategy.Shards(plan::Zero::kGradients);
   return c;
@@ -293,10 +346,13 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
       cost_model.LaunchBoundTime(backward_per_sample * share + backward_overhead + tp_backward, backward_kernels) -
       tp_backward;
   cost.compute += forward + backward;
-  cost.communication += tp_forward + tp_backward;
+  // Expert parallelism's all-to-alls run between the layer's kernels, as the TP collectives do.
+  const double all_to_all = ExpertCollectiveSeconds(cost_model, Collective::kAllToAll, comm.all_to_all_bytes,
+                                                    l.mesh.experts, l.mesh.experts.ep);
+  cost.communication += tp_forward + tp_backward + comm.all_to_alls * all_to_all;
   double backward_compute = backward;
   if (l.strategy.checkpoint) {  // §V: one extra forward propagation
-    cost.recompute += forward + (comm.tp_recomputed ? tp_forward : 0.0);
+    cost.recompute += forward + (comm.tp_recomputed ? tp_forward : 0.0) + comm.all_to_alls_recomputed * all_to_all;
     backward_compute += forward;
   } else if (l.strategy.SelectiveRecompute()) {  // the attention core's forward, split over TP by heads; no collectives
     const double core = cost_model.LaunchBoundTime(
@@ -314,7 +370,9 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
   // Gradient sync overlapped with the layer's backward computation, both slowed down while they
   // overlap (§V); only the excess counts. The DP all-reduce runs in the last micro-batch (once per
   // iteration); ZeRO-3's reduce-scatter after every micro-batch's backward (part of C_s).
-  const double sync = CollectiveSeconds(cost_model, comm.gradient_sync, comm.gradient_sync_bytes, l.mesh, kDpAxis);
+  const double sync = CollectiveSeconds(cost_model, comm.gradient_sync, comm.gradient_sync_bytes, l.mesh, kDpAxis) +
+                      ExpertCollectiveSeconds(cost_model, comm.gradient_sync, comm.expert_gradient_sync_bytes,
+                                              l.mesh.experts, l.mesh.experts.data);
   if (sync <= 0.0) return;
   const double unhidden = std::max(cost_model.OverlappedTime(backward_compute, sync) - backward_compute, 0.0);
   (comm.gradient_sync_every_microbatch ? cost.communication : cost.gradient_sync) += unhidden;

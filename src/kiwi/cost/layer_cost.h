@@ -17,10 +17,21 @@ namespace kiwi::cost {
 
 // A mesh laid over the cluster (Cluster::MakeMesh, innermost axis fastest) with the mask of each
 // requested axis; axes of size 1 are left out of the mesh and get mask 0 (no communication).
+// Expert parallelism's view of a layer mesh {pp, dp, tp} (plan::LayerStrategy::ep > 1): the DP axis
+// split into {dp / ep, ep}, the ep ranks of a group consecutive (the faster links): the all-to-alls run
+// over `ep`, the expert weights' gradient sync over `data` (the ranks holding the same experts). Masks
+// 0 without EP.
+struct ExpertMesh {
+  ir::DeviceMesh mesh;
+  ir::AxisMask ep = 0;
+  ir::AxisMask data = 0;
+};
+
 struct StageMesh {
   std::vector<int> sizes;           // as requested, outermost first
   ir::DeviceMesh mesh;
   std::vector<ir::AxisMask> masks;  // one per requested axis
+  ExpertMesh experts;               // layer meshes (MakeLayerMesh) with ep > 1
 };
 
 // Layer meshes are {pp, dp, tp}: TP on the innermost (fastest) links, DP outside it, stages outermost.
@@ -29,6 +40,9 @@ inline constexpr int kDpAxis = 1;
 inline constexpr int kTpAxis = 2;
 
 Result<StageMesh> MakeStageMesh(const Cluster& cluster, const std::vector<int>& sizes);
+// The mesh of a layer placed with `s` on a stage of a pp-stage pipeline: {pp, s.dp, s.tp}, with its
+// ExpertMesh {pp, dp / ep, ep, tp} when s.ep > 1.
+Result<StageMesh> MakeLayerMesh(const Cluster& cluster, int pp, const plan::LayerStrategy& s);
 
 struct PlacedLayer {
   LayerProfile profile;
@@ -110,6 +124,16 @@ struct LayerCommunication {
   // reduce-scatter takes each micro-batch's gradients whole.
   int64_t sp_gradient_all_reduce_bytes = 0;
   bool sp_gradient_every_microbatch = false;
+  // Expert parallelism (ep > 1): per micro-batch, the all-to-alls of the routed rows over the EP group
+  // (Megatron-LM's token dispatcher: dispatch and combine forward, their gradients backward, the forward
+  // pair again when checkpointed), each of `all_to_all_bytes` per device; and the expert weights' share
+  // of the gradient sync and of ZeRO-1/2's all-gather, over the dp / ep ranks holding the same experts
+  // (gradient_sync_bytes and step_all_gather_bytes then count the rest of the layer).
+  int64_t all_to_all_bytes = 0;
+  int all_to_alls = 0;
+  int all_to_alls_recomputed = 0;
+  int64_t expert_gradient_sync_bytes = 0;
+  int64_t expert_step_all_gather_bytes = 0;
   // Per micro-batch, recomputation included: TP all-reduces; sequence-parallel all-gathers and
   // reduce-scatters (their calls and bytes).
   int TpAllReduces() const;
@@ -120,8 +144,9 @@ struct LayerCommunication {
 };
 LayerCommunication LayerCommunicationOf(const PlacedLayer& layer);
 
-// The parameters of `profile` one TP rank holds under TP degree `tp` (Megatron: the replicated part whole).
-int64_t TpShardParameterBytes(const LayerProfile& profile, int tp);
+// The parameters of `profile` one TP rank holds under TP degree `tp` (Megatron: the replicated part
+// whole), and of those the experts' under EP degree `ep`.
+int64_t TpShardParameterBytes(const LayerProfile& profile, int tp, int ep = 1);
 
 // Per-device bytes of Slice-Gather's forward all-gather from `prev`'s layout into `next`'s (0: a local
 // slice), and of its backward all-gather of the input gradient (when the forward only sliced).

@@ -154,8 +154,8 @@ namespace {
 
 // Galvatron gives a layer ZeRO-3 or the config's one default type, DDP or zero2 (GalvatronZero2: kiwi's
 // ZeRO-1 under gradient accumulation, ZeRO-2 without): the default of a plan's other data-parallel
-// layers, or an error naming the first layer Galvatron cannot express (Megatron SP and selective
-// recomputation among them).
+// layers, or an error naming the first layer Galvatron cannot express (Megatron SP, selective
+// recomputation and expert parallelism among them).
 Result<std::string> DefaultDpType(const plan::LayerPlan& plan) {
   const plan::Zero zero2 = GalvatronZero2(plan.micro_batches);
   std::optional<plan::Zero> common;
@@ -167,6 +167,9 @@ Result<std::string> DefaultDpType(const plan::LayerPlan& plan) {
     if (plan.layers[i].SelectiveRecompute())  // its checkpoint flag is whole-layer recomputation
       return BadInput(fmt::format("layer {} uses selective recomputation ({}), which Galvatron's config cannot "
                                   "express (its checkpoint recomputes the whole layer)",
+                                  i, plan::StrategyName(plan.layers[i])));
+    if (plan.layers[i].ep > 1)  // Galvatron-BMW's strategy configs have no expert dimension
+      return BadInput(fmt::format("layer {} uses expert parallelism ({}), which Galvatron's config cannot express",
                                   i, plan::StrategyName(plan.layers[i])));
     const plan::Zero zero = plan.layers[i].ZeroStage();
     if (plan.layers[i].dp == 1 || zero == plan::Zero::kParameters) continue;

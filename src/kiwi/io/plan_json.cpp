@@ -131,7 +131,7 @@ Result<plan::OperatorPlan> ReadOperatorPlan(const Json& op, const JsonPath& at) 
 Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath& at) {
   KIWI_RETURN_IF_ERROR(CheckObject(entry, at));
   KIWI_RETURN_IF_ERROR(CheckKnownKeys(entry, at, {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel",
-                                                "selective_recompute"}));
+                                                "selective_recompute", "ep"}));
   Result<int64_t> tp = IntFieldOr(entry, at, "tp", 1, kDegreeRange);
   if (!tp) return tp.error();
   Result<int64_t> dp = IntFieldOr(entry, at, "dp", 1, kDegreeRange);
@@ -149,8 +149,13 @@ Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath&
   if (!sp) return sp.error();
   Result<bool> selective = BoolFieldOr(entry, at, "selective_recompute", false);
   if (!selective) return selective.error();
+  Result<int64_t> ep = IntFieldOr(entry, at, "ep", 1, kDegreeRange);
+  if (!ep) return ep.error();
+  if (*dp % *ep != 0) return at.BadKey("ep", fmt::format("{} does not divide dp {}", *ep, *dp));
+  if (*ep > 1 && *zero == 3)
+    return at.BadKey("ep", "expert parallelism with ZeRO-3 is not modelled (zero 0, 1 or 2: Megatron-LM's choices)");
   return plan::LayerStrategy{static_cast<int>(*tp), static_cast<int>(*dp), static_cast<plan::Zero>(*zero), *ckpt, *sp,
-                             *selective};
+                             *selective, static_cast<int>(*ep)};
 }
 
 Status ReadPipeline(const Json& layer, const JsonPath& at, plan::LayerPlan& p) {

@@ -59,6 +59,11 @@ struct LayerStrategy {
   // core (scores, softmax, its dropout, context) is recomputed in the backward pass, dropping its
   // 5as^2b bytes per layer (eq. 6). Moot when the whole layer is checkpointed.
   bool selective_recompute = false;
+  // Expert parallelism (Megatron-LM MoE) of a mixture-of-experts layer: the dp ranks form dp / ep
+  // groups of ep consecutive ranks, each rank holding experts / ep of the experts and exchanging its
+  // tokens' routed rows with its group in all-to-alls; the expert weights are data-parallel (and ZeRO-1/2
+  // sharded) over the dp / ep ranks that hold the same experts, the rest of the layer over all dp.
+  int ep = 1;
   // The stage in effect: a ZeRO stage over one DP rank shards nothing.
   Zero ZeroStage() const { return dp > 1 ? zero : Zero::kNone; }
   // Sequence parallelism in effect: it needs a TP group.
@@ -66,6 +71,8 @@ struct LayerStrategy {
   bool Shards(Zero what) const { return ZeroStage() >= what; }
   // Selective recomputation in effect: whole-layer checkpointing recomputes the core anyway.
   bool SelectiveRecompute() const { return selective_recompute && !checkpoint; }
+  // The ranks that hold the same experts and average their gradients: dp / ep.
+  int ExpertDataParallel() const { return dp / ep; }
   bool operator==(const LayerStrategy&) const = default;
 };
 
@@ -75,7 +82,8 @@ inline const char* DataParallelName(Zero zero) {
   return kNames[static_cast<int>(zero)];
 }
 
-// "TP2xDP4", "SP-TP2xZeRO2-DP4+CKPT", "TP8+SEL" (selective recomputation), "SDP8"; with pp > 1 prefixed "PP2x" (a uniform plan's name); "single" without parallelism.
+// "TP2xDP4", "SP-TP2xZeRO2-DP4+CKPT", "TP8+SEL" (selective recomputation), "SDP8", "TP2xZeRO1-DP8xEP4"
+// (expert parallelism); with pp > 1 prefixed "PP2x" (a uniform plan's name); "single" without parallelism.
 std::string StrategyName(const LayerStrategy& strategy, int pp = 1);
 
 enum class PipelineSchedule : uint8_t { k1F1B, kGPipe };

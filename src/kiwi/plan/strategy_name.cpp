@@ -14,6 +14,7 @@ std::string StrategyName(const LayerStrategy& s, int pp) {
     parts.push_back(fmt::format("{}-DP{}", DataParallelName(zero), s.dp));
   else if (s.dp > 1)
     parts.push_back(fmt::format("{}{}", DataParallelName(zero), s.dp));
+  if (s.ep > 1) parts.push_back(fmt::format("EP{}", s.ep));
   std::string name = parts.empty() ? "single" : fmt::format("{}", fmt::join(parts, "x"));
   if (s.checkpoint) return name + "+CKPT";
   return s.SelectiveRecompute() ? name + "+SEL" : name;

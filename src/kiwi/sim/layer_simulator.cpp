@@ -60,6 +60,19 @@ Status CheckInterleaving(const LayerPlan& plan) {
   return Status::Ok();
 }
 
+// EP splits a layer's experts over groups of its DP ranks (plan::LayerStrategy::ep).
+Status CheckExpertParallelism(const cost::LayerProfile& layer, const LayerStrategy& s, size_t i) {
+  if (s.ep == 1) return Status::Ok();
+  const std::string at = fmt::format("layer plan: layers[{}]: ep", i);
+  if (s.ep < 1 || s.dp % s.ep != 0) return BadInput(fmt::format("{}: {} does not divide dp {}", at, s.ep, s.dp));
+  if (layer.experts == 0) return BadInput(fmt::format("{}: {}, but layer {} has no experts", at, s.ep, layer.name));
+  if (layer.experts % s.ep != 0)
+    return BadInput(fmt::format("{}: {} does not divide the {} experts of layer {}", at, s.ep, layer.experts, layer.name));
+  if (s.ZeroStage() == plan::Zero::kParameters)
+    return BadInput(fmt::format("{}: expert parallelism with ZeRO-3 is not modelled (zero 0, 1 or 2)", at));
+  return Status::Ok();
+}
+
 Status CheckDegrees(const cost::LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster) {
   if (model.layers.empty()) return BadInput(fmt::format("layer model {}: has no layers", model.name));
   if (plan.layers.size() != model.layers.size())
@@ -74,6 +87,7 @@ Status CheckDegrees(const cost::LayerModel& model, const LayerPlan& plan, const 
     if (s.tp < 1 || s.dp < 1 || s.tp * s.dp != devices)
       return BadInput(fmt::format("layer plan: layers[{}]: tp {} x dp {} must equal the {} devices of a stage", i,
                                   s.tp, s.dp, devices));
+    KIWI_RETURN_IF_ERROR(CheckExpertParallelism(model.layers[i], s, i));
   }
   return Status::Ok();
 }
@@ -132,7 +146,7 @@ Result<std::vector<cost::PlacedLayer>> PlaceLayers(const cost::LayerModel& model
   placed.reserve(model.layers.size());
   for (size_t i = 0; i < model.layers.size(); ++i) {
     const LayerStrategy& s = plan.layers[i];
-    Result<cost::StageMesh> mesh = cost::MakeStageMesh(cluster, {plan.pp_degree, s.dp, s.tp});
+    Result<cost::StageMesh> mesh = cost::MakeLayerMesh(cluster, plan.pp_degree, s);
     if (!mesh) return mesh.error();
     placed.push_back({model.layers[i], s, std::move(*mesh), microbatch / s.dp});
   }

@@ -149,7 +149,9 @@ def _zero(obj: Dict[str, Any], where: str) -> int:
 def _strategy(obj: Any, where: str) -> LayerStrategy:
     if not isinstance(obj, dict):
         raise PlanError(f"{where}: must be an object with tp, dp, zero, checkpoint")
-    unknown = set(obj) - {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel", "selective_recompute"}
+    if obj.get("ep", 1) != 1:  # kiwi's GPT has no experts to split
+        raise PlanError(f"{where}.ep: expert parallelism ({obj['ep']!r}) is not run by kiwi.torch.distributed")
+    unknown = set(obj) - {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel", "selective_recompute", "ep"}
     if unknown:
         raise PlanError(f"{where}.{sorted(unknown)[0]}: unknown field")
     return LayerStrategy(_int(obj, "tp", where, 1), _int(obj, "dp", where, 1), _zero(obj, where),

@@ -57,12 +57,12 @@ LayerTypes RoundTypes(const LayerTypes& model_types, int virtual_stages) {
   return t;
 }
 
-Result<const cost::StageMesh*> MeshCache::Get(const cost::Cluster& cluster, int pp, int dp, int tp) {
-  auto it = meshes_.find({pp, dp});
+Result<const cost::StageMesh*> MeshCache::Get(const cost::Cluster& cluster, int pp, const plan::LayerStrategy& s) {
+  auto it = meshes_.find({pp, s.dp, s.ep});
   if (it != meshes_.end()) return &it->second;
-  Result<cost::StageMesh> mesh = cost::MakeStageMesh(cluster, {pp, dp, tp});
+  Result<cost::StageMesh> mesh = cost::MakeLayerMesh(cluster, pp, s);
   if (!mesh) return mesh.error();
-  return &meshes_.emplace(std::make_pair(pp, dp), std::move(*mesh)).first->second;
+  return &meshes_.emplace(std::make_tuple(pp, s.dp, s.ep), std::move(*mesh)).first->second;
 }
 
 Result<CostTables> CostTables::Build(const CostInputs& in, int pp, int64_t microbatch, const StrategySpaceOptions& space,
@@ -97,7 +97,7 @@ Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
   std::vector<bool> have_layout(static_cast<size_t>(layouts), false);
   for (int j = 0; j < num_strategies(); ++j) {
     const plan::LayerStrategy& s = strategies_[static_cast<size_t>(j)];
-    Result<const cost::StageMesh*> mesh = meshes.Get(*in.cluster, pp_, s.dp, s.tp);
+    Result<const cost::StageMesh*> mesh = meshes.Get(*in.cluster, pp_, s);
     if (!mesh) return mesh.error();
     const int64_t per_device = microbatch_ / s.dp;
     for (int k = 0; k < types; ++k)
@@ -127,6 +127,13 @@ Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
     }
   }
   return Status::Ok();
+}
+
+bool CostTables::Places(int layer, int strategy) const {
+  const int ep = strategies_[static_cast<size_t>(strategy)].ep;
+  if (ep == 1) return true;
+  const int64_t experts = types_->profiles[static_cast<size_t>(types_->type_of[static_cast<size_t>(layer)])].experts;
+  return experts > 0 && experts % ep == 0;
 }
 
 namespace {

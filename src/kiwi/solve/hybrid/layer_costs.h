@@ -9,6 +9,7 @@
 //   PipelineEstimate e = EstimatePipeline(*t, {2, 16, 2, k1F1B}, {12, 12}, strategy_indices);
 #include <cstdint>
 #include <map>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -57,10 +58,10 @@ struct CostInputs {
 // Meshes {pp, dp, tp} reused across tables (building one lays the mesh over the cluster).
 class MeshCache {
  public:
-  Result<const cost::StageMesh*> Get(const cost::Cluster& cluster, int pp, int dp, int tp);
+  Result<const cost::StageMesh*> Get(const cost::Cluster& cluster, int pp, const plan::LayerStrategy& s);
 
  private:
-  std::map<std::pair<int, int>, cost::StageMesh> meshes_;  // by (pp, dp); tp = stage devices / dp
+  std::map<std::tuple<int, int, int>, cost::StageMesh> meshes_;  // by (pp, dp, ep); tp = stage devices / dp
 };
 
 class CostTables {
@@ -93,6 +94,9 @@ class CostTables {
   // The costs layer `layer` carries under `strategy`: its own, plus the embeddings' if it is the first
   // layer and the head's if it is the last (what the DP and the partitioners add per layer).
   StrategyCost LayerCost(int layer, int strategy) const;
+  // Whether `strategy` can place `layer`: expert parallelism only where the layer has experts it divides
+  // (elsewhere an EP strategy prices as its ep 1 twin, which the DP keeps instead).
+  bool Places(int layer, int strategy) const;
   // Slice-Gather from a layer of `prev_type` in layout `prev_layout` into a layer in `next_layout`.
   double SliceGather(int prev_type, int prev_layout, int next_layout) const;
   // Sending the boundary activation of a layer of `type` in `layout` to the next stage.

@@ -59,6 +59,7 @@ std::vector<Option> LayerOptions(const LayerDpProblem& p, const DpStage& stage, 
   std::vector<Option> all;
   for (int j = 0; j < t.num_strategies(); ++j) {
     if (!p.allowed.empty() && !p.allowed[static_cast<size_t>(j)]) continue;
+    if (!t.Places(layer, j)) continue;
     Option o{j, t.LayoutIndex(j), 0.0, 0.0, stage.weight, 0.0, 0, 0, 0};
     Absorb(t.LayerCost(layer, j), stage, o);
     if (cost::StageMemory::StagePeakBytes(o.memory, o.recompute, o.gather) <= budget) all.push_back(o);

@@ -58,6 +58,7 @@ class Search {
     if (searching && cluster.num_nodes > 1) space_.strategies.max_tp = cluster.devices_per_node;
     // Selective recomputation of a model without an attention core would only repeat "no recomputation".
     space_.strategies.allow_selective_recompute &= model.HasAttentionCore();
+    space_.strategies.experts = model.MaxExperts();
   }
 
   Result<HybridSearchResult> Run();
@@ -410,7 +411,7 @@ Status Search::SkipDegreesThatCannotBeLaidOut() {
     const int stage = cluster.NumDevices() / pp;
     Status laid_out = Status::Ok();
     for (const plan::LayerStrategy& s : LayerStrategies(stage, space_.strategies)) {
-      Result<cost::StageMesh> mesh = cost::MakeStageMesh(cluster, {pp, s.dp, s.tp});
+      Result<cost::StageMesh> mesh = cost::MakeLayerMesh(cluster, pp, s);
       if (!mesh) {
         laid_out = mesh.error();
         break;

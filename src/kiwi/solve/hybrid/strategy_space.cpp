@@ -134,9 +134,13 @@ std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const Strate
       for (plan::Zero zero : {plan::Zero::kNone, plan::Zero::kOptimizerStates, plan::Zero::kGradients, plan::Zero::kParameters}) {
         if (dp > 1 && !Allowed(zero, o)) continue;
         if (dp == 1 && zero != plan::Zero::kNone) continue;  // ZeRO over one device shards nothing: DP1
-        out.push_back({tp, dp, zero, false, sp});
-        if (o.allow_selective_recompute) out.push_back({tp, dp, zero, false, sp, true});
-        if (o.allow_checkpoint) out.push_back({tp, dp, zero, true, sp});
+        for (int ep : PowerOfTwoDivisors(dp)) {
+          if (ep > 1 && (!o.allow_expert_parallel || o.experts <= 0 || o.experts % ep != 0 || zero == plan::Zero::kParameters))
+            continue;
+          out.push_back({tp, dp, zero, false, sp, false, ep});
+          if (o.allow_selective_recompute) out.push_back({tp, dp, zero, false, sp, true, ep});
+          if (o.allow_checkpoint) out.push_back({tp, dp, zero, true, sp, false, ep});
+        }
       }
     }
   }

@@ -54,6 +54,12 @@ struct StrategySpaceOptions {
   // beside none and CKPT: kiwi's own space. Only LayerStrategies has it; the search turns it off for
   // models without an attention core to recompute (cost::LayerModel::HasAttentionCore).
   bool allow_selective_recompute = false;
+  // Expert parallelism (plan::LayerStrategy::ep) for layers of this many experts: every power-of-two ep
+  // dividing both dp and the experts, beside ep 1, with DP or ZeRO-1/2 (Megatron-LM's: its distributed
+  // optimizer is ZeRO-1). Only LayerStrategies has it, and only kiwi's space: the search sets it from
+  // the model (cost::LayerModel::MaxExperts); 0: none.
+  int64_t experts = 0;
+  bool allow_expert_parallel = false;
   bool mix_dp_sdp = false;       // keep the DP+SDP trees that Takeaway #3 removes
   int max_tp = 0;                // the largest TP degree, 0 = any (the search: a node's GPUs)
 };
@@ -66,8 +72,9 @@ std::vector<TreeStrategy> DecisionTreeStrategies(int num_devices, const Strategy
 
 // The distinct strategies the layer estimator tells apart on a stage of `stage_devices` devices (it
 // always places TP innermost, so level orders collapse): tp x dp = stage_devices, sequence parallelism
-// only with tp > 1, a ZeRO stage only with dp > 1, CKPT off/on (and selective recomputation). Order: tp
-// ascending, then SP off before on, then DP, ZeRO-1, ZeRO-2, SDP, then no recomputation, selective, CKPT.
+// only with tp > 1, a ZeRO stage only with dp > 1, EP only below dp, CKPT off/on (and selective
+// recomputation). Order: tp ascending, then SP off before on, then DP, ZeRO-1, ZeRO-2, SDP, then ep
+// ascending, then no recomputation, selective, CKPT.
 std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const StrategySpaceOptions& options);
 
 // Powers of two dividing n, ascending (1 first).

@@ -1,0 +1,124 @@
+// Expert parallelism's terms of a mixture-of-experts layer against closed forms: model states per
+// device (the experts split over TP x EP and ZeRO-sharded over dp / ep, the rest over TP and dp), the
+// gradient sync of each part over its group, and the all-to-alls of the routed rows over the EP group
+// (dispatch and combine, forward and backward: 4 per micro-batch, 6 when checkpointed), each the ring's
+// (ep - 1)(alpha + n / (ep B)).
+#include <gtest/gtest.h>
+
+#include "kiwi/cost/layer_cost.h"
+
+namespace kiwi::cost {
+namespace {
+
+Cluster OneNode(int devices) {
+  Cluster c;
+  c.name = "node";
+  c.device.name = "dev";
+  c.device.memory_bytes = int64_t{80} << 30;
+  c.device.memory_bandwidth = 2e12;
+  c.device.SetPeakFlops(ir::DType::kBF16, 1e15);
+  c.num_nodes = 1;
+  c.devices_per_node = devices;
+  c.intra_node = {"nvlink", 1e11, 3e-6};
+  c.inter_node = {"ib", 2.5e10, 5e-6};
+  return c;
+}
+
+LayerProfile MoeLayer() {
+  LayerProfile p;
+  p.name = "moe";
+  p.parameter_bytes = 1'000'000;
+  p.replicated_parameter_bytes = 2'000;      // norms and the router
+  p.experts = 8;
+  p.expert_parameter_bytes = 800'000;
+  p.activation_bytes_per_sample = 3'000'000;
+  p.boundary_bytes_per_sample = 100'000;
+  p.routed_bytes_per_sample = 2 * 100'000;   // top 2
+  p.tp_comm_bytes_per_sample = 200'000;
+  p.forward_seconds_per_sample = 1e-3;
+  p.backward_seconds_per_sample = 2e-3;
+  return p;
+}
+
+LayerModel MixedAdam() {  // bf16 gradients (1 per parameter byte), fp32 master + Adam (6)
+  LayerModel m;
+  m.state_bytes_per_parameter_byte = 7.0;
+  m.gradient_bytes_per_parameter_byte = 1.0;
+  return m;
+}
+
+PlacedLayer Place(const LayerProfile& p, const plan::LayerStrategy& s, int64_t microbatch = 4) {
+  Result<StageMesh> mesh = MakeLayerMesh(OneNode(8), 1, s);
+  EXPECT_TRUE(mesh.ok()) << mesh.error().message;
+  return {p, s, *mesh, microbatch};
+}
+
+TEST(ExpertParallelism, ModelStatesSplitTheExpertsOverEpAndShardThemOverDpOverEp) {
+  const LayerProfile p = MoeLayer();
+  const plan::LayerStrategy s{.tp = 2, .dp = 4, .zero = plan::Zero::kOptimizerStates, .ep = 2};
+  const int64_t dense_shard = (1'000'000 - 2'000 - 800'000) / 2 + 2'000;  // TP-split, norms and router whole
+  const int64_t expert_shard = 800'000 / (2 * 2);                         // TP x EP
+  // parameters + gradients whole on the rank; optimizer states (6 bytes) over dp for the rest, dp / ep
+  // for the experts (ZeRO-1).
+  const int64_t expected = (dense_shard + expert_shard) * 2 + dense_shard * 6 / 4 + expert_shard * 6 / 2;
+  EXPECT_EQ(LayerMemory(Place(p, s), MixedAdam()).model_states, expected);
+  EXPECT_EQ(TpShardParameterBytes(p, 2, 2), dense_shard + expert_shard);
+  plan::LayerStrategy no_ep = s;
+  no_ep.ep = 1;  // the experts over TP only, their states over all dp
+  EXPECT_EQ(LayerMemory(Place(p, no_ep), MixedAdam()).model_states, (dense_shard + 400'000) * 2 + (dense_shard + 400'000) * 6 / 4);
+}
+
+TEST(ExpertParallelism, EachPartSyncsOverItsGroupAndTheRoutedRowsGoAllToAll) {
+  const LayerProfile p = MoeLayer();
+  const plan::LayerStrategy s{.tp = 1, .dp = 8, .zero = plan::Zero::kGradients, .ep = 4};
+  const PlacedLayer placed = Place(p, s);
+  const LayerCommunication c = LayerCommunicationOf(placed);
+  EXPECT_EQ(c.gradient_sync_bytes, 200'000);         // the rest of the layer, over all 8
+  EXPECT_EQ(c.expert_gradient_sync_bytes, 200'000);  // 800,000 / ep 4, over the 2 ranks holding them
+  EXPECT_EQ(c.step_all_gather_bytes, 200'000);
+  EXPECT_EQ(c.expert_step_all_gather_bytes, 200'000);
+  EXPECT_EQ(c.all_to_all_bytes, 2 * 100'000 * 4);  // top 2 copies of the micro-batch's 4 samples
+  EXPECT_EQ(c.all_to_alls, 4);
+  EXPECT_EQ(c.all_to_alls_recomputed, 0);
+  plan::LayerStrategy ckpt = s;
+  ckpt.checkpoint = true;
+  EXPECT_EQ(LayerCommunicationOf(Place(p, ckpt)).all_to_alls_recomputed, 2);
+  // The EP group: 4 consecutive ranks on NVLink; its ring all-to-all.
+  ASSERT_NE(placed.mesh.experts.ep, 0u);
+  EXPECT_EQ(placed.mesh.experts.mesh.GroupSize(placed.mesh.experts.ep), 4);
+  EXPECT_EQ(placed.mesh.experts.mesh.GroupSize(placed.mesh.experts.data), 2);
+  // Priced under plain DP, whose gradient sync is once per iteration (ZeRO-2 reduce-scatters every
+  // micro-batch, on the micro-batch's time): the micro-batch gains the 4 all-to-alls alone.
+  const double ring = 3 * (3e-6 + static_cast<double>(c.all_to_all_bytes) / (4 * 1e11));
+  const CostModel cm(OneNode(8).device);
+  plan::LayerStrategy dp = s, no_ep = s;
+  dp.zero = no_ep.zero = plan::Zero::kNone;
+  no_ep.ep = 1;
+  StageCost with, without;
+  AddLayerCost(Place(p, dp), cm, with);
+  AddLayerCost(Place(p, no_ep), cm, without);
+  EXPECT_NEAR(with.communication - without.communication, 4 * ring, 1e-12);
+  EXPECT_DOUBLE_EQ(with.compute, without.compute);  // an even load: each rank runs as many rows
+}
+
+TEST(ExpertParallelism, ADenseLayerUnderAnEpStrategyPricesAsWithout) {
+  LayerProfile dense = MoeLayer();
+  dense.experts = dense.expert_parameter_bytes = dense.routed_bytes_per_sample = 0;
+  const plan::LayerStrategy s{.tp = 2, .dp = 4, .zero = plan::Zero::kOptimizerStates, .ep = 4};
+  plan::LayerStrategy no_ep = s;
+  no_ep.ep = 1;
+  const StageMemory a_memory = LayerMemory(Place(dense, s), MixedAdam());
+  const StageMemory b_memory = LayerMemory(Place(dense, no_ep), MixedAdam());
+  EXPECT_EQ(a_memory.model_states, b_memory.model_states);
+  EXPECT_EQ(a_memory.activations, b_memory.activations);
+  EXPECT_EQ(a_memory.gathered, b_memory.gathered);
+  const CostModel cm(OneNode(8).device);
+  StageCost a, b;
+  AddLayerCost(Place(dense, s), cm, a);
+  AddLayerCost(Place(dense, no_ep), cm, b);
+  EXPECT_EQ(a.MicrobatchSeconds(), b.MicrobatchSeconds());
+  EXPECT_EQ(a.gradient_sync, b.gradient_sync);
+}
+
+}  // namespace
+}  // namespace kiwi::cost
