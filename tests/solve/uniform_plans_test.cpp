@@ -45,6 +45,30 @@ TEST(UniformLayerPlans, CoversEveryFactorizationOfEightDevices) {
   EXPECT_FALSE(names.count("PP8"));
 }
 
+// A model whose every layer is a mixture of experts: each plan with dp > 1 and DP or ZeRO-1/2 gets an
+// expert-parallel twin per ep dividing both dp and the experts; none without experts.
+TEST(UniformLayerPlans, ExpertParallelTwinsForMixturesOfExperts) {
+  const auto dense = UniformLayerPlans({.num_layers = 4, .num_devices = 8, .global_batch = 8});
+  const auto moe = UniformLayerPlans({.num_layers = 4, .num_devices = 8, .global_batch = 8, .experts = 4});
+  std::set<std::string> names;
+  size_t twins = 0;
+  for (const auto& p : moe) {
+    names.insert(p.name);
+    const plan::LayerStrategy& s = p.plan.layers.front();
+    if (s.ep == 1) continue;
+    ++twins;
+    EXPECT_EQ(s.dp % s.ep, 0) << p.name;
+    EXPECT_EQ(4 % s.ep, 0) << p.name;
+    EXPECT_NE(s.zero, plan::Zero::kParameters) << p.name;
+  }
+  for (const auto& p : dense) EXPECT_EQ(p.plan.layers.front().ep, 1) << p.name;
+  EXPECT_GT(twins, 0u);
+  EXPECT_EQ(moe.size(), dense.size() + twins);
+  EXPECT_EQ(names.size(), moe.size());
+  EXPECT_TRUE(names.count("ZeRO1-DP8xEP4"));
+  EXPECT_FALSE(names.count("ZeRO1-DP8xEP8"));  // 8 does not divide 4 experts
+}
+
 TEST(UniformLayerPlans, SelectiveRecomputationOnlyWhenAsked) {
   const auto with = UniformLayerPlans({.num_layers = 2, .num_devices = 2, .global_batch = 2});
   const auto without = UniformLayerPlans({.num_layers = 2, .num_devices = 2, .global_batch = 2, .allow_selective_recompute = false});

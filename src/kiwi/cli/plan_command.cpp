@@ -42,6 +42,15 @@ struct Candidate {
   bool fits = false;
 };
 
+// The experts every layer of `model` has (0 unless all have the same number): what a uniform plan's
+// expert parallelism can split.
+int64_t UniformExperts(const cost::LayerModel& model) {
+  const int64_t experts = model.layers.empty() ? 0 : model.layers.front().experts;
+  for (const cost::LayerProfile& p : model.layers)
+    if (p.experts != experts) return 0;
+  return experts;
+}
+
 // Simulates candidates until the time limit; the ones evaluated by then compete.
 Result<std::vector<Candidate>> EvaluateUniformPlans(const cost::LayerModel& model, int64_t batch,
                                                     const cost::Cluster& cluster, const cost::CostModel& cm,
@@ -51,7 +60,8 @@ Result<std::vector<Candidate>> EvaluateUniformPlans(const cost::LayerModel& mode
   const auto plans = solve::UniformLayerPlans({.num_layers = static_cast<int>(model.layers.size()),
                                                .num_devices = cluster.NumDevices(),
                                                .global_batch = batch,
-                                               .allow_selective_recompute = model.HasAttentionCore()});
+                                               .allow_selective_recompute = model.HasAttentionCore(),
+                                               .experts = UniformExperts(model)});
   if (plans.empty())  // every data-parallel degree the devices allow leaves part of a sample on a device
     return BadInput(fmt::format("--batch {}: no uniform plan on the {} devices of {}: the batch must divide by a "
                                 "data-parallel degree (devices / (PP x TP)); try --batch {}",

@@ -17,6 +17,8 @@ std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& o) {
   space.allow_sequence_parallel = o.allow_sequence_parallel;
   space.allow_checkpoint = o.allow_checkpoint;
   space.allow_selective_recompute = o.allow_selective_recompute;
+  space.allow_expert_parallel = o.experts > 0;
+  space.experts = o.experts;
   std::vector<NamedLayerPlan> plans;
   for (int pp : hybrid::PowerOfTwoDivisors(o.num_devices)) {
     if (pp > o.num_layers) continue;

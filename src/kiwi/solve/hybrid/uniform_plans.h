@@ -1,8 +1,8 @@
 #pragma once
 // Uniform layer-level plans: every layer gets the same strategy. Enumerates the hybrid space the
 // Galvatron-BMW paper's baselines live in (pure DP, SDP/ZeRO-3, TP/Megatron, PP/GPipe and their
-// combinations, each with and without checkpointing) and ZeRO-1/2, sequence parallelism and selective
-// recomputation beside them; the simulator judges each one.
+// combinations, each with and without checkpointing) and ZeRO-1/2, sequence parallelism, selective
+// recomputation and expert parallelism beside them; the simulator judges each one.
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -25,6 +25,8 @@ struct UniformPlanOptions {
   bool allow_sequence_parallel = true;  // Megatron SP beside TP
   bool allow_checkpoint = true;
   bool allow_selective_recompute = true;  // of the attention core (for models that have one)
+  // Every layer a mixture of this many experts: expert parallelism beside (0: none).
+  int64_t experts = 0;
 };
 
 // Degrees are powers of two with pp * tp * dp = num_devices and pp <= num_layers. Layers are split
