@@ -449,14 +449,23 @@ TEST(BuildTrainingGraphErrors, IntegerParameterIsNamed) {
 TEST(BuildTrainingGraph, IntegerIndicesFromParametersGetNoGradient) {
   Graph g("router");
   const NodeId x = AddInput(g, "x", {4, 3});
-  const NodeId w = AddParam(g, "w", {3, 5});
-  const NodeId logits = AddOp(g, "logits", OpKind::kMatmul, "matmul", {4, 5}, {x, w});
-  const NodeId probs = AddOp(g, "probs", OpKind::kSoftmax, "softmax", {4, 5}, {logits});
+  const NodeId w = AddParam(g, "w", {3, 4});
+  const NodeId logits = AddOp(g, "logits", OpKind::kMatmul, "matmul", {4, 4}, {x, w});
+  const NodeId probs = AddOp(g, "probs", OpKind::kSoftmax, "softmax", {4, 4}, {logits});
   const NodeId choice = AddOp(g, "choice", OpKind::kReduce, "topk", {4, 2}, {probs}, DType::kI64);
   g.mutable_node(choice).attrs.axes = {1};
-  const NodeId flat = AddOp(g, "flat", OpKind::kReshape, "reshape", {20, 1}, {probs});
+  const NodeId flat = AddOp(g, "flat", OpKind::kReshape, "reshape", {16, 1}, {probs});
   const NodeId gates = AddOp(g, "gates", OpKind::kEmbedding, "embedding", {4, 2, 1}, {flat, choice});
-  const NodeId rows = AddOp(g, "rows", OpKind::kReshape, "reshape", {4, 2}, {gates});
+  // A floating tensor read only by an integer op (each expert's slots over the transposed
+  // probabilities) gets no gradient either.
+  const NodeId by_expert = AddOp(g, "by_expert", OpKind::kTranspose, "transpose", {4, 4}, {probs});
+  g.mutable_node(by_expert).attrs.axes = {1, 0};
+  const NodeId slots = AddOp(g, "slots", OpKind::kReduce, "topk", {4, 2}, {by_expert}, DType::kI64);
+  g.mutable_node(slots).attrs.axes = {1};
+  const NodeId picked = AddOp(g, "picked", OpKind::kEmbedding, "embedding", {4, 2, 1}, {flat, slots});
+  const NodeId picked_rows = AddOp(g, "picked_rows", OpKind::kReshape, "reshape", {4, 2, 1}, {picked});
+  const NodeId both = AddOp(g, "both", OpKind::kElementwise, "add", {4, 2, 1}, {gates, picked_rows});
+  const NodeId rows = AddOp(g, "rows", OpKind::kReshape, "reshape", {4, 2}, {both});
   const NodeId labels = AddInput(g, "labels", {4}, DType::kI64);
   AddOp(g, "loss", OpKind::kLoss, "cross_entropy", {}, {rows, labels});
   Result<Graph> t = BuildTrainingGraph(g, {});
@@ -464,7 +473,7 @@ TEST(BuildTrainingGraph, IntegerIndicesFromParametersGetNoGradient) {
   // The router's weight gets its gradient from the logits' matmul, through the gathered probabilities.
   int from_choice = 0, from_logits = 0, from_gates = 0;
   for (const Node& n : t->nodes()) {
-    from_choice += n.grad_of == choice;
+    from_choice += n.grad_of == choice || n.grad_of == slots || n.grad_of == by_expert;
     from_logits += n.grad_of == logits && n.output.shape == t->node(w).output.shape;
     from_gates += n.grad_of == gates;
   }

@@ -78,6 +78,44 @@ TEST(HfConfig, MixturesOfExpertsAreThePresets) {
   EXPECT_EQ(r.error().message, "m.json: top_k: must be in [1, 8] (the experts), got 9");
 }
 
+// Qwen2 (biases on q/k/v), Qwen2-MoE (a gated shared expert beside 60 experts) and tied embeddings
+// (Qwen2 0.5B, Llama 3.2 1B): the parameters of transformers' Qwen2ForCausalLM, Qwen2MoeForCausalLM and
+// LlamaForCausalLM built from these configs (transformers 5.24, counted on the meta device).
+TEST(HfConfig, Qwen2Qwen2MoeAndTiedEmbeddingsCountAsTransformersBuildsThem) {
+  const std::pair<const char*, int64_t> cases[] = {
+      {R"({"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_attention_heads": 14,
+          "num_hidden_layers": 24, "num_key_value_heads": 2, "vocab_size": 151936, "tie_word_embeddings": true})",
+       494'032'768},
+      {R"({"model_type": "qwen2", "hidden_size": 3584, "intermediate_size": 18944, "num_attention_heads": 28,
+          "num_hidden_layers": 28, "num_key_value_heads": 4, "vocab_size": 152064, "tie_word_embeddings": false})",
+       7'615'616'512},
+      {R"({"model_type": "qwen2_moe", "hidden_size": 2048, "intermediate_size": 5632, "num_attention_heads": 16,
+          "num_hidden_layers": 24, "num_key_value_heads": 16, "vocab_size": 151936, "num_experts": 60,
+          "num_experts_per_tok": 4, "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
+          "decoder_sparse_step": 1, "mlp_only_layers": [], "qkv_bias": true, "tie_word_embeddings": false})",
+       14'315'784'192},
+      {R"({"model_type": "llama", "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
+          "num_hidden_layers": 16, "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": true})",
+       1'235'814'400},
+  };
+  for (const auto& [text, released] : cases) {
+    Result<ModelSpec> spec = ParseHfConfig(text, "config.json", {.seq = 64, .batch = 1});
+    const TransformerConfig t = Transformer(spec);
+    EXPECT_EQ(spec->name.rfind(t.experts > 0 ? "qwen2_moe" : t.qkv_bias ? "qwen2" : "llama", 0), 0u);  // no _name_or_path
+    EXPECT_EQ(ClosedFormParameterCount(t), released) << text;
+    Result<ir::Graph> graph = BuildForwardGraph(*spec);
+    ASSERT_TRUE(graph.ok()) << graph.error().message;
+    int64_t built = 0;
+    for (const ir::Node& n : graph->nodes())
+      if (n.kind == ir::OpKind::kParameter) built += n.output.NumElements();
+    EXPECT_EQ(built, released) << text;
+  }
+  Result<ModelSpec> bad = ParseHfConfig(R"({"model_type": "qwen2", "hidden_size": 64, "intermediate_size": 128,
+      "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100, "tie_word_embeddings": "yes"})", "q.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message, "q.json: tie_word_embeddings: must be true or false (got \"yes\")");
+}
+
 TEST(HfConfig, BertT5VitSwin) {
   const TransformerConfig bert = Transformer(ParseHfConfig(
       R"({"model_type": "bert", "num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16,

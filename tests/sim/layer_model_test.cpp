@@ -340,11 +340,11 @@ TEST(BuildLayerModel, MegatronTpSplitOfGpt) {
 TEST(BuildLayerModel, MixtureOfExpertsKeepsTheRouterWholeAndSplitsTheExperts) {
   const cost::CostModel cm(TestDevice());
   const int64_t h = 64, f = 96, seq = 16, batch = 2, experts = 4, k = 2, bytes = 2;
-  const auto layer_model = [&](int64_t n_experts) {
+  const auto layer_model = [&](int64_t n_experts, int64_t shared = 0) {
     models::TransformerConfig c;
     c.family = models::Family::kLlama, c.layers = 2, c.hidden = h, c.heads = 4, c.kv_heads = 2, c.ffn = f;
     c.seq = seq, c.batch = batch, c.vocab = 101, c.dtype = ir::DType::kBF16, c.dropout = false;
-    c.experts = n_experts, c.top_k = n_experts > 0 ? k : 0;
+    c.experts = n_experts, c.top_k = n_experts > 0 ? k : 0, c.shared_expert_ffn = shared;
     Result<ir::Graph> forward = models::BuildTransformerForward(c);
     EXPECT_TRUE(forward.ok()) << forward.error().message;
     Result<ir::Graph> training = ir::BuildTrainingGraph(*forward, {.optimizer = ir::Optimizer::kAdam, .master_weights = true});
@@ -372,6 +372,11 @@ TEST(BuildLayerModel, MixtureOfExpertsKeepsTheRouterWholeAndSplitsTheExperts) {
   EXPECT_EQ(d.expert_parameter_bytes, 0);
   EXPECT_EQ(moe.MaxExperts(), experts);
   EXPECT_EQ(dense.MaxExperts(), 0);
+  // Qwen2-MoE's shared expert: a dense SwiGLU split like one, its sigmoid gate [h, 1] whole.
+  const LayerProfile& s = layer_model(experts, 32).layers[1];
+  EXPECT_EQ(s.parameter_bytes - e.parameter_bytes, (3 * h * 32 + h) * bytes);
+  EXPECT_EQ(s.replicated_parameter_bytes - e.replicated_parameter_bytes, h * bytes);
+  EXPECT_EQ(s.expert_parameter_bytes, e.expert_parameter_bytes);
 }
 
 TEST(BuildLayerModel, TheHeadUnderTpRunsMegatronsVocabularyParallelLoss) {

@@ -284,7 +284,7 @@ Command AddHybridCommand(CLI::App& root) {
   app->add_option("--out", o->out, "write the plan as plan JSON to this file (replay with kiwi simulate)")->check(OutputFile());
   CLI::Option* model = app->get_option("--model");
   CLI::Option* hf = app->add_option("--hf-config", o->hf_config,
-                                    "plan a HuggingFace config.json (gpt2, bert, t5, vit, swin, llama, mistral, mixtral, qwen3, qwen3_moe) "
+                                    "plan a HuggingFace config.json (gpt2, bert, t5, vit, swin, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe) "
                                     "instead of --model");
   app->add_option("--galvatron-out", o->galvatron_out, "write the plan as a Galvatron strategy config (JSON)")
       ->check(OutputFile());

@@ -65,9 +65,10 @@ void FillStateRatios(const ir::Graph& graph, LayerModel& model) {
 // column-parallel linear (one whose input is replicated) through element-wise ops, attention and
 // reshapes; a norm's or residual's output of replicated inputs is replicated; a dropout mask is split
 // like the tensor it multiplies. For a GPT layer: parameters 2 norms + out.bias + fc2.bias = 6h.
-// A mixture of experts (Megatron-LM's MoE with expert tensor parallelism): the router is whole on every
-// rank (its weight replicated), the experts' batched matmuls are column- and row-parallel like linears,
-// and a gather (dispatch, combine) is split like the rows it gathers, never by its indices.
+// A mixture of experts (Megatron-LM's MoE with expert tensor parallelism): the router and a shared
+// expert's scalar gate are whole on every rank (their weights replicated), the experts' batched matmuls
+// are column- and row-parallel like linears, and a gather (dispatch, combine) is split like the rows it
+// gathers, never by its indices.
 struct TpReplicated {
   int64_t parameter_bytes = 0;
   int64_t saved_activation_bytes = 0;
@@ -75,18 +76,27 @@ struct TpReplicated {
 
 bool IsRoutingChoice(const ir::Node& node) { return node.kind == ir::OpKind::kReduce && node.op == "topk"; }
 
-// The linears whose output decides a routing (a top-k), through a softmax or element-wise ops.
-std::vector<ir::NodeId> Routers(const ir::Graph& graph, std::span<const ir::NodeId> forward) {
-  std::vector<ir::NodeId> routers;
+// The router of a top-k: the linear whose output it chooses among, through a softmax or element-wise
+// ops (each token's experts); kNoNode when there is none (each expert's slots read the probabilities
+// transposed).
+ir::NodeId RouterOf(const ir::Graph& graph, const ir::Node& choice) {
+  ir::NodeId at = choice.inputs[0];
+  while (graph.node(at).kind == ir::OpKind::kSoftmax ||
+         (graph.node(at).kind == ir::OpKind::kElementwise && graph.node(at).inputs.size() == 1))
+    at = graph.node(at).inputs[0];
+  return graph.node(at).kind == ir::OpKind::kMatmul ? at : ir::kNoNode;
+}
+
+// The linears Megatron keeps whole under TP: the routers, and those of one output per token (a gate).
+std::vector<ir::NodeId> WholeLinears(const ir::Graph& graph, std::span<const ir::NodeId> forward) {
+  std::vector<ir::NodeId> whole;
   for (ir::NodeId id : forward) {
-    if (!IsRoutingChoice(graph.node(id))) continue;
-    ir::NodeId at = graph.node(id).inputs[0];
-    while (graph.node(at).kind == ir::OpKind::kSoftmax ||
-           (graph.node(at).kind == ir::OpKind::kElementwise && graph.node(at).inputs.size() == 1))
-      at = graph.node(at).inputs[0];
-    if (graph.node(at).kind == ir::OpKind::kMatmul) routers.push_back(at);
+    const ir::Node& node = graph.node(id);
+    if (node.kind == ir::OpKind::kMatmul && !node.output.shape.empty() && node.output.shape.back() == 1)
+      whole.push_back(id);
+    if (IsRoutingChoice(node) && RouterOf(graph, node) != ir::kNoNode) whole.push_back(RouterOf(graph, node));
   }
-  return routers;
+  return whole;
 }
 
 bool IsLinear(const ir::Graph& graph, const ir::Node& node) {
@@ -101,13 +111,13 @@ TpReplicated TpReplicatedBytes(const ir::Graph& graph, std::span<const ir::NodeI
     auto it = split.find(id);
     return it != split.end() && it->second;
   };
-  const std::vector<ir::NodeId> routers = Routers(graph, forward);
+  const std::vector<ir::NodeId> whole = WholeLinears(graph, forward);
   TpReplicated r;
   for (ir::NodeId id : forward) {
     const ir::Node& node = graph.node(id);
     if (node.kind == ir::OpKind::kParameter) continue;
     bool out = false;
-    if (std::find(routers.begin(), routers.end(), id) != routers.end()) {
+    if (std::find(whole.begin(), whole.end(), id) != whole.end()) {
       for (size_t k = 1; k < node.inputs.size(); ++k) r.parameter_bytes += graph.node(node.inputs[k]).output.Bytes();
     } else if (IsRoutingChoice(node)) {
       out = false;  // indices: every rank routes alike
@@ -217,12 +227,13 @@ void FillAttentionCore(const ir::Graph& graph, const ir::Layer& layer, const std
   p.attention_core_kernels = work.kernels;
 }
 
-// A mixture of experts' terms of a layer's profile: the router's choice gives the experts (its input's
-// last dim) and top_k (its output's), the batched linears with weights are the experts'.
+// A mixture of experts' terms of a layer's profile: each token's choice among its router's outputs gives
+// the experts (its input's last dim) and top_k (its output's), the batched linears with weights are the
+// experts'.
 void FillExperts(const ir::Graph& graph, const ir::Layer& layer, LayerProfile& p) {
   for (ir::NodeId id : layer.forward) {
     const ir::Node& node = graph.node(id);
-    if (IsRoutingChoice(node)) {
+    if (IsRoutingChoice(node) && RouterOf(graph, node) != ir::kNoNode) {
       p.experts = graph.node(node.inputs[0]).output.shape.back();
       p.routed_bytes_per_sample = node.output.shape.back() * p.boundary_bytes_per_sample;
     }

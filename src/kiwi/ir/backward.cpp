@@ -170,9 +170,10 @@ Status MarkGradients(const Graph& g, NodeId loss, const std::string& source, Bac
         (IsFloating(node.output.dtype) && std::any_of(node.inputs.begin(), node.inputs.end(),
                                                       [&](NodeId in) { return depends[static_cast<size_t>(in)]; }));
   }
+  // Gradients flow back through floating tensors only: an integer op (top-k indices) passes none on.
   reaches[static_cast<size_t>(loss)] = true;
   for (auto it = order.rbegin(); it != order.rend(); ++it)
-    if (reaches[static_cast<size_t>(*it)])
+    if (reaches[static_cast<size_t>(*it)] && (*it == loss || IsFloating(g.node(*it).output.dtype)))
       for (NodeId in : g.node(*it).inputs) reaches[static_cast<size_t>(in)] = true;
   if (!depends[static_cast<size_t>(loss)])
     return NodeError(source, g.node(loss), "inputs", "the loss depends on no parameter");

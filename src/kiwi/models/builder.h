@@ -84,6 +84,7 @@ struct AttentionOptions {
   bool causal = false;           // queries attend to keys up to their own position (GPT, Llama)
   int64_t head_dim = 0;          // 0 = hidden / heads
   bool qk_norm = false;          // RMSNorm over each query and key head (Qwen3)
+  bool qkv_bias = false;         // biases on q/k/v even without `bias` (Qwen2)
 };
 
 // Multi-head attention of x_q [B, sq, h] over x_kv [B, sk, h] (the same node for self-attention):
@@ -102,16 +103,18 @@ struct MlpOptions {
   double dropout_p = 0.0;  // after the second matmul (Megatron placement)
   int64_t experts = 0;     // > 0: a mixture of that many SwiGLU experts of width ffn (MoeFeedForward)
   int64_t top_k = 0;
+  int64_t shared_expert_ffn = 0;  // with experts: a gated shared SwiGLU expert of this width (Qwen2-MoE)
 };
 
 // fc1 -> activation -> fc2 -> dropout; SwiGLU: down(silu(gate(x)) * up(x)); with experts, MoeFeedForward.
 NodeId FeedForward(GraphBuilder& gb, NodeId x, const MlpOptions& options);
 
 // A dropless top-k mixture of SwiGLU experts over x [B, s, h] (Shazeer et al. 2017; Mixtral, Jiang et
-// al. 2024): router linear [h, E] and softmax, the top_k indices per token, the T*k (token, expert) rows
-// gathered in expert order (Megatron's token permutation) as E groups of T*k/E rows (an even load),
-// batched expert matmuls [E, h, f], and each token's k rows gathered back and summed, weighted by their
-// router probabilities.
+// al. 2024): router linear [h, E] and softmax, the top_k indices per token, the (token, expert) rows
+// gathered in expert order (Megatron's token permutation) as E groups of ceil(T*k/E) rows (an even
+// load), batched expert matmuls [E, h, f], and each token's k rows gathered back and summed, weighted by
+// their router probabilities; with a shared expert, plus that dense SwiGLU's output times
+// sigmoid(x w_gate).
 NodeId MoeFeedForward(GraphBuilder& gb, NodeId x, const MlpOptions& options);
 
 struct LayerOptions {

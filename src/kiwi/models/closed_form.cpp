@@ -51,15 +51,18 @@ int64_t Vit(const TransformerConfig& c) {
   return layers + detail::kImageChannels * c.patch * c.patch * h + h + grid * grid * h + 2 * h + h * c.vocab + c.vocab;
 }
 
-// Llama: q, out (2h * heads * d), k, v (2h * kv_heads * d), QK norms (2d), SwiGLU (3hf) or E SwiGLU
-// experts and the router (3hfE + hE), two RMS norms; untied head.
+// Llama: q, out (2h * heads * d), k, v (2h * kv_heads * d), QK norms (2d), q/k/v biases, SwiGLU (3hf)
+// or E SwiGLU experts and the router (3hfE + hE) and a gated shared expert, two RMS norms; the head
+// untied or the word embedding.
 int64_t Llama(const TransformerConfig& c) {
   const int64_t h = c.hidden, f = FfnSize(c), d = c.head_dim > 0 ? c.head_dim : h / c.heads;
-  const int64_t attention = 2 * h * c.heads * d + 2 * h * KvHeads(c) * d + (c.qk_norm ? 2 * d : 0);
-  const int64_t mlp = c.experts > 0 ? c.experts * (3 * h * f + h) : 3 * h * f;
+  const int64_t attention = 2 * h * c.heads * d + 2 * h * KvHeads(c) * d + (c.qk_norm ? 2 * d : 0) +
+                            (c.qkv_bias ? c.heads * d + 2 * KvHeads(c) * d : 0);
+  const int64_t shared = c.shared_expert_ffn > 0 ? 3 * h * c.shared_expert_ffn + h : 0;  // SwiGLU + its gate
+  const int64_t mlp = c.experts > 0 ? c.experts * (3 * h * f + h) + shared : 3 * h * f;
   const int64_t layers = c.layers * (attention + mlp + 2 * h);
   if (!c.embeddings) return layers;
-  return layers + c.vocab * h + h + h * c.vocab;
+  return layers + c.vocab * h + h + (c.tied_embeddings ? 0 : h * c.vocab);
 }
 
 using Counter = int64_t (*)(const TransformerConfig&);

@@ -32,6 +32,12 @@ struct Config {
     if (fallback) return *fallback;
     return BadInput(fmt::format("{}: {}: missing", source, *keys.begin()));
   }
+  Result<bool> Bool(const char* key, bool fallback) const {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return fallback;
+    if (!it->is_boolean()) return BadInput(fmt::format("{}: {}: must be true or false (got {})", source, key, OneLine(it->dump())));
+    return it->get<bool>();
+  }
   std::string String(const char* key, const std::string& fallback) const {
     auto it = j.find(key);
     return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
@@ -127,7 +133,18 @@ Result<TransformerConfig> Llama(const Config& c) {
   Result<int64_t> head_dim = c.Int({"head_dim"}, 0);  // 0: hidden / heads
   if (!head_dim) return head_dim.error();
   t.head_dim = t.hidden % t.heads == 0 && *head_dim == t.hidden / t.heads ? 0 : *head_dim;
+  Result<bool> tied = c.Bool("tie_word_embeddings", false);
+  if (!tied) return tied.error();
+  t.tied_embeddings = *tied;
   t.dropout = false;
+  return t;
+}
+
+// Qwen2: Llama's layout with biases on the query, key and value projections.
+Result<TransformerConfig> Qwen2(const Config& c) {
+  Result<TransformerConfig> t = Llama(c);
+  if (!t) return t;
+  t->qkv_bias = true;
   return t;
 }
 
@@ -153,11 +170,11 @@ Result<TransformerConfig> Qwen3(const Config& c) {
   return t;
 }
 
-Result<TransformerConfig> Qwen3Moe(const Config& c) {
-  Result<TransformerConfig> t = Qwen3(c);
-  if (!t) return t;
-  for (auto [key, out] : {std::pair{"num_experts", &t->experts}, std::pair{"num_experts_per_tok", &t->top_k},
-                          std::pair{"moe_intermediate_size", &t->ffn}}) {
+// Qwen2-MoE and Qwen3-MoE: num_experts experts of moe_intermediate_size in every layer; Qwen2-MoE adds
+// its gated shared expert.
+Status ReadQwenExperts(const Config& c, TransformerConfig& t) {
+  for (auto [key, out] : {std::pair{"num_experts", &t.experts}, std::pair{"num_experts_per_tok", &t.top_k},
+                          std::pair{"moe_intermediate_size", &t.ffn}}) {
     Result<int64_t> v = c.Int({key});
     if (!v) return v.error();
     *out = *v;
@@ -168,6 +185,26 @@ Result<TransformerConfig> Qwen3Moe(const Config& c) {
   if (*step != 1 || (dense != c.j.end() && !(dense->is_array() && dense->empty())))
     return c.Bad(*step != 1 ? "decoder_sparse_step" : "mlp_only_layers",
                  "kiwi builds every layer's MLP as experts (decoder_sparse_step 1, no mlp_only_layers)");
+  return Status::Ok();
+}
+
+Result<TransformerConfig> Qwen3Moe(const Config& c) {
+  Result<TransformerConfig> t = Qwen3(c);
+  if (!t) return t;
+  KIWI_RETURN_IF_ERROR(ReadQwenExperts(c, *t));
+  return t;
+}
+
+Result<TransformerConfig> Qwen2Moe(const Config& c) {
+  Result<TransformerConfig> t = Qwen2(c);
+  if (!t) return t;
+  KIWI_RETURN_IF_ERROR(ReadQwenExperts(c, *t));
+  Result<int64_t> shared = c.Int({"shared_expert_intermediate_size"}, 0);
+  if (!shared) return shared.error();
+  t->shared_expert_ffn = *shared;
+  Result<bool> qkv_bias = c.Bool("qkv_bias", true);
+  if (!qkv_bias) return qkv_bias.error();
+  t->qkv_bias = *qkv_bias;
   return t;
 }
 
@@ -212,7 +249,8 @@ struct Handler {
 
 constexpr Handler kHandlers[] = {{"gpt2", Gpt2}, {"bert", Bert}, {"roberta", Bert},   {"t5", T5},          {"mt5", T5},
                                  {"vit", Vit},   {"swin", Swin}, {"llama", Llama}, {"mistral", Llama},
-                                 {"mixtral", Mixtral}, {"qwen3", Qwen3}, {"qwen3_moe", Qwen3Moe}};
+                                 {"mixtral", Mixtral}, {"qwen2", Qwen2}, {"qwen2_moe", Qwen2Moe}, {"qwen3", Qwen3},
+                                 {"qwen3_moe", Qwen3Moe}};
 
 Status ApplyPrecision(const Config& c, const ModelOverrides& o, ModelSpec& spec) {
   auto& t = std::get<TransformerConfig>(spec.config);
@@ -251,14 +289,15 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, const std::string& source
   for (const Handler& h : kHandlers)
     if (type == h.model_type) handler = &h;
   if (!handler)
-    return c.Bad("model_type", fmt::format("'{}' is not one of gpt2, bert, roberta, t5, mt5, vit, swin, llama, mistral, mixtral, qwen3, qwen3_moe", type));
+    return c.Bad("model_type", fmt::format("'{}' is not one of gpt2, bert, roberta, t5, mt5, vit, swin, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe", type));
   Result<TransformerConfig> t = handler->read(c);
   if (!t) return t.error();
   if (o.seq && (t->family == Family::kVit || t->family == Family::kSwin))
     return BadInput(fmt::format("{}: --seq: not applicable to an image model", source));
   if (o.seq) t->seq = *o.seq;
   if (o.batch) t->batch = *o.batch;
-  ModelSpec spec{c.String("_name_or_path", type), *t, {}};
+  const std::string name = c.String("_name_or_path", "");  // transformers writes "" for a config built in code
+  ModelSpec spec{name.empty() ? type : name, *t, {}};
   KIWI_RETURN_IF_ERROR(ApplyPrecision(c, o, spec));
   const TransformerConfig& built = std::get<TransformerConfig>(spec.config);
   KIWI_RETURN_IF_ERROR(detail::ValidateTransformerConfig(built, source));

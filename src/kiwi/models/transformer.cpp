@@ -42,9 +42,9 @@ LayerOptions StandardLayer(const TransformerConfig& c, NormKind norm, bool pre_n
   o.self_attn = {.heads = c.heads, .kv_heads = KvHeads(c), .bias = bias, .rotary = false,
                  .dropout_p = DropoutP(c), .score_bias = ir::kNoNode, .fused = UsesFusedAttention(c),
                  .causal = c.family == Family::kGpt || c.family == Family::kLlama,
-                 .head_dim = c.head_dim, .qk_norm = c.qk_norm};
+                 .head_dim = c.head_dim, .qk_norm = c.qk_norm, .qkv_bias = c.qkv_bias};
   o.mlp = {.ffn = FfnSize(c), .activation = act, .bias = bias, .dropout_p = DropoutP(c), .experts = c.experts,
-           .top_k = c.top_k};
+           .top_k = c.top_k, .shared_expert_ffn = c.shared_expert_ffn};
   return o;
 }
 
@@ -182,10 +182,11 @@ Result<ir::Graph> BuildVit(const TransformerConfig& c) {
 
 Result<ir::Graph> BuildLlama(const TransformerConfig& c) {
   GraphBuilder gb("llama", c.dtype);
-  NodeId x;
+  NodeId x, word = ir::kNoNode;
   if (c.embeddings) {
     gb.Enter(-1, "embed");
-    x = TokenEmbedding(gb, "tokens", gb.Parameter("word.weight", {c.vocab, c.hidden}), c.batch, c.seq);
+    word = gb.Parameter("word.weight", {c.vocab, c.hidden});
+    x = TokenEmbedding(gb, "tokens", word, c.batch, c.seq);
   } else {
     x = HiddenInput(gb, "hidden", {c.batch, c.seq, c.hidden});
   }
@@ -194,7 +195,9 @@ Result<ir::Graph> BuildLlama(const TransformerConfig& c) {
   for (int i = 0; i < c.layers; ++i) x = TransformerLayer(gb, i, x, layer);
   if (c.embeddings) {
     gb.Enter(-1, "head");
-    x = Linear(gb, "lm_head", Norm(gb, "final_norm", x, NormKind::kRmsNorm), c.vocab, false);
+    x = Norm(gb, "final_norm", x, NormKind::kRmsNorm);
+    x = c.tied_embeddings ? Matmul(gb, "lm_head", x, word, ir::kNoNode, /*transpose_b=*/true)
+                          : Linear(gb, "lm_head", x, c.vocab, false);
   }
   LossHead(gb, x);
   return std::move(gb).Finish();
@@ -206,6 +209,9 @@ Status Positive(int64_t value, const char* field) {
 }
 
 Status ValidateFamily(const TransformerConfig& c) {
+  if ((c.qkv_bias || c.tied_embeddings || c.qk_norm) && c.family != Family::kLlama)
+    return BadInput(fmt::format("{}: only llama-style models take it, not {}",
+                                c.qkv_bias ? "qkv_bias" : c.tied_embeddings ? "tied_embeddings" : "qk_norm", FamilyName(c.family)));
   if (c.attention == AttentionKernel::kFused && HasRelativePositionBias(c.family))
     return BadInput(fmt::format("attention: fused attention has no relative position bias, which {} "
                                 "adds to its scores (use materialized)", FamilyName(c.family)));
@@ -225,8 +231,10 @@ Status ValidateFamily(const TransformerConfig& c) {
 
 Status ValidateExperts(const TransformerConfig& c) {
   if (c.experts < 0) return BadInput(fmt::format("experts: must be >= 0, got {}", c.experts));
+  if (c.shared_expert_ffn < 0) return BadInput(fmt::format("shared_expert_ffn: must be >= 0, got {}", c.shared_expert_ffn));
   if (c.experts == 0) {
     if (c.top_k != 0) return BadInput(fmt::format("top_k: {} without experts", c.top_k));
+    if (c.shared_expert_ffn != 0) return BadInput(fmt::format("shared_expert_ffn: {} without experts", c.shared_expert_ffn));
     return Status::Ok();
   }
   if (c.family != Family::kLlama)
@@ -234,10 +242,6 @@ Status ValidateExperts(const TransformerConfig& c) {
                                 FamilyName(c.family)));
   if (c.top_k < 1 || c.top_k > c.experts)
     return BadInput(fmt::format("top_k: must be in [1, {}] (the experts), got {}", c.experts, c.top_k));
-  // kiwi's experts share the tokens evenly (dropless routing under a balanced load).
-  if (c.batch * c.seq * c.top_k % c.experts != 0)
-    return BadInput(fmt::format("experts: {} experts do not share batch {} x seq {} x top_k {} token rows evenly",
-                                c.experts, c.batch, c.seq, c.top_k));
   return Status::Ok();
 }
 

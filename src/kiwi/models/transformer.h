@@ -40,11 +40,15 @@ struct TransformerConfig {
   int64_t kv_heads = 0;      // grouped-query attention (Llama 2 70B); 0 = heads
   int64_t head_dim = 0;      // 0 = hidden / heads (Qwen3: 128 per head whatever the hidden size)
   bool qk_norm = false;      // an RMSNorm over each query and key head before rotary (Qwen3)
+  bool qkv_bias = false;     // biases on the query, key and value projections only (Qwen2)
+  bool tied_embeddings = false;  // Llama family: the LM head is the word embedding (Llama 3.2 1B, Qwen2 0.5B)
   int64_t ffn = 0;           // 0 = 4 * hidden; with experts: each expert's width
   // Mixture of experts (Llama family: Mixtral, Qwen3-MoE): every layer's MLP is `experts` SwiGLU
   // experts behind a softmax router that sends each token to its top_k (dropless, even load); 0: dense.
   int64_t experts = 0;
   int64_t top_k = 0;
+  // With experts: a shared expert of this width every token runs, scaled by a sigmoid gate (Qwen2-MoE); 0: none.
+  int64_t shared_expert_ffn = 0;
   int64_t seq = 1024;        // encoder / decoder-only sequence length
   int64_t decoder_seq = 0;   // T5 decoder length; 0 = seq
   int64_t batch = 8;

@@ -66,9 +66,10 @@ NodeId Attention(GraphBuilder& gb, NodeId x_q, NodeId x_kv, const AttentionOptio
   const int64_t d = options.head_dim > 0 ? options.head_dim : h / options.heads;
   const int64_t groups = options.heads / options.kv_heads;
   // Separate q/k/v projections (no fused qkv: the IR has no split op).
-  NodeId q = Linear(gb, "q", x_q, options.heads * d, options.bias);
-  NodeId k = Linear(gb, "k", x_kv, options.kv_heads * d, options.bias);
-  NodeId v = Linear(gb, "v", x_kv, options.kv_heads * d, options.bias);
+  const bool qkv_bias = options.bias || options.qkv_bias;
+  NodeId q = Linear(gb, "q", x_q, options.heads * d, qkv_bias);
+  NodeId k = Linear(gb, "k", x_kv, options.kv_heads * d, qkv_bias);
+  NodeId v = Linear(gb, "v", x_kv, options.kv_heads * d, qkv_bias);
   if (options.qk_norm) {
     q = HeadNorm(gb, "q_norm", q, options.heads, d);
     k = HeadNorm(gb, "k_norm", k, options.kv_heads, d);
@@ -108,17 +109,28 @@ NodeId MoeFeedForward(GraphBuilder& gb, NodeId x, const MlpOptions& options) {
   NodeId choice = gb.Add(ir::OpKind::kReduce, "topk", "topk", {probs}, {ir::DType::kI64, {tokens, k}}, last);
   // Each token's k probabilities: a gather from the flattened [T*E, 1] probabilities.
   NodeId gates = Embedding(gb, "gates", Reshape(gb, "probs_flat", probs, {tokens * e, 1}), choice);
-  NodeId routed = Embedding(gb, "dispatch", rows, Reshape(gb, "order", choice, {tokens * k}));
-  NodeId grouped = Reshape(gb, "grouped", routed, {e, tokens * k / e, h});
+  // The token in each of an expert's ceil(T*k/E) slots, in expert order: the permutation Megatron's
+  // dispatcher sorts out of the routing (an even load; the last slots padding where E does not divide
+  // T*k), as a top-k over each expert's column of the probabilities.
+  const int64_t capacity = (tokens * k + e - 1) / e;
+  NodeId slots = gb.Add(ir::OpKind::kReduce, "topk", "slots", {Transpose(gb, "by_expert", probs, {1, 0})},
+                        {ir::DType::kI64, {e, capacity}}, last);
+  NodeId grouped = Embedding(gb, "dispatch", rows, slots);
   const auto expert_linear = [&](const std::string& name, NodeId input, int64_t out) {
     return BatchMatmul(gb, name, input, gb.Parameter(name + ".weight", {e, gb.shape(input).back(), out}), false);
   };
   NodeId gate = expert_linear("experts.gate", grouped, options.ffn);
   NodeId up = expert_linear("experts.up", grouped, options.ffn);
   NodeId hidden = Binary(gb, "mul", "experts.gated", Unary(gb, "silu", "experts.act", gate), up);
-  NodeId expert_rows = Reshape(gb, "expert_rows", expert_linear("experts.down", hidden, h), {tokens * k, h});
+  NodeId expert_rows = Reshape(gb, "expert_rows", expert_linear("experts.down", hidden, h), {e * capacity, h});
   NodeId weighted = Binary(gb, "mul", "weighted", Embedding(gb, "combine", expert_rows, choice), gates);
   NodeId combined = gb.Add(ir::OpKind::kReduce, "sum", "combined", {weighted}, {gb.dtype(), {tokens, h}}, last);
+  if (options.shared_expert_ffn > 0) {
+    MlpOptions dense{.ffn = options.shared_expert_ffn, .activation = Activation::kSwiGlu, .bias = false};
+    NodeId shared = FeedForward(gb, rows, dense);
+    NodeId gate = Unary(gb, "sigmoid", "shared_gate_act", Linear(gb, "shared_gate", rows, 1, false));
+    combined = Binary(gb, "add", "with_shared", combined, Binary(gb, "mul", "shared_gated", shared, gate));
+  }
   return Dropout(gb, "dropout", Reshape(gb, "output", combined, in), options.dropout_p);
 }
 
