@@ -221,6 +221,13 @@ TEST(ConfigErrors, NameTheField) {
   ExpectConfigError(c, "top_k: 2 without experts");
   c.top_k = 0, c.head_dim = -1;
   ExpectConfigError(c, "head_dim");
+  c.head_dim = 0, c.shared_expert_ffn = 64;
+  ExpectConfigError(c, "shared_expert_ffn: 64 without experts");
+  c = Gpt(2, 8, 1, 32, 4);
+  c.qkv_bias = true;
+  ExpectConfigError(c, "qkv_bias: only llama-style models take it, not gpt");
+  c.qkv_bias = false, c.tied_embeddings = true;
+  ExpectConfigError(c, "tied_embeddings: only llama-style models take it, not gpt");
   Result<ir::Graph> mlp = BuildMlpForward({.widths = {8}});
   ASSERT_FALSE(mlp.ok());
   EXPECT_THAT(mlp.error().message, ::testing::HasSubstr("widths"));
