@@ -779,6 +779,37 @@ TEST(SimulateLayerPlan, RejectsDegreesThatDoNotMatchTheStage) {
   ExpectBadInput(FourLayers(), plan, cluster, "layers");
 }
 
+// An expert-parallel layer's traffic per device and iteration: 4 all-to-alls of its routed rows per
+// micro-batch (6 checkpointed), its experts' gradient reduce-scatter and post-step all-gather over the
+// dp / ep ranks holding them, the rest of the layer's over all dp.
+TEST(SimulateLayerPlan, ExpertParallelTrafficCountsEachPart) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  LayerModel model = FourLayers();
+  for (LayerProfile& p : model.layers) {
+    p.experts = 4;
+    p.expert_parameter_bytes = p.parameter_bytes / 2;
+    p.routed_bytes_per_sample = 2 * p.boundary_bytes_per_sample;
+  }
+  LayerPlan plan = UniformPlan({.tp = 1, .dp = 4, .zero = plan::Zero::kGradients, .ep = 2}, 16, 2);
+  plan.layers[3].checkpoint = true;
+  Result<PlanTraffic> t = LayerPlanTraffic(model, plan, cluster);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  for (size_t i = 0; i < model.layers.size(); ++i) {
+    const LayerProfile& p = model.layers[i];
+    const LayerTraffic& l = t->layers[i];
+    const int calls = (i == 3 ? 6 : 4) * 2;  // per micro-batch, 2 micro-batches
+    EXPECT_EQ(l.all_to_alls, calls) << i;
+    EXPECT_EQ(l.all_to_all_bytes, calls * p.routed_bytes_per_sample * 2) << i;  // 2 samples per device
+    const int64_t experts = p.expert_parameter_bytes / 2, rest = p.parameter_bytes - p.expert_parameter_bytes;
+    EXPECT_EQ(l.expert_reduce_scatter_bytes, 2 * experts) << i;  // every micro-batch under ZeRO-2
+    EXPECT_EQ(l.sdp_reduce_scatter_bytes, 2 * rest) << i;
+    EXPECT_EQ(l.expert_step_all_gather_bytes, experts) << i;
+    EXPECT_EQ(l.step_all_gather_bytes, rest) << i;
+    EXPECT_EQ(l.expert_dp_all_reduce_bytes, 0) << i;
+  }
+  EXPECT_EQ(t->embedding.all_to_alls, 0);  // the embeddings have no experts
+}
+
 // Expert parallelism only where a layer has experts it divides, within dp, and not under ZeRO-3.
 TEST(SimulateLayerPlan, RejectsExpertParallelismItCannotRun) {
   const cost::Cluster cluster = TestCluster(1, 4);

@@ -205,7 +205,11 @@ json TrafficJson(const sim::LayerTraffic& t) {
           {"sp_all_gather_bytes", t.sp_all_gather_bytes},       {"sp_reduce_scatter_bytes", t.sp_reduce_scatter_bytes},
           {"sp_collectives", t.sp_collectives},                 {"sp_gradient_all_reduce_bytes", t.sp_gradient_all_reduce_bytes},
           {"sequence_gather_bytes", t.sequence_gather_bytes},
-          {"sequence_gather_backward_bytes", t.sequence_gather_backward_bytes}};
+          {"sequence_gather_backward_bytes", t.sequence_gather_backward_bytes},
+          {"all_to_all_bytes", t.all_to_all_bytes},             {"all_to_alls", t.all_to_alls},
+          {"expert_dp_all_reduce_bytes", t.expert_dp_all_reduce_bytes},
+          {"expert_reduce_scatter_bytes", t.expert_reduce_scatter_bytes},
+          {"expert_step_all_gather_bytes", t.expert_step_all_gather_bytes}};
 }
 
 json ProfileJson(const cost::LayerProfile& p) {

@@ -308,8 +308,13 @@ LayerTraffic TrafficOf(const cost::PlacedLayer& layer, int micro_batches) {
   t.sdp_all_gathers = c.sdp_all_gathers * micro_batches;
   t.sdp_all_gather_bytes = c.sdp_all_gather_bytes * t.sdp_all_gathers;
   t.step_all_gather_bytes = c.step_all_gather_bytes;
-  (c.gradient_sync == cost::Collective::kReduceScatter ? t.sdp_reduce_scatter_bytes : t.dp_all_reduce_bytes) =
-      c.gradient_sync_bytes * (c.gradient_sync_every_microbatch ? micro_batches : 1);
+  const int syncs = c.gradient_sync_every_microbatch ? micro_batches : 1;
+  const bool scatters = c.gradient_sync == cost::Collective::kReduceScatter;
+  (scatters ? t.sdp_reduce_scatter_bytes : t.dp_all_reduce_bytes) = c.gradient_sync_bytes * syncs;
+  (scatters ? t.expert_reduce_scatter_bytes : t.expert_dp_all_reduce_bytes) = c.expert_gradient_sync_bytes * syncs;
+  t.expert_step_all_gather_bytes = c.expert_step_all_gather_bytes;
+  t.all_to_alls = (c.all_to_alls + c.all_to_alls_recomputed) * micro_batches;
+  t.all_to_all_bytes = c.all_to_all_bytes * t.all_to_alls;
   return t;
 }
 

@@ -83,9 +83,17 @@ struct LayerTraffic {
   int64_t sp_gradient_all_reduce_bytes = 0;  // and its TP all-reduce of the replicated parameters' gradients
   int64_t sequence_gather_bytes = 0;           // TP all-gather of a sequence-parallel previous layer's output
   int64_t sequence_gather_backward_bytes = 0;  // and of this sequence-parallel layer's input gradient
+  // Expert parallelism: the all-to-alls of the routed rows over the EP group (forward + backward +
+  // recomputation), and the experts' gradient sync and post-step all-gather over the dp / ep ranks
+  // holding the same experts (the fields above then count the rest of the layer).
+  int64_t all_to_all_bytes = 0;
+  int64_t expert_dp_all_reduce_bytes = 0;
+  int64_t expert_reduce_scatter_bytes = 0;
+  int64_t expert_step_all_gather_bytes = 0;
   int tp_all_reduces = 0;                // calls per iteration
   int sp_collectives = 0;                // sequence-parallel all-gathers + reduce-scatters per iteration
   int sdp_all_gathers = 0;
+  int all_to_alls = 0;
 };
 struct PlanTraffic {
   std::vector<LayerTraffic> layers;  // per device of the layer's stage
