@@ -373,7 +373,8 @@ TEST(BuildLayerModel, MixtureOfExpertsKeepsTheRouterWholeAndSplitsTheExperts) {
   EXPECT_EQ(moe.MaxExperts(), experts);
   EXPECT_EQ(dense.MaxExperts(), 0);
   // Qwen2-MoE's shared expert: a dense SwiGLU split like one, its sigmoid gate [h, 1] whole.
-  const LayerProfile& s = layer_model(experts, 32).layers[1];
+  const LayerModel with_shared = layer_model(experts, 32);
+  const LayerProfile& s = with_shared.layers[1];
   EXPECT_EQ(s.parameter_bytes - e.parameter_bytes, (3 * h * 32 + h) * bytes);
   EXPECT_EQ(s.replicated_parameter_bytes - e.replicated_parameter_bytes, h * bytes);
   EXPECT_EQ(s.expert_parameter_bytes, e.expert_parameter_bytes);
