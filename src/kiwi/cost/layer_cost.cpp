@@ -24,11 +24,16 @@ constexpr int kSdpAllGathers = 2;
 constexpr int kAllToAllsForward = 2;
 constexpr int kAllToAllsBackward = 2;
 
+// A collective over the axes `mask` of `mesh`; nothing when no axis or no bytes.
+double CollectiveSeconds(const CostModel& cost_model, Collective c, int64_t bytes, const ir::DeviceMesh& mesh,
+                         ir::AxisMask mask) {
+  if (mask == 0 || bytes <= 0) return 0.0;
+  return cost_model.CollectiveTime(c, bytes, mesh, mask);
+}
+
 double CollectiveSeconds(const CostModel& cost_model, Collective c, int64_t bytes, const StageMesh& mesh,
                          int axis) {
-  const ir::AxisMask mask = mesh.masks[static_cast<size_t>(axis)];
-  if (mask == 0 || bytes <= 0) return 0.0;
-  return cost_model.CollectiveTime(c, bytes, mesh.mesh, mask);
+  return CollectiveSeconds(cost_model, c, bytes, mesh.mesh, mesh.masks[static_cast<size_t>(axis)]);
 }
 
 // The layer's parameters within one TP (and EP) shard (what DP replicates and ZeRO shards further).
@@ -81,12 +86,6 @@ int64_t SteppedStateBytes(const PlacedLayer& l, const LayerModel& model) {
   return static_cast<int64_t>(std::ceil((dense + experts) * (1.0 + model.state_bytes_per_parameter_byte) / s.tp));
 }
 
-double ExpertCollectiveSeconds(const CostModel& cost_model, Collective c, int64_t bytes, const ExpertMesh& mesh,
-                               ir::AxisMask mask) {
-  if (mask == 0 || bytes <= 0) return 0.0;
-  return cost_model.CollectiveTime(c, bytes, mesh.mesh, mask);
-}
-
 }  // namespace
 
 double OptimizerSeconds(const PlacedLayer& layer, const LayerModel& model, const CostModel& cost_model) {
@@ -98,8 +97,8 @@ double OptimizerSeconds(const PlacedLayer& layer, const LayerModel& model, const
 double ParameterGatherSeconds(const PlacedLayer& layer, const CostModel& cost_model) {
   const LayerCommunication comm = LayerCommunicationOf(layer);
   return CollectiveSeconds(cost_model, Collective::kAllGather, comm.step_all_gather_bytes, layer.mesh, kDpAxis) +
-         ExpertCollectiveSeconds(cost_model, Collective::kAllGather, comm.expert_step_all_gather_bytes,
-                                 layer.mesh.experts, layer.mesh.experts.data);
+         CollectiveSeconds(cost_model, Collective::kAllGather, comm.expert_step_all_gather_bytes,
+                           layer.mesh.experts.mesh, layer.mesh.experts.data);
 }
 
 namespace {
@@ -347,8 +346,8 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
       tp_backward;
   cost.compute += forward + backward;
   // Expert parallelism's all-to-alls run between the layer's kernels, as the TP collectives do.
-  const double all_to_all = ExpertCollectiveSeconds(cost_model, Collective::kAllToAll, comm.all_to_all_bytes,
-                                                    l.mesh.experts, l.mesh.experts.ep);
+  const double all_to_all = CollectiveSeconds(cost_model, Collective::kAllToAll, comm.all_to_all_bytes,
+                                              l.mesh.experts.mesh, l.mesh.experts.ep);
   cost.communication += tp_forward + tp_backward + comm.all_to_alls * all_to_all;
   double backward_compute = backward;
   if (l.strategy.checkpoint) {  // §V: one extra forward propagation
@@ -371,8 +370,8 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
   // overlap (§V); only the excess counts. The DP all-reduce runs in the last micro-batch (once per
   // iteration); ZeRO-3's reduce-scatter after every micro-batch's backward (part of C_s).
   const double sync = CollectiveSeconds(cost_model, comm.gradient_sync, comm.gradient_sync_bytes, l.mesh, kDpAxis) +
-                      ExpertCollectiveSeconds(cost_model, comm.gradient_sync, comm.expert_gradient_sync_bytes,
-                                              l.mesh.experts, l.mesh.experts.data);
+                      CollectiveSeconds(cost_model, comm.gradient_sync, comm.expert_gradient_sync_bytes,
+                                        l.mesh.experts.mesh, l.mesh.experts.data);
   if (sync <= 0.0) return;
   const double unhidden = std::max(cost_model.OverlappedTime(backward_compute, sync) - backward_compute, 0.0);
   (comm.gradient_sync_every_microbatch ? cost.communication : cost.gradient_sync) += unhidden;

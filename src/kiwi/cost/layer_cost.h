@@ -15,8 +15,6 @@
 
 namespace kiwi::cost {
 
-// A mesh laid over the cluster (Cluster::MakeMesh, innermost axis fastest) with the mask of each
-// requested axis; axes of size 1 are left out of the mesh and get mask 0 (no communication).
 // Expert parallelism's view of a layer mesh {pp, dp, tp} (plan::LayerStrategy::ep > 1): the DP axis
 // split into {dp / ep, ep}, the ep ranks of a group consecutive (the faster links): the all-to-alls run
 // over `ep`, the expert weights' gradient sync over `data` (the ranks holding the same experts). Masks
@@ -27,6 +25,8 @@ struct ExpertMesh {
   ir::AxisMask data = 0;
 };
 
+// A mesh laid over the cluster (Cluster::MakeMesh, innermost axis fastest) with the mask of each
+// requested axis; axes of size 1 are left out of the mesh and get mask 0 (no communication).
 struct StageMesh {
   std::vector<int> sizes;           // as requested, outermost first
   ir::DeviceMesh mesh;

@@ -94,7 +94,8 @@ std::vector<ir::NodeId> WholeLinears(const ir::Graph& graph, std::span<const ir:
     const ir::Node& node = graph.node(id);
     if (node.kind == ir::OpKind::kMatmul && !node.output.shape.empty() && node.output.shape.back() == 1)
       whole.push_back(id);
-    if (IsRoutingChoice(node) && RouterOf(graph, node) != ir::kNoNode) whole.push_back(RouterOf(graph, node));
+    const ir::NodeId router = IsRoutingChoice(node) ? RouterOf(graph, node) : ir::kNoNode;
+    if (router != ir::kNoNode) whole.push_back(router);
   }
   return whole;
 }
