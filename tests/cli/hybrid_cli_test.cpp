@@ -91,7 +91,7 @@ TEST(HybridCli, GptThreeInterleavesAndMatchesMegatronsConfiguration) {
 // (every rank then holds every expert's states).
 TEST(HybridCli, MixtralSplitsItsExpertsAndReplays) {
   const std::string plan = (TempDir() / "hybrid_mixtral_plan.json").string();
-  auto r = RunKiwi("hybrid --model mixtral-8x7b --cluster dgx-h100:8 --batch 256 --quiet --json --out " + plan);
+  auto r = RunKiwi("hybrid --model mixtral-8x7b --cluster dgx-h100:8 --batch 512 --quiet --json --out " + plan);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = r.Json();
   int max_ep = 1;
@@ -112,10 +112,41 @@ TEST(HybridCli, MixtralSplitsItsExpertsAndReplays) {
   EXPECT_LT(sim.Json()["peak_memory_bytes"].get<int64_t>(), theirs.Json()["peak_memory_bytes"].get<int64_t>());
   const std::string config = (TempDir() / "galvatron_mixtral.json").string();
   std::filesystem::remove(config);
-  auto g = RunKiwi("hybrid --model mixtral-8x7b --cluster dgx-h100:8 --batch 256 --quiet --galvatron-out " + config +
+  auto g = RunKiwi("hybrid --model mixtral-8x7b --cluster dgx-h100:8 --batch 512 --quiet --galvatron-out " + config +
                    " --method kiwi");
   EXPECT_EQ(g.exit_code, 2) << g.err;
   EXPECT_NE(g.err.find("uses expert parallelism"), std::string::npos) << g.err;
+  EXPECT_FALSE(std::filesystem::exists(config));
+}
+
+// Llama 3 8B at 128k tokens on 8 H100s, 8 samples: one sample's activations outgrow a device, so the
+// search splits each sample's sequence over a CP group of 8 (ring attention); its plan replays to its
+// claims and beats Galvatron-BMW's space (no CP). Galvatron's config cannot express it (exit 2).
+TEST(HybridCli, LongContextLlamaSplitsTheSequenceAndReplays) {
+  const std::string plan = (TempDir() / "hybrid_long_context_plan.json").string();
+  const std::string flags = "hybrid --model llama3-8b --cluster dgx-h100:1 --seq 131072 --batch 8 --quiet --json ";
+  auto r = RunKiwi(flags + "--out " + plan);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = r.Json();
+  int max_cp = 1;
+  for (const nlohmann::json& layer : j["layers"]) max_cp = std::max(max_cp, layer.value("cp", 1));
+  EXPECT_GT(max_cp, 1) << r.out;
+  auto sim = RunKiwi("simulate " + plan + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_TRUE(sim.Json()["claims"]["iteration_seconds_matches"].get<bool>());
+  EXPECT_TRUE(sim.Json()["claims"]["peak_memory_bytes_matches"].get<bool>());
+  auto without = RunKiwi(flags + "--no-context-parallel");  // a plan kiwi.torch.distributed could run
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  for (const nlohmann::json& layer : without.Json()["layers"]) EXPECT_EQ(layer.value("cp", 1), 1);
+  EXPECT_GT(j["throughput_samples_per_second"].get<double>(), without.Json()["throughput_samples_per_second"].get<double>());
+  auto bmw = RunKiwi(flags + "--method bmw");
+  ASSERT_EQ(bmw.exit_code, 0) << bmw.err;
+  EXPECT_GT(j["throughput_samples_per_second"].get<double>(), bmw.Json()["throughput_samples_per_second"].get<double>());
+  const std::string config = (TempDir() / "galvatron_long_context.json").string();
+  std::filesystem::remove(config);
+  auto g = RunKiwi(flags + "--galvatron-out " + config + " --method kiwi");
+  EXPECT_EQ(g.exit_code, 2) << g.err;
+  EXPECT_NE(g.err.find("uses context parallelism"), std::string::npos) << g.err;
   EXPECT_FALSE(std::filesystem::exists(config));
 }
 

@@ -84,9 +84,9 @@ TEST(ExpertParallelism, EachPartSyncsOverItsGroupAndTheRoutedRowsGoAllToAll) {
   ckpt.checkpoint = true;
   EXPECT_EQ(LayerCommunicationOf(Place(p, ckpt)).all_to_alls_recomputed, 2);
   // The EP group: 4 consecutive ranks on NVLink; its ring all-to-all.
-  ASSERT_NE(placed.mesh.experts.ep, 0u);
-  EXPECT_EQ(placed.mesh.experts.mesh.GroupSize(placed.mesh.experts.ep), 4);
-  EXPECT_EQ(placed.mesh.experts.mesh.GroupSize(placed.mesh.experts.data), 2);
+  ASSERT_NE(placed.mesh.experts.group, 0u);
+  EXPECT_EQ(placed.mesh.experts.mesh.GroupSize(placed.mesh.experts.group), 4);
+  EXPECT_EQ(placed.mesh.experts.mesh.GroupSize(placed.mesh.experts.across), 2);
   // Priced under plain DP, whose gradient sync is once per iteration (ZeRO-2 reduce-scatters every
   // micro-batch, on the micro-batch's time): the micro-batch gains the 4 all-to-alls alone.
   const double ring = 3 * (3e-6 + static_cast<double>(c.all_to_all_bytes) / (4 * 1e11));

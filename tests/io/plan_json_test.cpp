@@ -256,6 +256,29 @@ TEST(PlanJson, ExpertParallelPerLayer) {
                  {"plan.json: layer.layers[0].ep:"});
 }
 
+// Context parallelism: "cp" (1 when absent, written only above 1), dividing dp, not beside EP.
+TEST(PlanJson, ContextParallelPerLayer) {
+  Result<plan::Plan> p = ParsePlanJson(
+      R"({"kiwi_plan_version": 1, "layer": {"layers": [{"tp": 8, "dp": 16, "zero": 3, "sequence_parallel": true, "cp": 4}, {"dp": 8}]}})",
+      "plan.json");
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->layer->layers[0].cp, 4);
+  EXPECT_EQ(p->layer->layers[0].Replicas(), 4);
+  EXPECT_EQ(p->layer->layers[1].cp, 1);
+  EXPECT_EQ(plan::StrategyName(p->layer->layers[0]), "SP-TP8xSDP16xCP4");
+  const std::string written = WritePlanJson(*p);
+  EXPECT_EQ(written.find("\"cp\""), written.rfind("\"cp\""));  // once: the second layer's 1 is left out
+  Result<plan::Plan> back = ParsePlanJson(written, "plan.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->layer->layers, p->layer->layers);
+  ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [{"dp": 4, "cp": 8}]}})", "plan.json"),
+                 {"plan.json: layer.layers[0].cp: 8 does not divide dp 4"});
+  ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [{"dp": 4, "ep": 2, "cp": 2}]}})", "plan.json"),
+                 {"plan.json: layer.layers[0].cp: context parallelism beside expert parallelism"});
+  ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [{"dp": 4, "cp": 0}]}})", "plan.json"),
+                 {"plan.json: layer.layers[0].cp:"});
+}
+
 // Interleaved 1F1B: "virtual_stages" (1 when absent, written only above 1) and a partition of
 // pp_degree x virtual_stages chunks; only on the 1F1B schedule, with more than one stage.
 TEST(PlanJson, InterleavedPipelineChunks) {

@@ -831,6 +831,66 @@ TEST(SimulateLayerPlan, RejectsExpertParallelismItCannotRun) {
   ExpectBadInput(model, plan, cluster, "layers[1]: ep: expert parallelism with ZeRO-3 is not modelled");
 }
 
+// Context parallelism: a layer's micro-batch need only divide into its dp / cp replicas; the traffic
+// counts the ring's sends (3 (cp - 1) per micro-batch, 4 (cp - 1) recomputed) and the all-to-alls
+// between layers of different CP degrees.
+LayerModel FourAttentionLayers() {
+  LayerModel m = FourLayers();
+  for (LayerProfile& p : m.layers) {
+    p.attention_sequence = 64;
+    p.attention_kv_bytes_per_sample = 4'000;
+  }
+  return m;
+}
+
+TEST(SimulateLayerPlan, ContextParallelTrafficCountsTheRing) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  const LayerModel model = FourAttentionLayers();
+  LayerPlan plan = UniformPlan({.tp = 1, .dp = 4, .cp = 4}, 2, 2);  // one sample per micro-batch over 4 ranks
+  plan.layers[3].checkpoint = true;
+  plan.layers[2].cp = 2;
+  plan.global_batch = 4;  // layer 2's 2 replicas take one sample each
+  Result<PlanTraffic> t = LayerPlanTraffic(model, plan, cluster);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  for (size_t i = 0; i < 4; ++i) {
+    const int cp = plan.layers[i].cp;
+    const int sends = (i == 3 ? 4 : 3) * (cp - 1) * 2;  // per micro-batch, 2 micro-batches
+    EXPECT_EQ(t->layers[i].ring_sends, sends) << i;
+    EXPECT_EQ(t->layers[i].ring_bytes, sends * 4'000 / cp * (cp == 4 ? 2 : 1)) << i;  // 2 or 1 samples per replica
+  }
+  EXPECT_EQ(t->layers[1].context_reshard_bytes, 0);
+  EXPECT_EQ(t->layers[2].context_reshard_bytes, 2 * 2 * 1'000 * 2 / 4);  // fwd + bwd, 2 micro-batches, half a sample
+  EXPECT_EQ(t->layers[3].context_reshard_bytes, 2 * 2 * 1'000 * 1 / 2);
+  Result<LayerSimResult> r = SimulateLayerPlan(model, plan, cluster, TestCostModel(cluster));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+}
+
+TEST(SimulateLayerPlan, RejectsContextParallelismItCannotRun) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  LayerModel model = FourAttentionLayers();
+  LayerPlan plan = UniformPlan({.tp = 1, .dp = 4, .cp = 2}, 2, 1);
+  EXPECT_TRUE(SimulateLayerPlan(model, plan, cluster, TestCostModel(cluster)).ok());
+  plan.global_batch = 1;
+  ExpectBadInput(model, plan, cluster, "layers[0]: micro-batch of 1 samples is not divisible by the dp 4 / cp 2 replicas");
+  plan.global_batch = 2;
+  plan.layers[1].cp = 1;
+  ExpectBadInput(model, plan, cluster, "layers[1]: micro-batch of 2 samples is not divisible by dp 4");
+  plan.layers[1].cp = 3;
+  ExpectBadInput(model, plan, cluster, "layers[1]: cp: 3 does not divide dp 4");
+  plan.layers[1].cp = 2;
+  plan.layers[1].ep = 2;
+  model.layers[1].experts = 4;
+  ExpectBadInput(model, plan, cluster, "layers[1]: cp: context parallelism beside expert parallelism is not modelled");
+  plan.layers[1].ep = 1;
+  model.layers[1].experts = 0;
+  model.layers[2].attention_sequence = 62;
+  ExpectBadInput(model, plan, cluster, "layers[0]: cp: 2, but the attention of model four cannot be split");
+  model.layers[2].attention_sequence = cost::LayerProfile::kRingless;
+  ExpectBadInput(model, plan, cluster, "layers[0]: cp: 2, but the attention of model four cannot be split");
+  for (LayerProfile& p : model.layers) p.attention_sequence = 6;
+  ExpectBadInput(model, plan, cluster, "layers[0]: cp: 2 ranks cannot split the sequence of 6 tokens into 2 x 2 equal chunks");
+}
+
 TEST(SimulateLayerPlan, RejectsPartitionsThatDoNotCoverTheLayers) {
   const cost::Cluster cluster = TestCluster(1, 4);
   LayerPlan plan = UniformPlan({.tp = 1, .dp = 2}, 16, 2);

@@ -38,6 +38,7 @@ std::vector<Outcome> EverythingAtBatch(const cost::LayerModel& model, const cost
   if (cluster.num_nodes > 1) space.max_tp = cluster.devices_per_node;
   space.allow_selective_recompute &= model.HasAttentionCore();  // as the search does
   space.experts = model.MaxExperts();
+  space.context_sequence = model.ContextParallelSequence();
   const int layers = static_cast<int>(model.layers.size());
   for (int pp : PowerOfTwoDivisors(cluster.NumDevices())) {
     if (pp > layers) continue;
@@ -188,6 +189,34 @@ TEST(SearchHybridPlan, ExpertParallelismEqualsBruteForce) {
     }
   }
   EXPECT_TRUE(expert_parallel_wins);
+}
+
+// Context parallelism is one more choice per layer whose attention a ring splits: on 4 devices of one
+// node, 8 samples in up to 8 micro-batches, CP lets a micro-batch of fewer samples than DP ranks split
+// each sample's sequence. The search (which keeps each table's least useful CP degree only: a larger
+// one, or CP where every rank can take whole samples, does the same work with more ring) finds the
+// brute-force best over every plan with every CP degree, and at some budget the best plan uses CP.
+TEST(SearchHybridPlan, ContextParallelismEqualsBruteForce) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  cost::LayerModel model = TwoTypeModel(2, 1);
+  for (cost::LayerProfile& p : model.layers) {  // long sequences: activations outweigh the weights
+    p.parameter_bytes /= 10;
+    p.replicated_parameter_bytes /= 10;
+    p.attention_sequence = 64;
+    p.attention_kv_bytes_per_sample = p.boundary_bytes_per_sample / 2;
+    p.attention_forward_seconds_per_sample = p.forward_seconds_per_sample / 4;
+    p.attention_backward_seconds_per_sample = p.backward_seconds_per_sample / 4;
+  }
+  ASSERT_EQ(model.ContextParallelSequence(), 64);
+  std::vector<Outcome> all = EverythingAtBatch(model, cluster, 8);
+  bool context_parallel_wins = false;
+  const std::vector<int64_t> ends = InterestingBudgets(all);
+  for (int i = 0; i <= 8; ++i) {
+    const int64_t budget = ends.front() + (ends.back() - ends.front()) * i / 8;
+    const HybridSearchResult r = ExpectBruteForceBest(model, cluster, all, budget, 8);
+    for (const plan::LayerStrategy& l : r.plan.layers) context_parallel_wins |= l.cp > 1;
+  }
+  EXPECT_TRUE(context_parallel_wins);
 }
 
 TEST(SearchHybridPlan, BatchSweepEqualsBruteForce) {

@@ -191,5 +191,36 @@ TEST(LayerStrategies, ExpertParallelismWithinDpForModelsWithExperts) {
   for (const plan::LayerStrategy& s : LayerStrategies(8, bmw)) EXPECT_EQ(s.ep, 1);
 }
 
+// Context parallelism in kiwi's space for a model whose attention a ring splits: every power-of-two cp
+// dividing dp and the sequence into 2 cp chunks, beside cp 1, under TP only with sequence parallelism,
+// never beside EP; none without a sequence or outside kiwi's space.
+TEST(LayerStrategies, ContextParallelismWithinDpForRingAttention) {
+  StrategySpaceOptions kiwi = SpaceOf(Method::kKiwi, 8, 8).strategies;
+  kiwi.experts = 4;
+  const std::vector<plan::LayerStrategy> without = LayerStrategies(8, kiwi);
+  for (const plan::LayerStrategy& s : without) EXPECT_EQ(s.cp, 1);
+  kiwi.context_sequence = 8;  // 2 x cp chunks: cp 2 or 4, not 8
+  const std::vector<plan::LayerStrategy> with = LayerStrategies(8, kiwi);
+  size_t with_cp = 0;
+  for (const plan::LayerStrategy& s : with) {
+    if (s.cp == 1) continue;
+    ++with_cp;
+    EXPECT_EQ(s.dp % s.cp, 0) << plan::StrategyName(s);
+    EXPECT_LE(s.cp, 4) << plan::StrategyName(s);
+    EXPECT_EQ(s.ep, 1) << plan::StrategyName(s);
+    EXPECT_TRUE(s.tp == 1 || s.SequenceParallel()) << plan::StrategyName(s);
+    plan::LayerStrategy twin = s;
+    twin.cp = 1;
+    EXPECT_NE(std::find(without.begin(), without.end(), twin), without.end()) << plan::StrategyName(s);
+  }
+  // dp 8 (tp 1): cp 2, 4 x 4 ZeRO stages; dp 4 (SP-TP2): cp 2, 4 x 4; dp 2 (SP-TP4): cp 2 x 4; each
+  // none / selective / CKPT.
+  EXPECT_EQ(with_cp, (2 * 4 + 2 * 4 + 1 * 4) * 3);
+  EXPECT_EQ(with.size(), without.size() + with_cp);
+  StrategySpaceOptions bmw = SpaceOf(Method::kBmw, 8, 8).strategies;
+  bmw.context_sequence = 8;
+  for (const plan::LayerStrategy& s : LayerStrategies(8, bmw)) EXPECT_EQ(s.cp, 1);
+}
+
 }  // namespace
 }  // namespace kiwi::solve::hybrid

@@ -73,14 +73,14 @@ struct Outcome {
   double seconds = 0.0;
 };
 
-// Every assignment of LayerStrategies(devices / pp) (micro-batch divisible by dp) to the layers of a
+// Every assignment of LayerStrategies(devices / pp) (micro-batch divisible by dp / cp) to the layers of a
 // fixed pipeline `shape` (pp, partition, batch, micro-batches, schedule), judged by SimulateLayerPlan.
 inline std::vector<Outcome> AllOutcomes(const cost::LayerModel& model, const cost::Cluster& cluster,
                                         const plan::LayerPlan& shape, const StrategySpaceOptions& space = {}) {
   const cost::CostModel cm = TestCostModel(cluster);
   std::vector<plan::LayerStrategy> options;
   for (const plan::LayerStrategy& s : LayerStrategies(cluster.NumDevices() / shape.pp_degree, space))
-    if ((shape.global_batch / shape.micro_batches) % s.dp == 0) options.push_back(s);
+    if ((shape.global_batch / shape.micro_batches) % s.Replicas() == 0) options.push_back(s);
   std::vector<Outcome> out;
   if (options.empty()) return out;  // no strategy of the space divides the micro-batch
   plan::LayerPlan p = shape;

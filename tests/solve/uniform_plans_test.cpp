@@ -69,6 +69,39 @@ TEST(UniformLayerPlans, ExpertParallelTwinsForMixturesOfExperts) {
   EXPECT_FALSE(names.count("ZeRO1-DP8xEP8"));  // 8 does not divide 4 experts
 }
 
+// A model whose attention a ring splits: where the batch does not divide over dp, the least CP degree
+// that gives each replica whole samples splits them (one sample on 8 devices: every dp rank in one CP
+// group); where it divides, no CP plan (its cp 1 twin does the same work without the ring).
+TEST(UniformLayerPlans, ContextParallelPlansWhereTheBatchDoesNotDivideOverDp) {
+  const auto one = UniformLayerPlans({.num_layers = 4, .num_devices = 8, .global_batch = 1, .context_sequence = 64});
+  std::set<std::string> names;
+  for (const auto& p : one) {
+    names.insert(p.name);
+    const plan::LayerStrategy& s = p.plan.layers.front();
+    EXPECT_EQ(s.cp, s.dp) << p.name;  // one replica
+    EXPECT_TRUE(s.tp == 1 || s.cp == 1 || s.SequenceParallel()) << p.name;
+    EXPECT_EQ(p.plan.micro_batches, 1) << p.name;
+  }
+  EXPECT_TRUE(names.count("DP8xCP8"));
+  EXPECT_TRUE(names.count("SP-TP2xSDP4xCP4"));
+  EXPECT_TRUE(names.count("PP2xSP-TP4"));
+  EXPECT_FALSE(names.count("TP2xSDP4xCP4"));  // CP under TP only with SP
+  const auto without = UniformLayerPlans({.num_layers = 4, .num_devices = 8, .global_batch = 1});
+  for (const auto& p : without) EXPECT_EQ(p.plan.layers.front().dp, 1) << p.name;
+  EXPECT_LT(without.size(), one.size());
+  for (const auto& p : UniformLayerPlans({.num_layers = 4, .num_devices = 8, .global_batch = 8, .context_sequence = 64}))
+    EXPECT_EQ(p.plan.layers.front().cp, 1) << p.name;
+  // 2 samples on PP2 x DP4: CP2 gives its 2 replicas one sample each, in one micro-batch.
+  const auto two = UniformLayerPlans({.num_layers = 4, .num_devices = 8, .global_batch = 2, .context_sequence = 64});
+  bool found = false;
+  for (const auto& p : two) {
+    if (p.name != "PP2xDP4xCP2") continue;
+    found = true;
+    EXPECT_EQ(p.plan.micro_batches, 1);
+  }
+  EXPECT_TRUE(found);
+}
+
 TEST(UniformLayerPlans, SelectiveRecomputationOnlyWhenAsked) {
   const auto with = UniformLayerPlans({.num_layers = 2, .num_devices = 2, .global_batch = 2});
   const auto without = UniformLayerPlans({.num_layers = 2, .num_devices = 2, .global_batch = 2, .allow_selective_recompute = false});

@@ -44,6 +44,7 @@ struct HybridOptions {
   SearchFlags search;
   CostFlags cost;
   bool no_accumulation = false;
+  bool no_context_parallel = false;
   bool quiet = false;
   bool json = false;
 };
@@ -77,6 +78,7 @@ Result<hybrid::HybridSearchOptions> SearchOptions(const HybridOptions& o, const 
   if (o.max_batch < 1) return BadInput(fmt::format("--max-batch: must be positive, got {}", o.max_batch));
   s.max_batch = o.max_batch;
   s.accumulation = !o.no_accumulation;
+  s.context_parallel = !o.no_context_parallel;
   s.time_limit_seconds = o.search.SecondsLeft();
   if (!o.quiet) s.progress = [](const std::string& line) { std::cerr << "kiwi hybrid: " << line << '\n'; };
   return s;
@@ -274,6 +276,9 @@ Command AddHybridCommand(CLI::App& root) {
   app->add_option("--max-batch", o->max_batch, "largest batch the auto search tries")->capture_default_str();
   app->add_flag("--no-accumulation", o->no_accumulation,
                 "no gradient accumulation: 1 micro-batch without pipelining, P..4P with P stages (the paper's setting)");
+  app->add_flag("--no-context-parallel", o->no_context_parallel,
+                "leave context parallelism (ring attention) out of the search: plans for kiwi.torch.distributed, "
+                "which does not run it");
   app->add_option("--cluster", o->cluster, ClusterHelp())->capture_default_str();
   app->add_option("--memory", o->memory, "memory budget per device (default: the device's memory)");
   CLI::Option* method =

@@ -61,10 +61,12 @@ Result<std::vector<Candidate>> EvaluateUniformPlans(const cost::LayerModel& mode
                                                .num_devices = cluster.NumDevices(),
                                                .global_batch = batch,
                                                .allow_selective_recompute = model.HasAttentionCore(),
-                                               .experts = UniformExperts(model)});
+                                               .experts = UniformExperts(model),
+                                               .context_sequence = model.ContextParallelSequence()});
   if (plans.empty())  // every data-parallel degree the devices allow leaves part of a sample on a device
     return BadInput(fmt::format("--batch {}: no uniform plan on the {} devices of {}: the batch must divide by a "
-                                "data-parallel degree (devices / (PP x TP)); try --batch {}",
+                                "data-parallel degree (devices / (PP x TP), over CP groups where the model's "
+                                "attention has a ring); try --batch {}",
                                 batch, cluster.NumDevices(), cluster.name, cluster.NumDevices()));
   for (const solve::NamedLayerPlan& p : plans) {
     if (std::chrono::steady_clock::now() > deadline) break;

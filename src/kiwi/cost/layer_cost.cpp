@@ -23,6 +23,10 @@ constexpr int kSdpAllGathers = 2;
 // MoEAlltoAllTokenDispatcher): dispatch and combine forward, and their gradients backward.
 constexpr int kAllToAllsForward = 2;
 constexpr int kAllToAllsBackward = 2;
+// Ring attention's sends per pass and CP rank (Liu et al. 2023 §3; PyTorch's context_parallel): the
+// keys and values pass cp - 1 hops forward; backward they pass again with their gradients.
+constexpr int kRingSendsForward = 1;
+constexpr int kRingSendsBackward = 2;
 
 // A collective over the axes `mask` of `mesh`; nothing when no axis or no bytes.
 double CollectiveSeconds(const CostModel& cost_model, Collective c, int64_t bytes, const ir::DeviceMesh& mesh,
@@ -41,11 +45,18 @@ int64_t TpShardParameterBytes(const PlacedLayer& l) { return TpShardParameterByt
 
 // Under EP (ep > 1) the two parts of a shard that sync over different groups: the experts' weights
 // (over the dp / ep ranks holding the same experts) and the rest (over all dp).
-bool ExpertParallel(const PlacedLayer& l) { return l.strategy.ep > 1 && l.mesh.experts.ep != 0; }
+bool ExpertParallel(const PlacedLayer& l) { return l.strategy.ep > 1 && l.mesh.experts.group != 0; }
 int64_t ExpertShardBytes(const PlacedLayer& l) {
   return CeilDiv(l.profile.expert_parameter_bytes, int64_t{l.strategy.tp} * l.strategy.ep);
 }
 int64_t DenseShardBytes(const PlacedLayer& l) { return TpShardParameterBytes(l) - ExpertShardBytes(l); }
+
+// One ring attention send of a context-parallel layer per device: its tokens' keys and values, the
+// heads split over TP (0 without CP or attention).
+int64_t RingBytes(const PlacedLayer& l) {
+  if (l.strategy.cp <= 1 || l.mesh.context.group == 0) return 0;
+  return CeilDiv(l.PerDevice(l.profile.attention_kv_bytes_per_sample), l.strategy.tp);
+}
 
 // The TP shard's parameters but the experts' as tp times a TP shard (the replicated part counted tp
 // times), so that dividing by tp (and by dp where ZeRO shards) gives one device's share; the experts'
@@ -98,7 +109,7 @@ double ParameterGatherSeconds(const PlacedLayer& layer, const CostModel& cost_mo
   const LayerCommunication comm = LayerCommunicationOf(layer);
   return CollectiveSeconds(cost_model, Collective::kAllGather, comm.step_all_gather_bytes, layer.mesh, kDpAxis) +
          CollectiveSeconds(cost_model, Collective::kAllGather, comm.expert_step_all_gather_bytes,
-                           layer.mesh.experts.mesh, layer.mesh.experts.data);
+                           layer.mesh.experts.mesh, layer.mesh.experts.across);
 }
 
 namespace {
@@ -130,19 +141,19 @@ void FillTpCollectives(const PlacedLayer& l, LayerCommunication& c) {
   const auto& forward = p.tp_forward_all_reduce_bytes_per_sample;
   const auto& backward = p.tp_backward_all_reduce_bytes_per_sample;
   if (forward.empty() && backward.empty()) {  // a transformer layer: f, g before and after attention and MLP
-    const int64_t bytes = p.tp_comm_bytes_per_sample / 2 * l.microbatch;
+    const int64_t bytes = l.PerDevice(p.tp_comm_bytes_per_sample / 2);
     if (bytes <= 0) return;
     for (int i = 0; i < kTpAllReducesForward; ++i) AddTpOperator(TpOperator::kG, bytes, sp, c);
     for (int i = 0; i < kTpAllReducesBackward; ++i) AddTpOperator(TpOperator::kF, bytes, sp, c);
     return;
   }
   for (size_t i = 0; i < forward.size(); ++i) {
-    if (static_cast<int>(i) < p.tp_forward_g_operators) AddTpOperator(TpOperator::kG, forward[i] * l.microbatch, sp, c);
-    else c.tp_forward.all_reduces.push_back(forward[i] * l.microbatch);
+    if (static_cast<int>(i) < p.tp_forward_g_operators) AddTpOperator(TpOperator::kG, l.PerDevice(forward[i]), sp, c);
+    else c.tp_forward.all_reduces.push_back(l.PerDevice(forward[i]));
   }
   for (size_t i = 0; i < backward.size(); ++i) {
-    if (static_cast<int>(i) < p.tp_backward_f_operators) AddTpOperator(TpOperator::kF, backward[i] * l.microbatch, sp, c);
-    else c.tp_backward.all_reduces.push_back(backward[i] * l.microbatch);
+    if (static_cast<int>(i) < p.tp_backward_f_operators) AddTpOperator(TpOperator::kF, l.PerDevice(backward[i]), sp, c);
+    else c.tp_backward.all_reduces.push_back(l.PerDevice(backward[i]));
   }
 }
 
@@ -169,7 +180,7 @@ double TpSeconds(const CostModel& cost_model, const TpCollectives& c, const Stag
 // eq. 2 and 4).
 int64_t MicrobatchBytes(const PlacedLayer& l, int64_t bytes_per_sample, int64_t whole_per_sample) {
   const int64_t whole = std::min(whole_per_sample, bytes_per_sample);
-  return TpRankActivationBytes((bytes_per_sample - whole) * l.microbatch, whole * l.microbatch, l.strategy.tp,
+  return TpRankActivationBytes(l.PerDevice(bytes_per_sample - whole), l.PerDevice(whole), l.strategy.tp,
                                l.strategy.SequenceParallel());
 }
 
@@ -193,10 +204,13 @@ Result<StageMesh> MakeStageMesh(const Cluster& cluster, const std::vector<int>& 
 
 Result<StageMesh> MakeLayerMesh(const Cluster& cluster, int pp, const plan::LayerStrategy& s) {
   Result<StageMesh> m = MakeStageMesh(cluster, {pp, s.dp, s.tp});
-  if (!m || s.ep <= 1) return m;
-  Result<StageMesh> split = MakeStageMesh(cluster, {pp, s.ExpertDataParallel(), s.ep, s.tp});
-  if (!split) return split.error();
-  m->experts = {std::move(split->mesh), split->masks[2], split->masks[1]};
+  if (!m) return m;
+  for (auto [g, groups] : {std::pair{s.ep, &m->experts}, std::pair{s.cp, &m->context}}) {
+    if (g <= 1 || s.dp % g != 0) continue;
+    Result<StageMesh> split = MakeStageMesh(cluster, {pp, s.dp / g, g, s.tp});
+    if (!split) return split.error();
+    *groups = {std::move(split->mesh), split->masks[2], split->masks[1]};
+  }
   return m;
 }
 
@@ -214,8 +228,10 @@ int64_t RecomputedBytes(const PlacedLayer& l) {
 
 // The gradients in flight are split over TP like the tensors they belong to (the head's: over the
 // vocabulary-parallel logits), so the whole transient is divided by t.
+// Ring attention's backward holds another rank's keys and values and their gradients in flight.
 int64_t TransientBytes(const PlacedLayer& l) {
-  return RecomputedBytes(l) + MicrobatchBytes(l, l.profile.backward_transient_bytes_per_sample, 0);
+  return RecomputedBytes(l) + MicrobatchBytes(l, l.profile.backward_transient_bytes_per_sample, 0) +
+         kRingSendsBackward * RingBytes(l);
 }
 
 // A layer's terms of Galvatron-BMW Eq. 1 (StageMemory): its model states, the forward activations of
@@ -295,12 +311,19 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
   if (l.mesh.masks[kDpAxis] == 0) return c;
   const bool experts = ExpertParallel(l);
   if (experts) {
-    c.all_to_all_bytes = l.profile.routed_bytes_per_sample * l.microbatch;
+    c.all_to_all_bytes = l.PerDevice(l.profile.routed_bytes_per_sample);
     c.all_to_alls = kAllToAllsForward + kAllToAllsBackward;
     c.all_to_alls_recomputed = l.strategy.checkpoint ? kAllToAllsForward : 0;
   }
+  if (RingBytes(l) > 0) {
+    c.ring_bytes = RingBytes(l);
+    c.ring_sends = (kRingSendsForward + kRingSendsBackward) * (l.strategy.cp - 1);
+    // Recomputing the layer, or its attention core (selective), runs the forward ring again.
+    const bool again = l.strategy.checkpoint || l.strategy.SelectiveRecompute();
+    c.ring_sends_recomputed = again ? kRingSendsForward * (l.strategy.cp - 1) : 0;
+  }
   const int64_t shard = experts ? DenseShardBytes(l) : TpShardParameterBytes(l);
-  const int64_t expert_shard = experts && l.mesh.experts.data != 0 ? ExpertShardBytes(l) : 0;
+  const int64_t expert_shard = experts && l.mesh.experts.across != 0 ? ExpertShardBytes(l) : 0;
   const plan::Zero zero = l.strategy.ZeroStage();
   if (zero == plan::Zero::kParameters) {
     c.sdp_all_gather_bytes = shard;
@@ -319,6 +342,30 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
   return c;
 }
 
+namespace {
+
+// What ring attention adds to each pass of a context-parallel layer: each of its cp - 1 hops sends the
+// next keys and values (backward with their gradients) while the attention block of the ones already
+// there runs (1 / cp of the pass's attention, Liu et al. 2023 §3), so a hop costs what its sends take
+// beyond that block.
+struct RingSeconds {
+  double forward = 0.0;
+  double backward = 0.0;
+};
+RingSeconds RingSecondsOf(const PlacedLayer& l, const LayerCommunication& comm, const CostModel& cost_model) {
+  if (comm.ring_sends == 0) return {};
+  const int cp = l.strategy.cp;
+  const double send =
+      CollectiveSeconds(cost_model, Collective::kPointToPoint, comm.ring_bytes, l.mesh.context.mesh, l.mesh.context.group);
+  const double share = l.Samples() / l.strategy.tp / cp;  // one block: a device's queries, one rank's keys
+  const double forward_block = l.profile.attention_forward_seconds_per_sample * share;
+  const double backward_block = l.profile.attention_backward_seconds_per_sample * share;
+  return {(cp - 1) * std::max(kRingSendsForward * send - forward_block, 0.0),
+          (cp - 1) * std::max(kRingSendsBackward * send - backward_block, 0.0)};
+}
+
+}  // namespace
+
 void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& cost) {
   const LayerProfile& p = l.profile;
   const LayerCommunication comm = LayerCommunicationOf(l);
@@ -327,7 +374,7 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
   // all-reduces run on the compute stream between the layer's kernels. Each TP rank launches all of
   // the layer's kernels and its all-reduces, and a pass takes at least those launches
   // (CostModel::LaunchBoundTime): launch time beyond the device's work counts as compute.
-  const double share = static_cast<double>(l.microbatch) / l.strategy.tp;
+  const double share = l.Samples() / l.strategy.tp;
   const double tp_forward = TpSeconds(cost_model, comm.tp_forward, l.mesh);
   const double tp_backward = TpSeconds(cost_model, comm.tp_backward, l.mesh);
   const bool split = l.strategy.tp > 1;  // a head's loss is then Megatron's vocabulary-parallel one
@@ -347,16 +394,18 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
   cost.compute += forward + backward;
   // Expert parallelism's all-to-alls run between the layer's kernels, as the TP collectives do.
   const double all_to_all = CollectiveSeconds(cost_model, Collective::kAllToAll, comm.all_to_all_bytes,
-                                              l.mesh.experts.mesh, l.mesh.experts.ep);
-  cost.communication += tp_forward + tp_backward + comm.all_to_alls * all_to_all;
+                                              l.mesh.experts.mesh, l.mesh.experts.group);
+  const RingSeconds ring = RingSecondsOf(l, comm, cost_model);
+  cost.communication += tp_forward + tp_backward + comm.all_to_alls * all_to_all + ring.forward + ring.backward;
   double backward_compute = backward;
   if (l.strategy.checkpoint) {  // §V: one extra forward propagation
-    cost.recompute += forward + (comm.tp_recomputed ? tp_forward : 0.0) + comm.all_to_alls_recomputed * all_to_all;
+    cost.recompute += forward + (comm.tp_recomputed ? tp_forward : 0.0) + comm.all_to_alls_recomputed * all_to_all +
+                      ring.forward;
     backward_compute += forward;
   } else if (l.strategy.SelectiveRecompute()) {  // the attention core's forward, split over TP by heads; no collectives
     const double core = cost_model.LaunchBoundTime(
         p.attention_core_seconds_per_sample * share + p.attention_core_overhead_seconds, p.attention_core_kernels);
-    cost.recompute += core;
+    cost.recompute += core + ring.forward;
     backward_compute += core;
   }
   // Sequence parallelism's all-reduce of the replicated parameters' gradients: after the flush, beside
@@ -371,7 +420,7 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
   // iteration); ZeRO-3's reduce-scatter after every micro-batch's backward (part of C_s).
   const double sync = CollectiveSeconds(cost_model, comm.gradient_sync, comm.gradient_sync_bytes, l.mesh, kDpAxis) +
                       CollectiveSeconds(cost_model, comm.gradient_sync, comm.expert_gradient_sync_bytes,
-                                        l.mesh.experts.mesh, l.mesh.experts.data);
+                                        l.mesh.experts.mesh, l.mesh.experts.across);
   if (sync <= 0.0) return;
   const double unhidden = std::max(cost_model.OverlappedTime(backward_compute, sync) - backward_compute, 0.0);
   (comm.gradient_sync_every_microbatch ? cost.communication : cost.gradient_sync) += unhidden;
@@ -379,33 +428,38 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
 
 int64_t SliceGatherBytes(const PlacedLayer& prev, const PlacedLayer& next) {
   if (next.strategy.dp >= prev.strategy.dp) return 0;
-  return prev.profile.boundary_bytes_per_sample * next.microbatch;
+  return next.PerDevice(prev.profile.boundary_bytes_per_sample);
 }
 
 int64_t SliceGatherBackwardBytes(const PlacedLayer& prev, const PlacedLayer& next) {
   if (next.strategy.dp <= prev.strategy.dp) return 0;
-  return prev.profile.boundary_bytes_per_sample * prev.microbatch;
+  return prev.PerDevice(prev.profile.boundary_bytes_per_sample);
+}
+
+int64_t ContextReshardBytes(const PlacedLayer& prev, const PlacedLayer& next) {
+  if (prev.strategy.cp == next.strategy.cp) return 0;
+  return prev.PerDevice(prev.profile.boundary_bytes_per_sample);
 }
 
 bool SameLayout(const PlacedLayer& prev, const PlacedLayer& next) {
-  return prev.strategy.dp == next.strategy.dp &&
+  return prev.strategy.dp == next.strategy.dp && prev.strategy.cp == next.strategy.cp &&
          prev.strategy.SequenceParallel() == next.strategy.SequenceParallel();
 }
 
 int64_t SequenceGatherBytes(const PlacedLayer& prev, const PlacedLayer& next) {
   if (!prev.strategy.SequenceParallel() || SameLayout(prev, next)) return 0;
-  return prev.profile.boundary_bytes_per_sample * prev.microbatch;
+  return prev.PerDevice(prev.profile.boundary_bytes_per_sample);
 }
 
 int64_t SequenceGatherBackwardBytes(const PlacedLayer& prev, const PlacedLayer& next) {
   if (!next.strategy.SequenceParallel() || SameLayout(prev, next)) return 0;
-  return prev.profile.boundary_bytes_per_sample * next.microbatch;
+  return next.PerDevice(prev.profile.boundary_bytes_per_sample);
 }
 
 // Under sequence parallelism each TP rank sends its sequence shard (Megatron sends the [s/t, b, h] tensor).
 int64_t PointToPointBytes(const PlacedLayer& sender) {
   if (sender.mesh.masks[kPpAxis] == 0) return 0;
-  const int64_t bytes = sender.profile.boundary_bytes_per_sample * sender.microbatch;
+  const int64_t bytes = sender.PerDevice(sender.profile.boundary_bytes_per_sample);
   return sender.strategy.SequenceParallel() ? CeilDiv(bytes, sender.strategy.tp) : bytes;
 }
 
@@ -422,9 +476,14 @@ int64_t PointToPointBytes(const PlacedLayer& sender) {
 // next: its input gradient backward); slicing it back into sequence shards is free.
 Result<double> SliceGatherSeconds(const PlacedLayer& prev, const PlacedLayer& next, const Cluster& cluster,
                                   const CostModel& cost_model) {
+  // Between CP degrees each sample's tokens move to the other group's ranks: an all-to-all over the
+  // larger group, forward and (the gradient) backward.
+  const PlacedLayer& wider = prev.strategy.cp >= next.strategy.cp ? prev : next;
   const double sequence =
       CollectiveSeconds(cost_model, Collective::kAllGather, SequenceGatherBytes(prev, next), prev.mesh, kTpAxis) +
-      CollectiveSeconds(cost_model, Collective::kAllGather, SequenceGatherBackwardBytes(prev, next), next.mesh, kTpAxis);
+      CollectiveSeconds(cost_model, Collective::kAllGather, SequenceGatherBackwardBytes(prev, next), next.mesh, kTpAxis) +
+      2 * CollectiveSeconds(cost_model, Collective::kAllToAll, ContextReshardBytes(prev, next), wider.mesh.context.mesh,
+                            wider.mesh.context.group);
   const bool shrinks = next.strategy.dp < prev.strategy.dp;
   if (next.strategy.dp == prev.strategy.dp) return sequence;
   const PlacedLayer& small = shrinks ? next : prev;  // the layout of the smaller DP degree (the gather's result)

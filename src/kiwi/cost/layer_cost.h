@@ -15,14 +15,14 @@
 
 namespace kiwi::cost {
 
-// Expert parallelism's view of a layer mesh {pp, dp, tp} (plan::LayerStrategy::ep > 1): the DP axis
-// split into {dp / ep, ep}, the ep ranks of a group consecutive (the faster links): the all-to-alls run
-// over `ep`, the expert weights' gradient sync over `data` (the ranks holding the same experts). Masks
-// 0 without EP.
-struct ExpertMesh {
+// A layer mesh {pp, dp, tp} with its DP axis split into {dp / g, g}, the g ranks of a group consecutive
+// (the faster links): expert parallelism's (g = ep: the all-to-alls run over `group`, the expert
+// weights' gradient sync over `across`, the ranks holding the same experts) and context parallelism's
+// (g = cp: the ring attention runs over `group`). Masks 0 without the split.
+struct DpGroups {
   ir::DeviceMesh mesh;
-  ir::AxisMask ep = 0;
-  ir::AxisMask data = 0;
+  ir::AxisMask group = 0;
+  ir::AxisMask across = 0;
 };
 
 // A mesh laid over the cluster (Cluster::MakeMesh, innermost axis fastest) with the mask of each
@@ -31,7 +31,8 @@ struct StageMesh {
   std::vector<int> sizes;           // as requested, outermost first
   ir::DeviceMesh mesh;
   std::vector<ir::AxisMask> masks;  // one per requested axis
-  ExpertMesh experts;               // layer meshes (MakeLayerMesh) with ep > 1
+  DpGroups experts;                 // layer meshes (MakeLayerMesh) with ep > 1: g = ep
+  DpGroups context;                 // layer meshes with cp > 1: g = cp
 };
 
 // Layer meshes are {pp, dp, tp}: TP on the innermost (fastest) links, DP outside it, stages outermost.
@@ -41,14 +42,20 @@ inline constexpr int kTpAxis = 2;
 
 Result<StageMesh> MakeStageMesh(const Cluster& cluster, const std::vector<int>& sizes);
 // The mesh of a layer placed with `s` on a stage of a pp-stage pipeline: {pp, s.dp, s.tp}, with its
-// ExpertMesh {pp, dp / ep, ep, tp} when s.ep > 1.
+// DpGroups {pp, dp / ep, ep, tp} when s.ep > 1 and {pp, dp / cp, cp, tp} when s.cp > 1.
 Result<StageMesh> MakeLayerMesh(const Cluster& cluster, int pp, const plan::LayerStrategy& s);
 
 struct PlacedLayer {
   LayerProfile profile;
   plan::LayerStrategy strategy;
   StageMesh mesh;          // {pp, dp, tp}
-  int64_t microbatch = 0;  // samples per device in one micro-batch: global_batch / (m * dp)
+  // Samples per data-parallel replica in one micro-batch: global_batch / (m * dp / cp). Without CP a
+  // replica is one device; with it cp devices, each holding 1 / cp of every sample's tokens.
+  int64_t microbatch = 0;
+  // One device's share of `per_sample` bytes of each sample of the micro-batch.
+  int64_t PerDevice(int64_t per_sample) const { return (per_sample * microbatch + strategy.cp - 1) / strategy.cp; }
+  // The samples one device's work amounts to: microbatch / cp.
+  double Samples() const { return static_cast<double>(microbatch) / strategy.cp; }
 };
 
 struct StageCost {
@@ -134,6 +141,13 @@ struct LayerCommunication {
   int all_to_alls_recomputed = 0;
   int64_t expert_gradient_sync_bytes = 0;
   int64_t expert_step_all_gather_bytes = 0;
+  // Context parallelism (cp > 1): per micro-batch, the ring attention's sends to the next rank of the CP
+  // group, each of `ring_bytes` per device (its keys and values, split over TP by heads): cp - 1 forward,
+  // 2 (cp - 1) backward (the keys and values again, and their gradients), the forward ones again when
+  // the layer or its attention core (selective) is recomputed.
+  int64_t ring_bytes = 0;
+  int ring_sends = 0;
+  int ring_sends_recomputed = 0;
   // Per micro-batch, recomputation included: TP all-reduces; sequence-parallel all-gathers and
   // reduce-scatters (their calls and bytes).
   int TpAllReduces() const;
@@ -157,8 +171,12 @@ int64_t SliceGatherBackwardBytes(const PlacedLayer& prev, const PlacedLayer& nex
 // gradient whole for a previous layer of another layout (backward); 0 when neither side needs it.
 int64_t SequenceGatherBytes(const PlacedLayer& prev, const PlacedLayer& next);
 int64_t SequenceGatherBackwardBytes(const PlacedLayer& prev, const PlacedLayer& next);
+// Per-device bytes of the all-to-all that redistributes the boundary activation between neighbouring
+// layers of different CP degrees (each sample's tokens over the other group), forward, and of its
+// gradient backward; 0 for equal degrees.
+int64_t ContextReshardBytes(const PlacedLayer& prev, const PlacedLayer& next);
 // Whether two neighbouring layers lay out the boundary activation alike (no resharding between them):
-// the same DP degree and, under TP, both or neither sequence-parallel.
+// the same DP and CP degrees and, under TP, both or neither sequence-parallel.
 bool SameLayout(const PlacedLayer& prev, const PlacedLayer& next);
 
 // Per-device bytes `sender` sends to the neighbouring stage per micro-batch (each direction).
@@ -169,7 +187,8 @@ void AddLayerCost(const PlacedLayer& layer, const CostModel& cost_model, StageCo
 
 // Slice-Gather (Galvatron-BMW §VI) of `prev`'s output into the layout `next` needs: a forward all-gather
 // when the DP degree shrinks, a backward all-gather of the gradient when it grows; around it, the
-// sequence gathers (SequenceGatherBytes) when a sequence-parallel side changes layout.
+// sequence gathers (SequenceGatherBytes) when a sequence-parallel side changes layout, and the CP
+// all-to-alls (ContextReshardBytes) when the CP degree changes.
 Result<double> SliceGatherSeconds(const PlacedLayer& prev, const PlacedLayer& next, const Cluster& cluster,
                                   const CostModel& cost_model);
 

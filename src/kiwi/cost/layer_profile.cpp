@@ -228,6 +228,69 @@ void FillAttentionCore(const ir::Graph& graph, const ir::Layer& layer, const std
   p.attention_core_kernels = work.kernels;
 }
 
+// Context parallelism's terms of a layer's profile (LayerProfile::attention_*): per attention, the fused
+// kernel (inputs q, k, v) or the scores matmul q x k^T through the softmax to the context matmul with v.
+// A softmax whose input is not the scores matmul itself (a score bias between them) has no ring.
+void FillAttention(const ir::Graph& graph, const ir::Layer& layer, const std::vector<std::vector<ir::NodeId>>& readers,
+                   int64_t graph_batch, const CostModel& cost_model, LayerProfile& p) {
+  std::vector<ir::NodeId> forward;
+  int64_t kv_bytes = 0;
+  // The keys' length; grouped-query attention stacks each KV head's g query heads as [g*s, d] rows.
+  const auto sequence_of = [&](ir::NodeId q, ir::NodeId k) {
+    const ir::Shape& qs = graph.node(q).output.shape;
+    const ir::Shape& ks = graph.node(k).output.shape;
+    const int64_t length = ks.size() >= 2 ? ks[ks.size() - 2] : 0;
+    const bool ring = qs.size() >= 2 && length > 0 && qs[qs.size() - 2] % length == 0 && p.attention_sequence >= 0 &&
+                      (p.attention_sequence == 0 || p.attention_sequence == length);
+    p.attention_sequence = ring ? length : LayerProfile::kRingless;
+  };
+  for (ir::NodeId id : layer.forward) {
+    const ir::Node& n = graph.node(id);
+    if (n.is_backward()) continue;
+    if (n.kind == ir::OpKind::kAttention && n.inputs.size() == 3) {
+      sequence_of(n.inputs[0], n.inputs[1]);
+      kv_bytes += graph.node(n.inputs[1]).output.Bytes() + graph.node(n.inputs[2]).output.Bytes();
+      forward.push_back(id);
+      continue;
+    }
+    if (n.kind != ir::OpKind::kSoftmax || n.inputs.empty()) continue;
+    // Back from the softmax to the scores q x k^T (a router's softmax reads a linear: no attention).
+    ir::NodeId back = n.inputs.front();
+    for (int hops = 0; hops < 3 && graph.node(back).kind != ir::OpKind::kBatchMatmul && !graph.node(back).inputs.empty(); ++hops)
+      back = graph.node(back).inputs.front();
+    const ir::Node& scores = graph.node(back);
+    if (scores.kind != ir::OpKind::kBatchMatmul || !scores.attrs.transpose_b || scores.inputs.size() != 2) continue;
+    if (back != n.inputs.front()) {  // a score bias (or mask) added between them: no ring over it
+      p.attention_sequence = LayerProfile::kRingless;
+      continue;
+    }
+    // Forward from the softmax through single-reader ops (dropout) to the context matmul with v.
+    std::vector<ir::NodeId> chain{back, id};
+    ir::NodeId at = id;
+    for (size_t hops = 0; hops < 4; ++hops) {
+      const std::vector<ir::NodeId> next = ForwardReaders(graph, readers, at);
+      if (next.size() != 1) break;
+      at = next.front();
+      chain.push_back(at);
+      if (graph.node(at).kind == ir::OpKind::kBatchMatmul) break;
+    }
+    const ir::Node& context = graph.node(at);
+    if (at == id || context.kind != ir::OpKind::kBatchMatmul || context.inputs.size() != 2) continue;
+    sequence_of(scores.inputs[0], scores.inputs[1]);
+    kv_bytes += graph.node(scores.inputs[1]).output.Bytes() + graph.node(context.inputs[1]).output.Bytes();
+    forward.insert(forward.end(), chain.begin(), chain.end());
+  }
+  if (forward.empty()) return;
+  std::sort(forward.begin(), forward.end());
+  std::vector<ir::NodeId> backward;
+  for (ir::NodeId id : layer.backward)
+    if (std::binary_search(forward.begin(), forward.end(), graph.node(id).grad_of)) backward.push_back(id);
+  const double batch = static_cast<double>(graph_batch);
+  p.attention_kv_bytes_per_sample = CeilDiv(kv_bytes, graph_batch);
+  p.attention_forward_seconds_per_sample = SumPassWork(graph, forward, cost_model).seconds / batch;
+  p.attention_backward_seconds_per_sample = SumPassWork(graph, backward, cost_model).seconds / batch;
+}
+
 // A mixture of experts' terms of a layer's profile: each token's choice among its router's outputs gives
 // the experts (its input's last dim) and top_k (its output's), the batched linears with weights are the
 // experts'.
@@ -261,6 +324,7 @@ LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t g
   p.replicated_activation_bytes_per_sample = CeilDiv(replicated.saved_activation_bytes, graph_batch);
   FillAttentionCore(graph, layer, readers, saved, graph_batch, cost_model, p);
   FillExperts(graph, layer, p);
+  FillAttention(graph, layer, readers, graph_batch, cost_model, p);
   return p;
 }
 

@@ -74,6 +74,16 @@ struct LayerProfile {
   int64_t experts = 0;
   int64_t expert_parameter_bytes = 0;
   int64_t routed_bytes_per_sample = 0;
+  // Context parallelism (plan::LayerStrategy::cp, ring attention): the sequence length of the layer's
+  // attention, which CP splits (0: no attention; kRingless: attention a ring cannot split, with a score
+  // bias or queries and keys of unequal lengths); the keys' and values' bytes per sample the ring passes
+  // (as the attention reads them: grouped-query K/V unexpanded); and the attention's own work per sample
+  // (the fused kernel, or scores, softmax, dropout and context), forward and backward: what hides the ring.
+  static constexpr int64_t kRingless = -1;
+  int64_t attention_sequence = 0;
+  int64_t attention_kv_bytes_per_sample = 0;
+  double attention_forward_seconds_per_sample = 0.0;
+  double attention_backward_seconds_per_sample = 0.0;
 
   bool operator==(const LayerProfile&) const = default;
 };
@@ -111,6 +121,18 @@ struct LayerModel {
     int64_t most = 0;
     for (const LayerProfile& p : layers) most = std::max(most, p.experts);
     return most;
+  }
+  // The sequence length context parallelism can split over every layer: the common length of their
+  // attention (layers without attention split with it); 0 when some layer's attention cannot be
+  // ring-split, lengths differ, or no layer has attention.
+  int64_t ContextParallelSequence() const {
+    int64_t sequence = 0;
+    for (const LayerProfile& p : layers) {
+      if (p.attention_sequence == 0) continue;
+      if (p.attention_sequence < 0 || (sequence != 0 && sequence != p.attention_sequence)) return 0;
+      sequence = p.attention_sequence;
+    }
+    return sequence;
   }
   // Whether some layer has an attention core that selective recomputation can drop.
   bool HasAttentionCore() const {

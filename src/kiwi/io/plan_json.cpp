@@ -131,7 +131,7 @@ Result<plan::OperatorPlan> ReadOperatorPlan(const Json& op, const JsonPath& at) 
 Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath& at) {
   KIWI_RETURN_IF_ERROR(CheckObject(entry, at));
   KIWI_RETURN_IF_ERROR(CheckKnownKeys(entry, at, {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel",
-                                                "selective_recompute", "ep"}));
+                                                "selective_recompute", "ep", "cp"}));
   Result<int64_t> tp = IntFieldOr(entry, at, "tp", 1, kDegreeRange);
   if (!tp) return tp.error();
   Result<int64_t> dp = IntFieldOr(entry, at, "dp", 1, kDegreeRange);
@@ -154,8 +154,12 @@ Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath&
   if (*dp % *ep != 0) return at.BadKey("ep", fmt::format("{} does not divide dp {}", *ep, *dp));
   if (*ep > 1 && *zero == 3)
     return at.BadKey("ep", "expert parallelism with ZeRO-3 is not modelled (zero 0, 1 or 2: Megatron-LM's choices)");
+  Result<int64_t> cp = IntFieldOr(entry, at, "cp", 1, kDegreeRange);
+  if (!cp) return cp.error();
+  if (*dp % *cp != 0) return at.BadKey("cp", fmt::format("{} does not divide dp {}", *cp, *dp));
+  if (*cp > 1 && *ep > 1) return at.BadKey("cp", "context parallelism beside expert parallelism is not modelled");
   return plan::LayerStrategy{static_cast<int>(*tp), static_cast<int>(*dp), static_cast<plan::Zero>(*zero), *ckpt, *sp,
-                             *selective, static_cast<int>(*ep)};
+                             *selective, static_cast<int>(*ep), static_cast<int>(*cp)};
 }
 
 Status ReadPipeline(const Json& layer, const JsonPath& at, plan::LayerPlan& p) {

@@ -64,6 +64,13 @@ struct LayerStrategy {
   // tokens' routed rows with its group in all-to-alls; the expert weights are data-parallel (and ZeRO-1/2
   // sharded) over the dp / ep ranks that hold the same experts, the rest of the layer over all dp.
   int ep = 1;
+  // Context parallelism (Liu et al. 2023, ring attention; torchtitan's and Megatron-LM's CP): the dp
+  // ranks form dp / cp groups of cp consecutive ranks, each group running one data-parallel replica's
+  // micro-batch with every sample's sequence split over its ranks. Attention passes each rank's keys and
+  // values around the group's ring, overlapped with the attention blocks; the rest of the layer works on
+  // its tokens alone. Gradients sync (and ZeRO shards) over all dp ranks, as torchtitan's FSDP over
+  // dp_shard x cp.
+  int cp = 1;
   // The stage in effect: a ZeRO stage over one DP rank shards nothing.
   Zero ZeroStage() const { return dp > 1 ? zero : Zero::kNone; }
   // Sequence parallelism in effect: it needs a TP group.
@@ -73,6 +80,8 @@ struct LayerStrategy {
   bool SelectiveRecompute() const { return selective_recompute && !checkpoint; }
   // The ranks that hold the same experts and average their gradients: dp / ep.
   int ExpertDataParallel() const { return dp / ep; }
+  // The data-parallel replicas the batch is split over: dp / cp (each a CP group).
+  int Replicas() const { return dp / cp; }
   bool operator==(const LayerStrategy&) const = default;
 };
 
@@ -83,7 +92,7 @@ inline const char* DataParallelName(Zero zero) {
 }
 
 // "TP2xDP4", "SP-TP2xZeRO2-DP4+CKPT", "TP8+SEL" (selective recomputation), "SDP8", "TP2xZeRO1-DP8xEP4"
-// (expert parallelism); with pp > 1 prefixed "PP2x" (a uniform plan's name); "single" without parallelism.
+// (expert parallelism), "SP-TP8xSDP16xCP4" (context parallelism); with pp > 1 prefixed "PP2x" (a uniform plan's name); "single" without parallelism.
 std::string StrategyName(const LayerStrategy& strategy, int pp = 1);
 
 enum class PipelineSchedule : uint8_t { k1F1B, kGPipe };

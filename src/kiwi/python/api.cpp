@@ -209,7 +209,9 @@ json TrafficJson(const sim::LayerTraffic& t) {
           {"all_to_all_bytes", t.all_to_all_bytes},             {"all_to_alls", t.all_to_alls},
           {"expert_dp_all_reduce_bytes", t.expert_dp_all_reduce_bytes},
           {"expert_reduce_scatter_bytes", t.expert_reduce_scatter_bytes},
-          {"expert_step_all_gather_bytes", t.expert_step_all_gather_bytes}};
+          {"expert_step_all_gather_bytes", t.expert_step_all_gather_bytes},
+          {"ring_bytes", t.ring_bytes},                         {"ring_sends", t.ring_sends},
+          {"context_reshard_bytes", t.context_reshard_bytes}};
 }
 
 json ProfileJson(const cost::LayerProfile& p) {

@@ -73,6 +73,24 @@ Status CheckExpertParallelism(const cost::LayerProfile& layer, const LayerStrate
   return Status::Ok();
 }
 
+// CP splits each sample's sequence over groups of a layer's DP ranks (plan::LayerStrategy::cp); ring
+// attention needs every layer's attention to be ring-splittable over one sequence length, which
+// load-balanced causal sharding (two chunks per rank) divides into 2 cp pieces.
+Status CheckContextParallelism(const cost::LayerModel& model, const LayerStrategy& s, size_t i) {
+  if (s.cp == 1) return Status::Ok();
+  const std::string at = fmt::format("layer plan: layers[{}]: cp", i);
+  if (s.cp < 1 || s.dp % s.cp != 0) return BadInput(fmt::format("{}: {} does not divide dp {}", at, s.cp, s.dp));
+  const int64_t sequence = model.ContextParallelSequence();
+  if (sequence == 0)
+    return BadInput(fmt::format("{}: {}, but the attention of model {} cannot be split by ring attention (a score "
+                                "bias, unequal query and key lengths, or no attention)", at, s.cp, model.name));
+  if (sequence % (2 * s.cp) != 0)
+    return BadInput(fmt::format("{}: {} ranks cannot split the sequence of {} tokens into 2 x {} equal chunks", at,
+                                s.cp, sequence, s.cp));
+  if (s.ep > 1) return BadInput(fmt::format("{}: context parallelism beside expert parallelism is not modelled", at));
+  return Status::Ok();
+}
+
 Status CheckDegrees(const cost::LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster) {
   if (model.layers.empty()) return BadInput(fmt::format("layer model {}: has no layers", model.name));
   if (plan.layers.size() != model.layers.size())
@@ -88,6 +106,7 @@ Status CheckDegrees(const cost::LayerModel& model, const LayerPlan& plan, const 
       return BadInput(fmt::format("layer plan: layers[{}]: tp {} x dp {} must equal the {} devices of a stage", i,
                                   s.tp, s.dp, devices));
     KIWI_RETURN_IF_ERROR(CheckExpertParallelism(model.layers[i], s, i));
+    KIWI_RETURN_IF_ERROR(CheckContextParallelism(model, s, i));
   }
   return Status::Ok();
 }
@@ -121,10 +140,15 @@ Status CheckBatch(const LayerPlan& plan) {
     return BadInput(fmt::format("layer plan: global_batch: {} is not divisible into {} micro-batches",
                                 plan.global_batch, plan.micro_batches));
   const int64_t microbatch = plan.global_batch / plan.micro_batches;
-  for (size_t i = 0; i < plan.layers.size(); ++i)
-    if (microbatch % plan.layers[i].dp != 0)
-      return BadInput(fmt::format("layer plan: layers[{}]: micro-batch of {} samples is not divisible by dp {}", i,
-                                  microbatch, plan.layers[i].dp));
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    const LayerStrategy& s = plan.layers[i];
+    if (microbatch % s.Replicas() == 0) continue;
+    if (s.cp > 1)
+      return BadInput(fmt::format("layer plan: layers[{}]: micro-batch of {} samples is not divisible by the dp {} / "
+                                  "cp {} replicas", i, microbatch, s.dp, s.cp));
+    return BadInput(fmt::format("layer plan: layers[{}]: micro-batch of {} samples is not divisible by dp {}", i,
+                                microbatch, s.dp));
+  }
   return Status::Ok();
 }
 
@@ -148,7 +172,7 @@ Result<std::vector<cost::PlacedLayer>> PlaceLayers(const cost::LayerModel& model
     const LayerStrategy& s = plan.layers[i];
     Result<cost::StageMesh> mesh = cost::MakeLayerMesh(cluster, plan.pp_degree, s);
     if (!mesh) return mesh.error();
-    placed.push_back({model.layers[i], s, std::move(*mesh), microbatch / s.dp});
+    placed.push_back({model.layers[i], s, std::move(*mesh), microbatch / s.Replicas()});
   }
   return placed;
 }
@@ -315,6 +339,8 @@ LayerTraffic TrafficOf(const cost::PlacedLayer& layer, int micro_batches) {
   t.expert_step_all_gather_bytes = c.expert_step_all_gather_bytes;
   t.all_to_alls = (c.all_to_alls + c.all_to_alls_recomputed) * micro_batches;
   t.all_to_all_bytes = c.all_to_all_bytes * t.all_to_alls;
+  t.ring_sends = (c.ring_sends + c.ring_sends_recomputed) * micro_batches;
+  t.ring_bytes = c.ring_bytes * t.ring_sends;
   return t;
 }
 
@@ -334,6 +360,7 @@ Result<PlanTraffic> LayerPlanTraffic(const cost::LayerModel& model, const LayerP
     traffic.layers.back().slice_gather_backward_bytes = m * cost::SliceGatherBackwardBytes(placed[i - 1], placed[i]);
     traffic.layers.back().sequence_gather_bytes = m * cost::SequenceGatherBytes(placed[i - 1], placed[i]);
     traffic.layers.back().sequence_gather_backward_bytes = m * cost::SequenceGatherBackwardBytes(placed[i - 1], placed[i]);
+    traffic.layers.back().context_reshard_bytes = 2 * m * cost::ContextReshardBytes(placed[i - 1], placed[i]);
   }
   // as CostStage places them: the first layer's strategy, the last layer's; never checkpointed
   if (!IsEmpty(model.embedding)) traffic.embedding = TrafficOf(PlaceOther(model.embedding, placed.front()), m);

@@ -90,6 +90,12 @@ struct LayerTraffic {
   int64_t expert_dp_all_reduce_bytes = 0;
   int64_t expert_reduce_scatter_bytes = 0;
   int64_t expert_step_all_gather_bytes = 0;
+  // Context parallelism: ring attention's sends of keys and values (and, backward, their gradients)
+  // to the next rank of the CP group (forward + backward + recomputation), and the all-to-alls of the
+  // boundary activation from a previous layer of another CP degree (forward and its gradient backward).
+  int64_t ring_bytes = 0;
+  int64_t context_reshard_bytes = 0;
+  int ring_sends = 0;
   int tp_all_reduces = 0;                // calls per iteration
   int sp_collectives = 0;                // sequence-parallel all-gathers + reduce-scatters per iteration
   int sdp_all_gathers = 0;

@@ -151,7 +151,11 @@ def _strategy(obj: Any, where: str) -> LayerStrategy:
         raise PlanError(f"{where}: must be an object with tp, dp, zero, checkpoint")
     if obj.get("ep", 1) != 1:  # kiwi's GPT has no experts to split
         raise PlanError(f"{where}.ep: expert parallelism ({obj['ep']!r}) is not run by kiwi.torch.distributed")
-    unknown = set(obj) - {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel", "selective_recompute", "ep"}
+    if obj.get("cp", 1) != 1:  # no ring attention in its GPT
+        raise PlanError(f"{where}.cp: context parallelism ({obj['cp']!r}) is not run by kiwi.torch.distributed "
+                        "(plan with kiwi hybrid --no-context-parallel)")
+    unknown = set(obj) - {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel", "selective_recompute", "ep",
+                          "cp"}
     if unknown:
         raise PlanError(f"{where}.{sorted(unknown)[0]}: unknown field")
     return LayerStrategy(_int(obj, "tp", where, 1), _int(obj, "dp", where, 1), _zero(obj, where),

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 
 namespace kiwi::solve::hybrid {
 namespace {
@@ -58,11 +59,11 @@ LayerTypes RoundTypes(const LayerTypes& model_types, int virtual_stages) {
 }
 
 Result<const cost::StageMesh*> MeshCache::Get(const cost::Cluster& cluster, int pp, const plan::LayerStrategy& s) {
-  auto it = meshes_.find({pp, s.dp, s.ep});
+  auto it = meshes_.find({pp, s.dp, s.ep, s.cp});
   if (it != meshes_.end()) return &it->second;
   Result<cost::StageMesh> mesh = cost::MakeLayerMesh(cluster, pp, s);
   if (!mesh) return mesh.error();
-  return &meshes_.emplace(std::make_tuple(pp, s.dp, s.ep), std::move(*mesh)).first->second;
+  return &meshes_.emplace(std::make_tuple(pp, s.dp, s.ep, s.cp), std::move(*mesh)).first->second;
 }
 
 Result<CostTables> CostTables::Build(const CostInputs& in, int pp, int64_t microbatch, const StrategySpaceOptions& space,
@@ -77,10 +78,15 @@ Result<CostTables> CostTables::Build(const CostInputs& in, int pp, int64_t micro
   t.types_ = in.types;
   t.num_dp_ = Log2(devices / pp) + 1;
   for (const plan::LayerStrategy& s : LayerStrategies(devices / pp, space)) {
-    if (microbatch % s.dp != 0) continue;
+    if (microbatch % s.Replicas() != 0) continue;
+    // CP gives each device the share of the micro-batch its cp 1 twin would, plus the ring: it only
+    // helps where dp ranks cannot each take whole samples, and then at the least degree that lets them.
+    if (s.cp > 1 && s.cp != s.dp / std::gcd(microbatch, int64_t{s.dp})) continue;
     t.strategies_.push_back(s);
-    t.layout_index_.push_back(2 * Log2(s.dp) + (s.SequenceParallel() ? 1 : 0));
+    t.num_cp_ = std::max(t.num_cp_, Log2(s.cp) + 1);
   }
+  for (const plan::LayerStrategy& s : t.strategies_)
+    t.layout_index_.push_back(2 * (Log2(s.dp) * t.num_cp_ + Log2(s.cp)) + (s.SequenceParallel() ? 1 : 0));
   KIWI_RETURN_IF_ERROR(t.Fill(in, meshes));
   return t;
 }
@@ -99,17 +105,17 @@ Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
     const plan::LayerStrategy& s = strategies_[static_cast<size_t>(j)];
     Result<const cost::StageMesh*> mesh = meshes.Get(*in.cluster, pp_, s);
     if (!mesh) return mesh.error();
-    const int64_t per_device = microbatch_ / s.dp;
+    const int64_t per_replica = microbatch_ / s.Replicas();  // cost::PlacedLayer::microbatch
     for (int k = 0; k < types; ++k)
       costs_[static_cast<size_t>(k * num_strategies() + j)] =
-          PriceLayer({in.types->profiles[static_cast<size_t>(k)], s, **mesh, per_device}, *in.model, *in.cost_model);
+          PriceLayer({in.types->profiles[static_cast<size_t>(k)], s, **mesh, per_replica}, *in.model, *in.cost_model);
     plan::LayerStrategy other_strategy = s;  // as the simulator places them (layer_simulator.cpp PlaceOther)
     other_strategy.checkpoint = false;
     embedding_[static_cast<size_t>(j)] =
-        PriceLayer({in.model->embedding, other_strategy, **mesh, per_device}, *in.model, *in.cost_model);
+        PriceLayer({in.model->embedding, other_strategy, **mesh, per_replica}, *in.model, *in.cost_model);
     head_[static_cast<size_t>(j)] =
-        PriceLayer({in.model->head, other_strategy, **mesh, per_device}, *in.model, *in.cost_model);
-    by_layout[static_cast<size_t>(LayoutIndex(j))] = {in.types->profiles.front(), s, **mesh, per_device};
+        PriceLayer({in.model->head, other_strategy, **mesh, per_replica}, *in.model, *in.cost_model);
+    by_layout[static_cast<size_t>(LayoutIndex(j))] = {in.types->profiles.front(), s, **mesh, per_replica};
     have_layout[static_cast<size_t>(LayoutIndex(j))] = true;
   }
   for (int k = 0; k < types; ++k) {

@@ -61,13 +61,13 @@ class MeshCache {
   Result<const cost::StageMesh*> Get(const cost::Cluster& cluster, int pp, const plan::LayerStrategy& s);
 
  private:
-  std::map<std::tuple<int, int, int>, cost::StageMesh> meshes_;  // by (pp, dp, ep); tp = stage devices / dp
+  std::map<std::tuple<int, int, int, int>, cost::StageMesh> meshes_;  // by (pp, dp, ep, cp); tp = stage devices / dp
 };
 
 class CostTables {
  public:
   // Tables for stages of NumDevices / pp devices running micro-batches of `microbatch` samples.
-  // Strategies whose DP degree does not divide the micro-batch are left out (the simulator rejects them).
+  // Strategies whose replicas (dp / cp) do not divide the micro-batch are left out (the simulator rejects them).
   static Result<CostTables> Build(const CostInputs& in, int pp, int64_t microbatch, const StrategySpaceOptions& space,
                                   MeshCache& meshes);
   // Interleaved 1F1B with v model chunks per stage, each stage's chunks alike: the tables of one round
@@ -82,9 +82,10 @@ class CostTables {
   int64_t microbatch() const { return microbatch_; }
   const std::vector<plan::LayerStrategy>& strategies() const { return strategies_; }
   int num_strategies() const { return static_cast<int>(strategies_.size()); }
-  // The layouts of a layer's boundary activation: by DP degree (1, 2, 4, ... stage devices), each
-  // whole or split over the sequence in its TP group (cost::SameLayout); resharding depends on these only.
-  int num_layouts() const { return 2 * num_dp_; }
+  // The layouts of a layer's boundary activation: by DP degree (1, 2, 4, ... stage devices) and CP
+  // degree (1 unless some strategy has CP), each whole or split over the sequence in its TP group
+  // (cost::SameLayout); resharding depends on these only.
+  int num_layouts() const { return 2 * num_dp_ * num_cp_; }
   int LayoutIndex(int strategy) const { return layout_index_[static_cast<size_t>(strategy)]; }
   const StrategyCost& Cost(int type, int strategy) const;
   // The embeddings on the first stage, run with the first layer's strategy, and the head + loss on the
@@ -118,6 +119,7 @@ class CostTables {
   const LayerTypes* types_ = nullptr;
   std::vector<plan::LayerStrategy> strategies_;
   int num_dp_ = 1;  // DP degrees
+  int num_cp_ = 1;  // CP degrees
   std::vector<int> layout_index_;
   std::vector<StrategyCost> costs_;        // [type][strategy]
   std::vector<StrategyCost> embedding_;    // [strategy]

@@ -76,6 +76,7 @@ MethodSpace SpaceOf(Method method, int num_devices, int num_layers) {
       s.strategies.allow_sequence_parallel = true;
       s.strategies.allow_selective_recompute = true;
       s.strategies.allow_expert_parallel = true;
+      s.strategies.allow_context_parallel = true;
       s.virtual_stages = {1, 2, 3, 4};  // Megatron-LM's interleaved 1F1B
       break;
     case Method::kBmw:

@@ -59,6 +59,8 @@ class Search {
     // Selective recomputation of a model without an attention core would only repeat "no recomputation".
     space_.strategies.allow_selective_recompute &= model.HasAttentionCore();
     space_.strategies.experts = model.MaxExperts();
+    space_.strategies.context_sequence = model.ContextParallelSequence();
+    space_.strategies.allow_context_parallel &= options.context_parallel;
   }
 
   Result<HybridSearchResult> Run();

@@ -74,6 +74,9 @@ struct HybridSearchOptions {
   // paper's Table II setting, where memory bounds the batch) m = 1 without pipelining and m in
   // {P, 2P, 4P} with P > 1 stages (enough micro-batches to fill the pipeline).
   bool accumulation = true;
+  // false: no context parallelism in the method's space (plans for a runtime without ring attention,
+  // such as kiwi.torch.distributed).
+  bool context_parallel = true;
   std::optional<PartitionMode> partitions;   // overrides the method's (tests use kExhaustive)
   double time_limit_seconds = 60.0;
   size_t max_labels = 8192;                  // per DP state (layer_dp.h)

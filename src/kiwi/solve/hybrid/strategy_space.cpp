@@ -137,9 +137,14 @@ std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const Strate
         for (int ep : PowerOfTwoDivisors(dp)) {
           if (ep > 1 && (!o.allow_expert_parallel || o.experts <= 0 || o.experts % ep != 0 || zero == plan::Zero::kParameters))
             continue;
-          out.push_back({tp, dp, zero, false, sp, false, ep});
-          if (o.allow_selective_recompute) out.push_back({tp, dp, zero, false, sp, true, ep});
-          if (o.allow_checkpoint) out.push_back({tp, dp, zero, true, sp, false, ep});
+          for (int cp : PowerOfTwoDivisors(dp)) {
+            if (cp > 1 && (!o.allow_context_parallel || o.context_sequence <= 0 || o.context_sequence % (2 * cp) != 0 ||
+                           ep > 1 || (tp > 1 && !sp)))
+              continue;
+            out.push_back({tp, dp, zero, false, sp, false, ep, cp});
+            if (o.allow_selective_recompute) out.push_back({tp, dp, zero, false, sp, true, ep, cp});
+            if (o.allow_checkpoint) out.push_back({tp, dp, zero, true, sp, false, ep, cp});
+          }
         }
       }
     }

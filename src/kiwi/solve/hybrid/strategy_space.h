@@ -60,6 +60,13 @@ struct StrategySpaceOptions {
   // the model (cost::LayerModel::MaxExperts); 0: none.
   int64_t experts = 0;
   bool allow_expert_parallel = false;
+  // Context parallelism (plan::LayerStrategy::cp) over a sequence of this many tokens: every
+  // power-of-two cp dividing dp (and the sequence into 2 cp chunks, load-balanced causal attention),
+  // beside cp 1, not beside EP, under TP only with sequence parallelism (Megatron-LM's and torchtitan's
+  // pairing). Only LayerStrategies has it, and only kiwi's space: the search sets it from the model
+  // (cost::LayerModel::ContextParallelSequence); 0: none.
+  int64_t context_sequence = 0;
+  bool allow_context_parallel = false;
   bool mix_dp_sdp = false;       // keep the DP+SDP trees that Takeaway #3 removes
   int max_tp = 0;                // the largest TP degree, 0 = any (the search: a node's GPUs)
 };
@@ -72,9 +79,9 @@ std::vector<TreeStrategy> DecisionTreeStrategies(int num_devices, const Strategy
 
 // The distinct strategies the layer estimator tells apart on a stage of `stage_devices` devices (it
 // always places TP innermost, so level orders collapse): tp x dp = stage_devices, sequence parallelism
-// only with tp > 1, a ZeRO stage only with dp > 1, EP only below dp, CKPT off/on (and selective
+// only with tp > 1, a ZeRO stage only with dp > 1, EP and CP only below dp, CKPT off/on (and selective
 // recomputation). Order: tp ascending, then SP off before on, then DP, ZeRO-1, ZeRO-2, SDP, then ep
-// ascending, then no recomputation, selective, CKPT.
+// ascending, then cp ascending, then no recomputation, selective, CKPT.
 std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const StrategySpaceOptions& options);
 
 // Powers of two dividing n, ascending (1 first).

@@ -1,5 +1,7 @@
 #include "kiwi/solve/hybrid/uniform_plans.h"
 
+#include <numeric>
+
 #include "kiwi/solve/hybrid/strategy_space.h"
 
 namespace kiwi::solve {
@@ -19,17 +21,20 @@ std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& o) {
   space.allow_selective_recompute = o.allow_selective_recompute;
   space.allow_expert_parallel = o.experts > 0;
   space.experts = o.experts;
+  space.allow_context_parallel = o.context_sequence > 0;
+  space.context_sequence = o.context_sequence;
   std::vector<NamedLayerPlan> plans;
   for (int pp : hybrid::PowerOfTwoDivisors(o.num_devices)) {
     if (pp > o.num_layers) continue;
     for (const plan::LayerStrategy& strategy : hybrid::LayerStrategies(o.num_devices / pp, space)) {
-      if (o.global_batch % strategy.dp != 0) continue;
+      if (o.global_batch % strategy.Replicas() != 0) continue;
+      if (strategy.cp > 1 && strategy.cp != strategy.dp / std::gcd(o.global_batch, int64_t{strategy.dp})) continue;
       plan::LayerPlan p;
       p.layers.assign(static_cast<size_t>(o.num_layers), strategy);
       p.pp_degree = pp;
       p.pp_partition = EvenPartition(o.num_layers, pp);
       p.global_batch = o.global_batch;
-      p.micro_batches = pp == 1 ? 1 : static_cast<int>(o.global_batch / strategy.dp);
+      p.micro_batches = pp == 1 ? 1 : static_cast<int>(o.global_batch / strategy.Replicas());
       plans.push_back({plan::StrategyName(strategy, pp), std::move(p)});
     }
   }

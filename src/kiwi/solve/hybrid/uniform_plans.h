@@ -27,12 +27,16 @@ struct UniformPlanOptions {
   bool allow_selective_recompute = true;  // of the attention core (for models that have one)
   // Every layer a mixture of this many experts: expert parallelism beside (0: none).
   int64_t experts = 0;
+  // The sequence a ring splits in every layer (cost::LayerModel::ContextParallelSequence): context
+  // parallelism beside (0: none), at the least CP degree that gives each replica whole samples, and only
+  // where the batch does not divide over dp (elsewhere the cp 1 plan does the same work without a ring).
+  int64_t context_sequence = 0;
 };
 
 // Degrees are powers of two with pp * tp * dp = num_devices and pp <= num_layers. Layers are split
 // evenly over stages (earlier stages take the remainder). Micro-batches: 1 without pipelining; with
-// pipelining, global_batch / dp (micro-batches of one sample per replica: the fewest bubbles). Plans
-// whose batch does not divide over dp are skipped. The strategies are hybrid::LayerStrategies' of a
+// pipelining, global_batch / (dp / cp) (micro-batches of one sample per replica: the fewest bubbles).
+// Plans whose batch does not divide over the dp / cp replicas are skipped. The strategies are hybrid::LayerStrategies' of a
 // stage. Deterministic order: pp, then LayerStrategies' (tp, SP, ZeRO stage, checkpoint).
 std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& options);
 

@@ -1,0 +1,159 @@
+// Context parallelism's terms of a layer against closed forms: a device of a CP group holds 1 / cp of
+// each sample of its replica's micro-batch, so its activations, compute and model states equal those
+// of its cp 1 twin with that share; the ring attention sends its keys and values (split over TP by
+// heads) cp - 1 times forward and 2 (cp - 1) times backward (again when recomputed), each hop costing
+// only what its send a + n / B takes beyond the attention block it overlaps (1 / cp of the pass's
+// attention); neighbouring layers of different CP degrees exchange the boundary in all-to-alls.
+#include <gtest/gtest.h>
+
+#include "kiwi/cost/layer_cost.h"
+
+namespace kiwi::cost {
+namespace {
+
+Cluster OneNode(int devices) {
+  Cluster c;
+  c.name = "node";
+  c.device.name = "dev";
+  c.device.memory_bytes = int64_t{80} << 30;
+  c.device.memory_bandwidth = 2e12;
+  c.device.SetPeakFlops(ir::DType::kBF16, 1e15);
+  c.num_nodes = 1;
+  c.devices_per_node = devices;
+  c.intra_node = {"nvlink", 1e11, 3e-6};
+  c.inter_node = {"ib", 2.5e10, 5e-6};
+  return c;
+}
+
+LayerProfile AttentionLayer() {
+  LayerProfile p;
+  p.name = "layer";
+  p.parameter_bytes = 1'000'000;
+  p.replicated_parameter_bytes = 2'000;
+  p.activation_bytes_per_sample = 3'000'000;
+  p.replicated_activation_bytes_per_sample = 1'000'000;
+  p.boundary_bytes_per_sample = 100'000;
+  p.backward_transient_bytes_per_sample = 400'000;
+  p.tp_comm_bytes_per_sample = 200'000;
+  p.forward_seconds_per_sample = 1e-3;
+  p.backward_seconds_per_sample = 2e-3;
+  p.attention_sequence = 4096;
+  p.attention_kv_bytes_per_sample = 800'000;
+  p.attention_forward_seconds_per_sample = 4e-4;
+  p.attention_backward_seconds_per_sample = 8e-4;
+  return p;
+}
+
+LayerModel MixedAdam() {
+  LayerModel m;
+  m.state_bytes_per_parameter_byte = 7.0;
+  m.gradient_bytes_per_parameter_byte = 1.0;
+  return m;
+}
+
+PlacedLayer Place(const LayerProfile& p, const plan::LayerStrategy& s, int64_t microbatch) {
+  Result<StageMesh> mesh = MakeLayerMesh(OneNode(8), 1, s);
+  EXPECT_TRUE(mesh.ok()) << mesh.error().message;
+  return {p, s, *mesh, microbatch};
+}
+
+TEST(ContextParallelism, ADeviceHoldsItsShareOfEachSample) {
+  const LayerProfile p = AttentionLayer();
+  const plan::LayerStrategy cp{.tp = 2, .dp = 4, .zero = plan::Zero::kOptimizerStates, .sequence_parallel = true, .cp = 4};
+  plan::LayerStrategy twin = cp;
+  twin.cp = 1;
+  // One sample per replica over 4 ranks = a quarter of a sample per device; the twin at 1 sample per
+  // device with 4x the batch over the same devices holds 4x as much.
+  const StageMemory split = LayerMemory(Place(p, cp, 1), MixedAdam());
+  const StageMemory whole = LayerMemory(Place(p, twin, 1), MixedAdam());
+  EXPECT_EQ(split.model_states, whole.model_states);  // weights replicated over the CP group, ZeRO over all dp
+  // SP-TP2: all of the layer's 3,000,000 bytes per sample split over TP, then a quarter of a sample.
+  EXPECT_EQ(split.activations, 3'000'000 / 4 / 2);
+  EXPECT_EQ(whole.activations, 3'000'000 / 2);
+  // The transient holds the backward's gradients in flight plus another rank's keys and values and their
+  // gradients: 2 ring sends of 800,000 / 4 / 2 bytes.
+  EXPECT_EQ(split.transient, 400'000 / 4 / 2 + 2 * (800'000 / 4 / 2));
+  // At 4 samples per replica a device holds one sample: its twin's share at 1 sample, plus the buffers.
+  const StageMemory four = LayerMemory(Place(p, cp, 4), MixedAdam());
+  EXPECT_EQ(four.activations, whole.activations);
+  EXPECT_EQ(four.transient, whole.transient + 2 * (800'000 / 2));
+}
+
+TEST(ContextParallelism, TheRingSendsKeysAndValuesCpMinusOneTimesPerPass) {
+  const LayerProfile p = AttentionLayer();
+  plan::LayerStrategy s{.tp = 1, .dp = 8, .cp = 4};
+  LayerCommunication c = LayerCommunicationOf(Place(p, s, 2));
+  EXPECT_EQ(c.ring_bytes, 800'000 * 2 / 4);  // a device's half sample of keys and values
+  EXPECT_EQ(c.ring_sends, 3 * (4 - 1));      // forward, backward twice (with the gradients)
+  EXPECT_EQ(c.ring_sends_recomputed, 0);
+  s.checkpoint = true;
+  EXPECT_EQ(LayerCommunicationOf(Place(p, s, 2)).ring_sends_recomputed, 4 - 1);
+  s.checkpoint = false;
+  s.selective_recompute = true;  // the attention core's recomputation needs the keys and values again
+  EXPECT_EQ(LayerCommunicationOf(Place(p, s, 2)).ring_sends_recomputed, 4 - 1);
+  s = {.tp = 2, .dp = 4, .sequence_parallel = true, .cp = 2};
+  EXPECT_EQ(LayerCommunicationOf(Place(p, s, 2)).ring_bytes, 800'000 * 2 / 2 / 2);  // heads over TP
+  s.cp = 1;
+  EXPECT_EQ(LayerCommunicationOf(Place(p, s, 2)).ring_sends, 0);
+  // The gradient sync is over all dp ranks, as without CP.
+  s = {.tp = 1, .dp = 8, .cp = 4};
+  plan::LayerStrategy twin = s;
+  twin.cp = 1;
+  EXPECT_EQ(LayerCommunicationOf(Place(p, s, 2)).gradient_sync_bytes, LayerCommunicationOf(Place(p, twin, 1)).gradient_sync_bytes);
+}
+
+TEST(ContextParallelism, AHopCostsWhatItsSendTakesBeyondTheBlockItOverlaps) {
+  LayerProfile p = AttentionLayer();
+  const plan::LayerStrategy s{.tp = 1, .dp = 8, .cp = 4};
+  plan::LayerStrategy twin = s;
+  twin.cp = 1;
+  const CostModel cm(OneNode(8).device);
+  const auto cost = [&](const plan::LayerStrategy& x, int64_t microbatch) {
+    StageCost c;
+    AddLayerCost(Place(p, x, microbatch), cm, c);
+    return c;
+  };
+  // The ring's 4 ranks are consecutive on one node: a hop is a + n / B over NVLink.
+  const double send = 3e-6 + (800'000.0 * 4 / 4) / 1e11;
+  // Attention blocks far longer than a send hide the ring: the same times as the twin's.
+  StageCost with = cost(s, 4), without = cost(twin, 1);
+  EXPECT_NEAR(with.compute, without.compute, 1e-12);
+  EXPECT_NEAR(with.communication, without.communication, 1e-12);
+  // Without attention work to overlap every hop shows: 3 forward, 3 of two sends backward.
+  p.attention_forward_seconds_per_sample = p.attention_backward_seconds_per_sample = 0.0;
+  with = cost(s, 4);
+  without = cost(twin, 1);
+  EXPECT_NEAR(with.communication - without.communication, 3 * send + 3 * 2 * send, 1e-12);
+  // Blocks of half a send: each forward hop shows half a send, each backward hop 1.5 sends.
+  p.attention_forward_seconds_per_sample = p.attention_backward_seconds_per_sample = send / 2 * 4;  // 1 sample, cp 4
+  with = cost(s, 4);
+  EXPECT_NEAR(with.communication - without.communication, 3 * send / 2 + 3 * (2 * send - send / 2), 1e-12);
+  plan::LayerStrategy ckpt = s;
+  ckpt.checkpoint = true;
+  plan::LayerStrategy ckpt_twin = twin;
+  ckpt_twin.checkpoint = true;
+  EXPECT_NEAR(cost(ckpt, 4).recompute - cost(ckpt_twin, 1).recompute, 3 * send / 2, 1e-12);
+}
+
+TEST(ContextParallelism, LayersOfAnotherCpDegreeExchangeTheBoundaryAllToAll) {
+  const LayerProfile p = AttentionLayer();
+  const PlacedLayer cp4 = Place(p, {.tp = 1, .dp = 8, .cp = 4}, 4);
+  const PlacedLayer cp2 = Place(p, {.tp = 1, .dp = 8, .cp = 2}, 2);
+  const PlacedLayer cp4_again = Place(p, {.tp = 1, .dp = 8, .cp = 4}, 4);
+  EXPECT_FALSE(SameLayout(cp4, cp2));
+  EXPECT_TRUE(SameLayout(cp4, cp4_again));
+  EXPECT_EQ(ContextReshardBytes(cp4, cp2), 100'000);  // one sample's boundary per device
+  EXPECT_EQ(ContextReshardBytes(cp4, cp4_again), 0);
+  const Cluster cluster = OneNode(8);
+  const CostModel cm(cluster.device);
+  Result<double> seconds = SliceGatherSeconds(cp4, cp2, cluster, cm);
+  ASSERT_TRUE(seconds.ok());
+  // Forward and backward: an all-to-all over the wider (4-rank) group.
+  EXPECT_NEAR(*seconds, 2 * cm.CollectiveTime(Collective::kAllToAll, 100'000, cp4.mesh.context.mesh, cp4.mesh.context.group),
+              1e-15);
+  EXPECT_EQ(cp4.mesh.context.mesh.GroupSize(cp4.mesh.context.group), 4);
+  EXPECT_EQ(cp4.mesh.context.mesh.GroupSize(cp4.mesh.context.across), 2);
+}
+
+}  // namespace
+}  // namespace kiwi::cost
