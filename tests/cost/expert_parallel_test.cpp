@@ -5,24 +5,13 @@
 // (ep - 1)(alpha + n / (ep B)).
 #include <gtest/gtest.h>
 
+#include "cost_test_util.h"
 #include "kiwi/cost/layer_cost.h"
 
 namespace kiwi::cost {
 namespace {
 
-Cluster OneNode(int devices) {
-  Cluster c;
-  c.name = "node";
-  c.device.name = "dev";
-  c.device.memory_bytes = int64_t{80} << 30;
-  c.device.memory_bandwidth = 2e12;
-  c.device.SetPeakFlops(ir::DType::kBF16, 1e15);
-  c.num_nodes = 1;
-  c.devices_per_node = devices;
-  c.intra_node = {"nvlink", 1e11, 3e-6};
-  c.inter_node = {"ib", 2.5e10, 5e-6};
-  return c;
-}
+using testing::OneNode;
 
 LayerProfile MoeLayer() {
   LayerProfile p;

@@ -227,8 +227,8 @@ int64_t RecomputedBytes(const PlacedLayer& l) {
 }
 
 // The gradients in flight are split over TP like the tensors they belong to (the head's: over the
-// vocabulary-parallel logits), so the whole transient is divided by t.
-// Ring attention's backward holds another rank's keys and values and their gradients in flight.
+// vocabulary-parallel logits), so the whole transient is divided by t. Under CP the ring's backward
+// also holds another rank's keys and values and their gradients.
 int64_t TransientBytes(const PlacedLayer& l) {
   return RecomputedBytes(l) + MicrobatchBytes(l, l.profile.backward_transient_bytes_per_sample, 0) +
          kRingSendsBackward * RingBytes(l);
@@ -402,7 +402,7 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
     cost.recompute += forward + (comm.tp_recomputed ? tp_forward : 0.0) + comm.all_to_alls_recomputed * all_to_all +
                       ring.forward;
     backward_compute += forward;
-  } else if (l.strategy.SelectiveRecompute()) {  // the attention core's forward, split over TP by heads; no collectives
+  } else if (l.strategy.SelectiveRecompute()) {  // the attention core's forward, split over TP by heads (and its ring)
     const double core = cost_model.LaunchBoundTime(
         p.attention_core_seconds_per_sample * share + p.attention_core_overhead_seconds, p.attention_core_kernels);
     cost.recompute += core + ring.forward;
