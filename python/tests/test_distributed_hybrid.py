@@ -131,6 +131,9 @@ def test_plan_errors_name_the_field(tmp_path):
     with pytest.raises(PlanError, match=r"x.json: layers\[0\].cp: context parallelism \(2\) is not run by kiwi.torch.distributed "
                        r"\(plan with kiwi hybrid --no-context-parallel\)$"):
         parse_plan({"layers": [{"dp": 2, "cp": 2}]}, "x.json")
+    # optimizer offloading: its ranks step on their devices
+    with pytest.raises(PlanError, match=r"x.json: layers\[0\].offload: optimizer offloading \(True\) is not run by kiwi.torch.distributed$"):
+        parse_plan({"layers": [{"dp": 2, "zero": 1, "offload": True}]}, "x.json")
     # interleaved 1F1B: read (pp x v chunks) and written back for kiwi simulate, refused by this runtime
     plan = parse_plan({"layers": [{}] * 4, "pp_degree": 2, "virtual_stages": 2, "pp_partition": [1, 1, 1, 1],
                        "global_batch": 2, "micro_batches": 2}, "x.json")

@@ -199,7 +199,7 @@ TEST(Cli, ProfileTimesChangePredictions) {
   ASSERT_EQ(graph_slow.exit_code, 0) << graph_slow.err;
   EXPECT_NEAR(graph_slow.Json()["compute_cost"].get<double>() - graph_base.Json()["compute_cost"].get<double>(),
               2.0, 0.1);
-  for (const std::string command : {"hybrid --time-limit 1", "remat --budget-fraction 0.9 --time-limit 1", "joint --time-limit 1"}) {
+  for (const std::string command : {"hybrid --time-limit 10", "remat --budget-fraction 0.9 --time-limit 1", "joint --time-limit 1"}) {
     auto r = RunKiwi(command + model + " --profile " + path);
     EXPECT_EQ(r.exit_code, 0) << command << ": " << r.err;
   }

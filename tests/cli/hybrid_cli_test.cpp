@@ -63,7 +63,7 @@ TEST(HybridCli, GptThreeInterleavesAndMatchesMegatronsConfiguration) {
   const std::string model = "--model gpt --layers 96 --hidden 12288 --heads 96 --seq 2048 --vocab 51200 --dtype bf16 "
                             "--attention materialized --cluster dgx-a100-80gb:8 --batch 64 ";
   const std::string plan = (TempDir() / "hybrid_gpt3_plan.json").string();
-  auto r = RunKiwi("hybrid " + model + "--quiet --out " + plan);
+  auto r = RunKiwi("hybrid " + model + "--quiet --time-limit 600 --out " + plan);  // a complete search, under ASan too
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("interleaved 1F1B"), std::string::npos) << r.out;
   auto sim = RunKiwi("simulate " + plan + " --json");
@@ -137,7 +137,8 @@ TEST(HybridCli, LongContextLlamaSplitsTheSequenceAndReplays) {
   EXPECT_TRUE(sim.Json()["claims"]["peak_memory_bytes_matches"].get<bool>());
   auto without = RunKiwi(flags + "--no-context-parallel");  // a plan kiwi.torch.distributed could run
   ASSERT_EQ(without.exit_code, 0) << without.err;
-  for (const nlohmann::json& layer : without.Json()["layers"]) EXPECT_EQ(layer.value("cp", 1), 1);
+  const nlohmann::json without_json = without.Json();  // kept: the loop reads into it
+  for (const nlohmann::json& layer : without_json["layers"]) EXPECT_EQ(layer.value("cp", 1), 1);
   EXPECT_GT(j["throughput_samples_per_second"].get<double>(), without.Json()["throughput_samples_per_second"].get<double>());
   auto bmw = RunKiwi(flags + "--method bmw");
   ASSERT_EQ(bmw.exit_code, 0) << bmw.err;
@@ -146,7 +147,31 @@ TEST(HybridCli, LongContextLlamaSplitsTheSequenceAndReplays) {
   std::filesystem::remove(config);
   auto g = RunKiwi(flags + "--galvatron-out " + config + " --method kiwi");
   EXPECT_EQ(g.exit_code, 2) << g.err;
-  EXPECT_NE(g.err.find("uses context parallelism"), std::string::npos) << g.err;
+  EXPECT_NE(g.err.find("which Galvatron's config cannot express"), std::string::npos) << g.err;
+  EXPECT_FALSE(std::filesystem::exists(config));
+}
+
+// Llama 3 8B on 8 H100s within 24 GiB, --offload: the search moves optimizer states to the host (ZeRO-Offload);
+// the plan replays to its claims; --galvatron-out refuses it.
+TEST(HybridCli, TightBudgetOffloadsTheOptimizerAndReplays) {
+  const std::string plan = (TempDir() / "hybrid_offload_plan.json").string();
+  auto r = RunKiwi("hybrid --model llama3-8b --cluster dgx-h100:1 --batch 64 --memory 24GiB --offload --quiet --json --out " +
+                   plan);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = r.Json();  // kept: the loop reads into it
+  bool offloads = false;
+  for (const nlohmann::json& layer : j["layers"]) offloads |= layer.value("offload", false);
+  EXPECT_TRUE(offloads) << r.out;
+  auto sim = RunKiwi("simulate " + plan + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_TRUE(sim.Json()["claims"]["iteration_seconds_matches"].get<bool>());
+  EXPECT_TRUE(sim.Json()["claims"]["peak_memory_bytes_matches"].get<bool>());
+  const std::string config = (TempDir() / "galvatron_offload.json").string();
+  std::filesystem::remove(config);
+  auto g = RunKiwi("hybrid --model llama3-8b --cluster dgx-h100:1 --batch 64 --memory 24GiB --offload --quiet --method kiwi "
+                   "--no-context-parallel --galvatron-out " + config);
+  EXPECT_EQ(g.exit_code, 2) << g.err;
+  EXPECT_NE(g.err.find("which Galvatron's config cannot express"), std::string::npos) << g.err;
   EXPECT_FALSE(std::filesystem::exists(config));
 }
 

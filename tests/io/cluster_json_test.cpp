@@ -69,6 +69,23 @@ TEST(ClusterJson, KernelLaunchTime) {
                  {"c.json: device.kernel_launch_us: must be a non-negative finite number (got -1)"});
 }
 
+TEST(ClusterJson, HostLinkAndMemoryForOffloading) {
+  Result<cost::Cluster> c = ParseClusterJson(
+      EditedFixture("\"memory\": \"80GiB\"",
+                    "\"memory\": \"80GiB\", \"host_link_bandwidth_gbps\": 63, \"host_memory_bandwidth_gbps\": 76.8"),
+      "c.json");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_DOUBLE_EQ(c->device.host_link_bandwidth, 63e9);
+  EXPECT_DOUBLE_EQ(c->device.host_memory_bandwidth, 76.8e9);
+  EXPECT_TRUE(c->device.HasHost());
+  Result<cost::Cluster> none = ParseClusterJson(EditedFixture("\"memory\": \"80GiB\"", "\"memory\": \"80GiB\""), "c.json");
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->device.HasHost());
+  ExpectBadInput(ParseClusterJson(EditedFixture("\"memory\": \"80GiB\"", "\"memory\": \"80GiB\", \"host_link_bandwidth_gbps\": 0"),
+                                  "c.json"),
+                 {"c.json: device.host_link_bandwidth_gbps:"});
+}
+
 TEST(ClusterJson, ReservedMemory) {
   Result<cost::Cluster> c = ParseClusterJson(EditedFixture("\"memory\": \"80GiB\"", "\"memory\": \"80GiB\", \"reserved\": \"3GiB\""), "c.json");
   ASSERT_TRUE(c.ok()) << c.error().message;

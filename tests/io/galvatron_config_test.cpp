@@ -99,6 +99,19 @@ TEST(GalvatronConfig, WritesZero2AndRefusesWhatGalvatronCannotExpress) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().message.find("layer 2 uses selective recomputation (TP2xSDP2+SEL)"), std::string::npos)
       << refused.error().message;
+  // Its configs have no ring attention and no offloading of the optimizer.
+  plan::LayerPlan context = MixedPlan();
+  context.layers[2].cp = 2;
+  refused = WriteGalvatronConfig(context);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("layer 2 uses context parallelism (TP2xSDP2xCP2)"), std::string::npos)
+      << refused.error().message;
+  plan::LayerPlan offload = MixedPlan();
+  offload.layers[2].offload = true;
+  refused = WriteGalvatronConfig(offload);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("layer 2 offloads its optimizer (TP2xSDP2+OFFLOAD)"), std::string::npos)
+      << refused.error().message;
   // Its pipelines run one chunk per stage: interleaved 1F1B is refused.
   plan::LayerPlan interleaved = MixedPlan();
   interleaved.virtual_stages = 2;

@@ -279,6 +279,23 @@ TEST(PlanJson, ContextParallelPerLayer) {
                  {"plan.json: layer.layers[0].cp:"});
 }
 
+// ZeRO-Offload: "offload" (false when absent, written only when true).
+TEST(PlanJson, OffloadPerLayer) {
+  Result<plan::Plan> p = ParsePlanJson(
+      R"({"kiwi_plan_version": 1, "layer": {"layers": [{"dp": 8, "zero": 2, "offload": true}, {"dp": 8}]}})", "plan.json");
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_TRUE(p->layer->layers[0].offload);
+  EXPECT_FALSE(p->layer->layers[1].offload);
+  EXPECT_EQ(plan::StrategyName(p->layer->layers[0]), "ZeRO2-DP8+OFFLOAD");
+  const std::string written = WritePlanJson(*p);
+  EXPECT_EQ(written.find("\"offload\""), written.rfind("\"offload\""));
+  Result<plan::Plan> back = ParsePlanJson(written, "plan.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->layer->layers, p->layer->layers);
+  ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [{"dp": 4, "offload": 1}]}})", "plan.json"),
+                 {"plan.json: layer.layers[0].offload:"});
+}
+
 // Interleaved 1F1B: "virtual_stages" (1 when absent, written only above 1) and a partition of
 // pp_degree x virtual_stages chunks; only on the 1F1B schedule, with more than one stage.
 TEST(PlanJson, InterleavedPipelineChunks) {

@@ -891,6 +891,25 @@ TEST(SimulateLayerPlan, RejectsContextParallelismItCannotRun) {
   ExpectBadInput(model, plan, cluster, "layers[0]: cp: 2 ranks cannot split the sequence of 6 tokens into 2 x 2 equal chunks");
 }
 
+TEST(SimulateLayerPlan, RejectsOffloadingWithoutAHostOrAnOptimizer) {
+  cost::Cluster cluster = TestCluster(1, 4);
+  LayerModel model = FourLayers();
+  model.optimizer = "adam";
+  model.state_bytes_per_parameter_byte = 3.0;
+  LayerPlan plan = UniformPlan({.tp = 1, .dp = 4, .zero = plan::Zero::kOptimizerStates}, 16, 1);
+  plan.layers[2].offload = true;
+  ExpectBadInput(model, plan, cluster, "layers[2]: offload: cluster test gives its device no host link");
+  cluster.device.host_link_bandwidth = 25e9;
+  cluster.device.host_memory_bandwidth = 50e9;
+  const LayerSimResult offloaded = Simulate(model, plan, cluster);
+  plan.layers[2].offload = false;
+  const LayerSimResult kept = Simulate(model, plan, cluster);
+  EXPECT_LT(offloaded.summary.peak_memory_bytes, kept.summary.peak_memory_bytes);  // layer 2's states left
+  model.optimizer.clear();
+  plan.layers[2].offload = true;
+  ExpectBadInput(model, plan, cluster, "layers[2]: offload: model four has no optimizer step to offload");
+}
+
 TEST(SimulateLayerPlan, RejectsPartitionsThatDoNotCoverTheLayers) {
   const cost::Cluster cluster = TestCluster(1, 4);
   LayerPlan plan = UniformPlan({.tp = 1, .dp = 2}, 16, 2);

@@ -48,7 +48,8 @@ void ExpectEstimatesMatchSimulator(const cost::Cluster& cluster, const cost::Lay
   const cost::CostModel cm = TestCostModel(cluster);
   MeshCache meshes;
   // kiwi's whole per-layer space: ZeRO-1/2 and sequence parallelism beside Galvatron-BMW's strategies
-  const StrategySpaceOptions space = SpaceOf(Method::kKiwi, cluster.NumDevices(), 1).strategies;
+  StrategySpaceOptions space = SpaceOf(Method::kKiwi, cluster.NumDevices(), 1).strategies;
+  space.allow_offload = cluster.device.HasHost() && !model.optimizer.empty();  // as the search does, asked to
   Result<CostTables> base = CostTables::Build({&model, &types, &cluster, &cm}, pp, batch / micro_batches, space, meshes);
   ASSERT_TRUE(base.ok()) << base.error().message;
   const std::optional<CostTables> t =
@@ -91,6 +92,14 @@ TEST(EstimatePipeline, MatchesTheSimulatorOnRandomAssignments) {
   ExpectEstimatesMatchSimulator(TestCluster(2, 4), model, 2, 32, 2, plan::PipelineSchedule::kGPipe, rng);
   ExpectEstimatesMatchSimulator(TestCluster(2, 4), model, 4, 32, 8, plan::PipelineSchedule::k1F1B, rng);
   ExpectEstimatesMatchSimulator(TestCluster(1, 4), model, 4, 8, 2, plan::PipelineSchedule::k1F1B, rng);
+  // With a host and an optimizer step: offloaded layers among them.
+  cost::Cluster hosted = TestCluster(2, 2);
+  hosted.device.host_link_bandwidth = 1e10;
+  hosted.device.host_memory_bandwidth = 5e10;
+  cost::LayerModel stepped = model;
+  stepped.optimizer = "adam";
+  ExpectEstimatesMatchSimulator(hosted, stepped, 1, 16, 4, plan::PipelineSchedule::k1F1B, rng);
+  ExpectEstimatesMatchSimulator(hosted, stepped, 2, 16, 4, plan::PipelineSchedule::k1F1B, rng);
 }
 
 // Interleaved 1F1B: 8 layers in 2 rounds of 4 (one type: the copies alike, memory exact) and

@@ -32,13 +32,15 @@ HybridSearchResult Search(const cost::LayerModel& model, const cost::Cluster& cl
 }
 
 // Every (pp, partition, m, assignment) of a batch in the search's space (TP within a node), simulated.
-std::vector<Outcome> EverythingAtBatch(const cost::LayerModel& model, const cost::Cluster& cluster, int64_t batch) {
+std::vector<Outcome> EverythingAtBatch(const cost::LayerModel& model, const cost::Cluster& cluster, int64_t batch,
+                                       bool offload = false) {
   std::vector<Outcome> all;
   StrategySpaceOptions space = SpaceOf(Method::kKiwi, cluster.NumDevices(), static_cast<int>(model.layers.size())).strategies;
   if (cluster.num_nodes > 1) space.max_tp = cluster.devices_per_node;
   space.allow_selective_recompute &= model.HasAttentionCore();  // as the search does
   space.experts = model.MaxExperts();
   space.context_sequence = model.ContextParallelSequence();
+  space.allow_offload = offload && cluster.device.HasHost() && !model.optimizer.empty();  // as the search does
   const int layers = static_cast<int>(model.layers.size());
   for (int pp : PowerOfTwoDivisors(cluster.NumDevices())) {
     if (pp > layers) continue;
@@ -75,8 +77,9 @@ void ExpectSimulatorAgrees(const HybridSearchResult& r) {
 // plan replays to its claims and is as fast as the best of `all`.
 HybridSearchResult ExpectBruteForceBest(const cost::LayerModel& model, const cost::Cluster& cluster,
                                         const std::vector<Outcome>& all, int64_t budget,
-                                        std::optional<int64_t> batch, int64_t max_batch = 512) {
+                                        std::optional<int64_t> batch, int64_t max_batch = 512, bool offload = false) {
   HybridSearchOptions o;
+  o.offload = offload;
   o.memory_budget_bytes = budget;
   o.global_batch = batch;
   o.max_batch = max_batch;
@@ -217,6 +220,26 @@ TEST(SearchHybridPlan, ContextParallelismEqualsBruteForce) {
     for (const plan::LayerStrategy& l : r.plan.layers) context_parallel_wins |= l.cp > 1;
   }
   EXPECT_TRUE(context_parallel_wins);
+}
+
+// Offloading (asked for) is one more choice per layer on a cluster whose devices reach a host: the search equals
+// brute force over every plan with and without it, and at the smallest budgets the best plan offloads.
+TEST(SearchHybridPlan, OffloadEqualsBruteForce) {
+  cost::Cluster cluster = TestCluster(1, 2);
+  cluster.device.host_link_bandwidth = 1e10;
+  cluster.device.host_memory_bandwidth = 5e10;
+  cost::LayerModel model = TwoTypeModel(2, 1);
+  model.optimizer = "adam";
+  model.state_bytes_per_parameter_byte = 7.0;  // mixed precision: most of the states are the optimizer's
+  std::vector<Outcome> all = EverythingAtBatch(model, cluster, 4, /*offload=*/true);
+  bool offload_wins = false;
+  const std::vector<int64_t> ends = InterestingBudgets(all);
+  for (int i = 0; i <= 6; ++i) {
+    const int64_t budget = ends.front() + (ends.back() - ends.front()) * i / 6;
+    const HybridSearchResult r = ExpectBruteForceBest(model, cluster, all, budget, 4, 512, /*offload=*/true);
+    for (const plan::LayerStrategy& l : r.plan.layers) offload_wins |= l.offload;
+  }
+  EXPECT_TRUE(offload_wins);
 }
 
 TEST(SearchHybridPlan, BatchSweepEqualsBruteForce) {

@@ -167,6 +167,7 @@ TEST(LayerStrategies, SelectiveRecomputationBetweenNoneAndCheckpointing) {
 // outside kiwi's space.
 TEST(LayerStrategies, ExpertParallelismWithinDpForModelsWithExperts) {
   StrategySpaceOptions kiwi = SpaceOf(Method::kKiwi, 8, 8).strategies;
+  kiwi.allow_offload = false;  // counted apart (OffloadTwinsOfShardedOrSingleRankStrategies)
   const std::vector<plan::LayerStrategy> dense = LayerStrategies(8, kiwi);
   for (const plan::LayerStrategy& s : dense) EXPECT_EQ(s.ep, 1);
   kiwi.experts = 4;
@@ -196,6 +197,7 @@ TEST(LayerStrategies, ExpertParallelismWithinDpForModelsWithExperts) {
 // never beside EP; none without a sequence or outside kiwi's space.
 TEST(LayerStrategies, ContextParallelismWithinDpForRingAttention) {
   StrategySpaceOptions kiwi = SpaceOf(Method::kKiwi, 8, 8).strategies;
+  kiwi.allow_offload = false;  // counted apart (OffloadTwinsOfShardedOrSingleRankStrategies)
   kiwi.experts = 4;
   const std::vector<plan::LayerStrategy> without = LayerStrategies(8, kiwi);
   for (const plan::LayerStrategy& s : without) EXPECT_EQ(s.cp, 1);
@@ -220,6 +222,27 @@ TEST(LayerStrategies, ContextParallelismWithinDpForRingAttention) {
   StrategySpaceOptions bmw = SpaceOf(Method::kBmw, 8, 8).strategies;
   bmw.context_sequence = 8;
   for (const plan::LayerStrategy& s : LayerStrategies(8, bmw)) EXPECT_EQ(s.cp, 1);
+}
+
+// ZeRO-Offload in kiwi's space where asked: a twin of every strategy with a ZeRO stage or one rank.
+TEST(LayerStrategies, OffloadTwinsOfShardedOrSingleRankStrategies) {
+  StrategySpaceOptions kiwi = SpaceOf(Method::kKiwi, 8, 8).strategies;
+  kiwi.allow_offload = false;
+  const std::vector<plan::LayerStrategy> without = LayerStrategies(8, kiwi);
+  kiwi.allow_offload = true;
+  size_t twins = 0;
+  for (const plan::LayerStrategy& s : LayerStrategies(8, kiwi)) {
+    if (!s.offload) continue;
+    ++twins;
+    EXPECT_TRUE(s.dp == 1 || s.ZeroStage() != plan::Zero::kNone) << plan::StrategyName(s);
+    plan::LayerStrategy twin = s;
+    twin.offload = false;
+    EXPECT_NE(std::find(without.begin(), without.end(), twin), without.end()) << plan::StrategyName(s);
+  }
+  size_t eligible = 0;
+  for (const plan::LayerStrategy& s : without) eligible += s.dp == 1 || s.ZeroStage() != plan::Zero::kNone;
+  EXPECT_EQ(twins, eligible);
+  for (const plan::LayerStrategy& s : LayerStrategies(8, SpaceOf(Method::kBmw, 8, 8).strategies)) EXPECT_FALSE(s.offload);
 }
 
 }  // namespace

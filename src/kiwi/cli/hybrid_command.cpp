@@ -45,6 +45,7 @@ struct HybridOptions {
   CostFlags cost;
   bool no_accumulation = false;
   bool no_context_parallel = false;
+  bool offload = false;
   bool quiet = false;
   bool json = false;
 };
@@ -79,6 +80,7 @@ Result<hybrid::HybridSearchOptions> SearchOptions(const HybridOptions& o, const 
   s.max_batch = o.max_batch;
   s.accumulation = !o.no_accumulation;
   s.context_parallel = !o.no_context_parallel;
+  s.offload = o.offload;
   s.time_limit_seconds = o.search.SecondsLeft();
   if (!o.quiet) s.progress = [](const std::string& line) { std::cerr << "kiwi hybrid: " << line << '\n'; };
   return s;
@@ -279,6 +281,9 @@ Command AddHybridCommand(CLI::App& root) {
   app->add_flag("--no-context-parallel", o->no_context_parallel,
                 "leave context parallelism (ring attention) out of the search: plans for kiwi.torch.distributed, "
                 "which does not run it");
+  app->add_flag("--offload", o->offload,
+                "with --method kiwi: also offload layers' optimizer states and step to the host (ZeRO-Offload), on "
+                "clusters whose device has a host link and host memory bandwidth");
   app->add_option("--cluster", o->cluster, ClusterHelp())->capture_default_str();
   app->add_option("--memory", o->memory, "memory budget per device (default: the device's memory)");
   CLI::Option* method =

@@ -28,7 +28,13 @@ struct DeviceSpec {
   // Streaming multiprocessors: a GEMM's output tiles run in waves of this many, and a last wave that
   // fills only part of them wastes the rest (wave quantization). 0: no wave model.
   int multiprocessors = 0;
+  // The device's way to its host (ZeRO-Offload, plan::LayerStrategy::offload): the device-host link's
+  // bytes/s per direction (PCIe), and the device's share of its host's memory bandwidth, which a CPU
+  // optimizer step streams its states through. 0: unknown (no offloading).
+  double host_link_bandwidth = 0.0;
+  double host_memory_bandwidth = 0.0;
 
+  bool HasHost() const { return host_link_bandwidth > 0.0 && host_memory_bandwidth > 0.0; }
   double PeakFlops(ir::DType dtype) const { return peak_flops[static_cast<size_t>(dtype)]; }
   void SetPeakFlops(ir::DType dtype, double flops) { peak_flops[static_cast<size_t>(dtype)] = flops; }
 };

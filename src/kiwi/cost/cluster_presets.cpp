@@ -150,11 +150,27 @@ constexpr double kMegatronLaunchSeconds = 35.0 * kMicro;
 // and PP communicators. Galvatron keeps 1 GiB of context per stage plus 20% of memory for the same reasons.
 constexpr int64_t kMegatronReservedBytes = 3 * kGiB;
 
+// A DGX node's way from each GPU to host memory (ZeRO-Offload): its PCIe x16 link (PCI-SIG: Gen4 16
+// GT/s, Gen5 32 GT/s per lane, 128/130 encoding: 31.5 and 63.0 GB/s per direction) and an eighth of
+// its two CPUs' memory bandwidth, DDR channels x transfers/s x 8 bytes x 2 sockets (DGX A100 user
+// guide: 2 AMD EPYC 7742, 8 channels of DDR4-3200 each; DGX H100 user guide: 2 Intel Xeon Platinum
+// 8480C, 8 channels of DDR5-4800 each). Datasheet peaks: the cost model applies its memory efficiency.
+struct DgxHost {
+  double link_bandwidth = 0.0;
+  double memory_bandwidth = 0.0;
+};
+constexpr int kDgxGpus = 8;
+DgxHost DgxA100Host() { return {31.5 * kGiga, 2 * 8 * 3200e6 * 8 / kDgxGpus}; }
+DgxHost DgxH100Host() { return {63.0 * kGiga, 2 * 8 * 4800e6 * 8 / kDgxGpus}; }
+
 // A DGX system of `nodes` nodes of 8 GPUs on NVSwitch, one network adapter per GPU (rails).
 // The DGX presets price GEMMs with wave quantization over the GPU's SMs (docs/fidelity.md); the
 // older presets keep the flat efficiency their papers' tables were reproduced with.
-Cluster Dgx(std::string name, DeviceSpec device, int multiprocessors, Link nvlink, Link adapter, int nodes) {
+Cluster Dgx(std::string name, DeviceSpec device, int multiprocessors, Link nvlink, Link adapter, DgxHost host,
+            int nodes) {
   device.kernel_launch_seconds = kMegatronLaunchSeconds;
+  device.host_link_bandwidth = host.link_bandwidth;
+  device.host_memory_bandwidth = host.memory_bandwidth;
   device.reserved_bytes = kMegatronReservedBytes;
   device.multiprocessors = multiprocessors;
   Cluster c = SingleNode(std::move(name), std::move(device), 8, nvlink);
@@ -171,8 +187,8 @@ struct NodePresetEntry {
 
 constexpr std::array<NodePresetEntry, 2> kNodePresets = {{
     // NVIDIA A100 Tensor Core GPU Architecture whitepaper: 108 SMs; H100 whitepaper: 132 SMs (SXM5).
-    {"dgx-a100-80gb", [](std::string n, int nodes) { return Dgx(std::move(n), A100Sxm4_80GB(), 108, NvLink3(), InfiniBandHdr(), nodes); }},
-    {"dgx-h100", [](std::string n, int nodes) { return Dgx(std::move(n), H100Sxm5_80GB(), 132, NvLink4(), InfiniBandNdr(), nodes); }},
+    {"dgx-a100-80gb", [](std::string n, int nodes) { return Dgx(std::move(n), A100Sxm4_80GB(), 108, NvLink3(), InfiniBandHdr(), DgxA100Host(), nodes); }},
+    {"dgx-h100", [](std::string n, int nodes) { return Dgx(std::move(n), H100Sxm5_80GB(), 132, NvLink4(), InfiniBandNdr(), DgxH100Host(), nodes); }},
 }};
 constexpr int kMaxPresetNodes = 4096;  // 32,768 GPUs: beyond the largest published training runs
 

@@ -178,6 +178,17 @@ CostModel::PassTime CostModel::VocabParallelCrossEntropyTime(int64_t logits_byte
   return {seconds + overhead, kernels, overhead};
 }
 
+double CostModel::HostOptimizerStepTime(std::string_view optimizer, double input_bytes) const {
+  const double rate = device_.host_memory_bandwidth * options_.memory_efficiency;
+  if (optimizer.empty() || input_bytes <= 0.0 || rate <= 0.0) return 0.0;
+  const bool adam = optimizer == "adam" || optimizer == "fused_adam";
+  return input_bytes * OptimizerTrafficFactor(adam ? "fused_adam" : optimizer) / rate;
+}
+
+double CostModel::HostTransferTime(double bytes) const {
+  return bytes > 0.0 && device_.host_link_bandwidth > 0.0 ? bytes / device_.host_link_bandwidth : 0.0;
+}
+
 double CostModel::MemoryBoundTime(const std::string& op, double counted_bytes, double traffic) const {
   // A measured rate already includes the op's traffic; the profile's copy or the datasheet's bandwidth does not.
   if (profile_.device.op_bandwidth.count(op) == 0) counted_bytes *= traffic;

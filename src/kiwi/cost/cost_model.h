@@ -120,6 +120,13 @@ class CostModel {
   // traffic (PyTorch's Adam: 4.5x the bytes read once; SGD 1.5x) at the op's measured rate, else the
   // profile's or the device's bandwidth; plus the profile's time per tensor and the kernel overhead.
   double OptimizerStepTime(std::string_view optimizer, double input_bytes, double input_tensors) const;
+  // The same step on the host's CPUs (ZeRO-Offload's CPU Adam, Ren et al. 2021 §5.1: one fused,
+  // vectorized pass, so fused Adam's traffic for either Adam) at the device's share of the host's
+  // memory bandwidth (DeviceSpec::host_memory_bandwidth) and the memory efficiency; 0 without a host.
+  double HostOptimizerStepTime(std::string_view optimizer, double input_bytes) const;
+  // Copying `bytes` between the device and its host's memory, one direction: bytes over the host link
+  // (DeviceSpec::host_link_bandwidth, PCIe); 0 without a host link.
+  double HostTransferTime(double bytes) const;
 
   // Seconds added to every executed op when ops run one after another (an additive profile): the
   // per-op time of eager training calibrated from the profile's reference step where the loader set

@@ -68,11 +68,12 @@ double TpWholeDenseBytes(const PlacedLayer& l) {
 }
 double ExpertBytes(const PlacedLayer& l) { return static_cast<double>(l.profile.expert_parameter_bytes); }
 
-// Bytes of model states per parameter byte of one DP replica, `dp` ranks sharding what the ZeRO stage shards.
+// Bytes of model states per parameter byte of one DP replica, `dp` ranks sharding what the ZeRO stage
+// shards; offloaded optimizer states are in host memory.
 double StateBytesPerParameterByte(const plan::LayerStrategy& s, int dp, const LayerModel& model) {
   const double n = static_cast<double>(dp);
   const double gradients = model.GradientBytesPerParameterByte();
-  const double states = model.OptimizerStateBytesPerParameterByte();
+  const double states = s.offload ? 0.0 : model.OptimizerStateBytesPerParameterByte();
   return (s.Shards(plan::Zero::kParameters) ? 1.0 / n : 1.0) + (s.Shards(plan::Zero::kGradients) ? gradients / n : gradients) +
          (s.Shards(plan::Zero::kOptimizerStates) ? states / n : states);
 }
@@ -87,19 +88,31 @@ int64_t ModelStateBytes(const PlacedLayer& l, const LayerModel& model) {
   return static_cast<int64_t>(std::ceil((dense + experts) / s.tp));
 }
 
-// The model states one device's optimizer step passes over: all of them, or the DP shard under any
-// ZeRO stage (each rank steps the parameters whose optimizer states it holds; the experts' over dp / ep).
-int64_t SteppedStateBytes(const PlacedLayer& l, const LayerModel& model) {
+// The parameters whose optimizer step one device runs: all of its TP shard, or the DP shard of it
+// under any ZeRO stage (each rank steps the parameters whose optimizer states it holds; the experts'
+// over dp / ep).
+double SteppedParameterBytes(const PlacedLayer& l) {
   const plan::LayerStrategy& s = l.strategy;
   const bool sharded = s.Shards(plan::Zero::kOptimizerStates);
   const double dense = TpWholeDenseBytes(l) / (sharded ? s.dp : 1);
   const double experts = ExpertBytes(l) / s.ep / (sharded ? s.ExpertDataParallel() : 1);
-  return static_cast<int64_t>(std::ceil((dense + experts) * (1.0 + model.state_bytes_per_parameter_byte) / s.tp));
+  return (dense + experts) / s.tp;
+}
+
+// The model states that step passes over: the parameters with their gradients and optimizer states.
+int64_t SteppedStateBytes(const PlacedLayer& l, const LayerModel& model) {
+  return static_cast<int64_t>(std::ceil(SteppedParameterBytes(l) * (1.0 + model.state_bytes_per_parameter_byte)));
 }
 
 }  // namespace
 
 double OptimizerSeconds(const PlacedLayer& layer, const LayerModel& model, const CostModel& cost_model) {
+  if (layer.strategy.offload) {  // ZeRO-Offload: gradients down, the CPU's step, parameters back up
+    const double parameters = SteppedParameterBytes(layer);
+    return cost_model.HostTransferTime(parameters * model.GradientBytesPerParameterByte()) +
+           cost_model.HostOptimizerStepTime(model.optimizer, static_cast<double>(SteppedStateBytes(layer, model))) +
+           cost_model.HostTransferTime(parameters);
+  }
   const bool flat_shard = layer.strategy.Shards(plan::Zero::kOptimizerStates);  // DeepSpeed: one flat shard
   const double tensors = model.optimizer_tensors_per_parameter * (flat_shard ? 1.0 : layer.profile.parameter_tensors);
   return cost_model.OptimizerStepTime(model.optimizer, static_cast<double>(SteppedStateBytes(layer, model)), tensors);

@@ -73,6 +73,10 @@ struct StageCost {
 // The optimizer step of one layer on one device: a pass over the model states it updates there
 // (parameters, gradients, optimizer states: TP-sharded, and DP-sharded under every ZeRO stage), priced
 // by the cost model, plus the per-tensor work of every parameter tensor (one flat shard under ZeRO).
+// Offloaded (ZeRO-Offload, Ren et al. 2021 §4.2): the stepped parameters' gradients copied to the host,
+// the same states stepped by the host's CPUs, the updated parameters copied back, one after another
+// (ZeRO-Offload without its one-step delay; the gradients' copy overlapping the backward pass is not
+// credited: an upper bound).
 double OptimizerSeconds(const PlacedLayer& layer, const LayerModel& model, const CostModel& cost_model);
 
 // ZeRO-1/2's all-gather of the layer's updated parameter shards after the optimizer step (0 otherwise).

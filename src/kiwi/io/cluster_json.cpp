@@ -82,7 +82,7 @@ Result<cost::DeviceSpec> ReadDevice(const Json& doc, const JsonPath& root) {
   const JsonPath at = root.Key("device");
   KIWI_RETURN_IF_ERROR(
       CheckKnownKeys(j, at, {"name", "memory", "memory_bandwidth_gbps", "peak_tflops", "kernel_launch_us", "reserved",
-                             "multiprocessors"}));
+                             "multiprocessors", "host_link_bandwidth_gbps", "host_memory_bandwidth_gbps"}));
   cost::DeviceSpec spec;
   Result<std::string> name = StringFieldOr(j, at, "name", "device");
   if (!name) return name.error();
@@ -102,6 +102,13 @@ Result<cost::DeviceSpec> ReadDevice(const Json& doc, const JsonPath& root) {
     Result<int64_t> sms = IntField(j, at, "multiprocessors", IntRange{0, 1 << 20});
     if (!sms) return sms.error();
     spec.multiprocessors = static_cast<int>(*sms);
+  }
+  for (auto [key, field] : {std::pair{"host_link_bandwidth_gbps", &spec.host_link_bandwidth},
+                             std::pair{"host_memory_bandwidth_gbps", &spec.host_memory_bandwidth}}) {
+    if (FindField(j, key) == nullptr) continue;
+    Result<double> rate = ScaledField(j, at, key, kGiga, kRate);
+    if (!rate) return rate.error();
+    *field = *rate;
   }
   if (FindField(j, "reserved") != nullptr) {
     Result<int64_t> reserved = ReadSize(j, at, "reserved", true);

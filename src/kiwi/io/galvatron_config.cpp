@@ -171,6 +171,9 @@ Result<std::string> DefaultDpType(const plan::LayerPlan& plan) {
     if (plan.layers[i].ep > 1)  // Galvatron-BMW's strategy configs have no expert dimension
       return BadInput(fmt::format("layer {} uses expert parallelism ({}), which Galvatron's config cannot express",
                                   i, plan::StrategyName(plan.layers[i])));
+    if (plan.layers[i].offload)
+      return BadInput(fmt::format("layer {} offloads its optimizer ({}), which Galvatron's config cannot express",
+                                  i, plan::StrategyName(plan.layers[i])));
     if (plan.layers[i].cp > 1)  // its sequence dimension is Ulysses' all-to-all, not ring attention
       return BadInput(fmt::format("layer {} uses context parallelism ({}), which Galvatron's config cannot express",
                                   i, plan::StrategyName(plan.layers[i])));

@@ -71,6 +71,10 @@ struct LayerStrategy {
   // its tokens alone. Gradients sync (and ZeRO shards) over all dp ranks, as torchtitan's FSDP over
   // dp_shard x cp.
   int cp = 1;
+  // ZeRO-Offload (Ren et al. 2021): the layer's optimizer states (with fp32 master weights) live in
+  // host memory and its optimizer step runs on the host's CPUs: each rank sends the gradients of the
+  // parameters it steps to the host and gets the updated parameters back over PCIe.
+  bool offload = false;
   // The stage in effect: a ZeRO stage over one DP rank shards nothing.
   Zero ZeroStage() const { return dp > 1 ? zero : Zero::kNone; }
   // Sequence parallelism in effect: it needs a TP group.
@@ -92,7 +96,7 @@ inline const char* DataParallelName(Zero zero) {
 }
 
 // "TP2xDP4", "SP-TP2xZeRO2-DP4+CKPT", "TP8+SEL" (selective recomputation), "SDP8", "TP2xZeRO1-DP8xEP4"
-// (expert parallelism), "SP-TP8xSDP16xCP4" (context parallelism); with pp > 1 prefixed "PP2x" (a uniform plan's name); "single" without parallelism.
+// (expert parallelism), "SP-TP8xSDP16xCP4" (context parallelism), "ZeRO2-DP8+OFFLOAD+CKPT" (offloading); with pp > 1 prefixed "PP2x" (a uniform plan's name); "single" without parallelism.
 std::string StrategyName(const LayerStrategy& strategy, int pp = 1);
 
 enum class PipelineSchedule : uint8_t { k1F1B, kGPipe };

@@ -17,6 +17,7 @@ std::string StrategyName(const LayerStrategy& s, int pp) {
   if (s.ep > 1) parts.push_back(fmt::format("EP{}", s.ep));
   if (s.cp > 1) parts.push_back(fmt::format("CP{}", s.cp));
   std::string name = parts.empty() ? "single" : fmt::format("{}", fmt::join(parts, "x"));
+  if (s.offload) name += "+OFFLOAD";
   if (s.checkpoint) return name + "+CKPT";
   return s.SelectiveRecompute() ? name + "+SEL" : name;
 }

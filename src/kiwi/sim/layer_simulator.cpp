@@ -91,6 +91,18 @@ Status CheckContextParallelism(const cost::LayerModel& model, const LayerStrateg
   return Status::Ok();
 }
 
+// Offloading needs the device's way to its host (cost::DeviceSpec::host_*) and an optimizer step to move there.
+Status CheckOffload(const cost::LayerModel& model, const LayerStrategy& s, const cost::Cluster& cluster, size_t i) {
+  if (!s.offload) return Status::Ok();
+  const std::string at = fmt::format("layer plan: layers[{}]: offload", i);
+  if (!cluster.device.HasHost())
+    return BadInput(fmt::format("{}: cluster {} gives its device no host link or host memory bandwidth "
+                                "(device host_link_bandwidth_gbps, host_memory_bandwidth_gbps)", at, cluster.name));
+  if (model.optimizer.empty())
+    return BadInput(fmt::format("{}: model {} has no optimizer step to offload", at, model.name));
+  return Status::Ok();
+}
+
 Status CheckDegrees(const cost::LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster) {
   if (model.layers.empty()) return BadInput(fmt::format("layer model {}: has no layers", model.name));
   if (plan.layers.size() != model.layers.size())
@@ -107,6 +119,7 @@ Status CheckDegrees(const cost::LayerModel& model, const LayerPlan& plan, const 
                                   s.tp, s.dp, devices));
     KIWI_RETURN_IF_ERROR(CheckExpertParallelism(model.layers[i], s, i));
     KIWI_RETURN_IF_ERROR(CheckContextParallelism(model, s, i));
+    KIWI_RETURN_IF_ERROR(CheckOffload(model, s, cluster, i));
   }
   return Status::Ok();
 }

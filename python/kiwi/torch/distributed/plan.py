@@ -154,8 +154,10 @@ def _strategy(obj: Any, where: str) -> LayerStrategy:
     if obj.get("cp", 1) != 1:  # no ring attention in its GPT
         raise PlanError(f"{where}.cp: context parallelism ({obj['cp']!r}) is not run by kiwi.torch.distributed "
                         "(plan with kiwi hybrid --no-context-parallel)")
+    if obj.get("offload", False) is not False:  # its optimizer steps on the ranks' devices
+        raise PlanError(f"{where}.offload: optimizer offloading ({obj['offload']!r}) is not run by kiwi.torch.distributed")
     unknown = set(obj) - {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel", "selective_recompute", "ep",
-                          "cp"}
+                          "cp", "offload"}
     if unknown:
         raise PlanError(f"{where}.{sorted(unknown)[0]}: unknown field")
     return LayerStrategy(_int(obj, "tp", where, 1), _int(obj, "dp", where, 1), _zero(obj, where),

@@ -61,6 +61,8 @@ class Search {
     space_.strategies.experts = model.MaxExperts();
     space_.strategies.context_sequence = model.ContextParallelSequence();
     space_.strategies.allow_context_parallel &= options.context_parallel;
+    space_.strategies.allow_offload = options.offload && options.method == Method::kKiwi && cluster.device.HasHost() &&
+                                      !model.optimizer.empty();
   }
 
   Result<HybridSearchResult> Run();

@@ -77,6 +77,9 @@ struct HybridSearchOptions {
   // false: no context parallelism in the method's space (plans for a runtime without ring attention,
   // such as kiwi.torch.distributed).
   bool context_parallel = true;
+  // true: kiwi's space also offloads optimizer states to the host (ZeRO-Offload) where the cluster's
+  // device has a host and the model an optimizer step. Opt-in: with it the search is slower.
+  bool offload = false;
   std::optional<PartitionMode> partitions;   // overrides the method's (tests use kExhaustive)
   double time_limit_seconds = 60.0;
   size_t max_labels = 8192;                  // per DP state (layer_dp.h)

@@ -141,9 +141,12 @@ std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const Strate
             if (cp > 1 && (!o.allow_context_parallel || o.context_sequence <= 0 || o.context_sequence % (2 * cp) != 0 ||
                            ep > 1 || (tp > 1 && !sp)))
               continue;
-            out.push_back({tp, dp, zero, false, sp, false, ep, cp});
-            if (o.allow_selective_recompute) out.push_back({tp, dp, zero, false, sp, true, ep, cp});
-            if (o.allow_checkpoint) out.push_back({tp, dp, zero, true, sp, false, ep, cp});
+            for (bool offload : {false, true}) {
+              if (offload && (!o.allow_offload || (dp > 1 && zero == plan::Zero::kNone))) continue;
+              out.push_back({tp, dp, zero, false, sp, false, ep, cp, offload});
+              if (o.allow_selective_recompute) out.push_back({tp, dp, zero, false, sp, true, ep, cp, offload});
+              if (o.allow_checkpoint) out.push_back({tp, dp, zero, true, sp, false, ep, cp, offload});
+            }
           }
         }
       }

@@ -67,6 +67,11 @@ struct StrategySpaceOptions {
   // (cost::LayerModel::ContextParallelSequence); 0: none.
   int64_t context_sequence = 0;
   bool allow_context_parallel = false;
+  // ZeRO-Offload (plan::LayerStrategy::offload) beside every strategy that shards the optimizer states
+  // (a ZeRO stage) or has one rank: only LayerStrategies has it; kiwi's search sets it when asked
+  // (HybridSearchOptions::offload) where the cluster's device has a host (cost::DeviceSpec::HasHost)
+  // and the model an optimizer step.
+  bool allow_offload = false;
   bool mix_dp_sdp = false;       // keep the DP+SDP trees that Takeaway #3 removes
   int max_tp = 0;                // the largest TP degree, 0 = any (the search: a node's GPUs)
 };
@@ -80,8 +85,8 @@ std::vector<TreeStrategy> DecisionTreeStrategies(int num_devices, const Strategy
 // The distinct strategies the layer estimator tells apart on a stage of `stage_devices` devices (it
 // always places TP innermost, so level orders collapse): tp x dp = stage_devices, sequence parallelism
 // only with tp > 1, a ZeRO stage only with dp > 1, EP and CP only below dp, CKPT off/on (and selective
-// recomputation). Order: tp ascending, then SP off before on, then DP, ZeRO-1, ZeRO-2, SDP, then ep
-// ascending, then cp ascending, then no recomputation, selective, CKPT.
+// recomputation), offloading. Order: tp ascending, then SP off before on, then DP, ZeRO-1, ZeRO-2, SDP,
+// then ep ascending, then cp ascending, then offload off before on, then no recomputation, selective, CKPT.
 std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const StrategySpaceOptions& options);
 
 // Powers of two dividing n, ascending (1 first).
