@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <numeric>
 
 namespace kiwi::solve::hybrid {
 namespace {
@@ -79,9 +78,7 @@ Result<CostTables> CostTables::Build(const CostInputs& in, int pp, int64_t micro
   t.num_dp_ = Log2(devices / pp) + 1;
   for (const plan::LayerStrategy& s : LayerStrategies(devices / pp, space)) {
     if (microbatch % s.Replicas() != 0) continue;
-    // CP gives each device the share of the micro-batch its cp 1 twin would, plus the ring: it only
-    // helps where dp ranks cannot each take whole samples, and then at the least degree that lets them.
-    if (s.cp > 1 && s.cp != s.dp / std::gcd(microbatch, int64_t{s.dp})) continue;
+    if (!WorthContextParallel(s, microbatch)) continue;
     t.strategies_.push_back(s);
     t.num_cp_ = std::max(t.num_cp_, Log2(s.cp) + 1);
   }

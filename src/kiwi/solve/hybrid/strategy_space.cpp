@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <numeric>
 
 namespace kiwi::solve::hybrid {
 namespace {
@@ -66,6 +67,10 @@ void GrowTrees(int remaining, std::vector<TreeLevel>& levels, const StrategySpac
 }
 
 }  // namespace
+
+bool WorthContextParallel(const plan::LayerStrategy& s, int64_t microbatch) {
+  return s.cp == 1 || s.cp == s.dp / std::gcd(microbatch, int64_t{s.dp});
+}
 
 std::vector<int> PowerOfTwoDivisors(int n) {
   std::vector<int> out;

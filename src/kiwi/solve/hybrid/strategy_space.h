@@ -92,4 +92,10 @@ std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const Strate
 // Powers of two dividing n, ascending (1 first).
 std::vector<int> PowerOfTwoDivisors(int n);
 
+// Whether `s` is worth pricing for micro-batches of `microbatch` samples: a CP device does its cp 1
+// twin's work on the same share of samples, plus the ring, so CP only where the dp ranks cannot each
+// take whole samples, and then at the least degree that gives each replica whole ones. Strategies
+// without CP always are.
+bool WorthContextParallel(const plan::LayerStrategy& s, int64_t microbatch);
+
 }  // namespace kiwi::solve::hybrid

@@ -1,7 +1,5 @@
 #include "kiwi/solve/hybrid/uniform_plans.h"
 
-#include <numeric>
-
 #include "kiwi/solve/hybrid/strategy_space.h"
 
 namespace kiwi::solve {
@@ -28,7 +26,7 @@ std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& o) {
     if (pp > o.num_layers) continue;
     for (const plan::LayerStrategy& strategy : hybrid::LayerStrategies(o.num_devices / pp, space)) {
       if (o.global_batch % strategy.Replicas() != 0) continue;
-      if (strategy.cp > 1 && strategy.cp != strategy.dp / std::gcd(o.global_batch, int64_t{strategy.dp})) continue;
+      if (!hybrid::WorthContextParallel(strategy, o.global_batch)) continue;
       plan::LayerPlan p;
       p.layers.assign(static_cast<size_t>(o.num_layers), strategy);
       p.pp_degree = pp;
