@@ -37,7 +37,7 @@ struct PlanOptions {
 
 struct Candidate {
   std::string name;
-  plan::LayerPlan plan;
+  plan::LayerPlan plan;  // compact: its one strategy (solve::ExpandUniform gives the plan)
   sim::LayerSimResult result;
   bool fits = false;
 };
@@ -62,7 +62,8 @@ Result<std::vector<Candidate>> EvaluateUniformPlans(const cost::LayerModel& mode
                                                .global_batch = batch,
                                                .allow_selective_recompute = model.HasAttentionCore(),
                                                .experts = UniformExperts(model),
-                                               .context_sequence = model.ContextParallelSequence()});
+                                               .context_sequence = model.ContextParallelSequence(),
+                                               .compact = true});
   if (plans.empty())  // every data-parallel degree the devices allow leaves part of a sample on a device
     return BadInput(fmt::format("--batch {}: no uniform plan on the {} devices of {}: the batch must divide by a "
                                 "data-parallel degree (devices / (PP x TP), over CP groups where the model's "
@@ -72,9 +73,10 @@ Result<std::vector<Candidate>> EvaluateUniformPlans(const cost::LayerModel& mode
     if (std::chrono::steady_clock::now() > deadline) break;
     const plan::LayerStrategy& s = p.plan.layers.front();
     if (!cost::MakeLayerMesh(cluster, p.plan.pp_degree, s).ok()) continue;  // stages would split nodes
-    Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(model, p.plan, cluster, cm);
+    Result<sim::LayerSimResult> r =
+        sim::SimulateLayerPlan(model, solve::ExpandUniform(p.plan, static_cast<int>(model.layers.size())), cluster, cm);
     if (!r) return r.error();
-    out.push_back({p.name, p.plan, *r, r->summary.peak_memory_bytes <= budget});
+    out.push_back({p.name, p.plan, *r, r->summary.peak_memory_bytes <= budget});  // compact: one strategy
   }
   std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
     if (a.fits != b.fits) return a.fits;
@@ -112,14 +114,14 @@ std::string CandidateTable(const std::vector<Candidate>& cands) {
   return t.Render();
 }
 
-Status WriteBestPlan(const std::string& path, const Candidate& best, const ModelFlags& model,
+Status WriteBestPlan(const std::string& path, const Candidate& best, int num_layers, const ModelFlags& model,
                      const std::string& cluster) {
   plan::Plan p;
   p.model = model.model;
   p.model_flags = model.flags;
   p.cluster = cluster;
   p.solver = "uniform:" + best.name;
-  p.layer = best.plan;
+  p.layer = solve::ExpandUniform(best.plan, num_layers);
   p.claims.peak_memory_bytes = best.result.summary.peak_memory_bytes;
   p.claims.iteration_seconds = best.result.summary.iteration_seconds;
   return io::WriteFileAtomically(path, io::WritePlanJson(p));
@@ -156,7 +158,7 @@ int RunPlan(const PlanOptions& o) {
   }
   const Candidate& best = cands->front();
   if (!o.out.empty()) {
-    Status written = WriteBestPlan(o.out, best, o.model, ClusterReference(o.cluster));
+    Status written = WriteBestPlan(o.out, best, static_cast<int>(layer_model->layers.size()), o.model, ClusterReference(o.cluster));
     if (!written) return ReportError(written.error());
   }
   if (o.json) {

@@ -10,6 +10,11 @@ std::vector<int> EvenPartition(int num_layers, int num_stages) {
   return parts;
 }
 
+plan::LayerPlan ExpandUniform(plan::LayerPlan compact, int num_layers) {
+  if (!compact.layers.empty()) compact.layers.assign(static_cast<size_t>(num_layers), compact.layers.front());
+  return compact;
+}
+
 std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& o) {
   hybrid::StrategySpaceOptions space;  // the hybrid search's per-layer space, one strategy for all layers
   space.allow_sdp = o.allow_sdp;
@@ -28,7 +33,7 @@ std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& o) {
       if (o.global_batch % strategy.Replicas() != 0) continue;
       if (!hybrid::WorthContextParallel(strategy, o.global_batch)) continue;
       plan::LayerPlan p;
-      p.layers.assign(static_cast<size_t>(o.num_layers), strategy);
+      p.layers.assign(o.compact ? 1 : static_cast<size_t>(o.num_layers), strategy);
       p.pp_degree = pp;
       p.pp_partition = EvenPartition(o.num_layers, pp);
       p.global_batch = o.global_batch;

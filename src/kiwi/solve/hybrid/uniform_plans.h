@@ -31,6 +31,9 @@ struct UniformPlanOptions {
   // parallelism beside (0: none), at the least CP degree that gives each replica whole samples, and only
   // where the batch does not divide over dp (elsewhere the cp 1 plan does the same work without a ring).
   int64_t context_sequence = 0;
+  // Each plan's `layers` holds its one strategy instead of num_layers copies of it (ExpandUniform
+  // gives the plan): thousands of plans of a 10,000-layer model then take kilobytes, not gigabytes.
+  bool compact = false;
 };
 
 // Degrees are powers of two with pp * tp * dp = num_devices and pp <= num_layers. Layers are split
@@ -39,6 +42,9 @@ struct UniformPlanOptions {
 // Plans whose batch does not divide over the dp / cp replicas are skipped. The strategies are hybrid::LayerStrategies' of a
 // stage. Deterministic order: pp, then LayerStrategies' (tp, SP, ZeRO stage, checkpoint).
 std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& options);
+
+// A compact plan (UniformPlanOptions::compact) with its strategy given to each of `num_layers` layers.
+plan::LayerPlan ExpandUniform(plan::LayerPlan compact, int num_layers);
 
 // Splits n layers over k stages as evenly as possible, earlier stages first: (5, 2) -> {3, 2}.
 std::vector<int> EvenPartition(int num_layers, int num_stages);
