@@ -20,7 +20,8 @@ def hybrid_plan(tmp_path, memory):
     from kiwi.torch.distributed.plan import load_plan
     out = os.path.join(str(tmp_path), "plan.json")
     r = kiwi.cli("hybrid", "--model", "gpt", "--layers", "4", "--hidden", "32", "--heads", "4", "--seq", "8",
-                 "--batch", "8", "--cluster", CLUSTER, "--memory", memory, "--out", out, "--json", "--quiet")
+                 "--batch", "8", "--cluster", CLUSTER, "--memory", memory, "--no-recompute-sets", "--out", out, "--json",
+                 "--quiet")
     assert r.returncode == 0, r.stderr
     plan = load_plan(out)
     assert os.path.samefile(plan.cluster, CLUSTER)  # the cluster file by its path: loads back
@@ -134,6 +135,13 @@ def test_plan_errors_name_the_field(tmp_path):
     # optimizer offloading: its ranks step on their devices
     with pytest.raises(PlanError, match=r"x.json: layers\[0\].offload: optimizer offloading \(True\) is not run by kiwi.torch.distributed$"):
         parse_plan({"layers": [{"dp": 2, "zero": 1, "offload": True}]}, "x.json")
+    # recompute sets: it checkpoints whole blocks only; moot under CKPT, an empty set reads as no field at all
+    with pytest.raises(PlanError, match=r"x.json: layers\[0\].recompute: recompute sets \(\['mlp.act'\]\) are not run by "
+                       r"kiwi.torch.distributed \(plan with kiwi hybrid --no-recompute-sets\)$"):
+        parse_plan({"layers": [{"dp": 2, "recompute": ["mlp.act"]}]}, "x.json")
+    assert parse_plan({"layers": [{"dp": 2, "recompute": []}], "global_batch": 2}, "x.json").layers[0].name() == "DP2"
+    assert parse_plan({"layers": [{"dp": 2, "checkpoint": True, "recompute": ["mlp.act"]}], "global_batch": 2},
+                      "x.json").layers[0].name() == "DP2+CKPT"
     # interleaved 1F1B: read (pp x v chunks) and written back for kiwi simulate, refused by this runtime
     plan = parse_plan({"layers": [{}] * 4, "pp_degree": 2, "virtual_stages": 2, "pp_partition": [1, 1, 1, 1],
                        "global_batch": 2, "micro_batches": 2}, "x.json")

@@ -155,8 +155,8 @@ TEST(HybridCli, LongContextLlamaSplitsTheSequenceAndReplays) {
 // the plan replays to its claims; --galvatron-out refuses it.
 TEST(HybridCli, TightBudgetOffloadsTheOptimizerAndReplays) {
   const std::string plan = (TempDir() / "hybrid_offload_plan.json").string();
-  auto r = RunKiwi("hybrid --model llama3-8b --cluster dgx-h100:1 --batch 64 --memory 24GiB --offload --quiet --json --out " +
-                   plan);
+  auto r = RunKiwi("hybrid --model llama3-8b --cluster dgx-h100:1 --batch 64 --memory 24GiB --offload --recompute-sets 0 "
+                   "--quiet --json --out " + plan);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = r.Json();  // kept: the loop reads into it
   bool offloads = false;
@@ -173,6 +173,30 @@ TEST(HybridCli, TightBudgetOffloadsTheOptimizerAndReplays) {
   EXPECT_EQ(g.exit_code, 2) << g.err;
   EXPECT_NE(g.err.find("which Galvatron's config cannot express"), std::string::npos) << g.err;
   EXPECT_FALSE(std::filesystem::exists(config));
+}
+
+// Under a tight budget kiwi recomputes sets of ops (its layer type's frontier) and beats its own space
+// without them; the plan names the ops, replays to its claims in kiwi simulate, and
+// --no-recompute-sets leaves them out.
+TEST(HybridCli, TightBudgetRecomputesSetsAndReplays) {
+  const std::string plan = (TempDir() / "hybrid_recompute_plan.json").string();
+  const std::string flags =  // the limit: an ASan build searches 15-20 times slower
+      "hybrid --model llama3-8b --cluster dgx-h100:1 --batch 16 --memory 24GiB --time-limit 600 --quiet --json ";
+  auto r = RunKiwi(flags + "--out " + plan);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = r.Json();  // kept: the loop reads into it
+  bool sets = false;
+  for (const nlohmann::json& layer : j["layers"]) sets |= layer.contains("recompute");
+  EXPECT_TRUE(sets) << r.out;
+  auto sim = RunKiwi("simulate " + plan + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_TRUE(sim.Json()["claims"]["iteration_seconds_matches"].get<bool>());
+  EXPECT_TRUE(sim.Json()["claims"]["peak_memory_bytes_matches"].get<bool>());
+  auto without = RunKiwi(flags + "--no-recompute-sets");
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  const nlohmann::json w = without.Json();
+  for (const nlohmann::json& layer : w["layers"]) EXPECT_FALSE(layer.contains("recompute"));
+  EXPECT_LT(j["iteration_seconds"].get<double>(), w["iteration_seconds"].get<double>());
 }
 
 // A fused Adam keeps Adam's states (the same memory) and steps faster; the plan file records it, so
@@ -282,9 +306,15 @@ TEST(HybridCli, GalvatronOutRefusesWhatGalvatronCannotExpress) {
   EXPECT_NE(r.err.find("--galvatron-out " + config + ": layer "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("where an earlier layer uses"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(config));
-  // BERT-Huge-32 at 8 GiB: selective recomputation of its attention cores beside ZeRO-1 over 8, refused
+  // BERT-Huge-32 at 8 GiB: recompute sets beside ZeRO-1 over 8, refused; without them, selective
+  // recomputation of its attention cores, refused
   r = testing::RunKiwi("hybrid --model bert-huge-32 --cluster rtx-titan-pcie-8 --memory 8GiB --quiet --method kiwi "
                        "--galvatron-out " + config);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("recomputes a set of its ops (ZeRO1-DP8+RC["), std::string::npos) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(config));
+  r = testing::RunKiwi("hybrid --model bert-huge-32 --cluster rtx-titan-pcie-8 --memory 8GiB --quiet --method kiwi "
+                       "--no-recompute-sets --galvatron-out " + config);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("uses selective recomputation (ZeRO1-DP8+SEL)"), std::string::npos) << r.err;
   EXPECT_FALSE(std::filesystem::exists(config));

@@ -296,6 +296,31 @@ TEST(PlanJson, OffloadPerLayer) {
                  {"plan.json: layer.layers[0].offload:"});
 }
 
+// Recompute sets: "recompute", a list of the layer's op names (empty when absent, written only when not).
+TEST(PlanJson, RecomputeSetPerLayer) {
+  Result<plan::Plan> p = ParsePlanJson(
+      R"({"kiwi_plan_version": 1, "layer": {"layers": [{"tp": 2, "dp": 4, "recompute": ["attn.norm", "mlp.act"]}, {"dp": 8}]}})",
+      "plan.json");
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->layer->layers[0].recompute, (std::vector<std::string>{"attn.norm", "mlp.act"}));
+  EXPECT_TRUE(p->layer->layers[1].recompute.empty());
+  EXPECT_EQ(plan::StrategyName(p->layer->layers[0]), "TP2xDP4+RC[attn.norm,mlp.act]");
+  const std::string written = WritePlanJson(*p);
+  EXPECT_EQ(written.find("\"recompute\""), written.rfind("\"recompute\""));
+  Result<plan::Plan> back = ParsePlanJson(written, "plan.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->layer->layers, p->layer->layers);
+  const auto bad = [](const std::string& entry) {
+    return ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [)" + entry + "]}}", "plan.json");
+  };
+  ExpectBadInput(bad(R"({"dp": 4, "recompute": "mlp.act"})"), {"plan.json: layer.layers[0].recompute:", "list"});
+  ExpectBadInput(bad(R"({"dp": 4, "recompute": [1]})"), {"plan.json: layer.layers[0].recompute[0]:"});
+  ExpectBadInput(bad(R"({"dp": 4, "recompute": [""]})"), {"plan.json: layer.layers[0].recompute[0]:", "must name an op"});
+  ExpectBadInput(bad(R"({"dp": 4, "recompute": ["a", "a"]})"), {"layer.layers[0].recompute[1]:", "named twice"});
+  ExpectBadInput(bad(R"({"dp": 4, "selective_recompute": true, "recompute": ["a"]})"),
+                 {"layer.layers[0].recompute:", "selective_recompute"});
+}
+
 // Interleaved 1F1B: "virtual_stages" (1 when absent, written only above 1) and a partition of
 // pp_degree x virtual_stages chunks; only on the 1F1B schedule, with more than one stage.
 TEST(PlanJson, InterleavedPipelineChunks) {

@@ -12,6 +12,7 @@
 #include "kiwi/models/presets.h"
 #include "kiwi/solve/hybrid/partition.h"
 #include "kiwi/solve/hybrid/uniform_plans.h"
+#include "kiwi/solve/remat/recompute_frontier.h"
 
 namespace kiwi::solve::hybrid {
 namespace {
@@ -33,7 +34,7 @@ HybridSearchResult Search(const cost::LayerModel& model, const cost::Cluster& cl
 
 // Every (pp, partition, m, assignment) of a batch in the search's space (TP within a node), simulated.
 std::vector<Outcome> EverythingAtBatch(const cost::LayerModel& model, const cost::Cluster& cluster, int64_t batch,
-                                       bool offload = false) {
+                                       bool offload = false, std::vector<std::vector<std::string>> recompute_sets = {}) {
   std::vector<Outcome> all;
   StrategySpaceOptions space = SpaceOf(Method::kKiwi, cluster.NumDevices(), static_cast<int>(model.layers.size())).strategies;
   if (cluster.num_nodes > 1) space.max_tp = cluster.devices_per_node;
@@ -41,6 +42,7 @@ std::vector<Outcome> EverythingAtBatch(const cost::LayerModel& model, const cost
   space.experts = model.MaxExperts();
   space.context_sequence = model.ContextParallelSequence();
   space.allow_offload = offload && cluster.device.HasHost() && !model.optimizer.empty();  // as the search does
+  space.recompute_sets = std::move(recompute_sets);
   const int layers = static_cast<int>(model.layers.size());
   for (int pp : PowerOfTwoDivisors(cluster.NumDevices())) {
     if (pp > layers) continue;
@@ -240,6 +242,40 @@ TEST(SearchHybridPlan, OffloadEqualsBruteForce) {
     for (const plan::LayerStrategy& l : r.plan.layers) offload_wins |= l.offload;
   }
   EXPECT_TRUE(offload_wins);
+}
+
+// Recompute sets are more choices per layer: with every layer's menu offering two cheap ops to recompute
+// (an activation function's output, most of the activations, and a norm's), the search equals brute
+// force over every plan with each set of the frontier, and at some budget the best plan uses one.
+TEST(SearchHybridPlan, RecomputeSetsEqualBruteForce) {
+  const cost::Cluster cluster = TestCluster(1, 2);
+  cost::LayerModel model = TwoTypeModel(2, 1);
+  for (cost::LayerProfile& p : model.layers) {  // long sequences: activations outweigh the model states
+    p.activation_bytes_per_sample = 300'000'000;
+    p.replicated_activation_bytes_per_sample = 60'000'000;
+  }
+  const int64_t least = 300'000'000;
+  auto menu = std::make_shared<cost::RecomputeMenu>();
+  const double seconds = model.layers.front().forward_seconds_per_sample;
+  menu->ops = {{.name = "input0", .bytes_per_sample = least / 8, .saved = true, .replicated = true},
+               {.name = "act", .inputs = {0}, .bytes_per_sample = least / 2, .saved = true, .recomputable = true,
+                .seconds_per_sample = seconds / 20, .kernels = 1},
+               {.name = "norm", .inputs = {0}, .bytes_per_sample = least / 4, .saved = true, .replicated = true,
+                .recomputable = true, .seconds_per_sample = seconds / 8, .kernels = 1}};
+  for (cost::LayerProfile& p : model.layers) p.recompute_menu.menu = menu;
+  const std::vector<remat::FrontierSet> frontier = remat::RecomputeFrontier(*menu);
+  ASSERT_EQ(frontier.size(), 2u);  // {act}, then {act, norm}
+  std::vector<std::vector<std::string>> sets;
+  for (const remat::FrontierSet& f : frontier) sets.push_back(f.ops);
+  std::vector<Outcome> all = EverythingAtBatch(model, cluster, 8, false, sets);
+  bool set_wins = false;
+  const std::vector<int64_t> ends = InterestingBudgets(all);
+  for (int i = 0; i <= 8; ++i) {
+    const int64_t budget = ends.front() + (ends.back() - ends.front()) * i / 64;
+    const HybridSearchResult r = ExpectBruteForceBest(model, cluster, all, budget, 8);
+    for (const plan::LayerStrategy& l : r.plan.layers) set_wins |= l.RecomputesSet();
+  }
+  EXPECT_TRUE(set_wins);
 }
 
 TEST(SearchHybridPlan, BatchSweepEqualsBruteForce) {

@@ -45,6 +45,8 @@ struct HybridOptions {
   CostFlags cost;
   bool no_accumulation = false;
   bool no_context_parallel = false;
+  int recompute_sets = hybrid::HybridSearchOptions::kDefaultRecomputeSets;
+  bool no_recompute_sets = false;
   bool offload = false;
   bool quiet = false;
   bool json = false;
@@ -80,6 +82,7 @@ Result<hybrid::HybridSearchOptions> SearchOptions(const HybridOptions& o, const 
   s.max_batch = o.max_batch;
   s.accumulation = !o.no_accumulation;
   s.context_parallel = !o.no_context_parallel;
+  s.recompute_sets = o.no_recompute_sets ? 0 : o.recompute_sets;
   s.offload = o.offload;
   s.time_limit_seconds = o.search.SecondsLeft();
   if (!o.quiet) s.progress = [](const std::string& line) { std::cerr << "kiwi hybrid: " << line << '\n'; };
@@ -281,6 +284,14 @@ Command AddHybridCommand(CLI::App& root) {
   app->add_flag("--no-context-parallel", o->no_context_parallel,
                 "leave context parallelism (ring attention) out of the search: plans for kiwi.torch.distributed, "
                 "which does not run it");
+  app->add_option("--recompute-sets", o->recompute_sets,
+                  "with --method kiwi: recompute sets per layer type the search may give a layer (its ops' Pareto "
+                  "frontier of activation bytes against recompute seconds), beside none, selective and CKPT")
+      ->check(CLI::Range(0, 16))
+      ->capture_default_str();
+  app->add_flag("--no-recompute-sets", o->no_recompute_sets,
+                "leave recompute sets out of the search (--recompute-sets 0): plans for kiwi.torch.distributed, which "
+                "checkpoints whole layers only");
   app->add_flag("--offload", o->offload,
                 "with --method kiwi: also offload layers' optimizer states and step to the host (ZeRO-Offload), on "
                 "clusters whose device has a host link and host memory bandwidth");

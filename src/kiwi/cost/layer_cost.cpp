@@ -227,12 +227,28 @@ Result<StageMesh> MakeLayerMesh(const Cluster& cluster, int pp, const plan::Laye
   return m;
 }
 
+// What the layer's recompute set costs (none without one). A plan's set is checked against the layer's
+// menu where the plan is placed (sim/layer_simulator.cpp) and the search offers only the sets of its
+// layers' menus, so a name the menu lacks does not reach here.
+namespace {
+RecomputeCost SetCostOf(const PlacedLayer& l) {
+  if (!l.strategy.RecomputesSet() || !l.profile.recompute_menu.menu) return {};
+  Result<RecomputeCost> c = PriceRecomputeSet(*l.profile.recompute_menu.menu, l.strategy.recompute);
+  return c ? *c : RecomputeCost{};
+}
+}  // namespace
+
 // A checkpointed layer's kept input (its boundary: Megatron keeps it whole on every TP rank without
 // sequence parallelism, split over the sequence with it) stays; the rest of its activations come back
-// for its backward pass. Selective recomputation brings back the attention core's (split over TP).
+// for its backward pass. Selective recomputation brings back the attention core's (split over TP), a
+// recompute set its ops' outputs.
 int64_t RecomputedBytes(const PlacedLayer& l) {
   const LayerProfile& p = l.profile;
   if (l.strategy.SelectiveRecompute()) return MicrobatchBytes(l, p.attention_core_bytes_per_sample, 0);
+  if (l.strategy.RecomputesSet()) {
+    const RecomputeCost set = SetCostOf(l);
+    return MicrobatchBytes(l, set.recomputed_bytes_per_sample, set.recomputed_replicated_bytes_per_sample);
+  }
   if (!l.strategy.checkpoint) return 0;
   const int64_t intermediate = std::max<int64_t>(p.activation_bytes_per_sample - p.boundary_bytes_per_sample, 0);
   const int64_t whole = std::max<int64_t>(p.replicated_activation_bytes_per_sample - p.boundary_bytes_per_sample, 0);
@@ -258,11 +274,14 @@ StageMemory LayerMemory(const PlacedLayer& l, const LayerModel& model) {
   const LayerProfile& p = l.profile;
   StageMemory m;
   m.model_states = ModelStateBytes(l, model);
-  const int64_t dropped = l.strategy.SelectiveRecompute() ? p.attention_core_bytes_per_sample : 0;
+  const RecomputeCost set = SetCostOf(l);  // a recompute set's dropped bytes (some of them whole under TP)
+  const int64_t dropped =
+      (l.strategy.SelectiveRecompute() ? p.attention_core_bytes_per_sample : 0) + set.dropped_bytes_per_sample;
   m.activations = l.strategy.checkpoint
                       ? MicrobatchBytes(l, p.boundary_bytes_per_sample, p.boundary_bytes_per_sample)
                       : MicrobatchBytes(l, std::max<int64_t>(p.activation_bytes_per_sample - dropped, 0),
-                                        p.replicated_activation_bytes_per_sample);
+                                        std::max<int64_t>(p.replicated_activation_bytes_per_sample -
+                                                              set.dropped_replicated_bytes_per_sample, 0));
   m.transient = TransientBytes(l);
   // ZeRO-3 holds a layer's whole parameters while it runs, then its whole gradient until the
   // reduce-scatter (the gathered copy freed first); ZeRO-2 that gradient only.
@@ -332,7 +351,7 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
     c.ring_bytes = RingBytes(l);
     c.ring_sends = (kRingSendsForward + kRingSendsBackward) * (l.strategy.cp - 1);
     // Recomputing the layer, or its attention core (selective), runs the forward ring again.
-    const bool again = l.strategy.checkpoint || l.strategy.SelectiveRecompute();
+    const bool again = l.strategy.checkpoint || l.strategy.SelectiveRecompute() || SetCostOf(l).attention;
     c.ring_sends_recomputed = again ? kRingSendsForward * (l.strategy.cp - 1) : 0;
   }
   const int64_t shard = experts ? DenseShardBytes(l) : TpShardParameterBytes(l);
@@ -420,6 +439,11 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
         p.attention_core_seconds_per_sample * share + p.attention_core_overhead_seconds, p.attention_core_kernels);
     cost.recompute += core + ring.forward;
     backward_compute += core;
+  } else if (l.strategy.RecomputesSet()) {  // the set's forward ops, split over TP (and the ring with its attention)
+    const RecomputeCost set = SetCostOf(l);
+    const double again = cost_model.LaunchBoundTime(set.seconds_per_sample * share + set.overhead_seconds, set.kernels);
+    cost.recompute += again + (set.attention ? ring.forward : 0.0);
+    backward_compute += again;
   }
   // Sequence parallelism's all-reduce of the replicated parameters' gradients: after the flush, beside
   // the DP sync (not overlapped: Megatron's finalize_model_grads); under ZeRO-2/3 in every micro-batch.

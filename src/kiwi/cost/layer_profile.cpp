@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <memory>
 #include <span>
 #include <unordered_map>
 
@@ -105,40 +106,53 @@ bool IsLinear(const ir::Graph& graph, const ir::Node& node) {
          (node.kind == ir::OpKind::kBatchMatmul && graph.node(node.inputs[1]).kind == ir::OpKind::kParameter);
 }
 
-TpReplicated TpReplicatedBytes(const ir::Graph& graph, std::span<const ir::NodeId> forward,
-                               const std::vector<bool>& saved) {
-  std::unordered_map<ir::NodeId, bool> split;  // layer inputs and parameters: replicated
-  auto is_split = [&](ir::NodeId id) {
+// Which forward tensors of a layer Megatron TP splits over its ranks (true) and which it keeps whole
+// (false; the layer's inputs and parameters are whole), and the parameters it keeps whole.
+struct TpLayout {
+  std::unordered_map<ir::NodeId, bool> split;
+  int64_t replicated_parameter_bytes = 0;
+  bool Split(ir::NodeId id) const {
     auto it = split.find(id);
     return it != split.end() && it->second;
-  };
+  }
+};
+
+TpLayout TpLayoutOf(const ir::Graph& graph, std::span<const ir::NodeId> forward) {
+  TpLayout t;
+  const auto is_split = [&](ir::NodeId id) { return t.Split(id); };
   const std::vector<ir::NodeId> whole = WholeLinears(graph, forward);
-  TpReplicated r;
   for (ir::NodeId id : forward) {
     const ir::Node& node = graph.node(id);
     if (node.kind == ir::OpKind::kParameter) continue;
     bool out = false;
     if (std::find(whole.begin(), whole.end(), id) != whole.end()) {
-      for (size_t k = 1; k < node.inputs.size(); ++k) r.parameter_bytes += graph.node(node.inputs[k]).output.Bytes();
+      for (size_t k = 1; k < node.inputs.size(); ++k) t.replicated_parameter_bytes += graph.node(node.inputs[k]).output.Bytes();
     } else if (IsRoutingChoice(node)) {
       out = false;  // indices: every rank routes alike
     } else if (node.kind == ir::OpKind::kEmbedding) {
       out = is_split(node.inputs[0]);
     } else if (IsLinear(graph, node)) {
       out = !is_split(node.inputs[0]);  // column-parallel: split output; row-parallel: all-reduced
-      if (!out && node.inputs.size() > 2) r.parameter_bytes += graph.node(node.inputs[2]).output.Bytes();
+      if (!out && node.inputs.size() > 2) t.replicated_parameter_bytes += graph.node(node.inputs[2]).output.Bytes();
     } else if (node.kind == ir::OpKind::kLayerNorm) {
-      for (size_t k = 1; k < node.inputs.size(); ++k) r.parameter_bytes += graph.node(node.inputs[k]).output.Bytes();
+      for (size_t k = 1; k < node.inputs.size(); ++k) t.replicated_parameter_bytes += graph.node(node.inputs[k]).output.Bytes();
       out = is_split(node.inputs[0]);
     } else {
       out = std::any_of(node.inputs.begin(), node.inputs.end(), is_split);
       for (ir::NodeId in : node.inputs)  // a dropout mask (no inputs of its own) is split like its tensor
-        if (graph.node(in).kind == ir::OpKind::kRandom) split[in] = out;
+        if (graph.node(in).kind == ir::OpKind::kRandom) t.split[in] = out;
     }
-    split[id] = out;
+    t.split[id] = out;
   }
+  return t;
+}
+
+TpReplicated TpReplicatedBytes(const ir::Graph& graph, std::span<const ir::NodeId> forward, const TpLayout& layout,
+                               const std::vector<bool>& saved) {
+  TpReplicated r;
+  r.parameter_bytes = layout.replicated_parameter_bytes;
   for (ir::NodeId id : forward)
-    if (saved[static_cast<size_t>(id)] && !is_split(id)) r.saved_activation_bytes += graph.node(id).output.Bytes();
+    if (saved[static_cast<size_t>(id)] && !layout.Split(id)) r.saved_activation_bytes += graph.node(id).output.Bytes();
   return r;
 }
 
@@ -306,6 +320,53 @@ void FillExperts(const ir::Graph& graph, const ir::Layer& layer, LayerProfile& p
   }
 }
 
+// The layer's recompute menu (cost/recompute_set.h): its forward ops in execution order, after the
+// activations from outside the layer they read ("input0", "input1", ... in the order first read).
+void FillRecomputeMenu(const ir::Graph& graph, const ir::Layer& layer, const std::vector<std::vector<ir::NodeId>>& readers,
+                       const std::vector<bool>& saved, const TpLayout& layout, int64_t graph_batch,
+                       const CostModel& cost_model, LayerProfile& p) {
+  auto menu = std::make_shared<RecomputeMenu>();
+  std::unordered_map<ir::NodeId, int> index;
+  const std::string prefix = layer.name + ".";
+  const auto entry = [&](ir::NodeId id, std::string name) {
+    const ir::Node& n = graph.node(id);
+    MenuOp op;
+    op.name = std::move(name);
+    op.bytes_per_sample = CeilDiv(n.output.Bytes(), graph_batch);
+    op.saved = saved[static_cast<size_t>(id)];
+    op.replicated = !layout.Split(id);
+    index[id] = static_cast<int>(menu->ops.size());
+    menu->ops.push_back(std::move(op));
+  };
+  int external = 0;
+  std::unordered_map<std::string, int> named;  // graph names need not be unique: the k-th repeat gets "#k"
+  const auto unique = [&](std::string name) {
+    const int repeat = named[name]++;
+    return repeat == 0 ? name : fmt::format("{}#{}", name, repeat);
+  };
+  for (ir::NodeId id : layer.forward) {
+    const ir::Node& n = graph.node(id);
+    if (n.is_backward() || n.is_persistent()) continue;
+    for (ir::NodeId in : n.inputs)
+      if (!graph.node(in).is_persistent() && !index.contains(in)) entry(in, fmt::format("input{}", external++));
+    const bool boundary = std::any_of(readers[static_cast<size_t>(id)].begin(), readers[static_cast<size_t>(id)].end(),
+                                      [&](ir::NodeId r) { return !graph.node(r).is_backward() && graph.node(r).layer != layer.index; });
+    entry(id, unique(n.name.rfind(prefix, 0) == 0 ? n.name.substr(prefix.size()) : n.name));
+    MenuOp& op = menu->ops.back();
+    for (ir::NodeId in : n.inputs)
+      if (!graph.node(in).is_persistent()) op.inputs.push_back(index.at(in));
+    op.recomputable = !boundary && !IsLinear(graph, n) && n.kind != ir::OpKind::kInput;
+    op.attention = n.kind == ir::OpKind::kAttention || n.kind == ir::OpKind::kSoftmax ||
+                   (n.kind == ir::OpKind::kBatchMatmul && !IsLinear(graph, n));
+    const ir::NodeId one[] = {id};
+    const PassWork work = SumPassWork(graph, one, cost_model);
+    op.seconds_per_sample = work.seconds / static_cast<double>(graph_batch);
+    op.overhead_seconds = work.overhead;
+    op.kernels = work.kernels;
+  }
+  p.recompute_menu.menu = std::move(menu);
+}
+
 LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t graph_batch,
                        const CostModel& cost_model, const std::vector<bool>& saved,
                        const std::vector<std::vector<ir::NodeId>>& readers) {
@@ -319,12 +380,14 @@ LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t g
   // Megatron TP all-reduces the layer's [s, b, h] output twice per forward pass (after attention and
   // after the MLP), each as large as the boundary tensor (Shoeybi et al. 2019, Fig. 3).
   p.tp_comm_bytes_per_sample = 2 * p.boundary_bytes_per_sample;
-  const TpReplicated replicated = TpReplicatedBytes(graph, layer.forward, saved);
+  const TpLayout layout = TpLayoutOf(graph, layer.forward);
+  const TpReplicated replicated = TpReplicatedBytes(graph, layer.forward, layout, saved);
   p.replicated_parameter_bytes = replicated.parameter_bytes;
   p.replicated_activation_bytes_per_sample = CeilDiv(replicated.saved_activation_bytes, graph_batch);
   FillAttentionCore(graph, layer, readers, saved, graph_batch, cost_model, p);
   FillExperts(graph, layer, p);
   FillAttention(graph, layer, readers, graph_batch, cost_model, p);
+  FillRecomputeMenu(graph, layer, readers, saved, layout, graph_batch, cost_model, p);
   return p;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kiwi/cost/cost_model.h"
+#include "kiwi/cost/recompute_set.h"
 #include "kiwi/ir/graph.h"
 #include "kiwi/util/result.h"
 
@@ -84,6 +85,9 @@ struct LayerProfile {
   int64_t attention_kv_bytes_per_sample = 0;
   double attention_forward_seconds_per_sample = 0.0;
   double attention_backward_seconds_per_sample = 0.0;
+  // The layer's forward ops, what each keeps for the backward pass and what it costs: what recompute
+  // sets (plan::LayerStrategy::recompute) are priced from; empty for the embeddings and the head.
+  SharedRecomputeMenu recompute_menu;
 
   bool operator==(const LayerProfile&) const = default;
 };

@@ -171,6 +171,10 @@ Result<std::string> DefaultDpType(const plan::LayerPlan& plan) {
     if (plan.layers[i].ep > 1)  // Galvatron-BMW's strategy configs have no expert dimension
       return BadInput(fmt::format("layer {} uses expert parallelism ({}), which Galvatron's config cannot express",
                                   i, plan::StrategyName(plan.layers[i])));
+    if (plan.layers[i].RecomputesSet())  // its checkpoint flag is whole-layer recomputation
+      return BadInput(fmt::format("layer {} recomputes a set of its ops ({}), which Galvatron's config cannot "
+                                  "express (its checkpoint recomputes the whole layer)",
+                                  i, plan::StrategyName(plan.layers[i])));
     if (plan.layers[i].offload)
       return BadInput(fmt::format("layer {} offloads its optimizer ({}), which Galvatron's config cannot express",
                                   i, plan::StrategyName(plan.layers[i])));

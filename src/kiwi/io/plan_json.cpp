@@ -131,7 +131,7 @@ Result<plan::OperatorPlan> ReadOperatorPlan(const Json& op, const JsonPath& at) 
 Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath& at) {
   KIWI_RETURN_IF_ERROR(CheckObject(entry, at));
   KIWI_RETURN_IF_ERROR(CheckKnownKeys(entry, at, {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel",
-                                                "selective_recompute", "ep", "cp", "offload"}));
+                                                "selective_recompute", "ep", "cp", "offload", "recompute"}));
   Result<int64_t> tp = IntFieldOr(entry, at, "tp", 1, kDegreeRange);
   if (!tp) return tp.error();
   Result<int64_t> dp = IntFieldOr(entry, at, "dp", 1, kDegreeRange);
@@ -160,8 +160,23 @@ Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath&
   if (*cp > 1 && *ep > 1) return at.BadKey("cp", "context parallelism beside expert parallelism is not modelled");
   Result<bool> offload = BoolFieldOr(entry, at, "offload", false);
   if (!offload) return offload.error();
+  std::vector<std::string> recompute;
+  if (const Json* list = FindField(entry, "recompute")) {
+    if (!list->is_array()) return at.BadKey("recompute", "must be a list of op names (the layer's, e.g. \"mlp.act\")");
+    for (size_t i = 0; i < list->size(); ++i) {
+      Result<std::string> name = ReadString((*list)[i], at.Key("recompute").Index(i));
+      if (!name) return name.error();
+      if (name->empty()) return at.Key("recompute").Index(i).Bad("must name an op, got \"\"");
+      if (std::find(recompute.begin(), recompute.end(), *name) != recompute.end())
+        return at.Key("recompute").Index(i).Bad(fmt::format("\"{}\" is named twice", *name));
+      recompute.push_back(*std::move(name));
+    }
+    if (!recompute.empty() && *selective)
+      return at.BadKey("recompute", "a recompute set beside selective_recompute (the attention core is one such set): "
+                                    "give one of them");
+  }
   return plan::LayerStrategy{static_cast<int>(*tp), static_cast<int>(*dp), static_cast<plan::Zero>(*zero), *ckpt, *sp,
-                             *selective, static_cast<int>(*ep), static_cast<int>(*cp), *offload};
+                             *selective, static_cast<int>(*ep), static_cast<int>(*cp), *offload, std::move(recompute)};
 }
 
 Status ReadPipeline(const Json& layer, const JsonPath& at, plan::LayerPlan& p) {

@@ -75,6 +75,11 @@ struct LayerStrategy {
   // host memory and its optimizer step runs on the host's CPUs: each rank sends the gradients of the
   // parameters it steps to the host and gets the updated parameters back over PCIe.
   bool offload = false;
+  // A recompute set (cost/recompute_set.h): the layer's forward ops, by name within the layer
+  // ("mlp.act"), run again before its backward pass instead of keeping their outputs; chosen per layer
+  // type by kiwi's rematerialization solver (solve/remat/recompute_frontier.h). Moot when the whole
+  // layer is checkpointed; never beside selective recomputation (the attention core is one such set).
+  std::vector<std::string> recompute = {};
   // The stage in effect: a ZeRO stage over one DP rank shards nothing.
   Zero ZeroStage() const { return dp > 1 ? zero : Zero::kNone; }
   // Sequence parallelism in effect: it needs a TP group.
@@ -82,6 +87,8 @@ struct LayerStrategy {
   bool Shards(Zero what) const { return ZeroStage() >= what; }
   // Selective recomputation in effect: whole-layer checkpointing recomputes the core anyway.
   bool SelectiveRecompute() const { return selective_recompute && !checkpoint; }
+  // The recompute set in effect: none under whole-layer checkpointing.
+  bool RecomputesSet() const { return !recompute.empty() && !checkpoint; }
   // The ranks that hold the same experts and average their gradients: dp / ep.
   int ExpertDataParallel() const { return dp / ep; }
   // The data-parallel replicas the batch is split over: dp / cp (each a CP group).
@@ -96,7 +103,9 @@ inline const char* DataParallelName(Zero zero) {
 }
 
 // "TP2xDP4", "SP-TP2xZeRO2-DP4+CKPT", "TP8+SEL" (selective recomputation), "SDP8", "TP2xZeRO1-DP8xEP4"
-// (expert parallelism), "SP-TP8xSDP16xCP4" (context parallelism), "ZeRO2-DP8+OFFLOAD+CKPT" (offloading); with pp > 1 prefixed "PP2x" (a uniform plan's name); "single" without parallelism.
+// (expert parallelism), "SP-TP8xSDP16xCP4" (context parallelism), "ZeRO2-DP8+OFFLOAD+CKPT" (offloading),
+// "TP2xDP4+RC[attn.norm,mlp.act]" (a recompute set); with pp > 1 prefixed "PP2x" (a uniform plan's name);
+// "single" without parallelism.
 std::string StrategyName(const LayerStrategy& strategy, int pp = 1);
 
 enum class PipelineSchedule : uint8_t { k1F1B, kGPipe };

@@ -19,6 +19,7 @@ std::string StrategyName(const LayerStrategy& s, int pp) {
   std::string name = parts.empty() ? "single" : fmt::format("{}", fmt::join(parts, "x"));
   if (s.offload) name += "+OFFLOAD";
   if (s.checkpoint) return name + "+CKPT";
+  if (s.RecomputesSet()) name += fmt::format("+RC[{}]", fmt::join(s.recompute, ","));
   return s.SelectiveRecompute() ? name + "+SEL" : name;
 }
 

@@ -103,6 +103,22 @@ Status CheckOffload(const cost::LayerModel& model, const LayerStrategy& s, const
   return Status::Ok();
 }
 
+// A recompute set names ops of its layer's menu (cost/recompute_set.h) that can be recomputed.
+Status CheckRecomputeSet(const cost::LayerProfile& layer, const LayerStrategy& s, size_t i) {
+  if (s.recompute.empty()) return Status::Ok();
+  const std::string at = fmt::format("layer plan: layers[{}]: recompute", i);
+  if (s.selective_recompute)
+    return BadInput(fmt::format("{}: a recompute set beside selective_recompute: give one of them", at));
+  if (s.ep > 1)  // recomputing a dispatch would run its all-to-all again: not priced
+    return BadInput(fmt::format("{}: a recompute set beside expert parallelism is not modelled", at));
+  if (!layer.recompute_menu.menu)
+    return BadInput(fmt::format("{}: layer {} has no operator graph to recompute ops of (a model read from "
+                                "profiles)", at, layer.name));
+  Result<cost::RecomputeCost> priced = cost::PriceRecomputeSet(*layer.recompute_menu.menu, s.recompute);
+  if (!priced) return BadInput(fmt::format("{}: layer {}: {}", at, layer.name, priced.error().message));
+  return Status::Ok();
+}
+
 Status CheckDegrees(const cost::LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster) {
   if (model.layers.empty()) return BadInput(fmt::format("layer model {}: has no layers", model.name));
   if (plan.layers.size() != model.layers.size())
@@ -120,6 +136,7 @@ Status CheckDegrees(const cost::LayerModel& model, const LayerPlan& plan, const 
     KIWI_RETURN_IF_ERROR(CheckExpertParallelism(model.layers[i], s, i));
     KIWI_RETURN_IF_ERROR(CheckContextParallelism(model, s, i));
     KIWI_RETURN_IF_ERROR(CheckOffload(model, s, cluster, i));
+    KIWI_RETURN_IF_ERROR(CheckRecomputeSet(model.layers[i], s, i));
   }
   return Status::Ok();
 }

@@ -156,8 +156,11 @@ def _strategy(obj: Any, where: str) -> LayerStrategy:
                         "(plan with kiwi hybrid --no-context-parallel)")
     if obj.get("offload", False) is not False:  # its optimizer steps on the ranks' devices
         raise PlanError(f"{where}.offload: optimizer offloading ({obj['offload']!r}) is not run by kiwi.torch.distributed")
+    if obj.get("recompute", []) != [] and not obj.get("checkpoint", False):  # it checkpoints whole blocks only
+        raise PlanError(f"{where}.recompute: recompute sets ({obj['recompute']!r}) are not run by kiwi.torch.distributed "
+                        "(plan with kiwi hybrid --no-recompute-sets)")
     unknown = set(obj) - {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel", "selective_recompute", "ep",
-                          "cp", "offload"}
+                          "cp", "offload", "recompute"}
     if unknown:
         raise PlanError(f"{where}.{sorted(unknown)[0]}: unknown field")
     return LayerStrategy(_int(obj, "tp", where, 1), _int(obj, "dp", where, 1), _zero(obj, where),

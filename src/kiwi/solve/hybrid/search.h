@@ -80,6 +80,12 @@ struct HybridSearchOptions {
   // true: kiwi's space also offloads optimizer states to the host (ZeRO-Offload) where the cluster's
   // device has a host and the model an optimizer step. Opt-in: with it the search is slower.
   bool offload = false;
+  // Recompute sets in kiwi's space: per layer type, up to this many sets of the Pareto frontier of its
+  // ops' (activation bytes, recompute seconds) (solve/remat/recompute_frontier.h), each offered beside
+  // no recomputation, selective recomputation and CKPT; 0: none (plans for a runtime that checkpoints
+  // whole layers only, such as kiwi.torch.distributed).
+  int recompute_sets = kDefaultRecomputeSets;
+  static constexpr int kDefaultRecomputeSets = 2;
   std::optional<PartitionMode> partitions;   // overrides the method's (tests use kExhaustive)
   double time_limit_seconds = 60.0;
   size_t max_labels = 8192;                  // per DP state (layer_dp.h)

@@ -72,6 +72,10 @@ struct StrategySpaceOptions {
   // (HybridSearchOptions::offload) where the cluster's device has a host (cost::DeviceSpec::HasHost)
   // and the model an optimizer step.
   bool allow_offload = false;
+  // Recompute sets (plan::LayerStrategy::recompute) offered beside no recomputation, selective
+  // recomputation and CKPT, not beside EP: only LayerStrategies has them; kiwi's search fills them from
+  // its layer types' frontiers (solve/remat/recompute_frontier.h).
+  std::vector<std::vector<std::string>> recompute_sets;
   bool mix_dp_sdp = false;       // keep the DP+SDP trees that Takeaway #3 removes
   int max_tp = 0;                // the largest TP degree, 0 = any (the search: a node's GPUs)
 };
@@ -86,7 +90,8 @@ std::vector<TreeStrategy> DecisionTreeStrategies(int num_devices, const Strategy
 // always places TP innermost, so level orders collapse): tp x dp = stage_devices, sequence parallelism
 // only with tp > 1, a ZeRO stage only with dp > 1, EP and CP only below dp, CKPT off/on (and selective
 // recomputation), offloading. Order: tp ascending, then SP off before on, then DP, ZeRO-1, ZeRO-2, SDP,
-// then ep ascending, then cp ascending, then offload off before on, then no recomputation, selective, CKPT.
+// then ep ascending, then cp ascending, then offload off before on, then no recomputation, selective, the
+// recompute sets in their order, CKPT.
 std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const StrategySpaceOptions& options);
 
 // Powers of two dividing n, ascending (1 first).
