@@ -275,6 +275,26 @@ TEST(Cli, PlanWrittenByPlanReplaysWithTheSamePrediction) {
   EXPECT_TRUE(j["claims"]["iteration_seconds_matches"].get<bool>());
 }
 
+// At 1.7 GiB the default GPT's fastest uniform plan recomputes a set of each layer's ops (its frontier:
+// norms, GeLU, dropout masks); the plan file names them and replays to its claims; the table counts them.
+TEST(Cli, PlanWithARecomputeSetReplays) {
+  const std::string path = (TempDir() / "best_set_plan.json").string();
+  auto planned = RunKiwi("plan --memory 1.7GiB --json --out " + path);
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  const nlohmann::json best = planned.Json()["best"];
+  ASSERT_TRUE(best.contains("recompute")) << best;
+  EXPECT_NE(best["name"].get<std::string>().find("+RC[attn.norm,"), std::string::npos);
+  auto sim = RunKiwi("simulate " + path + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_TRUE(sim.Json()["claims"]["peak_memory_bytes_matches"].get<bool>());
+  EXPECT_TRUE(sim.Json()["claims"]["iteration_seconds_matches"].get<bool>());
+  const nlohmann::json file = nlohmann::json::parse(testing::Slurp(path));
+  ASSERT_EQ(file["layer"]["layers"].size(), 4u);
+  for (const nlohmann::json& layer : file["layer"]["layers"]) EXPECT_EQ(layer["recompute"], best["recompute"]);
+  auto table = RunKiwi("plan --memory 1.7GiB");
+  EXPECT_NE(table.out.find("+RC" + std::to_string(best["recompute"].size()) + " "), std::string::npos) << table.out;
+}
+
 TEST(Cli, PlanReplaysOnTheModelItWasMadeFor) {
   const std::string path = (TempDir() / "bert_plan.json").string();
   auto planned = RunKiwi("plan --model bert --layers 6 --hidden 256 --heads 4 --seq 128 --batch 32 "

@@ -109,6 +109,23 @@ TEST(UniformLayerPlans, SelectiveRecomputationOnlyWhenAsked) {
   for (const auto& p : without) EXPECT_FALSE(p.plan.layers.front().selective_recompute) << p.name;
 }
 
+// Each recompute set is one more recomputation choice per strategy without EP (with none, SEL, CKPT).
+TEST(UniformLayerPlans, RecomputeSetsBesideTheOtherChoices) {
+  const auto without = UniformLayerPlans({.num_layers = 2, .num_devices = 2, .global_batch = 2});
+  const auto with = UniformLayerPlans({.num_layers = 2, .num_devices = 2, .global_batch = 2,
+                                       .recompute_sets = {{"mlp.act"}, {"mlp.act", "attn.norm"}}});
+  EXPECT_EQ(with.size(), without.size() * 5 / 3);
+  int sets = 0;
+  for (const auto& p : with) {
+    const plan::LayerStrategy& s = p.plan.layers.front();
+    if (s.recompute.empty()) continue;
+    ++sets;
+    EXPECT_FALSE(s.checkpoint || s.selective_recompute) << p.name;
+    EXPECT_NE(p.name.find("+RC[mlp.act"), std::string::npos) << p.name;
+  }
+  EXPECT_EQ(sets, static_cast<int>(without.size() * 2 / 3));
+}
+
 TEST(UniformLayerPlans, SkipsBatchesThatDoNotSplitOverReplicas) {
   const auto plans = UniformLayerPlans({.num_layers = 2, .num_devices = 4, .global_batch = 2,
                                         .allow_sdp = false, .allow_zero12 = false, .allow_sequence_parallel = false,

@@ -18,7 +18,9 @@
 #include "kiwi/models/layer_model.h"
 #include "kiwi/report/table.h"
 #include "kiwi/sim/layer_simulator.h"
+#include "kiwi/solve/hybrid/search.h"
 #include "kiwi/solve/hybrid/uniform_plans.h"
+#include "kiwi/solve/remat/recompute_frontier.h"
 #include "kiwi/util/elapsed.h"
 #include "kiwi/util/units.h"
 
@@ -63,6 +65,8 @@ Result<std::vector<Candidate>> EvaluateUniformPlans(const cost::LayerModel& mode
                                                .allow_selective_recompute = model.HasAttentionCore(),
                                                .experts = UniformExperts(model),
                                                .context_sequence = model.ContextParallelSequence(),
+                                               .recompute_sets = solve::remat::CommonRecomputeSets(
+                                                   model.layers, solve::hybrid::HybridSearchOptions::kDefaultRecomputeSets),
                                                .compact = true});
   if (plans.empty())  // every data-parallel degree the devices allow leaves part of a sample on a device
     return BadInput(fmt::format("--batch {}: no uniform plan on the {} devices of {}: the batch must divide by a "
@@ -104,9 +108,13 @@ std::string CandidateTable(const std::vector<Candidate>& cands) {
                    "iteration", "samples/s", "fits"});
   for (const Candidate& c : cands) {
     const plan::LayerStrategy& s = c.plan.layers.front();
-    t.AddRow({c.name, std::to_string(c.plan.pp_degree), std::to_string(s.tp), s.SequenceParallel() ? "yes" : "no",
+    std::string name = c.name;  // a recompute set by its size here ("+RC7"); the JSON names its ops
+    if (const size_t rc = name.find("+RC["); rc != std::string::npos)
+      name.replace(rc, name.find(']', rc) + 1 - rc, fmt::format("+RC{}", s.recompute.size()));
+    t.AddRow({name, std::to_string(c.plan.pp_degree), std::to_string(s.tp), s.SequenceParallel() ? "yes" : "no",
               std::to_string(s.dp),
-              std::to_string(static_cast<int>(s.ZeroStage())), s.checkpoint ? "yes" : s.SelectiveRecompute() ? "selective" : "no",
+              std::to_string(static_cast<int>(s.ZeroStage())),
+              s.checkpoint ? "yes" : s.SelectiveRecompute() ? "selective" : s.RecomputesSet() ? fmt::format("{} ops", s.recompute.size()) : "no",
               std::to_string(c.plan.micro_batches),
               FormatBytes(c.result.summary.peak_memory_bytes), FormatSeconds(c.result.summary.iteration_seconds),
               fmt::format("{:.1f}", c.result.throughput_samples_per_second), c.fits ? "yes" : "NO"});

@@ -21,25 +21,6 @@
 namespace kiwi::solve::hybrid {
 namespace {
 
-// The recompute sets kiwi's space offers: up to `per_type` of each layer type's frontier, those every
-// type can run (a set naming ops one type lacks would be a choice for some layers only).
-std::vector<std::vector<std::string>> RecomputeSetsOf(const LayerTypes& types, int per_type) {
-  std::vector<std::vector<std::string>> sets;
-  if (per_type <= 0) return sets;
-  const auto runs_everywhere = [&](const std::vector<std::string>& set) {
-    return std::all_of(types.profiles.begin(), types.profiles.end(), [&](const cost::LayerProfile& p) {
-      return p.recompute_menu.menu && cost::PriceRecomputeSet(*p.recompute_menu.menu, set).ok();
-    });
-  };
-  for (const cost::LayerProfile& p : types.profiles) {
-    if (!p.recompute_menu.menu) continue;
-    for (remat::FrontierSet& f : remat::RecomputeFrontier(*p.recompute_menu.menu, per_type))
-      if (std::find(sets.begin(), sets.end(), f.ops) == sets.end() && runs_everywhere(f.ops))
-        sets.push_back(std::move(f.ops));
-  }
-  return sets;
-}
-
 using Clock = std::chrono::steady_clock;
 constexpr int64_t kMaxSweepBatch = 65536;  // keeps the sweep's configurations enumerable in a blink
 
@@ -83,7 +64,8 @@ class Search {
     space_.strategies.allow_context_parallel &= options.context_parallel;
     space_.strategies.allow_offload = options.offload && options.method == Method::kKiwi && cluster.device.HasHost() &&
                                       !model.optimizer.empty();
-    if (options.method == Method::kKiwi) space_.strategies.recompute_sets = RecomputeSetsOf(types_, options.recompute_sets);
+    if (options.method == Method::kKiwi)
+      space_.strategies.recompute_sets = remat::CommonRecomputeSets(types_.profiles, options.recompute_sets);
   }
 
   Result<HybridSearchResult> Run();

@@ -26,6 +26,7 @@ std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& o) {
   space.experts = o.experts;
   space.allow_context_parallel = o.context_sequence > 0;
   space.context_sequence = o.context_sequence;
+  space.recompute_sets = o.recompute_sets;
   std::vector<NamedLayerPlan> plans;
   for (int pp : hybrid::PowerOfTwoDivisors(o.num_devices)) {
     if (pp > o.num_layers) continue;

@@ -31,6 +31,9 @@ struct UniformPlanOptions {
   // parallelism beside (0: none), at the least CP degree that gives each replica whole samples, and only
   // where the batch does not divide over dp (elsewhere the cp 1 plan does the same work without a ring).
   int64_t context_sequence = 0;
+  // Recompute sets every layer can run (solve/remat/recompute_frontier.h CommonRecomputeSets): each a
+  // plan beside none, selective and CKPT, not beside EP.
+  std::vector<std::vector<std::string>> recompute_sets = {};
   // Each plan's `layers` holds its one strategy instead of num_layers copies of it (ExpandUniform
   // gives the plan): thousands of plans of a 10,000-layer model then take kilobytes, not gigabytes.
   bool compact = false;

@@ -187,4 +187,25 @@ std::vector<FrontierSet> RecomputeFrontier(const cost::RecomputeMenu& menu, int 
   return spread;
 }
 
+std::vector<std::vector<std::string>> CommonRecomputeSets(std::span<const cost::LayerProfile> layers, int per_layer) {
+  std::vector<std::vector<std::string>> sets;
+  if (per_layer <= 0 || layers.empty()) return sets;
+  std::vector<const cost::RecomputeMenu*> menus;  // distinct ones: a stack of layers shares one
+  for (const cost::LayerProfile& p : layers) {
+    if (!p.recompute_menu.menu) return sets;
+    const cost::RecomputeMenu* menu = p.recompute_menu.menu.get();
+    if (std::none_of(menus.begin(), menus.end(), [&](const cost::RecomputeMenu* m) { return m == menu || *m == *menu; }))
+      menus.push_back(menu);
+  }
+  const auto runs_everywhere = [&](const std::vector<std::string>& set) {
+    return std::all_of(menus.begin(), menus.end(),
+                       [&](const cost::RecomputeMenu* m) { return cost::PriceRecomputeSet(*m, set).ok(); });
+  };
+  for (const cost::RecomputeMenu* menu : menus)
+    for (FrontierSet& f : RecomputeFrontier(*menu, per_layer))
+      if (std::find(sets.begin(), sets.end(), f.ops) == sets.end() && runs_everywhere(f.ops))
+        sets.push_back(std::move(f.ops));
+  return sets;
+}
+
 }  // namespace kiwi::solve::remat

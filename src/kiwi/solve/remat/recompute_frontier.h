@@ -11,9 +11,11 @@
 // is kept for it (weight b_u; with x_u = 1 it is recomputed instead: y_u >= x_u, and x_u's weight
 // carries -b_u so that recomputing u costs no bytes); every recomputed op forces its inputs' y.
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "kiwi/cost/layer_profile.h"
 #include "kiwi/cost/recompute_set.h"
 
 namespace kiwi::solve::remat {
@@ -30,5 +32,10 @@ std::vector<bool> CheapestRecomputeSet(const cost::RecomputeMenu& menu, double l
 // before (the empty set is left out); at most `max_sets` of them, spread over the frontier and always
 // with its last (most bytes dropped) set; 0: all.
 std::vector<FrontierSet> RecomputeFrontier(const cost::RecomputeMenu& menu, int max_sets = 0);
+
+// The sets a layer-level search offers a model: up to `per_layer` of each distinct layer menu's frontier,
+// those every layer can run (a set naming ops some layer lacks would be a choice for some layers only);
+// none when a layer has no menu (a model read from profiles) or `per_layer` is 0.
+std::vector<std::vector<std::string>> CommonRecomputeSets(std::span<const cost::LayerProfile> layers, int per_layer);
 
 }  // namespace kiwi::solve::remat
