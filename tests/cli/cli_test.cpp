@@ -384,6 +384,35 @@ TEST(Cli, DropoutIsRecordedInThePlan) {
   }
 }
 
+// --capacity-factor of a mixture of experts: `kiwi hybrid` records it and its replay prices the same
+// model; more slots per expert cost time; a dense model, 0 or beyond 64 are one-line refusals.
+TEST(Cli, CapacityFactorIsRecordedInThePlan) {
+  const std::string model = "--model mixtral-8x7b --layers 2 --hidden 256 --heads 8 --seq 64 --batch 16 --vocab 512 "
+                            "--ffn 512 --cluster dgx-h100 ";
+  const std::string path = (TempDir() / "capacity_plan.json").string();
+  auto padded = RunKiwi("hybrid " + model + "--capacity-factor 1.5 --quiet --json --out " + path);
+  ASSERT_EQ(padded.exit_code, 0) << padded.err;
+  EXPECT_NE(testing::Slurp(path).find("\"capacity_factor\": 1.5"), std::string::npos) << testing::Slurp(path);
+  auto sim = RunKiwi("simulate " + path + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_TRUE(sim.Json()["claims"]["peak_memory_bytes_matches"].get<bool>());
+  EXPECT_TRUE(sim.Json()["claims"]["iteration_seconds_matches"].get<bool>());
+  auto even = RunKiwi("graph " + model + "--json");
+  auto more = RunKiwi("graph " + model + "--capacity-factor 1.5 --json");
+  ASSERT_EQ(more.exit_code, 0) << more.err;
+  EXPECT_GT(more.Json()["compute_cost"].get<double>(), even.Json()["compute_cost"].get<double>());
+  EXPECT_EQ(more.Json()["parameters"], even.Json()["parameters"]);
+  for (const auto& [flags, says] : std::vector<std::pair<std::string, std::string>>{
+           {std::string(kSmallGpt) + "--capacity-factor 1.25", "--capacity-factor: not applicable to model gpt"},
+           {model + "--capacity-factor 0", "--capacity-factor: must be in (0, 64]"},
+           {model + "--capacity-factor 65", "--capacity-factor: must be in (0, 64]"}}) {
+    auto r = RunKiwi("graph " + flags);
+    EXPECT_EQ(r.exit_code, 2) << flags;
+    EXPECT_EQ(CountLines(r.err), 1) << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
+  }
+}
+
 TEST(Cli, SimulateOperatorPlanOnAGraphFile) {
   if (!std::filesystem::exists(kRemat + "vgg16_b256_train.json")) GTEST_SKIP() << "no ../shared/benchmarks";
   const std::string plan = WriteTemp("empty_op_plan.json", R"({"kiwi_plan_version": 1, "operator": {}})");

@@ -86,6 +86,7 @@ TEST(PlanJson, RoundTripsExactly) {
   p->model_flags.batch = 32;
   p->model_flags.vocab = 50304;
   p->model_flags.dropout = 0.0;
+  p->model_flags.capacity_factor = 1.25;
   p->model_flags.dtype = "bf16";
   p->op->shardings[7] = {ir::ShardingSpec{}, {}, ir::AxisBit(0) | ir::AxisBit(1), ""};  // replicated scalar
   const std::string text = WritePlanJson(*p);
@@ -93,6 +94,13 @@ TEST(PlanJson, RoundTripsExactly) {
   ASSERT_TRUE(back.ok()) << back.error().message << "\n" << text;
   ExpectSamePlan(*p, *back);
   EXPECT_EQ(WritePlanJson(*back), text);
+}
+
+TEST(PlanJson, CapacityFactorMustBePositive) {
+  ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "model_flags": {"capacity_factor": 0}})", "p.json"),
+                 {"p.json: model_flags.capacity_factor:", "must be positive"});
+  ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "model_flags": {"capacity_factor": "1.5"}})", "p.json"),
+                 {"p.json: model_flags.capacity_factor:"});
 }
 
 TEST(PlanJson, ModelFlagsAreCheckedByName) {

@@ -76,6 +76,15 @@ TEST(HfConfig, MixturesOfExpertsAreThePresets) {
   r = ParseHfConfig(too_many, "m.json");
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().message, "m.json: top_k: must be in [1, 8] (the experts), got 9");
+  // A capacity factor is a training choice: --capacity-factor applies to an MoE config, not to a dense one.
+  EXPECT_EQ(Transformer(ParseHfConfig(kMixtral, "m.json", {.capacity_factor = 1.25})).capacity_factor, 1.25);
+  r = ParseHfConfig(kMixtral, "m.json", {.capacity_factor = 0.0});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message, "m.json: --capacity-factor: must be in (0, 64], got 0");
+  r = ParseHfConfig(R"({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+                         "num_hidden_layers": 2, "vocab_size": 100})", "l.json", {.capacity_factor = 1.25});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().message, "l.json: --capacity-factor: the model has no mixture of experts");
 }
 
 // Qwen2 (biases on q/k/v), Qwen2-MoE (a gated shared expert beside 60 experts) and tied embeddings

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include <algorithm>
 
 #include "kiwi/cost/layer_cost.h"
@@ -378,6 +380,39 @@ TEST(BuildLayerModel, MixtureOfExpertsKeepsTheRouterWholeAndSplitsTheExperts) {
   EXPECT_EQ(s.parameter_bytes - e.parameter_bytes, (3 * h * 32 + h) * bytes);
   EXPECT_EQ(s.replicated_parameter_bytes - e.replicated_parameter_bytes, h * bytes);
   EXPECT_EQ(s.expert_parameter_bytes, e.expert_parameter_bytes);
+}
+
+// A capacity factor c gives each expert ceil(c T k / E) slots (GShard): the experts' matmuls, their
+// kept activations and the rows each all-to-all carries grow by c; the weights do not.
+TEST(BuildLayerModel, CapacityFactorPadsEveryExpertsSlots) {
+  const cost::CostModel cm(TestDevice());
+  const int64_t h = 64, f = 96, seq = 16, batch = 2, experts = 4, k = 2, bytes = 2;
+  const auto layer_model = [&](double capacity_factor) {
+    models::TransformerConfig c;
+    c.family = models::Family::kLlama, c.layers = 2, c.hidden = h, c.heads = 4, c.kv_heads = 2, c.ffn = f;
+    c.seq = seq, c.batch = batch, c.vocab = 101, c.dtype = ir::DType::kBF16, c.dropout = false;
+    c.experts = experts, c.top_k = k, c.capacity_factor = capacity_factor;
+    Result<ir::Graph> forward = models::BuildTransformerForward(c);
+    EXPECT_TRUE(forward.ok()) << forward.error().message;
+    Result<ir::Graph> training = ir::BuildTrainingGraph(*forward, {.optimizer = ir::Optimizer::kAdam, .master_weights = true});
+    EXPECT_TRUE(training.ok()) << training.error().message;
+    int64_t slots = 0;
+    for (const ir::Node& n : training->nodes())
+      if (n.name == "layer1.mlp.slots") slots = n.output.shape.back();
+    EXPECT_EQ(slots, static_cast<int64_t>(std::ceil(capacity_factor * seq * batch * k / experts)));
+    Result<LayerModel> m = BuildLayerModel(*training, batch, cm);
+    EXPECT_TRUE(m.ok()) << m.error().message;
+    return *m;
+  };
+  const LayerProfile even = layer_model(1.0).layers[1], padded = layer_model(1.25).layers[1];
+  EXPECT_EQ(padded.parameter_bytes, even.parameter_bytes);
+  EXPECT_EQ(even.routed_bytes_per_sample, k * seq * h * bytes);
+  EXPECT_EQ(padded.routed_bytes_per_sample, 5 * k * seq * h * bytes / 4);  // 80 of 64 slots per expert
+  // the experts' split activations (gate, silu, up, product: 4 f per row) grow with the rows
+  EXPECT_EQ((padded.activation_bytes_per_sample - padded.replicated_activation_bytes_per_sample) -
+                (even.activation_bytes_per_sample - even.replicated_activation_bytes_per_sample),
+            4 * (k * seq / 4) * f * bytes);
+  EXPECT_GT(padded.forward_seconds_per_sample, even.forward_seconds_per_sample);
 }
 
 TEST(BuildLayerModel, TheHeadUnderTpRunsMegatronsVocabularyParallelLoss) {

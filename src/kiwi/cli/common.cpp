@@ -45,6 +45,9 @@ void ModelFlags::Add(CLI::App* app, const std::string& default_model) {
       ->check(WholeNumber());
   app->add_option("--dropout", flags.dropout,
                   "dropout probability of a transformer at every site, 0 for none (default: the preset's; gpt: 0.1)");
+  app->add_option("--capacity-factor", flags.capacity_factor,
+                  "mixtures of experts: each expert's slots per its even share of the routed tokens (GShard's "
+                  "capacity factor; default 1: dropless with an even load; above 1 also an uneven load's busiest expert)");
   app->add_option("--dtype", flags.dtype, "fp32 | bf16 | fp16 (default: the preset's)");
   app->add_option("--optimizer", flags.optimizer, "adam | fused_adam | sgd (default: the preset's)");
   app->add_option("--attention", flags.attention,
@@ -72,6 +75,7 @@ Result<models::ModelOverrides> ModelFlags::Overrides() const {
   o.ffn = flags.ffn;
   o.vocab = flags.vocab;
   o.dropout = flags.dropout;
+  o.capacity_factor = flags.capacity_factor;
   if (!flags.dtype.empty()) {
     std::optional<ir::DType> d = ir::ParseDType(flags.dtype);
     if (!d || !ir::IsFloating(*d) || *d == ir::DType::kF64)

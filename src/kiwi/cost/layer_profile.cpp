@@ -307,17 +307,26 @@ void FillAttention(const ir::Graph& graph, const ir::Layer& layer, const std::ve
 
 // A mixture of experts' terms of a layer's profile: each token's choice among its router's outputs gives
 // the experts (its input's last dim) and top_k (its output's), the batched linears with weights are the
-// experts'.
+// experts'. The rows each all-to-all carries are top_k per token, or the experts' slots (the other
+// top-k, over each expert's column: E x capacity) where a capacity factor gives them more.
 void FillExperts(const ir::Graph& graph, const ir::Layer& layer, LayerProfile& p) {
+  int64_t tokens = 0, top_k = 0, slots = 0;
   for (ir::NodeId id : layer.forward) {
     const ir::Node& node = graph.node(id);
     if (IsRoutingChoice(node) && RouterOf(graph, node) != ir::kNoNode) {
       p.experts = graph.node(node.inputs[0]).output.shape.back();
       p.routed_bytes_per_sample = node.output.shape.back() * p.boundary_bytes_per_sample;
+      tokens = node.output.shape.front();
+      top_k = node.output.shape.back();
+    } else if (IsRoutingChoice(node)) {
+      slots = node.output.NumElements();
     }
     if (node.kind == ir::OpKind::kBatchMatmul && IsLinear(graph, node))
       p.expert_parameter_bytes += graph.node(node.inputs[1]).output.Bytes();
   }
+  // Beyond an even load's slots (ceil(T k / E) each): a capacity factor's, which the all-to-alls carry padded.
+  if (tokens > 0 && p.experts > 0 && slots > p.experts * CeilDiv(tokens * top_k, p.experts))
+    p.routed_bytes_per_sample = CeilDiv(slots * p.boundary_bytes_per_sample, tokens);
 }
 
 // The layer's recompute menu (cost/recompute_set.h): its forward ops in execution order, after the

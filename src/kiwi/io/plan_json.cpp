@@ -270,8 +270,8 @@ Result<plan::ModelFlags> ReadModelFlags(const Json& value, const JsonPath& at) {
   KIWI_RETURN_IF_ERROR(CheckObject(value, at));
   KIWI_RETURN_IF_ERROR(
       CheckKnownKeys(value, at,
-                     {"layers", "hidden", "heads", "seq", "batch", "ffn", "vocab", "dropout", "dtype", "optimizer",
-                      "attention"}));
+                     {"layers", "hidden", "heads", "seq", "batch", "ffn", "vocab", "dropout", "capacity_factor",
+                      "dtype", "optimizer", "attention"}));
   plan::ModelFlags f;
   for (std::string_view key : kModelSizeFlags) {
     if (FindField(value, key) == nullptr) continue;
@@ -284,6 +284,12 @@ Result<plan::ModelFlags> ReadModelFlags(const Json& value, const JsonPath& at) {
     if (!p) return p.error();
     if (*p >= 1.0) return at.BadKey("dropout", fmt::format("must be in [0, 1), got {}", *p));
     f.dropout = *p;
+  }
+  if (FindField(value, "capacity_factor") != nullptr) {  // models::LoadModel checks its range and model
+    Result<double> c = NumberField(value, at, "capacity_factor", 0.0);
+    if (!c) return c.error();
+    if (*c <= 0.0) return at.BadKey("capacity_factor", fmt::format("must be positive, got {}", *c));
+    f.capacity_factor = *c;
   }
   Result<std::string> dtype = StringFieldOr(value, at, "dtype", "");
   if (!dtype) return dtype.error();
@@ -303,6 +309,7 @@ OrderedJson ModelFlagsJson(const plan::ModelFlags& flags) {
   for (std::string_view key : kModelSizeFlags)
     if (const std::optional<int64_t>& v = *SizeFlag(f, key)) j[std::string(key)] = *v;
   if (f.dropout) j["dropout"] = *f.dropout;
+  if (f.capacity_factor) j["capacity_factor"] = *f.capacity_factor;
   if (!f.dtype.empty()) j["dtype"] = f.dtype;
   if (!f.optimizer.empty()) j["optimizer"] = f.optimizer;
   if (!f.attention.empty()) j["attention"] = f.attention;

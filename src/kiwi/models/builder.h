@@ -104,6 +104,7 @@ struct MlpOptions {
   int64_t experts = 0;     // > 0: a mixture of that many SwiGLU experts of width ffn (MoeFeedForward)
   int64_t top_k = 0;
   int64_t shared_expert_ffn = 0;  // with experts: a gated shared SwiGLU expert of this width (Qwen2-MoE)
+  double capacity_factor = 1.0;   // with experts: each expert's slots per its even share of the routed rows
 };
 
 // fc1 -> activation -> fc2 -> dropout; SwiGLU: down(silu(gate(x)) * up(x)); with experts, MoeFeedForward.

@@ -278,7 +278,7 @@ Status ApplyPrecision(const Config& c, const ModelOverrides& o, ModelSpec& spec)
 
 Result<ModelSpec> ParseHfConfig(std::string_view text, const std::string& source, const ModelOverrides& o) {
   if (o.layers || o.hidden || o.heads || o.ffn || o.vocab || o.dropout)
-    return BadInput(fmt::format("{}: the sizes come from the config; only --batch, --seq, --dtype, --optimizer, --attention apply", source));
+    return BadInput(fmt::format("{}: the sizes come from the config; only --batch, --seq, --dtype, --optimizer, --attention, --capacity-factor apply", source));
   if (JsonDeeperThan(text))
     return BadInput(fmt::format("{}: JSON nested deeper than {} levels (an HF config is flat)", source, kMaxJsonDepth));
   Json j = Json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
@@ -296,6 +296,13 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, const std::string& source
     return BadInput(fmt::format("{}: --seq: not applicable to an image model", source));
   if (o.seq) t->seq = *o.seq;
   if (o.batch) t->batch = *o.batch;
+  if (o.capacity_factor) {  // a training choice, not the config's
+    if (t->experts == 0) return BadInput(fmt::format("{}: --capacity-factor: the model has no mixture of experts", source));
+    if (!(*o.capacity_factor > 0.0 && *o.capacity_factor <= kMaxCapacityFactor))
+      return BadInput(fmt::format("{}: --capacity-factor: must be in (0, {}], got {}", source, kMaxCapacityFactor,
+                                  *o.capacity_factor));
+    t->capacity_factor = *o.capacity_factor;
+  }
   const std::string name = c.String("_name_or_path", "");  // transformers writes "" for a config built in code
   ModelSpec spec{name.empty() ? type : name, *t, {}};
   KIWI_RETURN_IF_ERROR(ApplyPrecision(c, o, spec));

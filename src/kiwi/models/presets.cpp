@@ -153,6 +153,8 @@ Status CheckOverrideValues(const ModelOverrides& o) {
   if (o.optimizer && *o.optimizer == ir::Optimizer::kNone) return BadInput("--optimizer: must be adam, fused_adam or sgd");
   if (o.dropout && !(*o.dropout >= 0.0 && *o.dropout < 1.0))
     return BadInput(fmt::format("--dropout: must be in [0, 1), got {}", *o.dropout));
+  if (o.capacity_factor && !(*o.capacity_factor > 0.0 && *o.capacity_factor <= kMaxCapacityFactor))
+    return BadInput(fmt::format("--capacity-factor: must be in (0, {}], got {}", kMaxCapacityFactor, *o.capacity_factor));
   return Status::Ok();
 }
 
@@ -217,6 +219,9 @@ Status ApplyTransformer(const Preset& preset, const ModelOverrides& o, Transform
     c.dropout = *o.dropout > 0.0;
     if (c.dropout) c.dropout_p = *o.dropout;
   }
+  if (o.capacity_factor && c.experts == 0)
+    return NotApplicable(name, "--capacity-factor", "it has no mixture of experts");
+  if (o.capacity_factor) c.capacity_factor = *o.capacity_factor;
   if (!o.ffn && preset.ffn_follows_hidden && c.family == Family::kLlama) c.ffn = LlamaFfn(c.hidden);
   if (!o.ffn && preset.ffn_follows_hidden && c.family != Family::kLlama) c.ffn = 0;  // 4 * hidden
   if (o.dtype) c.dtype = *o.dtype;
@@ -232,6 +237,7 @@ Status ApplyMlp(const std::string& name, const ModelOverrides& o, MlpConfig& c) 
   if (o.seq) return NotApplicable(name, "--seq", "an MLP has no sequence");
   if (o.vocab) return NotApplicable(name, "--vocab", "an MLP has no vocabulary");
   if (o.dropout) return NotApplicable(name, "--dropout", "kiwi's MLP has no dropout");
+  if (o.capacity_factor) return NotApplicable(name, "--capacity-factor", "it has no mixture of experts");
   if (o.layers || o.hidden || o.ffn) {
     const int layers = o.layers.value_or(static_cast<int>(c.widths.size()) - 1);
     const int64_t outer = o.hidden.value_or(c.widths.front());

@@ -20,6 +20,10 @@ struct ModelSpec {
   ir::TrainingOptions training;  // optimizer and master weights the preset's paper trains with
 };
 
+// The largest capacity factor kiwi builds (an expert with 64 times its share of the tokens: beyond any
+// router worth training, and no more slots than tokens anyway).
+inline constexpr double kMaxCapacityFactor = 64.0;
+
 // The most transformer layers kiwi builds (--layers, an HF config's layer count, Galvatron's layers per
 // type): far beyond any real model, small enough that graphs and searches stay bounded.
 inline constexpr int kMaxLayers = 10000;
@@ -32,6 +36,7 @@ struct ModelOverrides {
   std::optional<ir::Optimizer> optimizer = {};
   std::optional<AttentionKernel> attention = {};  // transformers only
   std::optional<double> dropout = {};  // transformers only: the probability at every site, 0 for none
+  std::optional<double> capacity_factor = {};  // mixtures of experts only (TransformerConfig::capacity_factor)
 };
 
 // A family name (gpt, bert, t5, vit, swin, llama, mlp) or a preset, with overrides applied.

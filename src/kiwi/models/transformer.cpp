@@ -44,7 +44,7 @@ LayerOptions StandardLayer(const TransformerConfig& c, NormKind norm, bool pre_n
                  .causal = c.family == Family::kGpt || c.family == Family::kLlama,
                  .head_dim = c.head_dim, .qk_norm = c.qk_norm, .qkv_bias = c.qkv_bias};
   o.mlp = {.ffn = FfnSize(c), .activation = act, .bias = bias, .dropout_p = DropoutP(c), .experts = c.experts,
-           .top_k = c.top_k, .shared_expert_ffn = c.shared_expert_ffn};
+           .top_k = c.top_k, .shared_expert_ffn = c.shared_expert_ffn, .capacity_factor = c.capacity_factor};
   return o;
 }
 

@@ -49,6 +49,10 @@ struct TransformerConfig {
   int64_t top_k = 0;
   // With experts: a shared expert of this width every token runs, scaled by a sigmoid gate (Qwen2-MoE); 0: none.
   int64_t shared_expert_ffn = 0;
+  // With experts: each expert's slots, in its even share T k / E of the tokens' routed rows (GShard's and
+  // Switch's capacity factor, Megatron-LM's --moe-expert-capacity-factor): 1 is a dropless router with an
+  // even load; above 1 also the busiest expert of an uneven one, whose slots every expert pads to.
+  double capacity_factor = 1.0;
   int64_t seq = 1024;        // encoder / decoder-only sequence length
   int64_t decoder_seq = 0;   // T5 decoder length; 0 = seq
   int64_t batch = 8;

@@ -1,5 +1,7 @@
 // Transformer building blocks: linear layers, norms, multi-head attention, MLPs and the layer that
 // composes them (Megatron-LM layout; dropout sites as in Korthikanti et al. 2022, Fig. 2/eq. 1).
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "kiwi/models/builder.h"
@@ -109,10 +111,15 @@ NodeId MoeFeedForward(GraphBuilder& gb, NodeId x, const MlpOptions& options) {
   NodeId choice = gb.Add(ir::OpKind::kReduce, "topk", "topk", {probs}, {ir::DType::kI64, {tokens, k}}, last);
   // Each token's k probabilities: a gather from the flattened [T*E, 1] probabilities.
   NodeId gates = Embedding(gb, "gates", Reshape(gb, "probs_flat", probs, {tokens * e, 1}), choice);
-  // The token in each of an expert's ceil(T*k/E) slots, in expert order: the permutation Megatron's
-  // dispatcher sorts out of the routing (an even load; the last slots padding where E does not divide
-  // T*k), as a top-k over each expert's column of the probabilities.
-  const int64_t capacity = (tokens * k + e - 1) / e;
+  // The token in each of an expert's ceil(c T k / E) slots (c the capacity factor; at most every token
+  // once), in expert order: the permutation Megatron's dispatcher sorts out of the routing (the last
+  // slots padding where E does not divide c T k), as a top-k over each expert's column of the
+  // probabilities.
+  const int64_t capacity =
+      options.capacity_factor == 1.0
+          ? (tokens * k + e - 1) / e
+          : std::min(tokens, static_cast<int64_t>(std::ceil(options.capacity_factor * static_cast<double>(tokens * k) /
+                                                            static_cast<double>(e) - 1e-9)));
   NodeId slots = gb.Add(ir::OpKind::kReduce, "topk", "slots", {Transpose(gb, "by_expert", probs, {1, 0})},
                         {ir::DType::kI64, {e, capacity}}, last);
   NodeId grouped = Embedding(gb, "dispatch", rows, slots);

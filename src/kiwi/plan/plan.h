@@ -141,6 +141,7 @@ struct Claims {
 struct ModelFlags {
   std::optional<int64_t> layers, hidden, heads, seq, batch, ffn, vocab;
   std::optional<double> dropout;  // the probability at every dropout site (0: none); unset = the preset's
+  std::optional<double> capacity_factor;  // a mixture of experts' (models::TransformerConfig); unset = 1
   std::string dtype;      // "" = the preset's
   std::string optimizer;  // "" = the preset's
   std::string attention;  // "" = auto (models::AttentionKernel)
