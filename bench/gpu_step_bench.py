@@ -353,7 +353,7 @@ def predict(row: Dict[str, Any], cluster: str, profile: Optional[str]) -> Dict[s
     if result.returncode != 0:
         raise SystemExit(f"gpu_step_bench: kiwi {' '.join(map(str, args))}: {result.stderr.strip()}")
     plans = [p for p in result.json()["plans"] if p["checkpoint"] == row["checkpointed"] and p["micro_batches"] == 1
-             and not p["selective_recompute"]]  # the measured steps keep or recompute whole layers
+             and not p["selective_recompute"] and not p.get("recompute")]  # they keep or recompute whole layers
     if len(plans) != 1:
         raise SystemExit(f"gpu_step_bench: kiwi plan gave {len(plans)} single-GPU plans for {row}")
     return plans[0]
