@@ -91,7 +91,9 @@ TEST(HybridCli, GptThreeInterleavesAndMatchesMegatronsConfiguration) {
 // (every rank then holds every expert's states).
 TEST(HybridCli, MixtralSplitsItsExpertsAndReplays) {
   const std::string plan = (TempDir() / "hybrid_mixtral_plan.json").string();
-  auto r = RunKiwi("hybrid --model mixtral-8x7b --cluster dgx-h100:8 --batch 512 --quiet --json --out " + plan);
+  // the limit: a complete search under ASan too (2-3 s here, 15-20 times that sanitized)
+  auto r = RunKiwi("hybrid --model mixtral-8x7b --cluster dgx-h100:8 --batch 512 --time-limit 600 --quiet --json --out " +
+                   plan);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = r.Json();
   int max_ep = 1;
@@ -112,8 +114,8 @@ TEST(HybridCli, MixtralSplitsItsExpertsAndReplays) {
   EXPECT_LT(sim.Json()["peak_memory_bytes"].get<int64_t>(), theirs.Json()["peak_memory_bytes"].get<int64_t>());
   const std::string config = (TempDir() / "galvatron_mixtral.json").string();
   std::filesystem::remove(config);
-  auto g = RunKiwi("hybrid --model mixtral-8x7b --cluster dgx-h100:8 --batch 512 --quiet --galvatron-out " + config +
-                   " --method kiwi");
+  auto g = RunKiwi("hybrid --model mixtral-8x7b --cluster dgx-h100:8 --batch 512 --time-limit 600 --quiet "
+                   "--galvatron-out " + config + " --method kiwi");
   EXPECT_EQ(g.exit_code, 2) << g.err;
   EXPECT_NE(g.err.find("uses expert parallelism"), std::string::npos) << g.err;
   EXPECT_FALSE(std::filesystem::exists(config));
@@ -168,7 +170,8 @@ TEST(HybridCli, TightBudgetOffloadsTheOptimizerAndReplays) {
   EXPECT_TRUE(sim.Json()["claims"]["peak_memory_bytes_matches"].get<bool>());
   const std::string config = (TempDir() / "galvatron_offload.json").string();
   std::filesystem::remove(config);
-  auto g = RunKiwi("hybrid --model llama3-8b --cluster dgx-h100:1 --batch 64 --memory 24GiB --offload --quiet --method kiwi "
+  auto g = RunKiwi("hybrid --model llama3-8b --cluster dgx-h100:1 --batch 64 --memory 24GiB --offload --recompute-sets 0 "
+                   "--quiet --method kiwi "
                    "--no-context-parallel --galvatron-out " + config);
   EXPECT_EQ(g.exit_code, 2) << g.err;
   EXPECT_NE(g.err.find("which Galvatron's config cannot express"), std::string::npos) << g.err;
@@ -300,8 +303,8 @@ TEST(HybridCli, GalvatronOutRefusesWhatGalvatronCannotExpress) {
   const std::string config = (testing::TempDir() / "galvatron_kiwi.json").string();
   std::filesystem::remove(config);
   // T5-Large-32 at 12 GiB: kiwi's plan mixes plain DP8 and ZeRO-1 over 8 (docs/hybrid.md)
-  auto r = testing::RunKiwi("hybrid --model t5-large-32 --cluster rtx-titan-pcie-8 --memory 12GiB --quiet --method kiwi "
-                            "--galvatron-out " + config);
+  auto r = testing::RunKiwi("hybrid --model t5-large-32 --cluster rtx-titan-pcie-8 --memory 12GiB --time-limit 600 "
+                            "--quiet --method kiwi --galvatron-out " + config);  // the limit: as searched unsanitized
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--galvatron-out " + config + ": layer "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("where an earlier layer uses"), std::string::npos) << r.err;
