@@ -298,9 +298,8 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, const std::string& source
   if (o.batch) t->batch = *o.batch;
   if (o.capacity_factor) {  // a training choice, not the config's
     if (t->experts == 0) return BadInput(fmt::format("{}: --capacity-factor: the model has no mixture of experts", source));
-    if (!(*o.capacity_factor > 0.0 && *o.capacity_factor <= kMaxCapacityFactor))
-      return BadInput(fmt::format("{}: --capacity-factor: must be in (0, {}], got {}", source, kMaxCapacityFactor,
-                                  *o.capacity_factor));
+    if (Status range = CheckCapacityFactor(*o.capacity_factor); !range)
+      return BadInput(fmt::format("{}: {}", source, range.error().message));
     t->capacity_factor = *o.capacity_factor;
   }
   const std::string name = c.String("_name_or_path", "");  // transformers writes "" for a config built in code

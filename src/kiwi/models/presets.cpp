@@ -153,8 +153,7 @@ Status CheckOverrideValues(const ModelOverrides& o) {
   if (o.optimizer && *o.optimizer == ir::Optimizer::kNone) return BadInput("--optimizer: must be adam, fused_adam or sgd");
   if (o.dropout && !(*o.dropout >= 0.0 && *o.dropout < 1.0))
     return BadInput(fmt::format("--dropout: must be in [0, 1), got {}", *o.dropout));
-  if (o.capacity_factor && !(*o.capacity_factor > 0.0 && *o.capacity_factor <= kMaxCapacityFactor))
-    return BadInput(fmt::format("--capacity-factor: must be in (0, {}], got {}", kMaxCapacityFactor, *o.capacity_factor));
+  if (o.capacity_factor) KIWI_RETURN_IF_ERROR(CheckCapacityFactor(*o.capacity_factor));
   return Status::Ok();
 }
 
@@ -295,6 +294,11 @@ Result<ir::Graph> BuildTrainingGraph(const ModelSpec& spec) {
   Result<ir::Graph> forward = BuildForwardGraph(spec);
   if (!forward) return forward.error();
   return ir::BuildTrainingGraph(*forward, spec.training);
+}
+
+Status CheckCapacityFactor(double capacity_factor) {
+  if (capacity_factor > 0.0 && capacity_factor <= kMaxCapacityFactor) return Status::Ok();
+  return BadInput(fmt::format("--capacity-factor: must be in (0, {}], got {}", kMaxCapacityFactor, capacity_factor));
 }
 
 }  // namespace kiwi::models

@@ -24,6 +24,9 @@ struct ModelSpec {
 // router worth training, and no more slots than tokens anyway).
 inline constexpr double kMaxCapacityFactor = 64.0;
 
+// --capacity-factor's range, (0, kMaxCapacityFactor]: bad input naming the flag otherwise.
+Status CheckCapacityFactor(double capacity_factor);
+
 // The most transformer layers kiwi builds (--layers, an HF config's layer count, Galvatron's layers per
 // type): far beyond any real model, small enough that graphs and searches stay bounded.
 inline constexpr int kMaxLayers = 10000;
