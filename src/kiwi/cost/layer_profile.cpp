@@ -245,9 +245,12 @@ void FillAttentionCore(const ir::Graph& graph, const ir::Layer& layer, const std
 // Context parallelism's terms of a layer's profile (LayerProfile::attention_*): per attention, the fused
 // kernel (inputs q, k, v) or the scores matmul q x k^T through the softmax to the context matmul with v.
 // A softmax whose input is not the scores matmul itself (a score bias between them) has no ring.
-void FillAttention(const ir::Graph& graph, const ir::Layer& layer, const std::vector<std::vector<ir::NodeId>>& readers,
-                   int64_t graph_batch, const CostModel& cost_model, LayerProfile& p) {
-  std::vector<ir::NodeId> forward;
+// Returns the ops that read the keys or values (the fused kernel; the scores and context matmuls), in
+// graph order: recomputing one of them runs the ring again (the recompute menu's `attention`).
+std::vector<ir::NodeId> FillAttention(const ir::Graph& graph, const ir::Layer& layer,
+                                      const std::vector<std::vector<ir::NodeId>>& readers, int64_t graph_batch,
+                                      const CostModel& cost_model, LayerProfile& p) {
+  std::vector<ir::NodeId> forward, reads_kv;
   int64_t kv_bytes = 0;
   // The keys' length; grouped-query attention stacks each KV head's g query heads as [g*s, d] rows.
   const auto sequence_of = [&](ir::NodeId q, ir::NodeId k) {
@@ -265,6 +268,7 @@ void FillAttention(const ir::Graph& graph, const ir::Layer& layer, const std::ve
       sequence_of(n.inputs[0], n.inputs[1]);
       kv_bytes += graph.node(n.inputs[1]).output.Bytes() + graph.node(n.inputs[2]).output.Bytes();
       forward.push_back(id);
+      reads_kv.push_back(id);
       continue;
     }
     if (n.kind != ir::OpKind::kSoftmax || n.inputs.empty()) continue;
@@ -293,8 +297,9 @@ void FillAttention(const ir::Graph& graph, const ir::Layer& layer, const std::ve
     sequence_of(scores.inputs[0], scores.inputs[1]);
     kv_bytes += graph.node(scores.inputs[1]).output.Bytes() + graph.node(context.inputs[1]).output.Bytes();
     forward.insert(forward.end(), chain.begin(), chain.end());
+    reads_kv.insert(reads_kv.end(), {back, at});
   }
-  if (forward.empty()) return;
+  if (forward.empty()) return reads_kv;
   std::sort(forward.begin(), forward.end());
   std::vector<ir::NodeId> backward;
   for (ir::NodeId id : layer.backward)
@@ -303,6 +308,8 @@ void FillAttention(const ir::Graph& graph, const ir::Layer& layer, const std::ve
   p.attention_kv_bytes_per_sample = CeilDiv(kv_bytes, graph_batch);
   p.attention_forward_seconds_per_sample = SumPassWork(graph, forward, cost_model).seconds / batch;
   p.attention_backward_seconds_per_sample = SumPassWork(graph, backward, cost_model).seconds / batch;
+  std::sort(reads_kv.begin(), reads_kv.end());
+  return reads_kv;
 }
 
 // A mixture of experts' terms of a layer's profile: each token's choice among its router's outputs gives
@@ -331,9 +338,10 @@ void FillExperts(const ir::Graph& graph, const ir::Layer& layer, LayerProfile& p
 
 // The layer's recompute menu (cost/recompute_set.h): its forward ops in execution order, after the
 // activations from outside the layer they read ("input0", "input1", ... in the order first read).
+// `attention`: the layer's ops that read keys or values (FillAttention), in graph order.
 void FillRecomputeMenu(const ir::Graph& graph, const ir::Layer& layer, const std::vector<std::vector<ir::NodeId>>& readers,
-                       const std::vector<bool>& saved, const TpLayout& layout, int64_t graph_batch,
-                       const CostModel& cost_model, LayerProfile& p) {
+                       const std::vector<bool>& saved, const TpLayout& layout, std::span<const ir::NodeId> attention,
+                       int64_t graph_batch, const CostModel& cost_model, LayerProfile& p) {
   auto menu = std::make_shared<RecomputeMenu>();
   std::unordered_map<ir::NodeId, int> index;
   const std::string prefix = layer.name + ".";
@@ -365,8 +373,7 @@ void FillRecomputeMenu(const ir::Graph& graph, const ir::Layer& layer, const std
     for (ir::NodeId in : n.inputs)
       if (!graph.node(in).is_persistent()) op.inputs.push_back(index.at(in));
     op.recomputable = !boundary && !IsLinear(graph, n) && n.kind != ir::OpKind::kInput;
-    op.attention = n.kind == ir::OpKind::kAttention || n.kind == ir::OpKind::kSoftmax ||
-                   (n.kind == ir::OpKind::kBatchMatmul && !IsLinear(graph, n));
+    op.attention = std::binary_search(attention.begin(), attention.end(), id);
     const ir::NodeId one[] = {id};
     const PassWork work = SumPassWork(graph, one, cost_model);
     op.seconds_per_sample = work.seconds / static_cast<double>(graph_batch);
@@ -395,8 +402,8 @@ LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t g
   p.replicated_activation_bytes_per_sample = CeilDiv(replicated.saved_activation_bytes, graph_batch);
   FillAttentionCore(graph, layer, readers, saved, graph_batch, cost_model, p);
   FillExperts(graph, layer, p);
-  FillAttention(graph, layer, readers, graph_batch, cost_model, p);
-  FillRecomputeMenu(graph, layer, readers, saved, layout, graph_batch, cost_model, p);
+  const std::vector<ir::NodeId> attention = FillAttention(graph, layer, readers, graph_batch, cost_model, p);
+  FillRecomputeMenu(graph, layer, readers, saved, layout, attention, graph_batch, cost_model, p);
   return p;
 }
 

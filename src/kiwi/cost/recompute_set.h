@@ -28,7 +28,7 @@ struct MenuOp {
   bool saved = false;           // the backward pass keeps its output (or the previous layer's does)
   bool replicated = false;      // Megatron TP keeps it whole on every rank (without sequence parallelism)
   bool recomputable = false;    // an op of the layer, not a linear, not read by a later layer
-  bool attention = false;       // part of the layer's attention (what context parallelism's ring feeds)
+  bool attention = false;       // it reads the attention's keys or values (context parallelism's ring feeds it)
   double seconds_per_sample = 0.0;
   double overhead_seconds = 0.0;  // per micro-batch (CostModel::OverheadIn)
   int kernels = 0;
@@ -61,7 +61,7 @@ struct RecomputeCost {
   double seconds_per_sample = 0.0;
   double overhead_seconds = 0.0;
   int kernels = 0;
-  bool attention = false;  // it recomputes some of the attention: context parallelism's forward ring runs again
+  bool attention = false;  // it recomputes an op reading keys or values: context parallelism's forward ring runs again
   bool operator==(const RecomputeCost&) const = default;
 };
 
