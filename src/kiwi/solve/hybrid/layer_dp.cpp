@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "kiwi/solve/hybrid/completion_bound.h"
+
 namespace kiwi::solve::hybrid {
 namespace {
 
@@ -271,16 +273,24 @@ Sources StageEntry(const LayerDpProblem& p, const std::vector<Label>& previous, 
 struct LayerBounds {
   std::vector<std::vector<Option>> options;
   std::vector<double> later_cost;
+  // The rest of the layer's stage priced within the bytes a label leaves it (completion_bound.h): a
+  // label that spent the memory its stage's later layers need for their fast options is cut early.
+  std::vector<CompletionBound> stage_rest;          // on the objective's terms (cost)
+  std::vector<CompletionBound> stage_rest_seconds;  // exact mode: on C
+  std::vector<double> later_stages_cost;  // the cheapest cost of the stages after the layer's
   std::vector<int64_t> later_memory;
   std::vector<double> later_stage_seconds;  // exact mode: least C the rest of the layer's stage adds
   std::vector<double> later_stages_slowest; // exact mode: least C of the slowest later stage
 };
 
-// Exact mode: Eq. 8 of any completion of `l` is at least this (without the later layers' cost).
+// Exact mode: Eq. 8 of any completion of `l` is at least this.
 double ExactBound(const LayerDpProblem& p, const LayerBounds& b, int layer, const Label& l) {
   const size_t i = static_cast<size_t>(layer);
-  const double slowest = std::max({l.slowest, l.stage_seconds + b.later_stage_seconds[i], b.later_stages_slowest[i]});
-  return cost::PipelineIterationSeconds(p.micro_batches, slowest, l.cost, l.OptimizerStep());
+  const int64_t left = p.budget - l.Peak();
+  const double rest_seconds = std::max(b.later_stage_seconds[i], b.stage_rest_seconds[i].LeastCost(left));
+  const double slowest = std::max({l.slowest, l.stage_seconds + rest_seconds, b.later_stages_slowest[i]});
+  const double rest_cost = std::max(b.later_cost[i], b.stage_rest[i].LeastCost(left) + b.later_stages_cost[i]);
+  return cost::PipelineIterationSeconds(p.micro_batches, slowest, l.cost + rest_cost, l.OptimizerStep());
 }
 
 std::vector<Label> Extend(const LayerDpProblem& p, const Sources& sources, const LayerBounds& bounds, int layer,
@@ -288,6 +298,9 @@ std::vector<Label> Extend(const LayerDpProblem& p, const Sources& sources, const
   const CostTables& t = *p.tables;
   const int prev_type = layer > 0 ? t.types().type_of[static_cast<size_t>(layer) - 1] : 0;
   const double cutoff = p.cutoff - bounds.later_cost[static_cast<size_t>(layer)];
+  const bool bounded = p.cutoff < std::numeric_limits<double>::infinity();
+  const CompletionBound& stage_rest = bounds.stage_rest[static_cast<size_t>(layer)];
+  const double rest_cutoff = p.cutoff - bounds.later_stages_cost[static_cast<size_t>(layer)];
   const int64_t budget = p.budget - bounds.later_memory[static_cast<size_t>(layer)];
   std::vector<std::vector<Label>> by_layout(static_cast<size_t>(t.num_layouts()));
   for (size_t k = 0; k < sources.labels.size(); ++k) {
@@ -304,7 +317,8 @@ std::vector<Label> Extend(const LayerDpProblem& p, const Sources& sources, const
       l.slowest = src.slowest;
       l.stage_optimizer = src.stage_optimizer + o.optimizer;
       l.slowest_optimizer = src.slowest_optimizer;
-      if ((p.exact ? ExactBound(p, bounds, layer, l) : l.cost) >= cutoff) {
+      if (p.exact ? bounded && ExactBound(p, bounds, layer, l) >= p.cutoff
+                  : l.cost >= cutoff || (bounded && l.cost + stage_rest.LeastCost(p.budget - l.Peak()) >= rest_cutoff)) {
         r.cut_off = true;
         continue;
       }
@@ -342,6 +356,9 @@ LayerBounds MakeBounds(const LayerDpProblem& p) {
   b.later_memory.assign(layers, 0);
   b.later_stage_seconds.assign(layers, 0.0);
   b.later_stages_slowest.assign(layers, 0.0);
+  b.stage_rest.assign(layers, CompletionBound{});
+  b.stage_rest_seconds.assign(layers, CompletionBound{});
+  b.later_stages_cost.assign(layers, 0.0);
   std::vector<double> cheapest(layers, 0.0), fastest(layers, 0.0), stage_fastest;
   std::vector<int64_t> smallest(layers, 0);
   for (const DpStage& stage : p.stages) {
@@ -361,10 +378,22 @@ LayerBounds MakeBounds(const LayerDpProblem& p) {
         smallest[u] = std::min(smallest[u], o.memory);
       }
     }
+    CompletionBound rest, rest_seconds;
     for (int i = stage.first + stage.count - 2; i >= stage.first; --i) {
       const size_t u = static_cast<size_t>(i);
       b.later_memory[u] = b.later_memory[u + 1] + smallest[u + 1];
       b.later_stage_seconds[u] = b.later_stage_seconds[u + 1] + fastest[u + 1];
+      std::vector<CostPoint> costs, seconds;
+      for (const Option& o : b.options[u + 1]) {
+        costs.push_back({o.memory, o.cost});
+        seconds.push_back({o.memory, o.seconds});
+      }
+      rest.Prepend(costs);
+      b.stage_rest[u] = rest;
+      if (p.exact) {
+        rest_seconds.Prepend(seconds);
+        b.stage_rest_seconds[u] = rest_seconds;
+      }
     }
     stage_fastest.push_back(b.later_stage_seconds[static_cast<size_t>(stage.first)] + fastest[static_cast<size_t>(stage.first)]);
   }
@@ -375,6 +404,9 @@ LayerBounds MakeBounds(const LayerDpProblem& p) {
     slowest_after = std::max(slowest_after, stage_fastest[s]);
   }
   for (size_t i = layers - 1; i-- > 0;) b.later_cost[i] = b.later_cost[i + 1] + cheapest[i + 1];
+  for (const DpStage& stage : p.stages)
+    for (int i = stage.first; i < stage.first + stage.count; ++i)
+      b.later_stages_cost[static_cast<size_t>(i)] = b.later_cost[static_cast<size_t>(stage.first + stage.count - 1)];
   return b;
 }
 

@@ -12,6 +12,10 @@
 // labels are thinned to `max_labels` evenly spaced in memory (always keeping the smallest-memory one,
 // so feasibility is never lost): the 1 MB granularity of Galvatron's table, chosen adaptively.
 //
+// Branch and bound: a label is dropped when its cost plus a lower bound on every completion reaches
+// the cutoff; the bound prices the rest of its stage within the memory the label leaves (the LP
+// relaxation of completion_bound.h) and each later stage at its cheapest.
+//
 // Stages are solved in one pass: a stage starts from the cheapest label of each DP degree the previous
 // stage ended in (its memory is its own), and pays for the boundary sends both ways (Eq. 8's C_s). The
 // objective is sum_s weight_s * C_s + G_s: with weight m on one stage and 1 on the others it is Eq. 8
