@@ -41,6 +41,16 @@ TEST(CompletionBound, OneLayerFollowsItsLowerHull) {
   EXPECT_DOUBLE_EQ(one.LeastCost(1000), 2.0);
 }
 
+TEST(CompletionBound, IdenticalLayersScaleOneLayersHull) {  // their segments coalesce, the bound stays exact
+  const std::vector<CostPoint> options = {{100, 5.0}, {300, 2.0}, {500, 1.5}};
+  CompletionBound one, three;
+  one.Prepend(options);
+  for (int k = 0; k < 3; ++k) three.Prepend(options);
+  EXPECT_EQ(three.LeastBytes(), 300);
+  for (int64_t bytes : {100, 150, 300, 450, 500})
+    EXPECT_NEAR(three.LeastCost(3 * bytes), 3 * one.LeastCost(bytes), 1e-12) << bytes;
+}
+
 TEST(CompletionBound, ALayerWithoutOptionsCannotComplete) {
   CompletionBound b;
   b.Prepend({{10, 1.0}});

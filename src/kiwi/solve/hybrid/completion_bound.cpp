@@ -38,7 +38,18 @@ void CompletionBound::Prepend(const std::vector<CostPoint>& options) {
   std::vector<Segment> merged(segments_.size() + added.size());
   std::merge(segments_.begin(), segments_.end(), added.begin(), added.end(), merged.begin(),
              [](const Segment& a, const Segment& b) { return a.slope < b.slope; });
-  segments_ = std::move(merged);
+  // Segments of equal slope are taken one after the other: one segment. Identical layers' hulls
+  // coincide, so a stage of them keeps its own hull's few segments, not one set per layer (the DP
+  // holds a bound per layer of a stage, up to kMaxLayers of them).
+  segments_.clear();
+  for (const Segment& g : merged) {
+    if (!segments_.empty() && segments_.back().slope == g.slope) {
+      segments_.back().bytes += g.bytes;
+      segments_.back().cost += g.cost;
+    } else {
+      segments_.push_back(g);
+    }
+  }
   end_bytes_.resize(segments_.size());
   end_cost_.resize(segments_.size());
   int64_t bytes = 0;

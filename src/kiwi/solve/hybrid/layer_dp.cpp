@@ -386,7 +386,7 @@ LayerBounds MakeBounds(const LayerDpProblem& p) {
       std::vector<CostPoint> costs, seconds;
       for (const Option& o : b.options[u + 1]) {
         costs.push_back({o.memory, o.cost});
-        seconds.push_back({o.memory, o.seconds});
+        if (p.exact) seconds.push_back({o.memory, o.seconds});
       }
       rest.Prepend(costs);
       b.stage_rest[u] = rest;
