@@ -53,6 +53,54 @@ constexpr const char* kQwen3Moe = R"({"model_type": "qwen3_moe", "hidden_size": 
   "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": true, "vocab_size": 151936,
   "tie_word_embeddings": false, "torch_dtype": "bfloat16"})";
 
+// Abridged from deepseek-ai/DeepSeek-V3 and deepseek-ai/DeepSeek-V2-Lite (whose q_lora_rank is null).
+constexpr const char* kDeepSeekV3 = R"({"model_type": "deepseek_v3", "hidden_size": 7168, "intermediate_size": 18432,
+  "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_nextn_predict_layers": 1, "num_attention_heads": 128,
+  "num_key_value_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256, "num_experts_per_tok": 8,
+  "kv_lora_rank": 512, "q_lora_rank": 1536, "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128,
+  "first_k_dense_replace": 3, "moe_layer_freq": 1, "scoring_func": "sigmoid", "max_position_embeddings": 163840,
+  "rope_scaling": {"factor": 40, "type": "yarn"}, "vocab_size": 129280, "tie_word_embeddings": false,
+  "attention_bias": false, "torch_dtype": "bfloat16"})";
+constexpr const char* kDeepSeekV2Lite = R"({"model_type": "deepseek_v2", "hidden_size": 2048, "intermediate_size": 10944,
+  "moe_intermediate_size": 1408, "num_hidden_layers": 27, "num_attention_heads": 16, "num_key_value_heads": 16,
+  "n_shared_experts": 2, "n_routed_experts": 64, "num_experts_per_tok": 6, "kv_lora_rank": 512, "q_lora_rank": null,
+  "qk_rope_head_dim": 64, "v_head_dim": 128, "qk_nope_head_dim": 128, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+  "max_position_embeddings": 163840, "vocab_size": 102400, "torch_dtype": "bfloat16"})";
+
+TEST(HfConfig, DeepSeekConfigsAreThePresets) {
+  for (const auto& [text, preset] : {std::pair{kDeepSeekV3, "deepseek-v3"}, std::pair{kDeepSeekV2Lite, "deepseek-v2-lite"}}) {
+    const TransformerConfig t = Transformer(ParseHfConfig(text, "config.json", {.seq = 4096}));
+    Result<ModelSpec> p = LoadModel(preset);
+    ASSERT_TRUE(p.ok());
+    const TransformerConfig& want = std::get<TransformerConfig>(p->config);
+    EXPECT_EQ(t.mla.kv_rank, want.mla.kv_rank) << preset;
+    EXPECT_EQ(t.mla.q_rank, want.mla.q_rank) << preset;
+    EXPECT_EQ(t.mla.rope, want.mla.rope) << preset;
+    EXPECT_EQ(t.dense_layers, want.dense_layers) << preset;
+    EXPECT_EQ(t.dense_ffn, want.dense_ffn) << preset;
+    EXPECT_EQ(t.shared_expert_ffn, want.shared_expert_ffn) << preset;
+    EXPECT_FALSE(t.shared_expert_gate) << preset;
+    EXPECT_EQ(t.dtype, ir::DType::kBF16) << preset;
+    EXPECT_EQ(ClosedFormParameterCount(t), ClosedFormParameterCount(want)) << preset;
+  }
+  const auto error = [](std::string text, const std::string& from, const std::string& to) {
+    text.replace(text.find(from), from.size(), to);
+    Result<ModelSpec> r = ParseHfConfig(text, "d.json");
+    return r.ok() ? std::string("read") : r.error().message;
+  };
+  EXPECT_EQ(error(kDeepSeekV3, "\"moe_layer_freq\": 1", "\"moe_layer_freq\": 2"),
+            "d.json: moe_layer_freq: kiwi builds every layer after the dense ones with experts (1)");
+  EXPECT_EQ(error(kDeepSeekV3, "\"attention_bias\": false", "\"attention_bias\": true"),
+            "d.json: attention_bias: kiwi's latent attention has no biases (false)");
+  EXPECT_EQ(error(kDeepSeekV3, "\"first_k_dense_replace\": 3", "\"first_k_dense_replace\": 62"),
+            "d.json: first_k_dense_replace: 62 is more than the 61 layers");
+  EXPECT_EQ(error(kDeepSeekV3, "\"q_lora_rank\": 1536", "\"q_lora_rank\": -1"),
+            "d.json: q_lora_rank: must be a non-negative integer (got -1)");
+  EXPECT_EQ(error(kDeepSeekV3, "\"kv_lora_rank\": 512, ", ""), "d.json: kv_lora_rank: missing");
+  EXPECT_EQ(error(kDeepSeekV2Lite, "\"num_key_value_heads\": 16", "\"num_key_value_heads\": 8"),
+            "d.json: kv_heads: latent attention has a key and value head per query head (16), got 8");
+}
+
 TEST(HfConfig, MixturesOfExpertsAreThePresets) {
   for (const auto& [text, preset] : {std::pair{kMixtral, "mixtral-8x7b"}, std::pair{kQwen3Moe, "qwen3-30b-a3b"}}) {
     const TransformerConfig t = Transformer(ParseHfConfig(text, "config.json", {.seq = 4096}));

@@ -157,8 +157,14 @@ TEST(ParameterCount, MixtureOfExpertsAndQwen3AttentionMatchClosedForm) {
 TEST(ParameterCount, MixturesOfExpertsMatchTheReleasedCheckpoints) {
   // Parameter totals of mistralai/Mixtral-8x7B-v0.1 and Qwen/Qwen3-30B-A3B: the sums of the tensor
   // sizes of transformers' MixtralForCausalLM and Qwen3MoeForCausalLM built from the released configs.
+  // DeepSeek-V2-Lite, V2 and V3 likewise (DeepseekV2ForCausalLM, DeepseekV3ForCausalLM: V3 without its
+  // multi-token prediction module, which transformers does not build, and without the routers'
+  // e_score_correction_bias, a buffer there).
   for (const auto& [name, released] : {std::pair{"mixtral-8x7b", int64_t{46'702'792'704}},
-                                       std::pair{"qwen3-30b-a3b", int64_t{30'532'122'624}}}) {
+                                       std::pair{"qwen3-30b-a3b", int64_t{30'532'122'624}},
+                                       std::pair{"deepseek-v2-lite", int64_t{15'706'484'224}},
+                                       std::pair{"deepseek-v2", int64_t{235'741'434'880}},
+                                       std::pair{"deepseek-v3", int64_t{671'026'404'352}}}) {
     Result<ModelSpec> spec = LoadModel(name);
     ASSERT_TRUE(spec.ok());
     Result<ir::Graph> graph = BuildForwardGraph(*spec);

@@ -25,7 +25,8 @@ TEST(ModelNames, ListsEveryContractName) {
   for (const char* name : {"gpt", "bert", "t5", "vit", "swin", "llama", "mlp", "bert-huge-32", "bert-huge-48",
                            "vit-huge-32", "vit-huge-48", "t5-large-32", "t5-large-48", "t5-512-4-32",
                            "t5-512-4-48", "swin-huge-32", "swin-huge-48", "gpt3-13b", "llama2-7b", "llama2-70b",
-                           "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b", "qwen3-30b-a3b"})
+                           "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b", "qwen3-30b-a3b",
+                           "deepseek-v2-lite", "deepseek-v2", "deepseek-v3"})
     EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
 }
@@ -168,6 +169,7 @@ TEST(LoadModel, BadOverridesNameTheFlag) {
 int FirstLayers(const std::string& name) {
   if (name.rfind("swin", 0) == 0) return 7;
   if (name.rfind("t5", 0) == 0) return 2;
+  if (name.rfind("deepseek", 0) == 0) return name == "deepseek-v3" ? 4 : 2;  // past the dense first layers
   return 1;
 }
 int LayerStep(const std::string& name) { return name.rfind("t5", 0) == 0 ? 2 : 1; }

@@ -88,7 +88,26 @@ ir::NodeId RouterOf(const ir::Graph& graph, const ir::Node& choice) {
   return graph.node(at).kind == ir::OpKind::kMatmul ? at : ir::kNoNode;
 }
 
-// The linears Megatron keeps whole under TP: the routers, and those of one output per token (a gate).
+// The linear `id` comes from through single-input element-wise ops and reshapes (kNoNode: none).
+ir::NodeId LinearBehind(const ir::Graph& graph, ir::NodeId id) {
+  while (graph.node(id).inputs.size() == 1 &&
+         (graph.node(id).kind == ir::OpKind::kElementwise || graph.node(id).kind == ir::OpKind::kReshape))
+    id = graph.node(id).inputs[0];
+  return graph.node(id).kind == ir::OpKind::kMatmul ? id : ir::kNoNode;
+}
+
+// Whether input `k` of a concat is broadcast over a dim of its output (one head shared by all).
+bool BroadcastInto(const ir::Graph& graph, const ir::Node& concat, size_t k) {
+  const ir::Shape& in = graph.node(concat.inputs[k]).output.shape;
+  for (size_t d = 0; d + 1 < in.size() && d < concat.output.shape.size(); ++d)
+    if (in[d] != concat.output.shape[d]) return true;
+  return false;
+}
+
+// The linears Megatron keeps whole under TP: the routers, those of one output per token (a gate),
+// those whose whole output a norm reads (a low-rank latent normalized before its up-projections: MLA's
+// q_a and kv_a; a norm needs every feature anyway), and those a concat broadcasts over the heads (MLA's
+// rotary key head, shared by every head).
 std::vector<ir::NodeId> WholeLinears(const ir::Graph& graph, std::span<const ir::NodeId> forward) {
   std::vector<ir::NodeId> whole;
   for (ir::NodeId id : forward) {
@@ -97,6 +116,13 @@ std::vector<ir::NodeId> WholeLinears(const ir::Graph& graph, std::span<const ir:
       whole.push_back(id);
     const ir::NodeId router = IsRoutingChoice(node) ? RouterOf(graph, node) : ir::kNoNode;
     if (router != ir::kNoNode) whole.push_back(router);
+    if (node.kind == ir::OpKind::kLayerNorm && !node.inputs.empty() && graph.node(node.inputs[0]).kind == ir::OpKind::kMatmul)
+      whole.push_back(node.inputs[0]);
+    if (node.kind == ir::OpKind::kReshape && node.op == "concat")
+      for (size_t k = 0; k < node.inputs.size(); ++k) {
+        const ir::NodeId shared = BroadcastInto(graph, node, k) ? LinearBehind(graph, node.inputs[k]) : ir::kNoNode;
+        if (shared != ir::kNoNode) whole.push_back(shared);
+      }
   }
   return whole;
 }

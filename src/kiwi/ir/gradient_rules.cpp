@@ -135,6 +135,16 @@ void Embedding(GradContext& c) {  // scatter-add of dY rows at ids: reads ids
 void Reshape(GradContext& c) {
   if (c.needs(0)) c.Give(0, GradOp(OpKind::kReshape, "reshape", {c.dy()}, c.type(0)));
 }
+// concat: each input's gradient is its slice of dY (reads nothing forward); a broadcast input's is
+// then summed over the dims it was expanded along.
+void Concat(GradContext& c) {
+  for (size_t s = 0; s < c.arity(); ++s) {
+    if (!c.needs(s)) continue;
+    Shape slice = c.op().output.shape;
+    slice.back() = c.type(s).shape.back();
+    c.Give(s, GradOp(OpKind::kReshape, "concat_grad", {c.dy()}, {c.type(s).dtype, std::move(slice)}));
+  }
+}
 void Transpose(GradContext& c) {  // the inverse permutation
   const std::vector<int>& perm = c.op().attrs.axes;
   std::vector<int> inverse(perm.size());
@@ -189,6 +199,7 @@ constexpr auto kGradRules = std::to_array<GradRule>({
     {OpKind::kEmbedding, "", Embedding},
     {OpKind::kReshape, "reshape", Reshape},
     {OpKind::kReshape, "", Reshape},
+    {OpKind::kReshape, "concat", Concat},
     {OpKind::kTranspose, "transpose", Transpose},
     {OpKind::kTranspose, "", Transpose},
     {OpKind::kReduce, "sum", ReduceLinear},

@@ -448,6 +448,39 @@ Check Reshape(const Graph& g, const Node& n) {
                                            n.output.NumElements(), ShapeString(x.shape), x.NumElements()));
   return AllDTypesMatch(g, n);
 }
+// concat: the inputs joined along the last dim, each broadcast over the leading dims (a size-1 dim
+// expands: MLA's one rotary key head beside every head's own key features); concat_grad (dY) -> one
+// input's slice of dY's last dim, with dY's leading dims (the backward sums broadcast ones away).
+Check Concat(const Graph& g, const Node& n) {
+  KIWI_CHECK(Arity(n, 2, kAny));
+  KIWI_CHECK(AllDTypesMatch(g, n));
+  const Shape& out = n.output.shape;
+  KIWI_CHECK(MinRank(out, 1, "output.shape"));
+  int64_t last = 0;
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    const Shape& x = In(g, n, i).shape;
+    bool fits = x.size() == out.size();
+    for (size_t d = 0; fits && d + 1 < x.size(); ++d) fits = x[d] == out[d] || x[d] == 1;
+    if (!fits)
+      return Bad(InField(i), fmt::format("shape {} does not broadcast to the output's {} but for the last dim",
+                                         ShapeString(x), ShapeString(out)));
+    last += x.back();
+  }
+  if (last != out.back())
+    return Bad("output.shape", fmt::format("last dim {} is not the inputs' {} together", out.back(), last));
+  return std::nullopt;
+}
+Check ConcatGrad(const Graph& g, const Node& n) {
+  KIWI_CHECK(Arity(n, 1, 1));
+  KIWI_CHECK(AllDTypesMatch(g, n));
+  const Shape& dy = In(g, n, 0).shape;
+  const Shape& out = n.output.shape;
+  KIWI_CHECK(MinRank(dy, 1, "inputs[0]"));
+  if (out.size() != dy.size() || !std::equal(out.begin(), out.end() - 1, dy.begin()) || out.back() > dy.back())
+    return Bad("output.shape", fmt::format("{} is not a slice of the last dim of inputs[0] {}", ShapeString(out),
+                                           ShapeString(dy)));
+  return std::nullopt;
+}
 Check Transpose(const Graph& g, const Node& n) {
   KIWI_CHECK(Arity(n, 1, 1));
   const Shape& x = In(g, n, 0).shape;
@@ -520,6 +553,8 @@ constexpr auto kRules = std::to_array<Rule>({
     {OpKind::kEmbedding, "", Embedding},
     {OpKind::kEmbedding, "embedding_grad", EmbeddingGrad},
     {OpKind::kReshape, "", Reshape},
+    {OpKind::kReshape, "concat", Concat},
+    {OpKind::kReshape, "concat_grad", ConcatGrad},
     {OpKind::kTranspose, "", Transpose},
     {OpKind::kLoss, "", ScalarOutput},
     {OpKind::kLoss, "cross_entropy", CrossEntropy},

@@ -57,6 +57,8 @@ NodeId Binary(GraphBuilder& gb, const std::string& op, const std::string& name, 
 NodeId Unary(GraphBuilder& gb, const std::string& op, const std::string& name, NodeId x);
 NodeId Reshape(GraphBuilder& gb, const std::string& name, NodeId x, Shape shape);
 NodeId Transpose(GraphBuilder& gb, const std::string& name, NodeId x, std::vector<int> axes);
+// Joined along the last dim, size-1 leading dims broadcast to the others' (kReshape "concat").
+NodeId Concat(GraphBuilder& gb, const std::string& name, std::vector<NodeId> parts);
 NodeId Softmax(GraphBuilder& gb, const std::string& name, NodeId scores);
 // kRandom "dropout_mask" (u8) + elementwise "mul"; returns x unchanged when p == 0.
 NodeId Dropout(GraphBuilder& gb, const std::string& name, NodeId x, double p);
@@ -85,13 +87,17 @@ struct AttentionOptions {
   int64_t head_dim = 0;          // 0 = hidden / heads
   bool qk_norm = false;          // RMSNorm over each query and key head (Qwen3)
   bool qkv_bias = false;         // biases on q/k/v even without `bias` (Qwen2)
+  LatentAttention mla = {};      // enabled: multi-head latent attention (self-attention, no biases)
 };
 
 // Multi-head attention of x_q [B, sq, h] over x_kv [B, sk, h] (the same node for self-attention):
 // separate q/k/v projections, heads split as [B, a, s, d], scores = batch_matmul(q, k^T), fused
 // scale+mask softmax, dropout, context = batch_matmul(p, v), heads merged, output projection,
 // dropout (Megatron placement); fused: one kAttention op (its dropout inside, no mask kept) in place of
-// scores, softmax, dropout and context. Returns the [B, sq, h] output before the residual add.
+// scores, softmax, dropout and context. With `mla` (self-attention): the latent projections of
+// DeepSeek's multi-head latent attention in place of q/k/v (the keys joined by a concat from every head's
+// own features and one shared rotary head), values of their own width. Returns the [B, sq, h] output
+// before the residual add.
 NodeId Attention(GraphBuilder& gb, NodeId x_q, NodeId x_kv, const AttentionOptions& options);
 
 enum class Activation : uint8_t { kGelu, kRelu, kSwiGlu };
@@ -103,7 +109,8 @@ struct MlpOptions {
   double dropout_p = 0.0;  // after the second matmul (Megatron placement)
   int64_t experts = 0;     // > 0: a mixture of that many SwiGLU experts of width ffn (MoeFeedForward)
   int64_t top_k = 0;
-  int64_t shared_expert_ffn = 0;  // with experts: a gated shared SwiGLU expert of this width (Qwen2-MoE)
+  int64_t shared_expert_ffn = 0;  // with experts: a shared SwiGLU expert of this width (Qwen2-MoE, DeepSeek)
+  bool shared_expert_gate = true;  // its output scaled by a sigmoid gate (Qwen2-MoE) or added as it is (DeepSeek)
   double capacity_factor = 1.0;   // with experts: each expert's slots per its even share of the routed rows
 };
 
@@ -115,7 +122,7 @@ NodeId FeedForward(GraphBuilder& gb, NodeId x, const MlpOptions& options);
 // gathered in expert order (Megatron's token permutation) as E groups of ceil(T*k/E) rows (an even
 // load), batched expert matmuls [E, h, f], and each token's k rows gathered back and summed, weighted by
 // their router probabilities; with a shared expert, plus that dense SwiGLU's output times
-// sigmoid(x w_gate).
+// sigmoid(x w_gate) (or ungated).
 NodeId MoeFeedForward(GraphBuilder& gb, NodeId x, const MlpOptions& options);
 
 struct LayerOptions {

@@ -51,16 +51,28 @@ int64_t Vit(const TransformerConfig& c) {
   return layers + detail::kImageChannels * c.patch * c.patch * h + h + grid * grid * h + 2 * h + h * c.vocab + c.vocab;
 }
 
+// Latent attention (DeepSeek-V2 §2.1.2): the query latent, its norm and up-projection (or one query
+// projection), the key/value latent with the shared rotary key head, its norm, the keys' and values'
+// up-projections, the output projection.
+int64_t LatentAttentionParameters(const TransformerConfig& c) {
+  const LatentAttention& m = c.mla;
+  const int64_t h = c.hidden, a = c.heads, qk = m.nope + m.rope;
+  const int64_t query = m.q_rank > 0 ? h * m.q_rank + m.q_rank + m.q_rank * a * qk : h * a * qk;
+  return query + h * (m.kv_rank + m.rope) + m.kv_rank + m.kv_rank * a * (m.nope + m.v) + a * m.v * h;
+}
+
 // Llama: q, out (2h * heads * d), k, v (2h * kv_heads * d), QK norms (2d), q/k/v biases, SwiGLU (3hf)
-// or E SwiGLU experts and the router (3hfE + hE) and a gated shared expert, two RMS norms; the head
-// untied or the word embedding.
+// or E SwiGLU experts and the router (3hfE + hE) and a shared expert (gated or not), two RMS norms;
+// DeepSeek's dense first layers a SwiGLU of their own width; the head untied or the word embedding.
 int64_t Llama(const TransformerConfig& c) {
   const int64_t h = c.hidden, f = FfnSize(c), d = c.head_dim > 0 ? c.head_dim : h / c.heads;
-  const int64_t attention = 2 * h * c.heads * d + 2 * h * KvHeads(c) * d + (c.qk_norm ? 2 * d : 0) +
-                            (c.qkv_bias ? c.heads * d + 2 * KvHeads(c) * d : 0);
-  const int64_t shared = c.shared_expert_ffn > 0 ? 3 * h * c.shared_expert_ffn + h : 0;  // SwiGLU + its gate
+  const int64_t attention = c.mla.enabled() ? LatentAttentionParameters(c)
+                                            : 2 * h * c.heads * d + 2 * h * KvHeads(c) * d + (c.qk_norm ? 2 * d : 0) +
+                                                  (c.qkv_bias ? c.heads * d + 2 * KvHeads(c) * d : 0);
+  const int64_t shared = c.shared_expert_ffn > 0 ? 3 * h * c.shared_expert_ffn + (c.shared_expert_gate ? h : 0) : 0;
   const int64_t mlp = c.experts > 0 ? c.experts * (3 * h * f + h) + shared : 3 * h * f;
-  const int64_t layers = c.layers * (attention + mlp + 2 * h);
+  const int64_t dense = c.dense_layers * (attention + 3 * h * c.dense_ffn + 2 * h);
+  const int64_t layers = dense + (c.layers - c.dense_layers) * (attention + mlp + 2 * h);
   if (!c.embeddings) return layers;
   return layers + c.vocab * h + h + (c.tied_embeddings ? 0 : h * c.vocab);
 }

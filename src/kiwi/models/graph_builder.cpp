@@ -97,6 +97,18 @@ NodeId Reshape(GraphBuilder& gb, const std::string& name, NodeId x, Shape shape)
   return gb.Add(OpKind::kReshape, "reshape", name, {x}, {gb.dtype_of(x), std::move(shape)});
 }
 
+NodeId Concat(GraphBuilder& gb, const std::string& name, std::vector<NodeId> parts) {
+  Shape out = gb.shape(parts.front());
+  out.back() = 0;
+  for (NodeId p : parts) {
+    const Shape& s = gb.shape(p);
+    for (size_t d = 0; d + 1 < s.size(); ++d) out[d] = std::max(out[d], s[d]);
+    out.back() += s.back();
+  }
+  const ir::DType dtype = gb.dtype_of(parts.front());
+  return gb.Add(OpKind::kReshape, "concat", name, std::move(parts), {dtype, std::move(out)});
+}
+
 NodeId Transpose(GraphBuilder& gb, const std::string& name, NodeId x, std::vector<int> axes) {
   const Shape& in = gb.shape(x);
   Shape out;

@@ -32,6 +32,14 @@ struct Config {
     if (fallback) return *fallback;
     return BadInput(fmt::format("{}: {}: missing", source, *keys.begin()));
   }
+  // `key` as a count that may be 0 (JSON null or absent: `fallback`).
+  Result<int64_t> Count(const char* key, int64_t fallback) const {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return fallback;
+    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > (int64_t{1} << 24))
+      return BadInput(fmt::format("{}: {}: must be a non-negative integer (got {})", source, key, OneLine(it->dump())));
+    return it->get<int64_t>();
+  }
   Result<bool> Bool(const char* key, bool fallback) const {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) return fallback;
@@ -208,6 +216,47 @@ Result<TransformerConfig> Qwen2Moe(const Config& c) {
   return t;
 }
 
+// DeepSeek-V2 and V3: latent attention (kv_lora_rank, q_lora_rank or null, qk_nope_head_dim,
+// qk_rope_head_dim, v_head_dim); after the first first_k_dense_replace layers (a dense SwiGLU of
+// intermediate_size), n_routed_experts experts of moe_intermediate_size, top num_experts_per_tok, and
+// n_shared_experts of that width added ungated. The router's scoring (softmax, V3's sigmoid) and group
+// limits cost alike; V3's multi-token prediction module (num_nextn_predict_layers) is not built, as
+// transformers' DeepseekV3ForCausalLM does not build it.
+Result<TransformerConfig> DeepSeek(const Config& c) {
+  Result<TransformerConfig> t = Llama(c);
+  if (!t) return t;
+  t->head_dim = 0;  // transformers writes qk_rope_head_dim there; the latent sizes say it all
+  const int64_t dense_width = t->ffn;  // intermediate_size, as Llama read it
+  for (auto [key, out] : {std::pair{"kv_lora_rank", &t->mla.kv_rank}, std::pair{"qk_nope_head_dim", &t->mla.nope},
+                          std::pair{"qk_rope_head_dim", &t->mla.rope}, std::pair{"v_head_dim", &t->mla.v},
+                          std::pair{"n_routed_experts", &t->experts}, std::pair{"num_experts_per_tok", &t->top_k},
+                          std::pair{"moe_intermediate_size", &t->ffn}}) {
+    Result<int64_t> v = c.Int({key});
+    if (!v) return v.error();
+    *out = *v;
+  }
+  Result<int64_t> q_rank = c.Count("q_lora_rank", 0);
+  if (!q_rank) return q_rank.error();
+  Result<int64_t> shared = c.Count("n_shared_experts", 0);
+  if (!shared) return shared.error();
+  Result<int64_t> dense = c.Count("first_k_dense_replace", 0);
+  if (!dense) return dense.error();
+  Result<int64_t> frequency = c.Int({"moe_layer_freq"}, 1);
+  if (!frequency) return frequency.error();
+  Result<bool> bias = c.Bool("attention_bias", false);
+  if (!bias) return bias.error();
+  if (*frequency != 1) return c.Bad("moe_layer_freq", "kiwi builds every layer after the dense ones with experts (1)");
+  if (*bias) return c.Bad("attention_bias", "kiwi's latent attention has no biases (false)");
+  if (*dense > t->layers)
+    return c.Bad("first_k_dense_replace", fmt::format("{} is more than the {} layers", *dense, t->layers));
+  t->mla.q_rank = *q_rank;
+  t->dense_layers = static_cast<int>(*dense);
+  t->dense_ffn = *dense > 0 ? dense_width : 0;
+  t->shared_expert_ffn = *shared * t->ffn;
+  t->shared_expert_gate = false;
+  return t;
+}
+
 // Swin: kiwi's builder has heads = stage dim / 32 and square windows.
 Result<TransformerConfig> Swin(const Config& c) {
   TransformerConfig t;
@@ -250,7 +299,7 @@ struct Handler {
 constexpr Handler kHandlers[] = {{"gpt2", Gpt2}, {"bert", Bert}, {"roberta", Bert},   {"t5", T5},          {"mt5", T5},
                                  {"vit", Vit},   {"swin", Swin}, {"llama", Llama}, {"mistral", Llama},
                                  {"mixtral", Mixtral}, {"qwen2", Qwen2}, {"qwen2_moe", Qwen2Moe}, {"qwen3", Qwen3},
-                                 {"qwen3_moe", Qwen3Moe}};
+                                 {"qwen3_moe", Qwen3Moe}, {"deepseek_v2", DeepSeek}, {"deepseek_v3", DeepSeek}};
 
 Status ApplyPrecision(const Config& c, const ModelOverrides& o, ModelSpec& spec) {
   auto& t = std::get<TransformerConfig>(spec.config);
@@ -289,7 +338,7 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, const std::string& source
   for (const Handler& h : kHandlers)
     if (type == h.model_type) handler = &h;
   if (!handler)
-    return c.Bad("model_type", fmt::format("'{}' is not one of gpt2, bert, roberta, t5, mt5, vit, swin, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe", type));
+    return c.Bad("model_type", fmt::format("'{}' is not one of gpt2, bert, roberta, t5, mt5, vit, swin, llama, mistral, mixtral, qwen2, qwen2_moe, qwen3, qwen3_moe, deepseek_v2, deepseek_v3", type));
   Result<TransformerConfig> t = handler->read(c);
   if (!t) return t.error();
   if (o.seq && (t->family == Family::kVit || t->family == Family::kSwin))

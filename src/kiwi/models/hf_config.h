@@ -1,7 +1,8 @@
 #pragma once
 // HuggingFace `config.json` files as kiwi models: GPT-2 (model_type "gpt2"), BERT/RoBERTa ("bert",
 // "roberta"), T5 ("t5", "mt5"), ViT ("vit"), Swin ("swin") and Llama-style decoders ("llama",
-// "mistral"). The sizes come from the config's own fields (n_layer / num_hidden_layers, n_embd /
+// "mistral", "qwen2", "qwen3"), mixtures of experts ("mixtral", "qwen2_moe", "qwen3_moe") and DeepSeek's
+// latent attention ("deepseek_v2", "deepseek_v3"). The sizes come from the config's own fields (n_layer / num_hidden_layers, n_embd /
 // hidden_size / d_model, heads, intermediate size, num_key_value_heads, max positions, vocabulary,
 // image and patch size); torch_dtype picks the training precision (float16/bfloat16: mixed precision
 // with fp32 master weights and Adam; float32: fp32 Adam). Overrides (batch, seq, dtype, optimizer)

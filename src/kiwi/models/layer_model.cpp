@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <utility>
 #include <variant>
 
@@ -30,19 +31,23 @@ int64_t SpecBatch(const ModelSpec& spec) {
 
 Result<cost::LayerModel> BuildSpecLayerModel(const ModelSpec& spec, const cost::CostModel& cost_model) {
   const auto* t = std::get_if<TransformerConfig>(&spec.config);
-  if (t == nullptr || !IsUniformStack(*t) || t->layers <= kPricedLayers) return BuildWhole(spec, cost_model);
+  // DeepSeek's dense first layers are priced each, then kPricedLayers of the rest.
+  const int priced_layers = t == nullptr ? 0 : t->dense_layers + kPricedLayers;
+  if (t == nullptr || !IsUniformStack(*t) || t->layers <= priced_layers) return BuildWhole(spec, cost_model);
   ModelSpec priced = spec;
-  std::get<TransformerConfig>(priced.config).layers = kPricedLayers;
+  std::get<TransformerConfig>(priced.config).layers = priced_layers;
   Result<cost::LayerModel> few = BuildWhole(priced, cost_model);
   if (!few) return few.error();
   // The first layer reads the embeddings and the last feeds the head; the middle ones must agree.
   cost::LayerModel model = *std::move(few);
   const std::vector<cost::LayerProfile> l = std::move(model.layers);
-  if (l.size() != static_cast<size_t>(kPricedLayers) || !cost::SameButName(l[1], l[kPricedLayers - 2]))
+  const size_t middle = static_cast<size_t>(priced_layers - 2);
+  if (l.size() != static_cast<size_t>(priced_layers) || !cost::SameButName(l[middle - kPricedLayers + 3], l[middle]))
     return BuildWhole(spec, cost_model);
   model.layers.reserve(static_cast<size_t>(t->layers));
   for (int i = 0; i < t->layers; ++i) {
-    model.layers.push_back(i == 0 ? l.front() : i == t->layers - 1 ? l.back() : l[1]);
+    const size_t k = i == t->layers - 1 ? l.size() - 1 : std::min(static_cast<size_t>(i), middle);
+    model.layers.push_back(l[k]);
     model.layers.back().name = fmt::format("layer{}", i);
   }
   return model;

@@ -91,6 +91,22 @@ TransformerConfig Qwen3(TransformerConfig c) {
   return c;
 }
 
+// DeepSeek-V2/V3 (DeepSeek-AI 2024, 2024b; config.json of the releases): latent attention with 128-wide
+// nope and value heads and 64 rotary features, `dense` first layers of a dense SwiGLU, then `experts`
+// routed experts (top k) and `shared` shared ones, each `width` wide.
+TransformerConfig DeepSeek(TransformerConfig c, LatentAttention mla, int dense, int64_t experts, int64_t top_k,
+                           int64_t shared, int64_t width) {
+  c.mla = mla;
+  c.dense_layers = dense;
+  c.dense_ffn = c.ffn;
+  c.ffn = width;
+  c.experts = experts;
+  c.top_k = top_k;
+  c.shared_expert_ffn = shared * width;
+  c.shared_expert_gate = false;
+  return c;
+}
+
 TransformerConfig Bf16(TransformerConfig c) {
   c.dtype = DType::kBF16;
   return c;
@@ -132,6 +148,15 @@ std::vector<Preset> Presets() {
       // and Qwen3-30B-A3B (128 experts, top 8, 128-wide heads with QK norm); parameter counts as released.
       Make("mixtral-8x7b", Moe(Llama(32, 4096, 32, 8, 14336, 4096), 8, 2), kMixedAdam),
       Make("qwen3-30b-a3b", Qwen3(Moe(Llama(48, 2048, 32, 4, 768, 4096, 151936), 128, 8)), kMixedAdam),
+      // DeepSeek-V2-Lite, V2 and V3 with latent attention, at the 4,096-token sequence of their
+      // pre-training; parameter counts as transformers builds the released configs (V3 without its
+      // multi-token prediction module).
+      Make("deepseek-v2-lite",
+           DeepSeek(Llama(27, 2048, 16, 0, 10944, 4096, 102400), {512, 0, 128, 64, 128}, 1, 64, 6, 2, 1408), kMixedAdam),
+      Make("deepseek-v2",
+           DeepSeek(Llama(60, 5120, 128, 0, 12288, 4096, 102400), {512, 1536, 128, 64, 128}, 1, 160, 6, 2, 1536), kMixedAdam),
+      Make("deepseek-v3",
+           DeepSeek(Llama(61, 7168, 128, 0, 18432, 4096, 129280), {512, 1536, 128, 64, 128}, 3, 256, 8, 1, 2048), kMixedAdam),
   };
 }
 
@@ -201,7 +226,10 @@ Status ApplyTransformer(const Preset& preset, const ModelOverrides& o, Transform
   if (o.vocab && image_model) return NotApplicable(name, "--vocab", "an image model has classes, not words");
   if (o.layers && c.family == Family::kT5) KIWI_RETURN_IF_ERROR(ApplyT5Layers(name, *o.layers, c));
   if (o.layers && c.family == Family::kSwin) KIWI_RETURN_IF_ERROR(ApplySwinLayers(name, *o.layers, c));
-  if (o.layers && c.family != Family::kT5 && c.family != Family::kSwin) c.layers = *o.layers;
+  if (o.layers && c.family != Family::kT5 && c.family != Family::kSwin) {
+    c.layers = *o.layers;
+    c.dense_layers = std::min(c.dense_layers, c.layers - 1);  // DeepSeek: at least one layer of experts stays
+  }
   if (o.hidden) c.hidden = *o.hidden;
   if (o.hidden && !o.heads && c.family == Family::kSwin) {
     if (c.hidden % kSwinHeadDim != 0)

@@ -2,7 +2,7 @@
 // Named models (CONTRACT.md): the families with size flags, and presets: the Galvatron-BMW paper's
 // Table I (bert-huge-32/48, vit-huge-32/48, t5-large-32/48, t5-512-4-32/48, swin-huge-32/48) plus
 // gpt3-13b, llama2-7b, llama2-70b, llama3-8b, llama3-70b, llama3-405b, and the mixtures of experts
-// mixtral-8x7b and qwen3-30b-a3b.
+// mixtral-8x7b, qwen3-30b-a3b, deepseek-v2-lite, deepseek-v2 and deepseek-v3 (latent attention).
 #include <optional>
 #include <string>
 #include <variant>

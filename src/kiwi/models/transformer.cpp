@@ -42,9 +42,10 @@ LayerOptions StandardLayer(const TransformerConfig& c, NormKind norm, bool pre_n
   o.self_attn = {.heads = c.heads, .kv_heads = KvHeads(c), .bias = bias, .rotary = false,
                  .dropout_p = DropoutP(c), .score_bias = ir::kNoNode, .fused = UsesFusedAttention(c),
                  .causal = c.family == Family::kGpt || c.family == Family::kLlama,
-                 .head_dim = c.head_dim, .qk_norm = c.qk_norm, .qkv_bias = c.qkv_bias};
+                 .head_dim = c.head_dim, .qk_norm = c.qk_norm, .qkv_bias = c.qkv_bias, .mla = c.mla};
   o.mlp = {.ffn = FfnSize(c), .activation = act, .bias = bias, .dropout_p = DropoutP(c), .experts = c.experts,
-           .top_k = c.top_k, .shared_expert_ffn = c.shared_expert_ffn, .capacity_factor = c.capacity_factor};
+           .top_k = c.top_k, .shared_expert_ffn = c.shared_expert_ffn, .shared_expert_gate = c.shared_expert_gate,
+           .capacity_factor = c.capacity_factor};
   return o;
 }
 
@@ -192,7 +193,9 @@ Result<ir::Graph> BuildLlama(const TransformerConfig& c) {
   }
   LayerOptions layer = StandardLayer(c, NormKind::kRmsNorm, true, Activation::kSwiGlu, false);
   layer.self_attn.rotary = true;
-  for (int i = 0; i < c.layers; ++i) x = TransformerLayer(gb, i, x, layer);
+  LayerOptions dense = layer;  // DeepSeek's first layers: a dense MLP before the experts' layers
+  dense.mlp = {.ffn = c.dense_ffn, .activation = Activation::kSwiGlu, .bias = false, .dropout_p = DropoutP(c)};
+  for (int i = 0; i < c.layers; ++i) x = TransformerLayer(gb, i, x, i < c.dense_layers ? dense : layer);
   if (c.embeddings) {
     gb.Enter(-1, "head");
     x = Norm(gb, "final_norm", x, NormKind::kRmsNorm);
@@ -245,6 +248,41 @@ Status ValidateExperts(const TransformerConfig& c) {
   return Status::Ok();
 }
 
+// Multi-head latent attention: every size positive (q_rank may be 0), self-attention of a llama-style
+// model with one key/value head per query head and no QK norm or q/k/v biases.
+Status ValidateLatentAttention(const TransformerConfig& c) {
+  const LatentAttention& m = c.mla;
+  for (auto [value, field] : {std::pair{m.kv_rank, "mla.kv_rank"}, std::pair{m.q_rank, "mla.q_rank"},
+                              std::pair{m.nope, "mla.nope"}, std::pair{m.rope, "mla.rope"}, std::pair{m.v, "mla.v"}})
+    if (value < 0) return BadInput(fmt::format("{}: must be >= 0, got {}", field, value));
+  if (!m.enabled()) {
+    if (m.q_rank != 0 || m.nope != 0 || m.rope != 0 || m.v != 0)
+      return BadInput("mla.kv_rank: 0 (no latent attention), yet other latent attention sizes are set");
+    return Status::Ok();
+  }
+  if (c.family != Family::kLlama)
+    return BadInput(fmt::format("mla: kiwi builds latent attention for llama-style models, not {}", FamilyName(c.family)));
+  KIWI_RETURN_IF_ERROR(Positive(m.nope, "mla.nope"));
+  KIWI_RETURN_IF_ERROR(Positive(m.rope, "mla.rope"));
+  KIWI_RETURN_IF_ERROR(Positive(m.v, "mla.v"));
+  if (KvHeads(c) != c.heads)
+    return BadInput(fmt::format("kv_heads: latent attention has a key and value head per query head ({}), got {}",
+                                c.heads, KvHeads(c)));
+  if (c.qk_norm || c.qkv_bias) return BadInput(fmt::format("{}: latent attention has none", c.qk_norm ? "qk_norm" : "qkv_bias"));
+  return Status::Ok();
+}
+
+// DeepSeek's dense first layers: a mixture of experts' leading layers with a dense MLP of their own width.
+Status ValidateDenseLayers(const TransformerConfig& c) {
+  if (c.dense_layers < 0) return BadInput(fmt::format("dense_layers: must be >= 0, got {}", c.dense_layers));
+  if (c.dense_ffn < 0) return BadInput(fmt::format("dense_ffn: must be >= 0, got {}", c.dense_ffn));
+  if (c.dense_layers == 0) return Status::Ok();
+  if (c.experts == 0) return BadInput(fmt::format("dense_layers: {} without experts (every layer is dense)", c.dense_layers));
+  if (c.dense_layers > c.layers)
+    return BadInput(fmt::format("dense_layers: {} is more than the {} layers", c.dense_layers, c.layers));
+  return Positive(c.dense_ffn, "dense_ffn");
+}
+
 // The checks of ValidateTransformerConfig, their messages naming the field alone.
 Status ValidateFields(const TransformerConfig& c) {
   if (static_cast<size_t>(c.family) > static_cast<size_t>(Family::kLlama))
@@ -261,6 +299,8 @@ Status ValidateFields(const TransformerConfig& c) {
   if (c.head_dim == 0 && c.hidden % c.heads != 0)
     return BadInput(fmt::format("heads: {} does not divide hidden {}", c.heads, c.hidden));
   KIWI_RETURN_IF_ERROR(ValidateExperts(c));
+  KIWI_RETURN_IF_ERROR(ValidateDenseLayers(c));
+  KIWI_RETURN_IF_ERROR(ValidateLatentAttention(c));
   if (c.heads % KvHeads(c) != 0)
     return BadInput(fmt::format("kv_heads: {} does not divide heads {}", KvHeads(c), c.heads));
   return ValidateFamily(c);

@@ -31,6 +31,20 @@ enum class AttentionKernel : uint8_t { kAuto, kMaterialized, kFused };
 std::optional<AttentionKernel> ParseAttentionKernel(std::string_view name);  // auto | materialized | fused
 std::string_view AttentionKernelName(AttentionKernel kernel);
 
+// Multi-head latent attention (DeepSeek-V2, DeepSeek-AI 2024 §2.1; DeepSeek-V3): each token's keys and
+// values come from a kv_rank-wide latent (normalized, then up-projected per head), its queries from a
+// q_rank-wide latent (0: one projection, as DeepSeek-V2-Lite); each head's query and key have `nope`
+// features of their own and `rope` rotary ones, the key's rotary features one head all heads share;
+// values have `v` features per head. kv_rank 0: standard attention.
+struct LatentAttention {
+  int64_t kv_rank = 0;
+  int64_t q_rank = 0;
+  int64_t nope = 0;
+  int64_t rope = 0;
+  int64_t v = 0;
+  bool enabled() const { return kv_rank > 0; }
+};
+
 struct TransformerConfig {
   Family family = Family::kGpt;
   int layers = 4;            // encoder layers (decoder-only models: all layers)
@@ -49,6 +63,12 @@ struct TransformerConfig {
   int64_t top_k = 0;
   // With experts: a shared expert of this width every token runs, scaled by a sigmoid gate (Qwen2-MoE); 0: none.
   int64_t shared_expert_ffn = 0;
+  bool shared_expert_gate = true;  // false: the shared experts' output is added ungated (DeepSeek)
+  // With experts: the first dense_layers layers have a dense SwiGLU MLP dense_ffn wide instead (DeepSeek's
+  // first_k_dense_replace); 0: every layer has experts.
+  int dense_layers = 0;
+  int64_t dense_ffn = 0;
+  LatentAttention mla = {};  // Llama family: multi-head latent attention in place of q/k/v (DeepSeek)
   // With experts: each expert's slots, in its even share T k / E of the tokens' routed rows (GShard's and
   // Switch's capacity factor, Megatron-LM's --moe-expert-capacity-factor): 1 is a dropless router with an
   // even load; above 1 also the busiest expert of an uneven one, whose slots every expert pads to.

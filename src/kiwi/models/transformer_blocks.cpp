@@ -61,34 +61,67 @@ NodeId HeadNorm(GraphBuilder& gb, const std::string& name, NodeId x, int64_t n, 
   return Reshape(gb, name + "_merged", Norm(gb, name, heads, NormKind::kRmsNorm), shape);
 }
 
+// Multi-head latent attention's projections of x [B, s, h] (DeepSeek-V2's q_a/q_b and kv_a_proj_with_mqa,
+// kv_b_proj, each of the last two as two linears: the latent and the shared rotary key head; the keys'
+// and the values' up-projections): queries [B, s, a (nope + rope)], keys (every head's own features and
+// the shared rotary head, joined) likewise, values [B, s, a v].
+struct Projections {
+  NodeId q, k, v;
+};
+Projections LatentProjections(GraphBuilder& gb, NodeId x, const AttentionOptions& options) {
+  const LatentAttention& m = options.mla;
+  const int64_t a = options.heads, qk = m.nope + m.rope;
+  const Shape in = gb.shape(x);
+  NodeId q = m.q_rank > 0 ? Linear(gb, "q_b", Norm(gb, "q_a_norm", Linear(gb, "q_a", x, m.q_rank, false), NormKind::kRmsNorm),
+                                   a * qk, false)
+                          : Linear(gb, "q", x, a * qk, false);
+  q = Unary(gb, "rotary", "q_rotary", q);  // on the rope features of each head (priced on all: elementwise)
+  NodeId latent = Norm(gb, "kv_a_norm", Linear(gb, "kv_a", x, m.kv_rank, false), NormKind::kRmsNorm);
+  NodeId k_rope = Unary(gb, "rotary", "k_rotary", Linear(gb, "k_rope", x, m.rope, false));
+  NodeId k_nope = Linear(gb, "k_b", latent, a * m.nope, false);
+  NodeId k = Concat(gb, "k_joined", {Reshape(gb, "k_nope_heads", k_nope, {in[0], in[1], a, m.nope}),
+                                    Reshape(gb, "k_rope_head", k_rope, {in[0], in[1], 1, m.rope})});
+  return {q, Reshape(gb, "k", k, {in[0], in[1], a * qk}), Linear(gb, "v_b", latent, a * m.v, false)};
+}
+
 }  // namespace
 
 NodeId Attention(GraphBuilder& gb, NodeId x_q, NodeId x_kv, const AttentionOptions& options) {
   const int64_t h = gb.shape(x_q).back();
-  const int64_t d = options.head_dim > 0 ? options.head_dim : h / options.heads;
+  const bool latent = options.mla.enabled();
+  const int64_t d = latent ? options.mla.nope + options.mla.rope : options.head_dim > 0 ? options.head_dim : h / options.heads;
+  const int64_t dv = latent ? options.mla.v : d;
   const int64_t groups = options.heads / options.kv_heads;
-  // Separate q/k/v projections (no fused qkv: the IR has no split op).
-  const bool qkv_bias = options.bias || options.qkv_bias;
-  NodeId q = Linear(gb, "q", x_q, options.heads * d, qkv_bias);
-  NodeId k = Linear(gb, "k", x_kv, options.kv_heads * d, qkv_bias);
-  NodeId v = Linear(gb, "v", x_kv, options.kv_heads * d, qkv_bias);
-  if (options.qk_norm) {
-    q = HeadNorm(gb, "q_norm", q, options.heads, d);
-    k = HeadNorm(gb, "k_norm", k, options.kv_heads, d);
-  }
-  if (options.rotary) {
-    q = Unary(gb, "rotary", "q_rotary", q);
-    k = Unary(gb, "rotary", "k_rotary", k);
+  NodeId q, k, v;
+  if (latent) {
+    const Projections p = LatentProjections(gb, x_q, options);
+    q = p.q, k = p.k, v = p.v;
+  } else {
+    // Separate q/k/v projections (no fused qkv: the IR has no split op).
+    const bool qkv_bias = options.bias || options.qkv_bias;
+    q = Linear(gb, "q", x_q, options.heads * d, qkv_bias);
+    k = Linear(gb, "k", x_kv, options.kv_heads * d, qkv_bias);
+    v = Linear(gb, "v", x_kv, options.kv_heads * d, qkv_bias);
+    if (options.qk_norm) {
+      q = HeadNorm(gb, "q_norm", q, options.heads, d);
+      k = HeadNorm(gb, "k_norm", k, options.kv_heads, d);
+    }
+    if (options.rotary) {
+      q = Unary(gb, "rotary", "q_rotary", q);
+      k = Unary(gb, "rotary", "k_rotary", k);
+    }
   }
   NodeId qh = SplitHeads(gb, "q", q, options.kv_heads, groups, d);
   NodeId kh = SplitHeads(gb, "k", k, options.kv_heads, 1, d);
-  NodeId vh = SplitHeads(gb, "v", v, options.kv_heads, 1, d);
+  NodeId vh = SplitHeads(gb, "v", v, options.kv_heads, 1, dv);
   NodeId context;
   if (options.fused) {  // FlashAttention regenerates its dropout mask in the backward pass: none is kept
     ir::OpAttrs attrs;
     attrs.causal = options.causal;
     attrs.dropout_p = options.dropout_p;  // drawn inside the kernel; its rate depends on it (cost/profile.h)
-    context = gb.Add(ir::OpKind::kAttention, "attention", "attention", {qh, kh, vh}, {gb.dtype(), gb.shape(qh)}, attrs);
+    Shape shape = gb.shape(qh);
+    shape.back() = dv;
+    context = gb.Add(ir::OpKind::kAttention, "attention", "attention", {qh, kh, vh}, {gb.dtype(), std::move(shape)}, attrs);
   } else {
     NodeId scores = BatchMatmul(gb, "scores", qh, kh, /*transpose_b=*/true);
     if (options.score_bias != ir::kNoNode) scores = Binary(gb, "add", "scores_bias", scores, options.score_bias);
@@ -135,8 +168,11 @@ NodeId MoeFeedForward(GraphBuilder& gb, NodeId x, const MlpOptions& options) {
   if (options.shared_expert_ffn > 0) {
     MlpOptions dense{.ffn = options.shared_expert_ffn, .activation = Activation::kSwiGlu, .bias = false};
     NodeId shared = FeedForward(gb, rows, dense);
-    NodeId gate = Unary(gb, "sigmoid", "shared_gate_act", Linear(gb, "shared_gate", rows, 1, false));
-    combined = Binary(gb, "add", "with_shared", combined, Binary(gb, "mul", "shared_gated", shared, gate));
+    if (options.shared_expert_gate) {
+      NodeId gate = Unary(gb, "sigmoid", "shared_gate_act", Linear(gb, "shared_gate", rows, 1, false));
+      shared = Binary(gb, "mul", "shared_gated", shared, gate);
+    }
+    combined = Binary(gb, "add", "with_shared", combined, shared);
   }
   return Dropout(gb, "dropout", Reshape(gb, "output", combined, in), options.dropout_p);
 }

@@ -356,6 +356,40 @@ Nest Transpose(const ir::Graph& g, const ir::Node& n) {
   return ix;
 }
 
+// concat (x_i[..., n_i]) -> [..., sum n_i]: the leading dims split alike (an input's broadcast size-1
+// dims name no index), the joined last dim never.
+Nest Concat(const ir::Graph& g, const ir::Node& n) {
+  const Shape& y = n.output.shape;
+  if (n.inputs.size() < 2 || y.empty()) return std::nullopt;
+  OpIndexing ix;
+  ix.output = AddIndices(ix, Shape(y.begin(), y.end() - 1));
+  ix.output.push_back(kNoIndex);
+  for (size_t i = 0; i < n.inputs.size(); ++i) {
+    const Shape& s = InShape(g, n, i);
+    if (s.size() != y.size()) return std::nullopt;
+    Dims dims;
+    for (size_t j = 0; j + 1 < s.size(); ++j) {
+      if (s[j] != y[j] && s[j] != 1) return std::nullopt;
+      dims.push_back(s[j] == y[j] ? ix.output[j] : kNoIndex);
+    }
+    dims.push_back(kNoIndex);
+    ix.operands.push_back(std::move(dims));
+  }
+  return ix;
+}
+
+// concat_grad (dY[..., n]) -> [..., n_i]: the leading dims split alike, the sliced last dim never.
+Nest ConcatGrad(const ir::Graph& g, const ir::Node& n) {
+  if (n.inputs.size() != 1 || InShape(g, n, 0).size() != n.output.shape.size() || n.output.shape.empty())
+    return std::nullopt;
+  OpIndexing ix;
+  const Shape& y = n.output.shape;
+  ix.output = AddIndices(ix, Shape(y.begin(), y.end() - 1));
+  ix.output.push_back(kNoIndex);
+  ix.operands = {ix.output};
+  return ix;
+}
+
 // Inputs, parameters, optimizer state and random masks: any dim of the output may be split (a
 // sharded parameter or state holds only its shard: ZeRO's memory saving).
 Nest Source(const ir::Graph&, const ir::Node& n) {
@@ -393,6 +427,8 @@ constexpr auto kDescribers = std::to_array<DescriberRule>({
     {ir::OpKind::kEmbedding, "", Embedding},
     {ir::OpKind::kEmbedding, "embedding_grad", EmbeddingGrad},
     {ir::OpKind::kReshape, "", Reshape},
+    {ir::OpKind::kReshape, "concat", Concat},
+    {ir::OpKind::kReshape, "concat_grad", ConcatGrad},
     {ir::OpKind::kTranspose, "", Transpose},
     {ir::OpKind::kLoss, "", CrossEntropy},
     {ir::OpKind::kLoss, "cross_entropy", CrossEntropy},
