@@ -1,7 +1,9 @@
 #include "kiwi/solve/hybrid/layer_dp.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <limits>
+#include <vector>
 
 #include "kiwi/solve/hybrid/completion_bound.h"
 
@@ -117,41 +119,50 @@ bool Thinned(size_t size, size_t max_labels) { return size > max_labels && max_l
 
 // Exact mode: y beats x when it is also no slower in the current stage, no worse a bottleneck, and no
 // slower an optimizer step (its stage's so far, and the slowest of the finished stages).
-// Pairwise (quadratic): this mode only runs when the weighted DP could not prove its plan optimal. The
-// kept labels' terms sit in flat arrays, the scan's hot loop, checked nearest in cost first. Once more
-// than `max_labels` labels are kept the filter stops: the state will be thinned, and an exact run stops
-// at its first thinned state (SolveLayerDp), so the rest would be filtered for nothing.
+// Pairwise, but indexed: the kept labels sit per (recompute, gather) class sorted by memory, so x is
+// checked only against those of each class whose memory leaves room to beat it (the memory term of
+// ParetoLabels is, within a class, a bound on y.memory); their other terms sit in flat arrays, the scan's
+// hot loop. Labels come cheapest first, so the kept ones hold the most memory: few pass the bound. Once
+// more than `max_labels` labels are kept the filter stops: the state will be thinned, and an exact run
+// stops at its first thinned state (SolveLayerDp), so the rest would be filtered for nothing.
 class ExactFront {
  public:
   bool Beaten(const Label& x) const {
     const double x_bottleneck = x.Bottleneck(), x_optimizer_step = x.OptimizerStep();
-    for (size_t k = memory_.size(); k > 0; --k)
-      if (Beats(k - 1, x, x_bottleneck, x_optimizer_step)) return true;
+    for (const Class& c : classes_) {
+      const int64_t room = x.memory - std::max<int64_t>(c.recompute - x.recompute, 0) - std::max<int64_t>(c.gather - x.gather, 0);
+      const size_t end = static_cast<size_t>(std::upper_bound(c.memory.begin(), c.memory.end(), room) - c.memory.begin());
+      for (size_t k = 0; k < end; ++k)
+        if (c.stage_optimizer[k] <= x.stage_optimizer && c.optimizer_step[k] <= x_optimizer_step &&
+            c.stage_seconds[k] <= x.stage_seconds && c.bottleneck[k] <= x_bottleneck)
+          return true;
+    }
     return false;
   }
 
   void Add(const Label& l) {
-    stage_seconds_.push_back(l.stage_seconds);
-    bottleneck_.push_back(l.Bottleneck());
-    stage_optimizer_.push_back(l.stage_optimizer);
-    optimizer_step_.push_back(l.OptimizerStep());
-    memory_.push_back(l.memory);
-    recompute_.push_back(l.recompute);
-    gather_.push_back(l.gather);
+    auto it = std::find_if(classes_.begin(), classes_.end(),
+                           [&](const Class& c) { return c.recompute == l.recompute && c.gather == l.gather; });
+    if (it == classes_.end()) {
+      classes_.push_back({l.recompute, l.gather, {}, {}, {}, {}, {}});
+      it = classes_.end() - 1;
+    }
+    Class& c = *it;
+    const auto at = static_cast<std::ptrdiff_t>(std::upper_bound(c.memory.begin(), c.memory.end(), l.memory) - c.memory.begin());
+    c.memory.insert(c.memory.begin() + at, l.memory);
+    c.stage_seconds.insert(c.stage_seconds.begin() + at, l.stage_seconds);
+    c.bottleneck.insert(c.bottleneck.begin() + at, l.Bottleneck());
+    c.stage_optimizer.insert(c.stage_optimizer.begin() + at, l.stage_optimizer);
+    c.optimizer_step.insert(c.optimizer_step.begin() + at, l.OptimizerStep());
   }
 
  private:
-  // Whether kept label k beats x: every term no worse (memory as ParetoLabels counts it), the terms
-  // that most often rule a label out first.
-  bool Beats(size_t k, const Label& x, double x_bottleneck, double x_optimizer_step) const {
-    return stage_optimizer_[k] <= x.stage_optimizer && optimizer_step_[k] <= x_optimizer_step &&
-           stage_seconds_[k] <= x.stage_seconds && bottleneck_[k] <= x_bottleneck &&
-           memory_[k] + std::max<int64_t>(recompute_[k] - x.recompute, 0) + std::max<int64_t>(gather_[k] - x.gather, 0) <=
-               x.memory;
-  }
-
-  std::vector<double> stage_seconds_, bottleneck_, stage_optimizer_, optimizer_step_;
-  std::vector<int64_t> memory_, recompute_, gather_;
+  struct Class {
+    int64_t recompute, gather;
+    std::vector<int64_t> memory;  // ascending
+    std::vector<double> stage_seconds, bottleneck, stage_optimizer, optimizer_step;
+  };
+  std::vector<Class> classes_;
 };
 
 std::vector<Label> ExactParetoLabels(std::vector<Label> labels, size_t max_labels) {
