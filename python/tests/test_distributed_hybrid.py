@@ -20,7 +20,7 @@ def hybrid_plan(tmp_path, memory):
     from kiwi.torch.distributed.plan import load_plan
     out = os.path.join(str(tmp_path), "plan.json")
     r = kiwi.cli("hybrid", "--model", "gpt", "--layers", "4", "--hidden", "32", "--heads", "4", "--seq", "8",
-                 "--batch", "8", "--cluster", CLUSTER, "--memory", memory, "--no-recompute-sets", "--out", out, "--json",
+                 "--batch", "8", "--cluster", CLUSTER, "--memory", memory, "--no-recompute-sets", "--no-offload", "--out", out, "--json",
                  "--quiet")
     assert r.returncode == 0, r.stderr
     plan = load_plan(out)
@@ -133,7 +133,8 @@ def test_plan_errors_name_the_field(tmp_path):
                        r"\(plan with kiwi hybrid --no-context-parallel\)$"):
         parse_plan({"layers": [{"dp": 2, "cp": 2}]}, "x.json")
     # optimizer offloading: its ranks step on their devices
-    with pytest.raises(PlanError, match=r"x.json: layers\[0\].offload: optimizer offloading \(True\) is not run by kiwi.torch.distributed$"):
+    with pytest.raises(PlanError, match=r"x.json: layers\[0\].offload: optimizer offloading \(True\) is not run by kiwi.torch.distributed "
+                       r"\(plan with kiwi hybrid --no-offload\)$"):
         parse_plan({"layers": [{"dp": 2, "zero": 1, "offload": True}]}, "x.json")
     # recompute sets: it checkpoints whole blocks only; moot under CKPT, an empty set reads as no field at all
     with pytest.raises(PlanError, match=r"x.json: layers\[0\].recompute: recompute sets \(\['mlp.act'\]\) are not run by "

@@ -47,7 +47,7 @@ struct HybridOptions {
   bool no_context_parallel = false;
   int recompute_sets = hybrid::HybridSearchOptions::kDefaultRecomputeSets;
   bool no_recompute_sets = false;
-  bool offload = false;
+  bool offload = true;
   bool quiet = false;
   bool json = false;
 };
@@ -292,9 +292,10 @@ Command AddHybridCommand(CLI::App& root) {
   app->add_flag("--no-recompute-sets", o->no_recompute_sets,
                 "leave recompute sets out of the search (--recompute-sets 0): plans for kiwi.torch.distributed, which "
                 "checkpoints whole layers only");
-  app->add_flag("--offload", o->offload,
-                "with --method kiwi: also offload layers' optimizer states and step to the host (ZeRO-Offload), on "
-                "clusters whose device has a host link and host memory bandwidth");
+  app->add_flag("--offload,!--no-offload", o->offload,
+                "with --method kiwi (on by default): the search may also offload layers' optimizer states and step to "
+                "the host (ZeRO-Offload), on clusters whose device has a host link and host memory bandwidth; "
+                "--no-offload leaves it out: plans for kiwi.torch.distributed, which steps on the devices");
   app->add_option("--cluster", o->cluster, ClusterHelp())->capture_default_str();
   app->add_option("--memory", o->memory, "memory budget per device (default: the device's memory)");
   CLI::Option* method =

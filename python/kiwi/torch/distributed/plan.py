@@ -155,7 +155,8 @@ def _strategy(obj: Any, where: str) -> LayerStrategy:
         raise PlanError(f"{where}.cp: context parallelism ({obj['cp']!r}) is not run by kiwi.torch.distributed "
                         "(plan with kiwi hybrid --no-context-parallel)")
     if obj.get("offload", False) is not False:  # its optimizer steps on the ranks' devices
-        raise PlanError(f"{where}.offload: optimizer offloading ({obj['offload']!r}) is not run by kiwi.torch.distributed")
+        raise PlanError(f"{where}.offload: optimizer offloading ({obj['offload']!r}) is not run by kiwi.torch.distributed "
+                        "(plan with kiwi hybrid --no-offload)")
     if obj.get("recompute", []) != [] and not obj.get("checkpoint", False):  # it checkpoints whole blocks only
         raise PlanError(f"{where}.recompute: recompute sets ({obj['recompute']!r}) are not run by kiwi.torch.distributed "
                         "(plan with kiwi hybrid --no-recompute-sets)")

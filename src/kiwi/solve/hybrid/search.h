@@ -78,8 +78,9 @@ struct HybridSearchOptions {
   // such as kiwi.torch.distributed).
   bool context_parallel = true;
   // true: kiwi's space also offloads optimizer states to the host (ZeRO-Offload) where the cluster's
-  // device has a host and the model an optimizer step. Opt-in: with it the search is slower.
-  bool offload = false;
+  // device has a host and the model an optimizer step (false: plans for a runtime that steps on the
+  // devices, such as kiwi.torch.distributed).
+  bool offload = true;
   // Recompute sets in kiwi's space: per layer type, up to this many sets of the Pareto frontier of its
   // ops' (activation bytes, recompute seconds) (solve/remat/recompute_frontier.h), each offered beside
   // no recomputation, selective recomputation and CKPT; 0: none (plans for a runtime that checkpoints
