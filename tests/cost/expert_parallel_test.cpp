@@ -6,7 +6,12 @@
 #include <gtest/gtest.h>
 
 #include "cost_test_util.h"
+#include <memory>
+#include <string>
+#include <vector>
+
 #include "kiwi/cost/layer_cost.h"
+#include "kiwi/cost/recompute_set.h"
 
 namespace kiwi::cost {
 namespace {
@@ -107,6 +112,41 @@ TEST(ExpertParallelism, ADenseLayerUnderAnEpStrategyPricesAsWithout) {
   AddLayerCost(Place(dense, no_ep), cm, b);
   EXPECT_EQ(a.MicrobatchSeconds(), b.MicrobatchSeconds());
   EXPECT_EQ(a.gradient_sync, b.gradient_sync);
+}
+
+// A recompute set under EP runs the all-to-all of every routed gather it recomputes (the dispatch, the
+// combine) again, and only those: recomputing the experts' activation between them needs none.
+TEST(ExpertParallelism, ARecomputeSetRunsTheAllToAllsOfItsRoutedGathersAgain) {
+  LayerProfile p = MoeLayer();
+  auto menu = std::make_shared<RecomputeMenu>();
+  menu->ops = {{.name = "input0", .bytes_per_sample = 100'000, .saved = true},
+               {.name = "mlp.dispatch", .inputs = {0}, .bytes_per_sample = 200'000, .saved = true, .recomputable = true,
+                .routed = true, .seconds_per_sample = 1e-5, .kernels = 1},
+               {.name = "mlp.act", .inputs = {1}, .bytes_per_sample = 400'000, .saved = true, .recomputable = true,
+                .seconds_per_sample = 1e-5, .kernels = 1},
+               {.name = "mlp.combine", .inputs = {2}, .bytes_per_sample = 200'000, .saved = true, .recomputable = true,
+                .routed = true, .seconds_per_sample = 1e-5, .kernels = 1}};
+  p.recompute_menu.menu = menu;
+  plan::LayerStrategy s{.tp = 1, .dp = 8, .zero = plan::Zero::kOptimizerStates, .ep = 4};
+  const CostModel cm(OneNode(8).device);
+  StageCost none;
+  AddLayerCost(Place(p, s), cm, none);
+  // The ring all-to-all over the 4 EP ranks (as above).
+  const double all_to_all = 3 * (3e-6 + static_cast<double>(LayerCommunicationOf(Place(p, s)).all_to_all_bytes) / (4 * 1e11));
+  for (const auto& [set, again] : {std::pair{std::vector<std::string>{"mlp.act"}, 0},
+                                   std::pair{std::vector<std::string>{"mlp.dispatch"}, 1},
+                                   std::pair{std::vector<std::string>{"mlp.dispatch", "mlp.act", "mlp.combine"}, 2}}) {
+    s.recompute = set;
+    EXPECT_EQ(LayerCommunicationOf(Place(p, s)).all_to_alls_recomputed, again) << set.size();
+    StageCost with;
+    AddLayerCost(Place(p, s), cm, with);
+    const RecomputeCost priced = *PriceRecomputeSet(*menu, set);
+    const double ops = cm.LaunchBoundTime(priced.seconds_per_sample * 4 + priced.overhead_seconds, priced.kernels);
+    EXPECT_NEAR(with.recompute, ops + again * all_to_all, 1e-12) << set.size();
+  }
+  plan::LayerStrategy no_ep = s;  // the same set without EP: the gathers are local
+  no_ep.ep = 1;
+  EXPECT_EQ(LayerCommunicationOf(Place(p, no_ep)).all_to_alls_recomputed, 0);
 }
 
 }  // namespace

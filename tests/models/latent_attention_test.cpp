@@ -5,8 +5,12 @@
 // passes) against closed forms of a small config.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <vector>
+
 #include "kiwi/cost/cluster.h"
 #include "kiwi/cost/layer_profile.h"
+#include "kiwi/cost/recompute_set.h"
 #include "kiwi/ir/graph.h"
 #include "kiwi/models/layer_model.h"
 #include "kiwi/models/presets.h"
@@ -83,6 +87,13 @@ TEST(LatentAttention, TheDenseFirstLayerHasNoExpertsAndTheOthersDo) {
     EXPECT_EQ(m.layers[i].routed_bytes_per_sample, 2 * kSeq * kHidden * 2) << i;
   }
   EXPECT_EQ(m.MaxExperts(), kExperts);
+  // The recompute menu marks the gathers of hidden-state rows by the routing (under EP, all-to-alls),
+  // not the gates' gather of router probabilities.
+  std::vector<std::string> routed;
+  for (const cost::MenuOp& op : m.layers[1].recompute_menu.menu->ops)
+    if (op.routed) routed.push_back(op.name);
+  EXPECT_EQ(routed, (std::vector<std::string>{"mlp.dispatch", "mlp.combine"}));
+  for (const cost::MenuOp& op : m.layers[0].recompute_menu.menu->ops) EXPECT_FALSE(op.routed) << op.name;
 }
 
 TEST(LatentAttention, TensorParallelismKeepsTheLatentsAndTheRotaryKeyHeadWhole) {

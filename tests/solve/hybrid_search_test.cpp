@@ -278,6 +278,55 @@ TEST(SearchHybridPlan, RecomputeSetsEqualBruteForce) {
   EXPECT_TRUE(set_wins);
 }
 
+// Recompute sets beside expert parallelism: a set that recomputes the MoE layer's dispatch runs its
+// all-to-all again under EP. On 4 devices, the search equals brute force over every plan with every EP
+// degree and the two sets the search offers.
+TEST(SearchHybridPlan, RecomputeSetsBesideExpertParallelismEqualBruteForce) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  cost::LayerModel model = TwoTypeModel(1, 1);
+  const double seconds = model.layers.front().forward_seconds_per_sample;
+  auto menu = std::make_shared<cost::RecomputeMenu>();
+  menu->ops = {{.name = "input0", .bytes_per_sample = 20'000'000, .saved = true, .replicated = true},
+               {.name = "dispatch", .inputs = {0}, .bytes_per_sample = 80'000'000, .saved = true, .recomputable = true,
+                .routed = true, .seconds_per_sample = seconds / 50, .kernels = 1},
+               {.name = "act", .inputs = {1}, .bytes_per_sample = 150'000'000, .saved = true, .recomputable = true,
+                .seconds_per_sample = seconds / 20, .kernels = 1}};
+  for (cost::LayerProfile& p : model.layers) {
+    p.activation_bytes_per_sample = 300'000'000;
+    p.replicated_activation_bytes_per_sample = 60'000'000;
+    p.recompute_menu.menu = menu;
+    if (p.name != "enc") continue;
+    p.parameter_bytes = 400'000'000;
+    p.experts = 4;
+    p.expert_parameter_bytes = 360'000'000;
+    p.routed_bytes_per_sample = 2 * p.boundary_bytes_per_sample;
+  }
+  // The sets the search offers (2 of the menu's frontier), and one of them recomputes the dispatch.
+  const std::vector<std::vector<std::string>> sets = remat::CommonRecomputeSets(model.layers, 2);
+  ASSERT_EQ(sets.size(), 2u);
+  ASSERT_TRUE(std::any_of(sets.begin(), sets.end(), [](const std::vector<std::string>& set) {
+    return std::find(set.begin(), set.end(), "dispatch") != set.end();
+  }));
+  std::vector<Outcome> all = EverythingAtBatch(model, cluster, 8, false, sets);
+  bool both = false;
+  const std::vector<int64_t> ends = InterestingBudgets(all);
+  for (int i = 0; i <= 6; ++i) {
+    const int64_t budget = ends.front() + (ends.back() - ends.front()) * i / 6;
+    HybridSearchOptions o;
+    o.offload = false;
+    o.memory_budget_bytes = budget;
+    o.global_batch = 8;
+    o.partitions = PartitionMode::kExhaustive;
+    o.recompute_sets = 2;
+    const HybridSearchResult r = Search(model, cluster, o);
+    ExpectSimulatorAgrees(r);
+    EXPECT_NEAR(r.simulated.throughput_samples_per_second, BestThroughput(all, budget), 1e-9 * BestThroughput(all, budget))
+        << "budget " << budget;
+    for (const plan::LayerStrategy& l : r.plan.layers) both |= l.ep > 1 && l.RecomputesSet();
+  }
+  EXPECT_TRUE(both);
+}
+
 TEST(SearchHybridPlan, BatchSweepEqualsBruteForce) {
   const cost::Cluster cluster = TestCluster(2, 2);
   const cost::LayerModel model = TwoTypeModel(1, 1);

@@ -345,7 +345,8 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
   if (experts) {
     c.all_to_all_bytes = l.PerDevice(l.profile.routed_bytes_per_sample);
     c.all_to_alls = kAllToAllsForward + kAllToAllsBackward;
-    c.all_to_alls_recomputed = l.strategy.checkpoint ? kAllToAllsForward : 0;
+    // Recomputing the layer runs its forward all-to-alls again; a recompute set, those of its routed gathers.
+    c.all_to_alls_recomputed = l.strategy.checkpoint ? kAllToAllsForward : SetCostOf(l).routed_gathers;
   }
   if (RingBytes(l) > 0) {
     c.ring_bytes = RingBytes(l);
@@ -442,7 +443,7 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
   } else if (l.strategy.RecomputesSet()) {  // the set's forward ops, split over TP (and the ring with its attention)
     const RecomputeCost set = SetCostOf(l);
     const double again = cost_model.LaunchBoundTime(set.seconds_per_sample * share + set.overhead_seconds, set.kernels);
-    cost.recompute += again + (set.attention ? ring.forward : 0.0);
+    cost.recompute += again + (set.attention ? ring.forward : 0.0) + comm.all_to_alls_recomputed * all_to_all;
     backward_compute += again;
   }
   // Sequence parallelism's all-reduce of the replicated parameters' gradients: after the flush, beside

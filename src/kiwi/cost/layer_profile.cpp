@@ -362,6 +362,15 @@ void FillExperts(const ir::Graph& graph, const ir::Layer& layer, LayerProfile& p
     p.routed_bytes_per_sample = CeilDiv(slots * p.boundary_bytes_per_sample, tokens);
 }
 
+// A gather of hidden-state rows by a routing choice: the dispatch (token rows into the experts' slots)
+// or the combine (expert rows back to each token's k); not the gates' gather of router probabilities
+// (one value per row).
+bool IsRoutedGather(const ir::Graph& graph, const ir::Node& node) {
+  if (node.kind != ir::OpKind::kEmbedding || node.inputs.size() != 2) return false;
+  const ir::Shape& table = graph.node(node.inputs[0]).output.shape;
+  return IsRoutingChoice(graph.node(node.inputs[1])) && !table.empty() && table.back() > 1;
+}
+
 // The layer's recompute menu (cost/recompute_set.h): its forward ops in execution order, after the
 // activations from outside the layer they read ("input0", "input1", ... in the order first read).
 // `attention`: the layer's ops that read keys or values (FillAttention), in graph order.
@@ -400,6 +409,7 @@ void FillRecomputeMenu(const ir::Graph& graph, const ir::Layer& layer, const std
       if (!graph.node(in).is_persistent()) op.inputs.push_back(index.at(in));
     op.recomputable = !boundary && !IsLinear(graph, n) && n.kind != ir::OpKind::kInput;
     op.attention = std::binary_search(attention.begin(), attention.end(), id);
+    op.routed = IsRoutedGather(graph, n);
     const ir::NodeId one[] = {id};
     const PassWork work = SumPassWork(graph, one, cost_model);
     op.seconds_per_sample = work.seconds / static_cast<double>(graph_batch);

@@ -24,6 +24,7 @@ RecomputeCost PriceRecomputeSet(const RecomputeMenu& menu, const std::vector<boo
     c.overhead_seconds += op.overhead_seconds;
     c.kernels += op.kernels;
     c.attention = c.attention || op.attention;
+    c.routed_gathers += op.routed ? 1 : 0;
     add(c.recomputed_bytes_per_sample, c.recomputed_replicated_bytes_per_sample, op, 1);
     if (op.saved) add(c.dropped_bytes_per_sample, c.dropped_replicated_bytes_per_sample, op, 1);
     for (int in : op.inputs) {

@@ -29,6 +29,9 @@ struct MenuOp {
   bool replicated = false;      // Megatron TP keeps it whole on every rank (without sequence parallelism)
   bool recomputable = false;    // an op of the layer, not a linear, not read by a later layer
   bool attention = false;       // it reads the attention's keys or values (context parallelism's ring feeds it)
+  // A mixture's gather of hidden-state rows by the routing (the dispatch to the experts, the combine
+  // back to the tokens): under expert parallelism an all-to-all, which recomputing it runs again.
+  bool routed = false;
   double seconds_per_sample = 0.0;
   double overhead_seconds = 0.0;  // per micro-batch (CostModel::OverheadIn)
   int kernels = 0;
@@ -62,6 +65,7 @@ struct RecomputeCost {
   double overhead_seconds = 0.0;
   int kernels = 0;
   bool attention = false;  // it recomputes an op reading keys or values: context parallelism's forward ring runs again
+  int routed_gathers = 0;  // the routed gathers it recomputes: under expert parallelism an all-to-all each, again
   bool operator==(const RecomputeCost&) const = default;
 };
 

@@ -109,8 +109,6 @@ Status CheckRecomputeSet(const cost::LayerProfile& layer, const LayerStrategy& s
   const std::string at = fmt::format("layer plan: layers[{}]: recompute", i);
   if (s.selective_recompute)
     return BadInput(fmt::format("{}: a recompute set beside selective_recompute: give one of them", at));
-  if (s.ep > 1)  // recomputing a dispatch would run its all-to-all again: not priced
-    return BadInput(fmt::format("{}: a recompute set beside expert parallelism is not modelled", at));
   if (!layer.recompute_menu.menu)
     return BadInput(fmt::format("{}: layer {} has no operator graph to recompute ops of (a model read from "
                                 "profiles)", at, layer.name));

@@ -150,9 +150,8 @@ std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const Strate
               if (offload && (!o.allow_offload || (dp > 1 && zero == plan::Zero::kNone))) continue;
               out.push_back({tp, dp, zero, false, sp, false, ep, cp, offload});
               if (o.allow_selective_recompute) out.push_back({tp, dp, zero, false, sp, true, ep, cp, offload});
-              if (ep == 1)
-                for (const std::vector<std::string>& set : o.recompute_sets)
-                  out.push_back({tp, dp, zero, false, sp, false, ep, cp, offload, set});
+              for (const std::vector<std::string>& set : o.recompute_sets)
+                out.push_back({tp, dp, zero, false, sp, false, ep, cp, offload, set});
               if (o.allow_checkpoint) out.push_back({tp, dp, zero, true, sp, false, ep, cp, offload});
             }
           }
