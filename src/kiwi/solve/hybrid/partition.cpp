@@ -184,20 +184,32 @@ StagePeakBounds::StagePeakBounds(const CostTables& t, const PipelineConfig& conf
     for (int64_t g : SortedUnique(gathers)) caps_.push_back({r, g});
   const size_t stride = static_cast<size_t>(num_layers_) + 1;
   prefix_.assign(caps_.size() * static_cast<size_t>(num_stages_) * stride, 0);
+  const std::vector<int>& type_of = t.types().type_of;
+  std::vector<int64_t> by_type(static_cast<size_t>(t.types().num_types()));
   for (size_t c = 0; c < caps_.size(); ++c)
     for (int s = 0; s < num_stages_; ++s) {
       const int in_flight = InFlight(config, s);
-      int64_t* row = &prefix_[(c * static_cast<size_t>(num_stages_) + static_cast<size_t>(s)) * stride];
-      for (int i = 0; i < num_layers_; ++i) {
-        int64_t smallest = kUnreachable;
+      // Layer i's least additive bytes within the cap: its type's, but for the first and last layers,
+      // which carry the embeddings and the head (CostTables::LayerCost). Per type once: a 10,000-layer
+      // stack has a handful of types.
+      const auto smallest = [&](auto cost_of) {
+        int64_t least = kUnreachable;
         for (int j = 0; j < t.num_strategies(); ++j) {
           if (!ok(j)) continue;
-          const StrategyCost x = t.LayerCost(i, j);  // with the embeddings / the head on the first / last layer
-          const int64_t memory = x.memory.AdditiveBytes(in_flight);
+          const StrategyCost x = cost_of(j);
           if (x.memory.transient <= caps_[c].recompute && x.memory.gathered <= caps_[c].gather)
-            smallest = std::min(smallest, memory);
+            least = std::min(least, x.memory.AdditiveBytes(in_flight));
         }
-        row[i + 1] = std::min(row[i] + smallest, kUnreachable);
+        return least;
+      };
+      for (size_t k = 0; k < by_type.size(); ++k)
+        by_type[k] = smallest([&](int j) { return t.Cost(static_cast<int>(k), j); });
+      int64_t* row = &prefix_[(c * static_cast<size_t>(num_stages_) + static_cast<size_t>(s)) * stride];
+      for (int i = 0; i < num_layers_; ++i) {
+        const bool ends = i == 0 || i + 1 == num_layers_;
+        const int64_t least = ends ? smallest([&](int j) { return t.LayerCost(i, j); })
+                                   : by_type[static_cast<size_t>(type_of[static_cast<size_t>(i)])];
+        row[i + 1] = std::min(row[i] + least, kUnreachable);
       }
     }
 }
