@@ -341,18 +341,19 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
     c.sp_gradient_every_microbatch = l.strategy.Shards(plan::Zero::kGradients);
   }
   if (l.mesh.masks[kDpAxis] == 0) return c;
+  const RecomputeCost set = SetCostOf(l);
   const bool experts = ExpertParallel(l);
   if (experts) {
     c.all_to_all_bytes = l.PerDevice(l.profile.routed_bytes_per_sample);
     c.all_to_alls = kAllToAllsForward + kAllToAllsBackward;
     // Recomputing the layer runs its forward all-to-alls again; a recompute set, those of its routed gathers.
-    c.all_to_alls_recomputed = l.strategy.checkpoint ? kAllToAllsForward : SetCostOf(l).routed_gathers;
+    c.all_to_alls_recomputed = l.strategy.checkpoint ? kAllToAllsForward : set.routed_gathers;
   }
   if (RingBytes(l) > 0) {
     c.ring_bytes = RingBytes(l);
     c.ring_sends = (kRingSendsForward + kRingSendsBackward) * (l.strategy.cp - 1);
     // Recomputing the layer, or its attention core (selective), runs the forward ring again.
-    const bool again = l.strategy.checkpoint || l.strategy.SelectiveRecompute() || SetCostOf(l).attention;
+    const bool again = l.strategy.checkpoint || l.strategy.SelectiveRecompute() || set.attention;
     c.ring_sends_recomputed = again ? kRingSendsForward * (l.strategy.cp - 1) : 0;
   }
   const int64_t shard = experts ? DenseShardBytes(l) : TpShardParameterBytes(l);

@@ -145,6 +145,10 @@ NodeId TransformerLayer(GraphBuilder& gb, int32_t layer, NodeId x, const LayerOp
 Status ValidateTransformerConfig(const TransformerConfig& config, std::string_view source = "model config");
 std::string FamilyName(Family family);
 int64_t FfnSize(const TransformerConfig& config);   // config.ffn, or 4 * hidden
+// DeepSeek's MLP layout (presets and --hf-config alike): `dense` first layers of a dense SwiGLU `dense_ffn`
+// wide, then `experts` routed experts (top k) and `shared` ungated shared experts, each `width` wide.
+void SetDeepSeekExperts(TransformerConfig& config, int dense, int64_t dense_ffn, int64_t experts, int64_t top_k,
+                        int64_t shared, int64_t width);
 int64_t KvHeads(const TransformerConfig& config);   // config.kv_heads, or heads
 int64_t DecoderSeq(const TransformerConfig& config);  // config.decoder_seq, or seq
 // Labels shaped like the logits without their last dim, then the cross-entropy loss (scope "head").

@@ -25,9 +25,7 @@ struct Config {
     for (const char* key : keys) {
       auto it = j.find(key);
       if (it == j.end() || it->is_null()) continue;
-      if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > (int64_t{1} << 24))
-        return BadInput(fmt::format("{}: {}: must be a positive integer (got {})", source, key, it->dump()));
-      return it->get<int64_t>();
+      return Checked(*it, key, 1);
     }
     if (fallback) return *fallback;
     return BadInput(fmt::format("{}: {}: missing", source, *keys.begin()));
@@ -36,9 +34,14 @@ struct Config {
   Result<int64_t> Count(const char* key, int64_t fallback) const {
     auto it = j.find(key);
     if (it == j.end() || it->is_null()) return fallback;
-    if (!it->is_number_integer() || it->get<int64_t>() < 0 || it->get<int64_t>() > (int64_t{1} << 24))
-      return BadInput(fmt::format("{}: {}: must be a non-negative integer (got {})", source, key, OneLine(it->dump())));
-    return it->get<int64_t>();
+    return Checked(*it, key, 0);
+  }
+  // An integer in [least, 2^24] (least 1: positive, 0: non-negative).
+  Result<int64_t> Checked(const Json& v, const char* key, int64_t least) const {
+    if (!v.is_number_integer() || v.get<int64_t>() < least || v.get<int64_t>() > (int64_t{1} << 24))
+      return BadInput(fmt::format("{}: {}: must be a {} integer (got {})", source, key,
+                                  least > 0 ? "positive" : "non-negative", OneLine(v.dump())));
+    return v.get<int64_t>();
   }
   Result<bool> Bool(const char* key, bool fallback) const {
     auto it = j.find(key);
@@ -250,10 +253,8 @@ Result<TransformerConfig> DeepSeek(const Config& c) {
   if (*dense > t->layers)
     return c.Bad("first_k_dense_replace", fmt::format("{} is more than the {} layers", *dense, t->layers));
   t->mla.q_rank = *q_rank;
-  t->dense_layers = static_cast<int>(*dense);
-  t->dense_ffn = *dense > 0 ? dense_width : 0;
-  t->shared_expert_ffn = *shared * t->ffn;
-  t->shared_expert_gate = false;
+  detail::SetDeepSeekExperts(*t, static_cast<int>(*dense), *dense > 0 ? dense_width : 0, t->experts, t->top_k, *shared,
+                             t->ffn);
   return t;
 }
 

@@ -41,8 +41,9 @@ Result<cost::LayerModel> BuildSpecLayerModel(const ModelSpec& spec, const cost::
   // The first layer reads the embeddings and the last feeds the head; the middle ones must agree.
   cost::LayerModel model = *std::move(few);
   const std::vector<cost::LayerProfile> l = std::move(model.layers);
-  const size_t middle = static_cast<size_t>(priced_layers - 2);
-  if (l.size() != static_cast<size_t>(priced_layers) || !cost::SameButName(l[middle - kPricedLayers + 3], l[middle]))
+  const size_t middle = static_cast<size_t>(priced_layers - 2);  // the last before the one feeding the head
+  if (l.size() != static_cast<size_t>(priced_layers) ||
+      !cost::SameButName(l[static_cast<size_t>(t->dense_layers) + 1], l[middle]))
     return BuildWhole(spec, cost_model);
   model.layers.reserve(static_cast<size_t>(t->layers));
   for (int i = 0; i < t->layers; ++i) {

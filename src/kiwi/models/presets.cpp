@@ -97,13 +97,7 @@ TransformerConfig Qwen3(TransformerConfig c) {
 TransformerConfig DeepSeek(TransformerConfig c, LatentAttention mla, int dense, int64_t experts, int64_t top_k,
                            int64_t shared, int64_t width) {
   c.mla = mla;
-  c.dense_layers = dense;
-  c.dense_ffn = c.ffn;
-  c.ffn = width;
-  c.experts = experts;
-  c.top_k = top_k;
-  c.shared_expert_ffn = shared * width;
-  c.shared_expert_gate = false;
+  detail::SetDeepSeekExperts(c, dense, c.ffn, experts, top_k, shared, width);
   return c;
 }
 

@@ -18,6 +18,16 @@ std::string FamilyName(Family family) {
 }
 
 int64_t FfnSize(const TransformerConfig& config) { return config.ffn > 0 ? config.ffn : 4 * config.hidden; }
+void SetDeepSeekExperts(TransformerConfig& c, int dense, int64_t dense_ffn, int64_t experts, int64_t top_k,
+                        int64_t shared, int64_t width) {
+  c.dense_layers = dense;
+  c.dense_ffn = dense_ffn;
+  c.ffn = width;
+  c.experts = experts;
+  c.top_k = top_k;
+  c.shared_expert_ffn = shared * width;
+  c.shared_expert_gate = false;
+}
 int64_t KvHeads(const TransformerConfig& config) { return config.kv_heads > 0 ? config.kv_heads : config.heads; }
 int64_t DecoderSeq(const TransformerConfig& config) {
   return config.decoder_seq > 0 ? config.decoder_seq : config.seq;
