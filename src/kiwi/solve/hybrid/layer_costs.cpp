@@ -252,6 +252,10 @@ int PipelineEstimate::SlowestStage() const {
   return static_cast<int>(std::max_element(stage_seconds.begin(), stage_seconds.end()) - stage_seconds.begin());
 }
 
+int PipelineEstimate::SlowestOptimizerStage() const {
+  return static_cast<int>(std::max_element(optimizer_seconds.begin(), optimizer_seconds.end()) - optimizer_seconds.begin());
+}
+
 PipelineEstimate EstimatePipeline(const CostTables& tables, const PipelineConfig& config,
                                   const std::vector<int>& partition, const std::vector<int>& strategies) {
   const std::vector<int>& type_of = tables.types().type_of;

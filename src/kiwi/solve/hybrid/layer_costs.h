@@ -152,7 +152,8 @@ struct PipelineEstimate {
   std::vector<int64_t> stage_memory;
   double iteration_seconds = 0.0;
   int64_t peak_memory_bytes = 0;
-  int SlowestStage() const;
+  int SlowestStage() const;         // the stage with the largest C_s
+  int SlowestOptimizerStage() const;  // the stage with the largest O_s
 };
 PipelineEstimate EstimatePipeline(const CostTables& tables, const PipelineConfig& config,
                                   const std::vector<int>& partition, const std::vector<int>& strategies);

@@ -26,7 +26,7 @@
 // O and the largest C and O of the finished stages, a label is dropped only when another is no worse
 // on all of them and on memory, and a stage starts from every such label of the previous one. Slower,
 // so the pipeline solver uses it only when the weighted runs could not prove their plan optimal. The
-// weighted objective prices O_s with the stage's optimizer_weight (lambda on the simplex: sum_s lambda_s
+// weighted objective prices O_s with the stage's optimizer_weight (mu on the simplex: sum_s mu_s
 // O_s <= max_s O_s, still a bound).
 #include <chrono>
 #include <cstdint>
@@ -42,7 +42,7 @@ struct DpStage {
   int count = 0;         // layers in the stage
   int in_flight = 1;     // micro-batches whose activations the stage holds at once
   double weight = 1.0;   // weight of the stage's micro-batch time C_s in the objective
-  double optimizer_weight = 0.0;  // weight of its optimizer step O_s: lambda_s <= 1 (exact mode: 0, its max_s O_s is priced apart)
+  double optimizer_weight = 0.0;  // weight of its optimizer step O_s: mu_s <= 1 (exact mode: 0, its max_s O_s is priced apart)
 };
 
 struct LayerDpProblem {

@@ -42,16 +42,16 @@ int LikelySlowest(const PartitionProblem& p, const std::vector<DpStage>& stages)
   return slowest;
 }
 
-// The DP with weight 1 + (m - 1) lambda_s on stage s's C_s and lambda_s on its optimizer step O_s
-// (lambda on the simplex: the objective is then at most Eq. 8 + max_s O_s for every assignment), or
-// that itself in exact mode. Interleaved (v chunks per stage): 1/v + (m - 1/v) lambda_s, as
-// cost::InterleavedIterationSeconds weighs C_s.
+// The DP with weight 1 + (m - 1) lambda_s on stage s's C_s and mu_s on its optimizer step O_s
+// (lambda and mu each on the simplex: the objective is then at most Eq. 8 + max_s O_s for every
+// assignment), or that itself in exact mode. Interleaved (v chunks per stage): 1/v + (m - 1/v)
+// lambda_s, as cost::InterleavedIterationSeconds weighs C_s.
 LayerDpResult RunWeighted(const PartitionProblem& p, std::vector<DpStage> stages, const std::vector<double>& lambda,
-                          double cutoff, bool exact = false) {
+                          const std::vector<double>& mu, double cutoff, bool exact = false) {
   const double m = p.config.micro_batches, v = p.config.virtual_stages;
   for (size_t s = 0; s < stages.size(); ++s) {
     stages[s].weight = exact ? 1.0 : 1.0 / v + (m - 1.0 / v) * lambda[s];
-    stages[s].optimizer_weight = exact ? 0.0 : lambda[s];  // sum_s lambda_s O_s <= max_s O_s
+    stages[s].optimizer_weight = exact ? 0.0 : mu[s];  // sum_s mu_s O_s <= max_s O_s
   }
   LayerDpProblem problem{p.tables, std::move(stages), p.budget, p.allowed, p.max_labels, cutoff};
   problem.exact = exact;
@@ -72,6 +72,7 @@ struct Progress {
     return found && best.estimate.iteration_seconds <= best.lower_bound * (1.0 + kRelativeTolerance);
   }
   int last_slowest = 0;        // slowest stage of the plan the last run found
+  int last_slowest_optimizer = 0;  // and the stage with its slowest optimizer step
   // Records a DP result; false when it found nothing.
   bool Record(const PartitionProblem& p, const LayerDpResult& r, double cutoff) {
     ++best.dp_runs;
@@ -90,6 +91,7 @@ struct Progress {
     best.lower_bound = std::max(best.lower_bound, r.objective);
     PipelineEstimate e = EstimatePipeline(*p.tables, p.config, p.partition, r.strategies);
     last_slowest = e.SlowestStage();
+    last_slowest_optimizer = e.SlowestOptimizerStage();
     if (!found || e.iteration_seconds < best.estimate.iteration_seconds) {
       found = true;
       best.strategies = r.strategies;
@@ -99,25 +101,33 @@ struct Progress {
   }
 };
 
-// Weighted runs (Lagrangian dual of Eq. 8's max, by fictitious play): lambda puts all weight on the
-// stage expected to be the slowest, then spreads it over the stages that were the slowest in the
-// plans found so far. Every run bounds Eq. 8 from below; it stops when a plan meets the bound.
+// Weighted runs (Lagrangian dual of Eq. 8's two maxima, by fictitious play): lambda (on C_s) and mu
+// (on O_s) put all weight on the stage expected to be the slowest, then each spreads over the stages
+// that had the largest C_s, respectively O_s, in the plans found so far. Apart, because one stage's
+// slow optimizer step (offloaded to the host) would otherwise pull weight off the pipeline's
+// bottleneck, and a stage without weight on O_s offloads for free. Every run bounds Eq. 8 from below;
+// it stops when a plan meets the bound.
 void WeightedRuns(const PartitionProblem& p, const std::vector<DpStage>& stages, Progress& g) {
   const size_t num_stages = stages.size();
   // One stage: Eq. 8 + O is m C + G + O, a sum over layers (exact). One micro-batch: sum_s (C_s + G_s)
-  // + lambda_s O_s, exact when lambda sits on the stage with the largest O.
+  // + mu_s O_s, exact when mu sits on the stage with the largest O.
   const bool separable = num_stages == 1 || p.config.micro_batches == 1;
-  std::vector<double> hits(num_stages, 0.0);
+  std::vector<double> hits(num_stages, 0.0), optimizer_hits(num_stages, 0.0);
   hits[static_cast<size_t>(separable ? 0 : LikelySlowest(p, stages))] = 1.0;
+  optimizer_hits = hits;
   const int max_runs = separable ? 1 : 2 * static_cast<int>(num_stages) + 4;
-  for (int run = 0; run < max_runs; ++run) {
+  auto simplex = [](const std::vector<double>& h) {
     double total = 0.0;
-    for (double h : hits) total += h;
-    std::vector<double> lambda(num_stages);
-    for (size_t s = 0; s < num_stages; ++s) lambda[s] = hits[s] / total;
+    for (double x : h) total += x;
+    std::vector<double> out(h.size());
+    for (size_t s = 0; s < h.size(); ++s) out[s] = h[s] / total;
+    return out;
+  };
+  for (int run = 0; run < max_runs; ++run) {
     const double cutoff = g.Cutoff(p);
-    if (!g.Record(p, RunWeighted(p, stages, lambda, cutoff), cutoff) || g.Proven()) return;
+    if (!g.Record(p, RunWeighted(p, stages, simplex(hits), simplex(optimizer_hits), cutoff), cutoff) || g.Proven()) return;
     hits[static_cast<size_t>(g.last_slowest)] += 1.0;
+    optimizer_hits[static_cast<size_t>(g.last_slowest_optimizer)] += 1.0;
   }
 }
 
@@ -130,7 +140,7 @@ PartitionSolution SolveOnce(const PartitionProblem& p) {
   const bool exact_applies = p.config.virtual_stages == 1;
   if (exact_applies && !nothing_fits && !g.best.timed_out && !g.Proven() && !g.thinned && g.best.lower_bound < p.cutoff) {
     const double cutoff = g.Cutoff(p);  // the exact optimum, if it beats the plans found so far
-    g.Record(p, RunWeighted(p, stages, {}, cutoff, /*exact=*/true), cutoff);
+    g.Record(p, RunWeighted(p, stages, {}, {}, cutoff, /*exact=*/true), cutoff);
   }
   PartitionSolution best = std::move(g.best);
   best.feasible = g.found && best.estimate.iteration_seconds < p.cutoff;

@@ -7,7 +7,9 @@
 // so min_x V_b(x) <= T* for each b. The solver runs the DP for the stage it expects to be the slowest;
 // when that stage is the slowest of the plan found, the plan's T equals the bound: optimal. Otherwise it
 // weights the plan's slowest stage next, and so on; the plan is proven optimal once its T meets the
-// largest bound. If no weighting proves it, one exact run of the DP (layer_dp.h exact mode: labels
+// largest bound. The optimizer step adds a second max, max_s O_s (every stage steps after the flush),
+// bounded the same way by its own weights mu_s, which follow the stage with the slowest step. If no
+// weighting proves it, one exact run of the DP (layer_dp.h exact mode: labels
 // carry the stage times, so Eq. 8's max is evaluated, not bounded) finds the optimum. `proven` is
 // false only when a DP had to thin its labels. Interleaved 1F1B (config.virtual_stages v > 1, the
 // tables of one round): weights 1/v + (m - 1/v) lambda_s, and no exact run (it evaluates Eq. 8 at v = 1):
