@@ -107,6 +107,23 @@ TEST(LatentAttention, TensorParallelismKeepsTheLatentsAndTheRotaryKeyHeadWhole) 
   // Without a query latent, the query projection is column-parallel like the up-projections.
   const cost::LayerModel direct = LayerModelOf(SmallDeepSeek(0));
   EXPECT_EQ(direct.layers[0].replicated_parameter_bytes, (2 * kHidden + 24 + kHidden * 24 + kHidden * 4) * 2);
+  // And their work runs whole on every rank (without SP): the latents, their norms, the rotary key
+  // head, the router; the up-projections are split.
+  const cost::RecomputeMenu& menu = *m.layers[1].recompute_menu.menu;
+  const auto op = [&](const std::string& name) {
+    const int i = menu.Find(name);
+    EXPECT_GE(i, 0) << name;
+    return i < 0 ? cost::MenuOp{} : menu.ops[static_cast<size_t>(i)];
+  };
+  double whole = 0.0;
+  for (const char* name : {"attn.q_a", "attn.kv_a", "attn.k_rope", "attn.q_a_norm", "attn.kv_a_norm", "mlp.router"}) {
+    EXPECT_TRUE(op(name).replicated) << name;
+    whole += op(name).seconds_per_sample;
+  }
+  for (const char* name : {"attn.q_b", "attn.k_b", "attn.v_b"}) EXPECT_FALSE(op(name).replicated) << name;
+  EXPECT_GT(whole, 0.0);
+  EXPECT_GE(m.layers[1].replicated_forward_seconds_per_sample, whole * (1 - 1e-12));
+  EXPECT_LT(m.layers[1].replicated_forward_seconds_per_sample, m.layers[1].forward_seconds_per_sample);
 }
 
 TEST(LatentAttention, TheRingPassesEveryHeadsJoinedKeysAndItsValues) {

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "kiwi/cost/layer_cost.h"
+#include "kiwi/cost/pass_work.h"
 #include "kiwi/ir/backward.h"
 #include "kiwi/ir/layers.h"
 #include "kiwi/models/presets.h"
@@ -330,6 +331,67 @@ TEST(BuildLayerModel, MegatronTpSplitOfGpt) {
   EXPECT_EQ(m->head.tp_backward_all_reduce_bytes_per_sample, std::vector<int64_t>{seq * h * 4});
   EXPECT_EQ(m->head.tp_forward_g_operators, 0);  // the loss's statistics are no g
   EXPECT_EQ(m->head.tp_backward_f_operators, 1);  // the input gradient's all-reduce is f's
+}
+
+// What Megatron TP runs whole on every rank without sequence parallelism (Korthikanti et al. 2023
+// §4.2.2: the layernorms, dropouts and residual adds, the regions SP splits): in a GPT layer every
+// forward op from [s, b, h] tensors to one but the two row-parallel linears, and the backward ops of
+// their gradients. The layer's time under TP t is then (all - whole) / t + whole per sample; with SP, all / t.
+TEST(BuildLayerModel, TpRunsTheNormsDropoutsAndResidualsWholeWithoutSequenceParallelism) {
+  const cost::CostModel cm(TestDevice());
+  const ir::Graph g = SmallGpt(2);
+  Result<LayerModel> m = BuildLayerModel(g, 2, cm);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  Result<ir::LayerView> view = ir::BuildLayerView(g);
+  ASSERT_TRUE(view.ok()) << view.error().message;
+  const ir::Layer& layer = view->layers[1];
+  std::vector<ir::NodeId> forward, backward;
+  std::vector<bool> whole(static_cast<size_t>(g.size()), false);
+  ir::Shape sbh;
+  for (ir::NodeId id : layer.forward) {  // [s, b, h]: the layer's output, its last forward op
+    const ir::Node& n = g.node(id);
+    if (!n.is_backward() && !n.is_persistent()) sbh = n.output.shape;
+  }
+  for (ir::NodeId id : layer.forward) {
+    const ir::Node& n = g.node(id);
+    const bool on_sbh = std::all_of(n.inputs.begin(), n.inputs.end(), [&](ir::NodeId in) {
+      return g.node(in).is_persistent() || g.node(in).output.shape == sbh;  // not the heads' merge into [s, b, h]
+    });
+    if (n.is_backward() || n.is_persistent() || n.kind == ir::OpKind::kMatmul || n.output.shape != sbh || !on_sbh) continue;
+    whole[static_cast<size_t>(id)] = true;
+    forward.push_back(id);
+  }
+  for (ir::NodeId id : layer.backward)
+    if (g.node(id).grad_of != ir::kNoNode && whole[static_cast<size_t>(g.node(id).grad_of)]) backward.push_back(id);
+  EXPECT_GE(forward.size(), 8u);  // 2 norms, 2 dropouts and their masks, 2 residual adds
+  const LayerProfile& p = m->layers[1];
+  EXPECT_DOUBLE_EQ(p.replicated_forward_seconds_per_sample, SumPassWork(g, forward, cm).seconds / 2);
+  EXPECT_DOUBLE_EQ(p.replicated_backward_seconds_per_sample, SumPassWork(g, backward, cm).seconds / 2);
+  EXPECT_GT(p.replicated_forward_seconds_per_sample, 0.0);
+  EXPECT_LT(p.replicated_forward_seconds_per_sample, p.forward_seconds_per_sample / 2);
+
+  // The layer's compute under TP 4 (no launch bound: overheads and kernels zero).
+  LayerProfile bare = p;
+  bare.forward_overhead_seconds = bare.backward_overhead_seconds = 0.0;
+  bare.forward_kernels = bare.backward_kernels = 0;
+  cost::Cluster cluster;
+  cluster.device = TestDevice();
+  cluster.devices_per_node = 4;
+  cluster.intra_node = {"link", 1e11, 0.0};
+  Result<StageMesh> mesh = MakeStageMesh(cluster, {1, 1, 4});
+  ASSERT_TRUE(mesh.ok()) << mesh.error().message;
+  for (bool sp : {false, true}) {
+    PlacedLayer placed;
+    placed.profile = bare;
+    placed.strategy = {.tp = 4, .dp = 1, .sequence_parallel = sp};
+    placed.microbatch = 8;
+    placed.mesh = *mesh;
+    StageCost cost;
+    AddLayerCost(placed, cm, cost);
+    const double all = p.forward_seconds_per_sample + p.backward_seconds_per_sample;
+    const double rep = p.replicated_forward_seconds_per_sample + p.replicated_backward_seconds_per_sample;
+    EXPECT_NEAR(cost.compute, sp ? 8 * all / 4 : 8 * ((all - rep) / 4 + rep), 1e-12 * 8 * all) << "sp " << sp;
+  }
 }
 
 // Under TP the head's loss is Megatron's vocabulary-parallel cross-entropy, not the graph's fused

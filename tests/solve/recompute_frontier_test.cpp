@@ -128,6 +128,7 @@ TEST(RecomputeSet, PricesOpsInClosedForm) {
   EXPECT_EQ(c->dropped_replicated_bytes_per_sample, 0);  // split over TP (column-parallel)
   EXPECT_EQ(c->recomputed_bytes_per_sample, act.bytes_per_sample);
   EXPECT_DOUBLE_EQ(c->seconds_per_sample, act.seconds_per_sample);
+  EXPECT_EQ(c->replicated_seconds_per_sample, 0.0);  // TP splits its work too
   EXPECT_FALSE(c->attention);
   const std::vector<std::string> heads{"attn.q_heads"};
   c = cost::PriceRecomputeSet(menu, heads);
@@ -138,6 +139,8 @@ TEST(RecomputeSet, PricesOpsInClosedForm) {
   ASSERT_TRUE(c.ok());
   EXPECT_EQ(c->dropped_replicated_bytes_per_sample, c->dropped_bytes_per_sample);
   EXPECT_GT(c->dropped_bytes_per_sample, 0);
+  EXPECT_DOUBLE_EQ(c->replicated_seconds_per_sample, c->seconds_per_sample);  // and run whole again
+  EXPECT_GT(c->seconds_per_sample, 0.0);
 
   const cost::LayerModel gpt = LayerModelOf("gpt", kMaterialized);
   const cost::LayerProfile& p = gpt.layers.front();

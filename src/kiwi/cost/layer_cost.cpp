@@ -404,11 +404,14 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
   const LayerProfile& p = l.profile;
   const LayerCommunication comm = LayerCommunicationOf(l);
   // §V: compute time = batch x per-sample time; TP splits the layer's work tp ways, not its per-op
-  // overhead (LayerProfile::forward_overhead_seconds: every rank runs every op). Megatron's TP
+  // overhead (LayerProfile::forward_overhead_seconds: every rank runs every op) nor, without SP, the
+  // work it keeps whole (LayerProfile::replicated_forward_seconds_per_sample). Megatron's TP
   // all-reduces run on the compute stream between the layer's kernels. Each TP rank launches all of
   // the layer's kernels and its all-reduces, and a pass takes at least those launches
   // (CostModel::LaunchBoundTime): launch time beyond the device's work counts as compute.
   const double share = l.Samples() / l.strategy.tp;
+  // What TP keeps whole without SP runs on all of the micro-batch's samples on each rank.
+  const double whole_share = l.strategy.tp > 1 && !l.strategy.SequenceParallel() ? l.Samples() - share : 0.0;
   const double tp_forward = TpSeconds(cost_model, comm.tp_forward, l.mesh);
   const double tp_backward = TpSeconds(cost_model, comm.tp_backward, l.mesh);
   const bool split = l.strategy.tp > 1;  // a head's loss is then Megatron's vocabulary-parallel one
@@ -420,11 +423,12 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
                                    static_cast<int64_t>(comm.tp_backward.Count());
   const double forward_overhead = p.forward_overhead_seconds + (split ? p.tp_loss_forward_overhead_seconds : 0.0);
   const double backward_overhead = p.backward_overhead_seconds + (split ? p.tp_loss_backward_overhead_seconds : 0.0);
+  const double forward_work = forward_per_sample * share + p.replicated_forward_seconds_per_sample * whole_share;
+  const double backward_work = backward_per_sample * share + p.replicated_backward_seconds_per_sample * whole_share;
   const double forward =
-      cost_model.LaunchBoundTime(forward_per_sample * share + forward_overhead + tp_forward, forward_kernels) - tp_forward;
+      cost_model.LaunchBoundTime(forward_work + forward_overhead + tp_forward, forward_kernels) - tp_forward;
   const double backward =
-      cost_model.LaunchBoundTime(backward_per_sample * share + backward_overhead + tp_backward, backward_kernels) -
-      tp_backward;
+      cost_model.LaunchBoundTime(backward_work + backward_overhead + tp_backward, backward_kernels) - tp_backward;
   cost.compute += forward + backward;
   // Expert parallelism's all-to-alls run between the layer's kernels, as the TP collectives do.
   const double all_to_all = CollectiveSeconds(cost_model, Collective::kAllToAll, comm.all_to_all_bytes,
@@ -441,9 +445,10 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
         p.attention_core_seconds_per_sample * share + p.attention_core_overhead_seconds, p.attention_core_kernels);
     cost.recompute += core + ring.forward;
     backward_compute += core;
-  } else if (l.strategy.RecomputesSet()) {  // the set's forward ops, split over TP (and the ring with its attention)
+  } else if (l.strategy.RecomputesSet()) {  // the set's forward ops, split over TP as the pass's (and the ring with its attention)
     const RecomputeCost set = SetCostOf(l);
-    const double again = cost_model.LaunchBoundTime(set.seconds_per_sample * share + set.overhead_seconds, set.kernels);
+    const double again = cost_model.LaunchBoundTime(
+        set.seconds_per_sample * share + set.replicated_seconds_per_sample * whole_share + set.overhead_seconds, set.kernels);
     cost.recompute += again + (set.attention ? ring.forward : 0.0) + comm.all_to_alls_recomputed * all_to_all;
     backward_compute += again;
   }

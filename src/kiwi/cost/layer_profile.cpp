@@ -173,6 +173,31 @@ TpLayout TpLayoutOf(const ir::Graph& graph, std::span<const ir::NodeId> forward)
   return t;
 }
 
+// Whether TP runs op `id` whole on every rank: its output and every input it computes from are whole
+// (a column-parallel linear reads a whole input into a split output, a row-parallel one the reverse).
+bool ReplicatedWork(const ir::Graph& graph, const TpLayout& layout, ir::NodeId id) {
+  const ir::Node& node = graph.node(id);
+  if (node.is_persistent() || node.kind == ir::OpKind::kInput || layout.Split(id)) return false;
+  return std::none_of(node.inputs.begin(), node.inputs.end(), [&](ir::NodeId in) { return layout.Split(in); });
+}
+
+// LayerProfile::replicated_*_seconds_per_sample: the forward ops TP runs whole and the backward ops of
+// their gradients (ir::Node::grad_of).
+void FillReplicatedSeconds(const ir::Graph& graph, const ir::Layer& layer, const TpLayout& layout, int64_t graph_batch,
+                           const CostModel& cost_model, LayerProfile& p) {
+  std::vector<ir::NodeId> forward, backward;
+  std::unordered_map<ir::NodeId, bool> whole;
+  for (ir::NodeId id : layer.forward)
+    if (!graph.node(id).is_backward() && (whole[id] = ReplicatedWork(graph, layout, id))) forward.push_back(id);
+  for (ir::NodeId id : layer.backward) {
+    const auto it = whole.find(graph.node(id).grad_of);
+    if (it != whole.end() && it->second) backward.push_back(id);
+  }
+  const double batch = static_cast<double>(graph_batch);
+  p.replicated_forward_seconds_per_sample = SumPassWork(graph, forward, cost_model).seconds / batch;
+  p.replicated_backward_seconds_per_sample = SumPassWork(graph, backward, cost_model).seconds / batch;
+}
+
 TpReplicated TpReplicatedBytes(const ir::Graph& graph, std::span<const ir::NodeId> forward, const TpLayout& layout,
                                const std::vector<bool>& saved) {
   TpReplicated r;
@@ -436,6 +461,7 @@ LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t g
   const TpReplicated replicated = TpReplicatedBytes(graph, layer.forward, layout, saved);
   p.replicated_parameter_bytes = replicated.parameter_bytes;
   p.replicated_activation_bytes_per_sample = CeilDiv(replicated.saved_activation_bytes, graph_batch);
+  FillReplicatedSeconds(graph, layer, layout, graph_batch, cost_model, p);
   FillAttentionCore(graph, layer, readers, saved, graph_batch, cost_model, p);
   FillExperts(graph, layer, p);
   const std::vector<ir::NodeId> attention = FillAttention(graph, layer, readers, graph_batch, cost_model, p);

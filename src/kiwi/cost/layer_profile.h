@@ -30,6 +30,12 @@ struct LayerProfile {
   // it split out, a layer at TP 2 or micro-batch 1/m of the batch was priced half or 1/m of it.
   double forward_overhead_seconds = 0.0;
   double backward_overhead_seconds = 0.0;
+  // Of those seconds, what Megatron TP runs whole on every rank without sequence parallelism: the ops
+  // whose inputs and output it keeps whole (norms, residual adds, dropouts; the linears it keeps whole:
+  // routers, gates, MLA's latents and shared rotary key head) and their gradients. Sequence parallelism
+  // splits them by tokens (Korthikanti et al. 2023 §4.2.2), as it does their saved activations.
+  double replicated_forward_seconds_per_sample = 0.0;
+  double replicated_backward_seconds_per_sample = 0.0;
   int forward_kernels = 0;                   // kernels one forward pass of one micro-batch launches
   int backward_kernels = 0;                  // (whatever the micro-batch and TP degree)
   int64_t tp_comm_bytes_per_sample = 0;      // bytes all-reduced by Megatron TP in one forward pass

@@ -21,6 +21,7 @@ RecomputeCost PriceRecomputeSet(const RecomputeMenu& menu, const std::vector<boo
     if (!in_set[i]) continue;
     const MenuOp& op = menu.ops[i];
     c.seconds_per_sample += op.seconds_per_sample;
+    if (op.replicated) c.replicated_seconds_per_sample += op.seconds_per_sample;  // a recomputable op is no linear: whole in, whole out
     c.overhead_seconds += op.overhead_seconds;
     c.kernels += op.kernels;
     c.attention = c.attention || op.attention;

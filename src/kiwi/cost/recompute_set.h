@@ -62,6 +62,7 @@ struct RecomputeCost {
   int64_t recomputed_bytes_per_sample = 0;         // resident during the layer's backward pass
   int64_t recomputed_replicated_bytes_per_sample = 0;
   double seconds_per_sample = 0.0;
+  double replicated_seconds_per_sample = 0.0;      // of its ops TP keeps whole (MenuOp::replicated)
   double overhead_seconds = 0.0;
   int kernels = 0;
   bool attention = false;  // it recomputes an op reading keys or values: context parallelism's forward ring runs again

@@ -226,6 +226,8 @@ json ProfileJson(const cost::LayerProfile& p) {
           {"tp_backward_all_reduce_bytes_per_sample", p.tp_backward_all_reduce_bytes_per_sample},
           {"forward_seconds_per_sample", p.forward_seconds_per_sample},
           {"backward_seconds_per_sample", p.backward_seconds_per_sample},
+          {"replicated_forward_seconds_per_sample", p.replicated_forward_seconds_per_sample},
+          {"replicated_backward_seconds_per_sample", p.replicated_backward_seconds_per_sample},
           {"forward_overhead_seconds", p.forward_overhead_seconds},
           {"backward_overhead_seconds", p.backward_overhead_seconds},
           {"forward_kernels", p.forward_kernels},
