@@ -112,9 +112,9 @@ void WeightedRuns(const PartitionProblem& p, const std::vector<DpStage>& stages,
   // One stage: Eq. 8 + O is m C + G + O, a sum over layers (exact). One micro-batch: sum_s (C_s + G_s)
   // + mu_s O_s, exact when mu sits on the stage with the largest O.
   const bool separable = num_stages == 1 || p.config.micro_batches == 1;
-  std::vector<double> hits(num_stages, 0.0), optimizer_hits(num_stages, 0.0);
+  std::vector<double> hits(num_stages, 0.0);
   hits[static_cast<size_t>(separable ? 0 : LikelySlowest(p, stages))] = 1.0;
-  optimizer_hits = hits;
+  std::vector<double> optimizer_hits = hits;
   const int max_runs = separable ? 1 : 2 * static_cast<int>(num_stages) + 4;
   auto simplex = [](const std::vector<double>& h) {
     double total = 0.0;
