@@ -7,6 +7,7 @@
 #include <memory>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "kiwi/cost/activation_memory.h"
 #include "kiwi/cost/pass_work.h"
@@ -186,13 +187,11 @@ bool ReplicatedWork(const ir::Graph& graph, const TpLayout& layout, ir::NodeId i
 void FillReplicatedSeconds(const ir::Graph& graph, const ir::Layer& layer, const TpLayout& layout, int64_t graph_batch,
                            const CostModel& cost_model, LayerProfile& p) {
   std::vector<ir::NodeId> forward, backward;
-  std::unordered_map<ir::NodeId, bool> whole;
   for (ir::NodeId id : layer.forward)
-    if (!graph.node(id).is_backward() && (whole[id] = ReplicatedWork(graph, layout, id))) forward.push_back(id);
-  for (ir::NodeId id : layer.backward) {
-    const auto it = whole.find(graph.node(id).grad_of);
-    if (it != whole.end() && it->second) backward.push_back(id);
-  }
+    if (!graph.node(id).is_backward() && ReplicatedWork(graph, layout, id)) forward.push_back(id);
+  const std::unordered_set<ir::NodeId> whole(forward.begin(), forward.end());
+  for (ir::NodeId id : layer.backward)
+    if (whole.contains(graph.node(id).grad_of)) backward.push_back(id);
   const double batch = static_cast<double>(graph_batch);
   p.replicated_forward_seconds_per_sample = SumPassWork(graph, forward, cost_model).seconds / batch;
   p.replicated_backward_seconds_per_sample = SumPassWork(graph, backward, cost_model).seconds / batch;
