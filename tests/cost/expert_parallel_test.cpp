@@ -149,5 +149,53 @@ TEST(ExpertParallelism, ARecomputeSetRunsTheAllToAllsOfItsRoutedGathersAgain) {
   EXPECT_EQ(LayerCommunicationOf(Place(p, no_ep)).all_to_alls_recomputed, 0);
 }
 
+// Under sequence parallelism each TP rank all-to-alls the routed rows of its own 1/tp of the tokens
+// (Megatron's all-to-all dispatcher; the TP group then all-gathers them), without it all of them.
+TEST(ExpertParallelism, SequenceParallelismSendsEachTpRanksShareOfTheRows) {
+  const LayerProfile p = MoeLayer();
+  const plan::LayerStrategy sp{.tp = 2, .dp = 4, .zero = plan::Zero::kOptimizerStates, .sequence_parallel = true, .ep = 4};
+  plan::LayerStrategy no_sp = sp;
+  no_sp.sequence_parallel = false;
+  EXPECT_EQ(LayerCommunicationOf(Place(p, sp)).all_to_all_bytes, 2 * 100'000 * 4 / 2);
+  EXPECT_EQ(LayerCommunicationOf(Place(p, no_sp)).all_to_all_bytes, 2 * 100'000 * 4);
+}
+
+// A recompute set dropping the dispatch's output under SP: the rows each rank keeps whole (gathered) are
+// no longer kept, come back whole for the backward pass, and their TP all-gather runs again beside the
+// all-to-all.
+TEST(ExpertParallelism, ARecomputedDispatchUnderSequenceParallelismDropsTheWholeRowsAndGathersThemAgain) {
+  LayerProfile p = MoeLayer();
+  p.gathered_activation_bytes_per_sample = 200'000;
+  p.replicated_activation_bytes_per_sample = 500'000;
+  auto menu = std::make_shared<RecomputeMenu>();
+  menu->ops = {{.name = "input0", .bytes_per_sample = 100'000, .saved = true, .replicated = true},
+               {.name = "mlp.dispatch", .inputs = {0}, .bytes_per_sample = 200'000, .saved = true, .replicated = true,
+                .gathered = true, .recomputable = true, .routed = true, .seconds_per_sample = 1e-5, .kernels = 1}};
+  p.recompute_menu.menu = menu;
+  plan::LayerStrategy none{.tp = 2, .dp = 4, .zero = plan::Zero::kOptimizerStates, .sequence_parallel = true, .ep = 4};
+  plan::LayerStrategy set = none;
+  set.recompute = {"mlp.dispatch"};
+  const RecomputeCost priced = *PriceRecomputeSet(*menu, set.recompute);
+  EXPECT_EQ(priced.dropped_gathered_bytes_per_sample, 200'000);
+  EXPECT_EQ(priced.recomputed_gathered_bytes_per_sample, 200'000);
+  EXPECT_DOUBLE_EQ(priced.routed_seconds_per_sample, 1e-5);
+  const LayerModel no_states;
+  // Kept: (3,000,000 - 200,000) x 4 samples, all split over the 2 TP ranks (SP); recomputed: 200,000 x 4 whole.
+  EXPECT_EQ(LayerMemory(Place(p, none), no_states).activations, (3'000'000 - 200'000) * 4 / 2 + 200'000 * 4);
+  EXPECT_EQ(LayerMemory(Place(p, set), no_states).activations, (3'000'000 - 200'000) * 4 / 2);
+  EXPECT_EQ(RecomputedBytes(Place(p, set)), 200'000 * 4);
+  const CostModel cm(OneNode(8).device);
+  StageCost with;
+  AddLayerCost(Place(p, set), cm, with);
+  const PlacedLayer placed = Place(p, set);
+  const double all_to_all = cm.CollectiveTime(Collective::kAllToAll, LayerCommunicationOf(placed).all_to_all_bytes,
+                                              placed.mesh.experts.mesh, placed.mesh.experts.group);
+  const double gather =
+      cm.CollectiveTime(Collective::kAllGather, 2 * 100'000 * 4, placed.mesh.mesh, placed.mesh.masks[kTpAxis]);
+  // The dispatch again on the rank's 2 of 4 samples, and its sort on all 4 (8 experts, 2 per rank).
+  const double ops = cm.LaunchBoundTime(1e-5 * 2 + 1e-5 * 4, 1);
+  EXPECT_NEAR(with.recompute, ops + all_to_all + gather, 1e-12);
+}
+
 }  // namespace
 }  // namespace kiwi::cost

@@ -444,6 +444,90 @@ TEST(BuildLayerModel, MixtureOfExpertsKeepsTheRouterWholeAndSplitsTheExperts) {
   EXPECT_EQ(s.expert_parameter_bytes, e.expert_parameter_bytes);
 }
 
+// Megatron's expert TP under sequence parallelism (the all-to-all token dispatcher): each rank routes its
+// own 1/tp of the tokens, the TP group all-gathers the dispatched rows before the experts and
+// reduce-scatters their outputs, so each rank keeps the k T h rows the experts read whole; attention's
+// out (and a shared expert's down) keep SP's [s, b, h] pair; each rank sorts the gathered rows by its
+// local experts and back, a routed gather's work each on all of them.
+TEST(BuildLayerModel, ExpertTpUnderSequenceParallelismGathersTheRoutedRowsWhole) {
+  const cost::CostModel cm(TestDevice());
+  const int64_t h = 64, f = 96, seq = 16, batch = 2, experts = 4, k = 2, bytes = 2, micro = 2;
+  const auto layer = [&](int64_t n_experts, int64_t shared) {
+    models::TransformerConfig c;
+    c.family = models::Family::kLlama, c.layers = 2, c.hidden = h, c.heads = 4, c.kv_heads = 2, c.ffn = f;
+    c.seq = seq, c.batch = batch, c.vocab = 101, c.dtype = ir::DType::kBF16, c.dropout = false;
+    c.experts = n_experts, c.top_k = n_experts > 0 ? k : 0, c.shared_expert_ffn = shared;
+    Result<ir::Graph> forward = models::BuildTransformerForward(c);
+    EXPECT_TRUE(forward.ok()) << forward.error().message;
+    Result<ir::Graph> training = ir::BuildTrainingGraph(*forward, {.optimizer = ir::Optimizer::kAdam, .master_weights = true});
+    EXPECT_TRUE(training.ok()) << training.error().message;
+    Result<LayerModel> m = BuildLayerModel(*training, batch, cm);
+    EXPECT_TRUE(m.ok()) << m.error().message;
+    return m->layers[1];
+  };
+  const LayerProfile e = layer(experts, 0), shared = layer(experts, 32), dense = layer(0, 0);
+  const int64_t rows = k * seq * h * bytes;  // per sample: the dispatch's output, each token's k rows
+  EXPECT_EQ(e.gathered_activation_bytes_per_sample, rows);
+  EXPECT_EQ(shared.gathered_activation_bytes_per_sample, rows);
+  EXPECT_EQ(dense.gathered_activation_bytes_per_sample, 0);
+  EXPECT_EQ(e.row_parallel_linears, 1);       // attention's out
+  EXPECT_EQ(shared.row_parallel_linears, 2);  // and the shared expert's down
+  EXPECT_EQ(dense.row_parallel_linears, 2);
+  EXPECT_GT(e.routed_gather_forward_seconds_per_sample, 0.0);
+  EXPECT_GT(e.routed_gather_backward_seconds_per_sample, 0.0);
+  EXPECT_LT(e.routed_gather_forward_seconds_per_sample, e.forward_seconds_per_sample);
+  EXPECT_EQ(dense.routed_gather_forward_seconds_per_sample, 0.0);
+
+  cost::Cluster cluster;
+  cluster.device = TestDevice();
+  cluster.devices_per_node = 4;
+  cluster.intra_node = {"link", 1e11, 0.0};
+  const auto place = [&](const LayerProfile& p, int tp, bool sp, bool checkpoint = false) {
+    PlacedLayer placed;
+    placed.profile = p;
+    placed.strategy = {.tp = tp, .dp = 1, .checkpoint = checkpoint, .sequence_parallel = sp};
+    placed.microbatch = micro;
+    Result<StageMesh> mesh = MakeStageMesh(cluster, {1, 1, tp});
+    EXPECT_TRUE(mesh.ok()) << mesh.error().message;
+    placed.mesh = *mesh;
+    return placed;
+  };
+  const LayerModel no_states;
+  const int64_t t = 4;
+  // Memory: SP splits all but the gathered rows.
+  EXPECT_EQ(LayerMemory(place(e, t, true), no_states).activations,
+            (e.activation_bytes_per_sample - rows) * micro / t + rows * micro);
+  EXPECT_EQ(LayerMemory(place(dense, t, true), no_states).activations, dense.activation_bytes_per_sample * micro / t);
+  // Checkpointed: the input's shard kept, the rest (gathered rows whole) recomputed.
+  EXPECT_EQ(RecomputedBytes(place(e, t, true, true)),
+            (e.activation_bytes_per_sample - e.boundary_bytes_per_sample - rows) * micro / t + rows * micro);
+  // Without SP the rows are among what TP keeps whole anyway: as before.
+  EXPECT_EQ(LayerMemory(place(e, t, false), no_states).activations,
+            (e.activation_bytes_per_sample - e.replicated_activation_bytes_per_sample) * micro / t +
+                e.replicated_activation_bytes_per_sample * micro);
+  // Collectives: attention's [s, b, h] pair (all-gathered again in the backward pass) and the routed
+  // rows' pair; a shared expert adds its own [s, b, h] pair.
+  const int64_t b = e.boundary_bytes_per_sample * micro, r = e.routed_bytes_per_sample * micro;
+  EXPECT_EQ(r, rows * micro);
+  const LayerCommunication c = LayerCommunicationOf(place(e, t, true));
+  EXPECT_EQ(c.SequenceAllGatherBytes(), (b + r) + (2 * b + r));
+  EXPECT_EQ(c.SequenceReduceScatterBytes(), (b + r) + (b + r));
+  EXPECT_EQ(c.TpAllReduceBytes(), 0);
+  const LayerCommunication cs = LayerCommunicationOf(place(shared, t, true));
+  EXPECT_EQ(cs.SequenceAllGatherBytes(), (2 * b + r) + (4 * b + r));
+  EXPECT_EQ(cs.SequenceReduceScatterBytes(), (2 * b + r) + (2 * b + r));
+  // Without SP: Megatron TP's two all-reduces per pass, as a dense layer's.
+  EXPECT_EQ(LayerCommunicationOf(place(e, t, false)).TpAllReduceBytes(), 4 * b);
+  // Time: the sorts of the gathered rows, whole on each rank (4 experts, more than the rank's one).
+  StageCost with_sp, split;
+  AddLayerCost(place(e, t, true), cm, with_sp);
+  LayerProfile no_sort = e;
+  no_sort.routed_gather_forward_seconds_per_sample = no_sort.routed_gather_backward_seconds_per_sample = 0.0;
+  AddLayerCost(place(no_sort, t, true), cm, split);
+  EXPECT_NEAR(with_sp.compute - split.compute,
+              (e.routed_gather_forward_seconds_per_sample + e.routed_gather_backward_seconds_per_sample) * micro, 1e-12);
+}
+
 // A capacity factor c gives each expert ceil(c T k / E) slots (GShard): the experts' matmuls, their
 // kept activations and the rows each all-to-all carries grow by c; the weights do not.
 TEST(BuildLayerModel, CapacityFactorPadsEveryExpertsSlots) {

@@ -153,6 +153,20 @@ void FillTpCollectives(const PlacedLayer& l, LayerCommunication& c) {
   c.tp_recomputed = l.strategy.checkpoint;
   const auto& forward = p.tp_forward_all_reduce_bytes_per_sample;
   const auto& backward = p.tp_backward_all_reduce_bytes_per_sample;
+  if (forward.empty() && backward.empty() && p.experts > 0 && sp) {  // Megatron's expert TP (LayerProfile::experts)
+    const int64_t dense = l.PerDevice(p.boundary_bytes_per_sample), routed = l.PerDevice(p.routed_bytes_per_sample);
+    for (int i = 0; i < p.row_parallel_linears; ++i) {
+      AddTpOperator(TpOperator::kG, dense, sp, c);
+      AddTpOperator(TpOperator::kF, dense, sp, c);
+    }
+    // The dispatcher's all-gather of the routed rows and reduce-scatter of the experts' outputs, forward
+    // and (as each other's gradients) backward; the gathered rows are kept, not gathered again.
+    c.tp_forward.all_gathers.push_back(routed);
+    c.tp_forward.reduce_scatters.push_back(routed);
+    c.tp_backward.reduce_scatters.push_back(routed);
+    c.tp_backward.all_gathers.push_back(routed);
+    return;
+  }
   if (forward.empty() && backward.empty()) {  // a transformer layer: f, g before and after attention and MLP
     const int64_t bytes = l.PerDevice(p.tp_comm_bytes_per_sample / 2);
     if (bytes <= 0) return;
@@ -190,11 +204,15 @@ double TpSeconds(const CostModel& cost_model, const TpCollectives& c, const Stag
 
 // Activations of one micro-batch per device of `bytes_per_sample`, of which `whole_per_sample` Megatron
 // TP keeps on every rank without sequence parallelism (TpRankActivationBytes, Korthikanti et al. 2023
-// eq. 2 and 4).
-int64_t MicrobatchBytes(const PlacedLayer& l, int64_t bytes_per_sample, int64_t whole_per_sample) {
+// eq. 2 and 4) and `gathered_per_sample` (the experts' rows, LayerProfile::gathered_activation_bytes_per_sample)
+// with it too.
+int64_t MicrobatchBytes(const PlacedLayer& l, int64_t bytes_per_sample, int64_t whole_per_sample,
+                        int64_t gathered_per_sample = 0) {
   const int64_t whole = std::min(whole_per_sample, bytes_per_sample);
-  return TpRankActivationBytes(l.PerDevice(bytes_per_sample - whole), l.PerDevice(whole), l.strategy.tp,
-                               l.strategy.SequenceParallel());
+  const int64_t split = l.PerDevice(bytes_per_sample - whole);
+  if (!l.strategy.SequenceParallel()) return TpRankActivationBytes(split, l.PerDevice(whole), l.strategy.tp);
+  const int64_t gathered = std::clamp<int64_t>(gathered_per_sample, 0, whole);
+  return TpRankActivationBytes(split, l.PerDevice(whole - gathered), l.strategy.tp, true) + l.PerDevice(gathered);
 }
 
 }  // namespace
@@ -247,12 +265,13 @@ int64_t RecomputedBytes(const PlacedLayer& l) {
   if (l.strategy.SelectiveRecompute()) return MicrobatchBytes(l, p.attention_core_bytes_per_sample, 0);
   if (l.strategy.RecomputesSet()) {
     const RecomputeCost set = SetCostOf(l);
-    return MicrobatchBytes(l, set.recomputed_bytes_per_sample, set.recomputed_replicated_bytes_per_sample);
+    return MicrobatchBytes(l, set.recomputed_bytes_per_sample, set.recomputed_replicated_bytes_per_sample,
+                           set.recomputed_gathered_bytes_per_sample);
   }
   if (!l.strategy.checkpoint) return 0;
   const int64_t intermediate = std::max<int64_t>(p.activation_bytes_per_sample - p.boundary_bytes_per_sample, 0);
   const int64_t whole = std::max<int64_t>(p.replicated_activation_bytes_per_sample - p.boundary_bytes_per_sample, 0);
-  return MicrobatchBytes(l, intermediate, whole);
+  return MicrobatchBytes(l, intermediate, whole, p.gathered_activation_bytes_per_sample);
 }
 
 // The gradients in flight are split over TP like the tensors they belong to (the head's: over the
@@ -281,7 +300,9 @@ StageMemory LayerMemory(const PlacedLayer& l, const LayerModel& model) {
                       ? MicrobatchBytes(l, p.boundary_bytes_per_sample, p.boundary_bytes_per_sample)
                       : MicrobatchBytes(l, std::max<int64_t>(p.activation_bytes_per_sample - dropped, 0),
                                         std::max<int64_t>(p.replicated_activation_bytes_per_sample -
-                                                              set.dropped_replicated_bytes_per_sample, 0));
+                                                              set.dropped_replicated_bytes_per_sample, 0),
+                                        std::max<int64_t>(p.gathered_activation_bytes_per_sample -
+                                                              set.dropped_gathered_bytes_per_sample, 0));
   m.transient = TransientBytes(l);
   // ZeRO-3 holds a layer's whole parameters while it runs, then its whole gradient until the
   // reduce-scatter (the gathered copy freed first); ZeRO-2 that gradient only.
@@ -344,7 +365,9 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
   const RecomputeCost set = SetCostOf(l);
   const bool experts = ExpertParallel(l);
   if (experts) {
-    c.all_to_all_bytes = l.PerDevice(l.profile.routed_bytes_per_sample);
+    // Under SP each TP rank sends the routed rows of its own 1/tp of the tokens (LayerProfile::gathered_activation_bytes_per_sample).
+    c.all_to_all_bytes = CeilDiv(l.PerDevice(l.profile.routed_bytes_per_sample),
+                                 l.strategy.SequenceParallel() ? l.strategy.tp : 1);
     c.all_to_alls = kAllToAllsForward + kAllToAllsBackward;
     // Recomputing the layer runs its forward all-to-alls again; a recompute set, those of its routed gathers.
     c.all_to_alls_recomputed = l.strategy.checkpoint ? kAllToAllsForward : set.routed_gathers;
@@ -423,8 +446,14 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
                                    static_cast<int64_t>(comm.tp_backward.Count());
   const double forward_overhead = p.forward_overhead_seconds + (split ? p.tp_loss_forward_overhead_seconds : 0.0);
   const double backward_overhead = p.backward_overhead_seconds + (split ? p.tp_loss_backward_overhead_seconds : 0.0);
-  const double forward_work = forward_per_sample * share + p.replicated_forward_seconds_per_sample * whole_share;
-  const double backward_work = backward_per_sample * share + p.replicated_backward_seconds_per_sample * whole_share;
+  // Megatron's expert TP under SP sorts the TP group's gathered rows by local expert and back on each
+  // rank (when it holds more than one expert): a routed gather's work each, on all the micro-batch's rows.
+  const double sort_share =
+      l.strategy.tp > 1 && l.strategy.SequenceParallel() && p.experts > l.strategy.ep ? l.Samples() : 0.0;
+  const double forward_work = forward_per_sample * share + p.replicated_forward_seconds_per_sample * whole_share +
+                              p.routed_gather_forward_seconds_per_sample * sort_share;
+  const double backward_work = backward_per_sample * share + p.replicated_backward_seconds_per_sample * whole_share +
+                               p.routed_gather_backward_seconds_per_sample * sort_share;
   const double forward =
       cost_model.LaunchBoundTime(forward_work + forward_overhead + tp_forward, forward_kernels) - tp_forward;
   const double backward =
@@ -447,9 +476,16 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
     backward_compute += core;
   } else if (l.strategy.RecomputesSet()) {  // the set's forward ops, split over TP as the pass's (and the ring with its attention)
     const RecomputeCost set = SetCostOf(l);
-    const double again = cost_model.LaunchBoundTime(
-        set.seconds_per_sample * share + set.replicated_seconds_per_sample * whole_share + set.overhead_seconds, set.kernels);
-    cost.recompute += again + (set.attention ? ring.forward : 0.0) + comm.all_to_alls_recomputed * all_to_all;
+    const double again = cost_model.LaunchBoundTime(set.seconds_per_sample * share + set.replicated_seconds_per_sample * whole_share +
+                                                        set.routed_seconds_per_sample * sort_share + set.overhead_seconds,
+                                                    set.kernels);
+    // Under SP a recomputed routed gather runs its TP collective of the routed rows again too.
+    const bool expert_tp = l.mesh.masks[kTpAxis] != 0 && p.experts > 0 && l.strategy.SequenceParallel();
+    const double routed_tp = expert_tp ? CollectiveSeconds(cost_model, Collective::kAllGather,
+                                                           l.PerDevice(p.routed_bytes_per_sample), l.mesh, kTpAxis)
+                                       : 0.0;
+    cost.recompute += again + (set.attention ? ring.forward : 0.0) + comm.all_to_alls_recomputed * all_to_all +
+                      set.routed_gathers * routed_tp;
     backward_compute += again;
   }
   // Sequence parallelism's all-reduce of the replicated parameters' gradients: after the flush, beside

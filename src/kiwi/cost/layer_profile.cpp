@@ -138,6 +138,7 @@ bool IsLinear(const ir::Graph& graph, const ir::Node& node) {
 struct TpLayout {
   std::unordered_map<ir::NodeId, bool> split;
   int64_t replicated_parameter_bytes = 0;
+  int row_parallel_linears = 0;  // dense ones (not the experts')
   bool Split(ir::NodeId id) const {
     auto it = split.find(id);
     return it != split.end() && it->second;
@@ -161,6 +162,7 @@ TpLayout TpLayoutOf(const ir::Graph& graph, std::span<const ir::NodeId> forward)
     } else if (IsLinear(graph, node)) {
       out = !is_split(node.inputs[0]);  // column-parallel: split output; row-parallel: all-reduced
       if (!out && node.inputs.size() > 2) t.replicated_parameter_bytes += graph.node(node.inputs[2]).output.Bytes();
+      if (!out && node.kind == ir::OpKind::kMatmul) ++t.row_parallel_linears;
     } else if (node.kind == ir::OpKind::kLayerNorm) {
       for (size_t k = 1; k < node.inputs.size(); ++k) t.replicated_parameter_bytes += graph.node(node.inputs[k]).output.Bytes();
       out = is_split(node.inputs[0]);
@@ -362,14 +364,39 @@ std::vector<ir::NodeId> FillAttention(const ir::Graph& graph, const ir::Layer& l
   return reads_kv;
 }
 
+// A gather of hidden-state rows by a routing choice: the dispatch (token rows into the experts' slots)
+// or the combine (expert rows back to each token's k); not the gates' gather of router probabilities
+// (one value per row).
+bool IsRoutedGather(const ir::Graph& graph, const ir::Node& node) {
+  if (node.kind != ir::OpKind::kEmbedding || node.inputs.size() != 2) return false;
+  const ir::Shape& table = graph.node(node.inputs[0]).output.shape;
+  return IsRoutingChoice(graph.node(node.inputs[1])) && !table.empty() && table.back() > 1;
+}
+
+// The dispatch: the routed gather whose rows the experts' linears read (Megatron's expert TP gathers
+// them over the TP group, so each rank keeps them whole even with sequence parallelism).
+bool IsDispatch(const ir::Graph& graph, const std::vector<std::vector<ir::NodeId>>& readers, ir::NodeId id) {
+  if (!IsRoutedGather(graph, graph.node(id))) return false;
+  const auto& r = readers[static_cast<size_t>(id)];
+  return std::any_of(r.begin(), r.end(), [&](ir::NodeId x) {
+    return !graph.node(x).is_backward() && graph.node(x).kind == ir::OpKind::kBatchMatmul && IsLinear(graph, graph.node(x));
+  });
+}
+
 // A mixture of experts' terms of a layer's profile: each token's choice among its router's outputs gives
 // the experts (its input's last dim) and top_k (its output's), the batched linears with weights are the
 // experts'. The rows each all-to-all carries are top_k per token, or the experts' slots (the other
-// top-k, over each expert's column: E x capacity) where a capacity factor gives them more.
-void FillExperts(const ir::Graph& graph, const ir::Layer& layer, LayerProfile& p) {
-  int64_t tokens = 0, top_k = 0, slots = 0;
+// top-k, over each expert's column: E x capacity) where a capacity factor gives them more. What SP
+// leaves whole of it (LayerProfile::gathered_activation_bytes_per_sample): the dispatch's saved rows,
+// and the routed gathers' work (the sorts of the gathered rows cost as much).
+void FillExperts(const ir::Graph& graph, const ir::Layer& layer, const std::vector<std::vector<ir::NodeId>>& readers,
+                 const std::vector<bool>& saved, int64_t graph_batch, const CostModel& cost_model, LayerProfile& p) {
+  int64_t tokens = 0, top_k = 0, slots = 0, gathered = 0;
+  std::vector<ir::NodeId> gathers, gradients;
   for (ir::NodeId id : layer.forward) {
     const ir::Node& node = graph.node(id);
+    if (!node.is_backward() && IsRoutedGather(graph, node)) gathers.push_back(id);
+    if (!node.is_backward() && saved[static_cast<size_t>(id)] && IsDispatch(graph, readers, id)) gathered += node.output.Bytes();
     if (IsRoutingChoice(node) && RouterOf(graph, node) != ir::kNoNode) {
       p.experts = graph.node(node.inputs[0]).output.shape.back();
       p.routed_bytes_per_sample = node.output.shape.back() * p.boundary_bytes_per_sample;
@@ -384,15 +411,14 @@ void FillExperts(const ir::Graph& graph, const ir::Layer& layer, LayerProfile& p
   // Beyond an even load's slots (ceil(T k / E) each): a capacity factor's, which the all-to-alls carry padded.
   if (tokens > 0 && p.experts > 0 && slots > p.experts * CeilDiv(tokens * top_k, p.experts))
     p.routed_bytes_per_sample = CeilDiv(slots * p.boundary_bytes_per_sample, tokens);
-}
-
-// A gather of hidden-state rows by a routing choice: the dispatch (token rows into the experts' slots)
-// or the combine (expert rows back to each token's k); not the gates' gather of router probabilities
-// (one value per row).
-bool IsRoutedGather(const ir::Graph& graph, const ir::Node& node) {
-  if (node.kind != ir::OpKind::kEmbedding || node.inputs.size() != 2) return false;
-  const ir::Shape& table = graph.node(node.inputs[0]).output.shape;
-  return IsRoutingChoice(graph.node(node.inputs[1])) && !table.empty() && table.back() > 1;
+  if (p.experts == 0) return;
+  p.gathered_activation_bytes_per_sample = CeilDiv(gathered, graph_batch);
+  const std::unordered_set<ir::NodeId> forward(gathers.begin(), gathers.end());
+  for (ir::NodeId id : layer.backward)
+    if (forward.contains(graph.node(id).grad_of)) gradients.push_back(id);
+  const double batch = static_cast<double>(graph_batch);
+  p.routed_gather_forward_seconds_per_sample = SumPassWork(graph, gathers, cost_model).seconds / batch;
+  p.routed_gather_backward_seconds_per_sample = SumPassWork(graph, gradients, cost_model).seconds / batch;
 }
 
 // The layer's recompute menu (cost/recompute_set.h): its forward ops in execution order, after the
@@ -434,6 +460,7 @@ void FillRecomputeMenu(const ir::Graph& graph, const ir::Layer& layer, const std
     op.recomputable = !boundary && !IsLinear(graph, n) && n.kind != ir::OpKind::kInput;
     op.attention = std::binary_search(attention.begin(), attention.end(), id);
     op.routed = IsRoutedGather(graph, n);
+    op.gathered = IsDispatch(graph, readers, id);
     const ir::NodeId one[] = {id};
     const PassWork work = SumPassWork(graph, one, cost_model);
     op.seconds_per_sample = work.seconds / static_cast<double>(graph_batch);
@@ -462,7 +489,8 @@ LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t g
   p.replicated_activation_bytes_per_sample = CeilDiv(replicated.saved_activation_bytes, graph_batch);
   FillReplicatedSeconds(graph, layer, layout, graph_batch, cost_model, p);
   FillAttentionCore(graph, layer, readers, saved, graph_batch, cost_model, p);
-  FillExperts(graph, layer, p);
+  p.row_parallel_linears = layout.row_parallel_linears;
+  FillExperts(graph, layer, readers, saved, graph_batch, cost_model, p);
   const std::vector<ir::NodeId> attention = FillAttention(graph, layer, readers, graph_batch, cost_model, p);
   FillRecomputeMenu(graph, layer, readers, saved, layout, attention, graph_batch, cost_model, p);
   return p;

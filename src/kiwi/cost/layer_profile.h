@@ -81,6 +81,19 @@ struct LayerProfile {
   int64_t experts = 0;
   int64_t expert_parameter_bytes = 0;
   int64_t routed_bytes_per_sample = 0;
+  // Megatron's mixture under sequence parallelism (expert TP = TP, its all-to-all token dispatcher,
+  // megatron/core/transformer/moe/token_dispatcher.py): each rank routes its own 1/tp of the tokens and
+  // all-to-alls them, then the TP group all-gathers the dispatched rows before the experts and
+  // reduce-scatters their outputs. So the collective pair that wraps a dense MLP carries the routed rows
+  // instead of h; each rank keeps the gathered rows its experts read (the dispatch's saved output) whole,
+  // and sorts them by its local experts and back (sort_chunks_by_idxs), a routed gather's work each on
+  // all of them. Without SP the whole layer is TP's as above (Megatron refuses MoE + TP without SP).
+  int64_t gathered_activation_bytes_per_sample = 0;         // the dispatch's saved output; 0 for a dense layer
+  double routed_gather_forward_seconds_per_sample = 0.0;    // the dispatch and combine gathers
+  double routed_gather_backward_seconds_per_sample = 0.0;   // and their gradients
+  // The layer's row-parallel dense linears (attention's out, a shared expert's down): under SP each has
+  // its [s, b, h] all-gather before and reduce-scatter after. A dense layer's are tp_comm_bytes_per_sample's two.
+  int row_parallel_linears = 0;
   // Context parallelism (plan::LayerStrategy::cp, ring attention): the sequence length of the layer's
   // attention, which CP splits (0: no attention; kRingless: attention a ring cannot split, with a score
   // bias or queries and keys of unequal lengths); the keys' and values' bytes per sample the ring passes

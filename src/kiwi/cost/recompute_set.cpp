@@ -13,9 +13,10 @@ int RecomputeMenu::Find(const std::string& name) const {
 RecomputeCost PriceRecomputeSet(const RecomputeMenu& menu, const std::vector<bool>& in_set) {
   RecomputeCost c;
   std::vector<bool> kept(menu.ops.size(), false);  // inputs kept for the set that the backward would not keep
-  const auto add = [](int64_t& total, int64_t& replicated, const MenuOp& op, int64_t sign) {
+  const auto add = [](int64_t& total, int64_t& replicated, int64_t& gathered, const MenuOp& op, int64_t sign) {
     total += sign * op.bytes_per_sample;
     if (op.replicated) replicated += sign * op.bytes_per_sample;
+    if (op.gathered) gathered += sign * op.bytes_per_sample;
   };
   for (size_t i = 0; i < menu.ops.size(); ++i) {
     if (!in_set[i]) continue;
@@ -26,13 +27,16 @@ RecomputeCost PriceRecomputeSet(const RecomputeMenu& menu, const std::vector<boo
     c.kernels += op.kernels;
     c.attention = c.attention || op.attention;
     c.routed_gathers += op.routed ? 1 : 0;
-    add(c.recomputed_bytes_per_sample, c.recomputed_replicated_bytes_per_sample, op, 1);
-    if (op.saved) add(c.dropped_bytes_per_sample, c.dropped_replicated_bytes_per_sample, op, 1);
+    if (op.routed) c.routed_seconds_per_sample += op.seconds_per_sample;
+    add(c.recomputed_bytes_per_sample, c.recomputed_replicated_bytes_per_sample, c.recomputed_gathered_bytes_per_sample, op, 1);
+    if (op.saved)
+      add(c.dropped_bytes_per_sample, c.dropped_replicated_bytes_per_sample, c.dropped_gathered_bytes_per_sample, op, 1);
     for (int in : op.inputs) {
       const size_t k = static_cast<size_t>(in);
       if (in_set[k] || menu.ops[k].saved || kept[k]) continue;
       kept[k] = true;
-      add(c.dropped_bytes_per_sample, c.dropped_replicated_bytes_per_sample, menu.ops[k], -1);
+      add(c.dropped_bytes_per_sample, c.dropped_replicated_bytes_per_sample, c.dropped_gathered_bytes_per_sample,
+          menu.ops[k], -1);
     }
   }
   return c;

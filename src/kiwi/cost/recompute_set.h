@@ -27,6 +27,7 @@ struct MenuOp {
   int64_t bytes_per_sample = 0; // its output
   bool saved = false;           // the backward pass keeps its output (or the previous layer's does)
   bool replicated = false;      // Megatron TP keeps it whole on every rank (without sequence parallelism)
+  bool gathered = false;        // and even with it (the experts' rows: LayerProfile::gathered_activation_bytes_per_sample)
   bool recomputable = false;    // an op of the layer, not a linear, not read by a later layer
   bool attention = false;       // it reads the attention's keys or values (context parallelism's ring feeds it)
   // A mixture's gather of hidden-state rows by the routing (the dispatch to the experts, the combine
@@ -55,14 +56,18 @@ struct SharedRecomputeMenu {
 };
 
 // What a recompute set changes in its layer, per sample on one device before TP (the `replicated`
-// parts are those TP keeps whole without sequence parallelism), and its forward work again.
+// parts are those TP keeps whole without sequence parallelism, the `gathered` ones those it keeps whole
+// with it too), and its forward work again.
 struct RecomputeCost {
   int64_t dropped_bytes_per_sample = 0;            // saved outputs no longer kept, less the inputs kept for them
   int64_t dropped_replicated_bytes_per_sample = 0;
+  int64_t dropped_gathered_bytes_per_sample = 0;
   int64_t recomputed_bytes_per_sample = 0;         // resident during the layer's backward pass
   int64_t recomputed_replicated_bytes_per_sample = 0;
+  int64_t recomputed_gathered_bytes_per_sample = 0;
   double seconds_per_sample = 0.0;
   double replicated_seconds_per_sample = 0.0;      // of its ops TP keeps whole (MenuOp::replicated)
+  double routed_seconds_per_sample = 0.0;          // of its routed gathers (MenuOp::routed)
   double overhead_seconds = 0.0;
   int kernels = 0;
   bool attention = false;  // it recomputes an op reading keys or values: context parallelism's forward ring runs again
