@@ -394,6 +394,26 @@ TEST(BuildLayerModel, TpRunsTheNormsDropoutsAndResidualsWholeWithoutSequencePara
   }
 }
 
+// A two-layer Llama-style model (bf16, no dropout) whose MLPs are mixtures of `experts` top-k (kMoeTopK)
+// SwiGLU experts (0: dense), as a layer model; `training` receives its training graph.
+constexpr int64_t kMoeHidden = 64, kMoeFfn = 96, kMoeSeq = 16, kMoeBatch = 2, kMoeTopK = 2;
+LayerModel MoeLayerModel(const cost::CostModel& cm, int64_t experts, int64_t shared = 0, double capacity_factor = 1.0,
+                         ir::Graph* training = nullptr) {
+  models::TransformerConfig c;
+  c.family = models::Family::kLlama, c.layers = 2, c.hidden = kMoeHidden, c.heads = 4, c.kv_heads = 2, c.ffn = kMoeFfn;
+  c.seq = kMoeSeq, c.batch = kMoeBatch, c.vocab = 101, c.dtype = ir::DType::kBF16, c.dropout = false;
+  c.experts = experts, c.top_k = experts > 0 ? kMoeTopK : 0, c.shared_expert_ffn = shared;
+  c.capacity_factor = capacity_factor;
+  Result<ir::Graph> forward = models::BuildTransformerForward(c);
+  EXPECT_TRUE(forward.ok()) << forward.error().message;
+  Result<ir::Graph> graph = ir::BuildTrainingGraph(*forward, {.optimizer = ir::Optimizer::kAdam, .master_weights = true});
+  EXPECT_TRUE(graph.ok()) << graph.error().message;
+  Result<LayerModel> m = BuildLayerModel(*graph, kMoeBatch, cm);
+  EXPECT_TRUE(m.ok()) << m.error().message;
+  if (training) *training = *graph;
+  return *m;
+}
+
 // Under TP the head's loss is Megatron's vocabulary-parallel cross-entropy, not the graph's fused
 // loss: the head's profile carries the difference of the two on the whole vocabulary (the fused loss's
 // forward op, and its two backward ops nll_loss_grad and cross_entropy_grad, taken out); no other part does.
@@ -403,20 +423,8 @@ TEST(BuildLayerModel, TpRunsTheNormsDropoutsAndResidualsWholeWithoutSequencePara
 // expert row) are k times a dense SwiGLU's of the same width.
 TEST(BuildLayerModel, MixtureOfExpertsKeepsTheRouterWholeAndSplitsTheExperts) {
   const cost::CostModel cm(TestDevice());
-  const int64_t h = 64, f = 96, seq = 16, batch = 2, experts = 4, k = 2, bytes = 2;
-  const auto layer_model = [&](int64_t n_experts, int64_t shared = 0) {
-    models::TransformerConfig c;
-    c.family = models::Family::kLlama, c.layers = 2, c.hidden = h, c.heads = 4, c.kv_heads = 2, c.ffn = f;
-    c.seq = seq, c.batch = batch, c.vocab = 101, c.dtype = ir::DType::kBF16, c.dropout = false;
-    c.experts = n_experts, c.top_k = n_experts > 0 ? k : 0, c.shared_expert_ffn = shared;
-    Result<ir::Graph> forward = models::BuildTransformerForward(c);
-    EXPECT_TRUE(forward.ok()) << forward.error().message;
-    Result<ir::Graph> training = ir::BuildTrainingGraph(*forward, {.optimizer = ir::Optimizer::kAdam, .master_weights = true});
-    EXPECT_TRUE(training.ok()) << training.error().message;
-    Result<LayerModel> m = BuildLayerModel(*training, batch, cm);
-    EXPECT_TRUE(m.ok()) << m.error().message;
-    return *m;
-  };
+  const int64_t h = kMoeHidden, f = kMoeFfn, seq = kMoeSeq, experts = 4, k = kMoeTopK, bytes = 2;
+  const auto layer_model = [&](int64_t n_experts, int64_t shared = 0) { return MoeLayerModel(cm, n_experts, shared); };
   const LayerModel moe = layer_model(experts), dense = layer_model(0);
   const LayerProfile& e = moe.layers[1];
   const LayerProfile& d = dense.layers[1];
@@ -451,20 +459,8 @@ TEST(BuildLayerModel, MixtureOfExpertsKeepsTheRouterWholeAndSplitsTheExperts) {
 // local experts and back, a routed gather's work each on all of them.
 TEST(BuildLayerModel, ExpertTpUnderSequenceParallelismGathersTheRoutedRowsWhole) {
   const cost::CostModel cm(TestDevice());
-  const int64_t h = 64, f = 96, seq = 16, batch = 2, experts = 4, k = 2, bytes = 2, micro = 2;
-  const auto layer = [&](int64_t n_experts, int64_t shared) {
-    models::TransformerConfig c;
-    c.family = models::Family::kLlama, c.layers = 2, c.hidden = h, c.heads = 4, c.kv_heads = 2, c.ffn = f;
-    c.seq = seq, c.batch = batch, c.vocab = 101, c.dtype = ir::DType::kBF16, c.dropout = false;
-    c.experts = n_experts, c.top_k = n_experts > 0 ? k : 0, c.shared_expert_ffn = shared;
-    Result<ir::Graph> forward = models::BuildTransformerForward(c);
-    EXPECT_TRUE(forward.ok()) << forward.error().message;
-    Result<ir::Graph> training = ir::BuildTrainingGraph(*forward, {.optimizer = ir::Optimizer::kAdam, .master_weights = true});
-    EXPECT_TRUE(training.ok()) << training.error().message;
-    Result<LayerModel> m = BuildLayerModel(*training, batch, cm);
-    EXPECT_TRUE(m.ok()) << m.error().message;
-    return m->layers[1];
-  };
+  const int64_t h = kMoeHidden, seq = kMoeSeq, experts = 4, k = kMoeTopK, bytes = 2, micro = 2;
+  const auto layer = [&](int64_t n_experts, int64_t shared) { return MoeLayerModel(cm, n_experts, shared).layers[1]; };
   const LayerProfile e = layer(experts, 0), shared = layer(experts, 32), dense = layer(0, 0);
   const int64_t rows = k * seq * h * bytes;  // per sample: the dispatch's output, each token's k rows
   EXPECT_EQ(e.gathered_activation_bytes_per_sample, rows);
@@ -532,23 +528,15 @@ TEST(BuildLayerModel, ExpertTpUnderSequenceParallelismGathersTheRoutedRowsWhole)
 // kept activations and the rows each all-to-all carries grow by c; the weights do not.
 TEST(BuildLayerModel, CapacityFactorPadsEveryExpertsSlots) {
   const cost::CostModel cm(TestDevice());
-  const int64_t h = 64, f = 96, seq = 16, batch = 2, experts = 4, k = 2, bytes = 2;
+  const int64_t h = kMoeHidden, f = kMoeFfn, seq = kMoeSeq, batch = kMoeBatch, experts = 4, k = kMoeTopK, bytes = 2;
   const auto layer_model = [&](double capacity_factor) {
-    models::TransformerConfig c;
-    c.family = models::Family::kLlama, c.layers = 2, c.hidden = h, c.heads = 4, c.kv_heads = 2, c.ffn = f;
-    c.seq = seq, c.batch = batch, c.vocab = 101, c.dtype = ir::DType::kBF16, c.dropout = false;
-    c.experts = experts, c.top_k = k, c.capacity_factor = capacity_factor;
-    Result<ir::Graph> forward = models::BuildTransformerForward(c);
-    EXPECT_TRUE(forward.ok()) << forward.error().message;
-    Result<ir::Graph> training = ir::BuildTrainingGraph(*forward, {.optimizer = ir::Optimizer::kAdam, .master_weights = true});
-    EXPECT_TRUE(training.ok()) << training.error().message;
+    ir::Graph training;
+    LayerModel m = MoeLayerModel(cm, experts, 0, capacity_factor, &training);
     int64_t slots = 0;
-    for (const ir::Node& n : training->nodes())
+    for (const ir::Node& n : training.nodes())
       if (n.name == "layer1.mlp.slots") slots = n.output.shape.back();
     EXPECT_EQ(slots, static_cast<int64_t>(std::ceil(capacity_factor * seq * batch * k / experts)));
-    Result<LayerModel> m = BuildLayerModel(*training, batch, cm);
-    EXPECT_TRUE(m.ok()) << m.error().message;
-    return *m;
+    return m;
   };
   const LayerProfile even = layer_model(1.0).layers[1], padded = layer_model(1.25).layers[1];
   EXPECT_EQ(padded.parameter_bytes, even.parameter_bytes);

@@ -184,19 +184,30 @@ bool ReplicatedWork(const ir::Graph& graph, const TpLayout& layout, ir::NodeId i
   return std::none_of(node.inputs.begin(), node.inputs.end(), [&](ir::NodeId in) { return layout.Split(in); });
 }
 
-// LayerProfile::replicated_*_seconds_per_sample: the forward ops TP runs whole and the backward ops of
-// their gradients (ir::Node::grad_of).
+// Seconds per sample of some forward ops of a layer and of the backward ops of their gradients (ir::Node::grad_of).
+struct OpsSeconds {
+  double forward = 0.0;
+  double backward = 0.0;
+};
+OpsSeconds SecondsWithGradients(const ir::Graph& graph, const ir::Layer& layer, std::span<const ir::NodeId> forward,
+                                int64_t graph_batch, const CostModel& cost_model) {
+  const std::unordered_set<ir::NodeId> of(forward.begin(), forward.end());
+  std::vector<ir::NodeId> backward;
+  for (ir::NodeId id : layer.backward)
+    if (of.contains(graph.node(id).grad_of)) backward.push_back(id);
+  const double batch = static_cast<double>(graph_batch);
+  return {SumPassWork(graph, forward, cost_model).seconds / batch, SumPassWork(graph, backward, cost_model).seconds / batch};
+}
+
+// LayerProfile::replicated_*_seconds_per_sample: the forward ops TP runs whole and their gradients.
 void FillReplicatedSeconds(const ir::Graph& graph, const ir::Layer& layer, const TpLayout& layout, int64_t graph_batch,
                            const CostModel& cost_model, LayerProfile& p) {
-  std::vector<ir::NodeId> forward, backward;
+  std::vector<ir::NodeId> forward;
   for (ir::NodeId id : layer.forward)
     if (!graph.node(id).is_backward() && ReplicatedWork(graph, layout, id)) forward.push_back(id);
-  const std::unordered_set<ir::NodeId> whole(forward.begin(), forward.end());
-  for (ir::NodeId id : layer.backward)
-    if (whole.contains(graph.node(id).grad_of)) backward.push_back(id);
-  const double batch = static_cast<double>(graph_batch);
-  p.replicated_forward_seconds_per_sample = SumPassWork(graph, forward, cost_model).seconds / batch;
-  p.replicated_backward_seconds_per_sample = SumPassWork(graph, backward, cost_model).seconds / batch;
+  const OpsSeconds s = SecondsWithGradients(graph, layer, forward, graph_batch, cost_model);
+  p.replicated_forward_seconds_per_sample = s.forward;
+  p.replicated_backward_seconds_per_sample = s.backward;
 }
 
 TpReplicated TpReplicatedBytes(const ir::Graph& graph, std::span<const ir::NodeId> forward, const TpLayout& layout,
@@ -392,7 +403,7 @@ bool IsDispatch(const ir::Graph& graph, const std::vector<std::vector<ir::NodeId
 void FillExperts(const ir::Graph& graph, const ir::Layer& layer, const std::vector<std::vector<ir::NodeId>>& readers,
                  const std::vector<bool>& saved, int64_t graph_batch, const CostModel& cost_model, LayerProfile& p) {
   int64_t tokens = 0, top_k = 0, slots = 0, gathered = 0;
-  std::vector<ir::NodeId> gathers, gradients;
+  std::vector<ir::NodeId> gathers;
   for (ir::NodeId id : layer.forward) {
     const ir::Node& node = graph.node(id);
     if (!node.is_backward() && IsRoutedGather(graph, node)) gathers.push_back(id);
@@ -413,12 +424,9 @@ void FillExperts(const ir::Graph& graph, const ir::Layer& layer, const std::vect
     p.routed_bytes_per_sample = CeilDiv(slots * p.boundary_bytes_per_sample, tokens);
   if (p.experts == 0) return;
   p.gathered_activation_bytes_per_sample = CeilDiv(gathered, graph_batch);
-  const std::unordered_set<ir::NodeId> forward(gathers.begin(), gathers.end());
-  for (ir::NodeId id : layer.backward)
-    if (forward.contains(graph.node(id).grad_of)) gradients.push_back(id);
-  const double batch = static_cast<double>(graph_batch);
-  p.routed_gather_forward_seconds_per_sample = SumPassWork(graph, gathers, cost_model).seconds / batch;
-  p.routed_gather_backward_seconds_per_sample = SumPassWork(graph, gradients, cost_model).seconds / batch;
+  const OpsSeconds s = SecondsWithGradients(graph, layer, gathers, graph_batch, cost_model);
+  p.routed_gather_forward_seconds_per_sample = s.forward;
+  p.routed_gather_backward_seconds_per_sample = s.backward;
 }
 
 // The layer's recompute menu (cost/recompute_set.h): its forward ops in execution order, after the
