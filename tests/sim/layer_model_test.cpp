@@ -571,6 +571,62 @@ TEST(BuildLayerModel, TheHeadUnderTpRunsMegatronsVocabularyParallelLoss) {
   for (const LayerProfile& p : m->layers) EXPECT_EQ(p.tp_loss_backward_kernels, 0);
 }
 
+// What Megatron TP runs whole on every rank outside the layers: the embeddings' lookups (each rank looks
+// up every token in its vocabulary shard), with or without SP, and without SP all of the embeddings
+// (position add, dropout) and the head's final norm, with their kept tensors (and the token ids and
+// targets every rank reads); the logits stay split.
+TEST(BuildLayerModel, TpRunsTheEmbeddingsLookupsAndTheFinalNormWhole) {
+  const int64_t batch = 2;
+  const ir::Graph g = SmallGpt(batch);
+  const cost::CostModel cm(TestDevice());
+  Result<LayerModel> m = BuildLayerModel(g, batch, cm);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  double lookups = 0.0, norm = 0.0;
+  int64_t norm_output = 0, targets = 0;
+  for (const ir::Node& n : g.nodes()) {
+    if (n.layer >= 0 || n.is_backward()) continue;
+    const bool head = n.scope.rfind("head", 0) == 0;
+    if (!head && n.kind == ir::OpKind::kEmbedding) lookups += cm.ComputeTime(n);
+    if (head && n.kind == ir::OpKind::kLayerNorm) norm += cm.ComputeTime(n), norm_output += n.output.Bytes();
+    if (head && n.kind == ir::OpKind::kInput) targets += n.output.Bytes();  // kept for the loss's gradient
+  }
+  const LayerProfile& e = m->embedding;
+  const LayerProfile& h = m->head;
+  ASSERT_GT(lookups, 0.0);
+  ASSERT_GT(norm, 0.0);
+  EXPECT_NEAR(e.lookup_forward_seconds_per_sample, lookups / batch, 1e-15);
+  EXPECT_GT(e.lookup_backward_seconds_per_sample, 0.0);  // the embedding gradients
+  EXPECT_NEAR(e.replicated_forward_seconds_per_sample, e.forward_seconds_per_sample, 1e-15);
+  EXPECT_NEAR(e.replicated_backward_seconds_per_sample, e.backward_seconds_per_sample, 1e-15);
+  EXPECT_EQ(e.replicated_activation_bytes_per_sample, e.activation_bytes_per_sample);
+  EXPECT_NEAR(h.replicated_forward_seconds_per_sample, norm / batch, 1e-15);
+  EXPECT_EQ(h.replicated_activation_bytes_per_sample, (norm_output + targets) / batch);
+  EXPECT_EQ(h.lookup_forward_seconds_per_sample, 0.0);
+  for (const LayerProfile& p : m->layers) EXPECT_EQ(p.lookup_forward_seconds_per_sample, 0.0);
+  // Priced: at TP 4 without SP the embeddings take one device's time; with SP all but the lookups split.
+  cost::Cluster cluster;
+  cluster.device = TestDevice();
+  cluster.devices_per_node = 4;
+  cluster.intra_node = {"link", 1e11, 0.0};
+  const auto compute = [&](int tp, bool sp) {
+    PlacedLayer placed;
+    placed.profile = e;
+    placed.strategy = {.tp = tp, .dp = 1, .sequence_parallel = sp};
+    placed.microbatch = batch;
+    Result<StageMesh> mesh = MakeStageMesh(cluster, {1, 1, tp});
+    EXPECT_TRUE(mesh.ok()) << mesh.error().message;
+    placed.mesh = *mesh;
+    StageCost c;
+    AddLayerCost(placed, cm, c);
+    return c.compute;
+  };
+  const double one = (e.forward_seconds_per_sample + e.backward_seconds_per_sample) * batch;
+  const double lookup = (e.lookup_forward_seconds_per_sample + e.lookup_backward_seconds_per_sample) * batch;
+  EXPECT_NEAR(compute(1, false), one, 1e-12);
+  EXPECT_NEAR(compute(4, false), one, 1e-12);
+  EXPECT_NEAR(compute(4, true), (one - lookup) / 4 + lookup, 1e-12);
+}
+
 TEST(BuildLayerModel, PerSampleActivationsDoNotDependOnTheGraphBatch) {
   const cost::CostModel cm(TestDevice());
   Result<LayerModel> two = BuildLayerModel(SmallGpt(2), 2, cm);

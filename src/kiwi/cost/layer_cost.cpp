@@ -450,10 +450,14 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
   // rank (when it holds more than one expert): a routed gather's work each, on all the micro-batch's rows.
   const double sort_share =
       l.strategy.tp > 1 && l.strategy.SequenceParallel() && p.experts > l.strategy.ep ? l.Samples() : 0.0;
+  // The embeddings' lookups stay whole with SP too (without it they are among the replicated work).
+  const double lookup_share = l.strategy.SequenceParallel() ? l.Samples() - share : 0.0;
   const double forward_work = forward_per_sample * share + p.replicated_forward_seconds_per_sample * whole_share +
-                              p.routed_gather_forward_seconds_per_sample * sort_share;
+                              p.routed_gather_forward_seconds_per_sample * sort_share +
+                              p.lookup_forward_seconds_per_sample * lookup_share;
   const double backward_work = backward_per_sample * share + p.replicated_backward_seconds_per_sample * whole_share +
-                               p.routed_gather_backward_seconds_per_sample * sort_share;
+                               p.routed_gather_backward_seconds_per_sample * sort_share +
+                               p.lookup_backward_seconds_per_sample * lookup_share;
   const double forward =
       cost_model.LaunchBoundTime(forward_work + forward_overhead + tp_forward, forward_kernels) - tp_forward;
   const double backward =

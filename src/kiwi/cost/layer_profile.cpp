@@ -184,16 +184,17 @@ bool ReplicatedWork(const ir::Graph& graph, const TpLayout& layout, ir::NodeId i
   return std::none_of(node.inputs.begin(), node.inputs.end(), [&](ir::NodeId in) { return layout.Split(in); });
 }
 
-// Seconds per sample of some forward ops of a layer and of the backward ops of their gradients (ir::Node::grad_of).
+// Seconds per sample of some forward ops of a part of the graph and of those of its backward ops that
+// are their gradients (ir::Node::grad_of).
 struct OpsSeconds {
   double forward = 0.0;
   double backward = 0.0;
 };
-OpsSeconds SecondsWithGradients(const ir::Graph& graph, const ir::Layer& layer, std::span<const ir::NodeId> forward,
-                                int64_t graph_batch, const CostModel& cost_model) {
+OpsSeconds SecondsWithGradients(const ir::Graph& graph, std::span<const ir::NodeId> part_backward,
+                                std::span<const ir::NodeId> forward, int64_t graph_batch, const CostModel& cost_model) {
   const std::unordered_set<ir::NodeId> of(forward.begin(), forward.end());
   std::vector<ir::NodeId> backward;
-  for (ir::NodeId id : layer.backward)
+  for (ir::NodeId id : part_backward)
     if (of.contains(graph.node(id).grad_of)) backward.push_back(id);
   const double batch = static_cast<double>(graph_batch);
   return {SumPassWork(graph, forward, cost_model).seconds / batch, SumPassWork(graph, backward, cost_model).seconds / batch};
@@ -205,7 +206,7 @@ void FillReplicatedSeconds(const ir::Graph& graph, const ir::Layer& layer, const
   std::vector<ir::NodeId> forward;
   for (ir::NodeId id : layer.forward)
     if (!graph.node(id).is_backward() && ReplicatedWork(graph, layout, id)) forward.push_back(id);
-  const OpsSeconds s = SecondsWithGradients(graph, layer, forward, graph_batch, cost_model);
+  const OpsSeconds s = SecondsWithGradients(graph, layer.backward, forward, graph_batch, cost_model);
   p.replicated_forward_seconds_per_sample = s.forward;
   p.replicated_backward_seconds_per_sample = s.backward;
 }
@@ -424,7 +425,7 @@ void FillExperts(const ir::Graph& graph, const ir::Layer& layer, const std::vect
     p.routed_bytes_per_sample = CeilDiv(slots * p.boundary_bytes_per_sample, tokens);
   if (p.experts == 0) return;
   p.gathered_activation_bytes_per_sample = CeilDiv(gathered, graph_batch);
-  const OpsSeconds s = SecondsWithGradients(graph, layer, gathers, graph_batch, cost_model);
+  const OpsSeconds s = SecondsWithGradients(graph, layer.backward, gathers, graph_batch, cost_model);
   p.routed_gather_forward_seconds_per_sample = s.forward;
   p.routed_gather_backward_seconds_per_sample = s.backward;
 }
@@ -583,9 +584,13 @@ LayerProfile OtherPart(const ir::Graph& graph, std::span<const ir::NodeId> ids, 
                        int64_t vocab, bool head, int64_t graph_batch, const CostModel& cost_model) {
   LayerProfile p;
   p.name = head ? "head" : "embedding";
-  std::vector<ir::NodeId> forward, backward;
+  std::vector<ir::NodeId> forward, backward, whole, lookups;
   bool vocab_split = false;
-  int64_t saved = 0, tokens = 0, head_input = 0, boundary = 0;
+  int64_t saved = 0, saved_whole = 0, tokens = 0, head_input = 0, boundary = 0;
+  const auto vocab_sized = [&](const ir::Node& node) {
+    const ir::Shape& shape = node.output.shape;
+    return vocab > 0 && std::find(shape.begin(), shape.end(), vocab) != shape.end();
+  };
   for (ir::NodeId id : ids) {
     const ir::Node& node = graph.node(id);
     (node.is_backward() ? backward : forward).push_back(id);
@@ -593,14 +598,22 @@ LayerProfile OtherPart(const ir::Graph& graph, std::span<const ir::NodeId> ids, 
     if (node.kind == ir::OpKind::kParameter) {
       p.parameter_bytes += node.output.Bytes();
       ++p.parameter_tensors;
-      const ir::Shape& shape = node.output.shape;
-      if (vocab > 0 && std::find(shape.begin(), shape.end(), vocab) != shape.end()) vocab_split = true;
+      if (vocab_sized(node)) vocab_split = true;
       else p.replicated_parameter_bytes += node.output.Bytes();
       continue;
     }
+    // Megatron TP runs whole on every rank: the embeddings' lookups (VocabParallelEmbedding looks up
+    // every token in the rank's shard, masking the others) and, without SP, what follows them; the
+    // head's final norm (not its vocabulary-parallel logits, nor the loss: tp_loss_*).
+    const bool runs_whole = !node.is_persistent() && node.kind != ir::OpKind::kInput &&
+                            (!head || (!vocab_sized(node) && node.kind != ir::OpKind::kLoss));
+    if (runs_whole) whole.push_back(id);
+    if (runs_whole && !head && node.kind == ir::OpKind::kEmbedding) lookups.push_back(id);
     const auto& r = readers[static_cast<size_t>(id)];
-    if (!node.is_persistent() && std::any_of(r.begin(), r.end(), [&](ir::NodeId x) { return graph.node(x).is_backward(); }))
+    if (!node.is_persistent() && std::any_of(r.begin(), r.end(), [&](ir::NodeId x) { return graph.node(x).is_backward(); })) {
       saved += node.output.Bytes();
+      if (runs_whole || node.kind == ir::OpKind::kInput) saved_whole += node.output.Bytes();  // token ids: every rank's
+    }
     if (!node.is_persistent() && std::any_of(r.begin(), r.end(), [&](ir::NodeId x) { return graph.node(x).layer >= 0; }))
       boundary += node.output.Bytes();  // the embeddings' output, read by the first layer
     if (node.kind == ir::OpKind::kLoss) tokens = graph.node(node.inputs[1]).output.NumElements();
@@ -611,6 +624,13 @@ LayerProfile OtherPart(const ir::Graph& graph, std::span<const ir::NodeId> ids, 
   p.boundary_bytes_per_sample = CeilDiv(head ? head_input : boundary, graph_batch);
   FillPasses(graph, forward, backward, graph_batch, cost_model, p);
   if (!vocab_split) return p;  // nothing split over TP: no TP communication
+  p.replicated_activation_bytes_per_sample = CeilDiv(saved_whole, graph_batch);
+  const OpsSeconds replicated = SecondsWithGradients(graph, backward, whole, graph_batch, cost_model);
+  p.replicated_forward_seconds_per_sample = replicated.forward;
+  p.replicated_backward_seconds_per_sample = replicated.backward;
+  const OpsSeconds lookup = SecondsWithGradients(graph, backward, lookups, graph_batch, cost_model);
+  p.lookup_forward_seconds_per_sample = lookup.forward;
+  p.lookup_backward_seconds_per_sample = lookup.backward;
   if (head) {
     const int64_t per_token = CeilDiv(tokens * 4, graph_batch);  // fp32 [tokens] per sample
     p.tp_forward_all_reduce_bytes_per_sample.assign(3, per_token);

@@ -36,6 +36,10 @@ struct LayerProfile {
   // splits them by tokens (Korthikanti et al. 2023 §4.2.2), as it does their saved activations.
   double replicated_forward_seconds_per_sample = 0.0;
   double replicated_backward_seconds_per_sample = 0.0;
+  // Of those, what it runs whole even with SP: the embeddings' vocabulary-parallel lookups (each rank
+  // looks up every token in its vocabulary shard, Megatron's VocabParallelEmbedding) and their gradients.
+  double lookup_forward_seconds_per_sample = 0.0;
+  double lookup_backward_seconds_per_sample = 0.0;
   int forward_kernels = 0;                   // kernels one forward pass of one micro-batch launches
   int backward_kernels = 0;                  // (whatever the micro-batch and TP degree)
   int64_t tp_comm_bytes_per_sample = 0;      // bytes all-reduced by Megatron TP in one forward pass
