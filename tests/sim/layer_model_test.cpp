@@ -27,6 +27,17 @@ cost::DeviceSpec TestDevice() {
   return d;
 }
 
+// A layer placed with `strategy` on one node of test devices that is its TP group (NVLink-like link).
+PlacedLayer OnTpGroup(const LayerProfile& p, const plan::LayerStrategy& strategy, int64_t microbatch) {
+  cost::Cluster cluster;
+  cluster.device = TestDevice();
+  cluster.devices_per_node = strategy.tp;
+  cluster.intra_node = {"link", 1e11, 0.0};
+  Result<StageMesh> mesh = MakeStageMesh(cluster, {1, 1, strategy.tp});
+  EXPECT_TRUE(mesh.ok()) << mesh.error().message;
+  return {p, strategy, mesh.ok() ? *mesh : StageMesh{}, microbatch};
+}
+
 ir::Graph SmallGpt(int64_t batch) {
   models::ModelOverrides o;
   o.layers = 2;
@@ -198,19 +209,9 @@ TEST(BuildLayerModel, TpRankActivationsAreKorthikantis) {
   EXPECT_EQ(mid.replicated_activation_bytes_per_sample * b, 10 * sbh);
   EXPECT_EQ(mid.boundary_bytes_per_sample * b, 2 * sbh);
   for (int t : {1, 2, 4, 8}) {
-    cost::Cluster cluster;
-    cluster.device = TestDevice();
-    cluster.devices_per_node = t;
-    cluster.intra_node = {"link", 1e11, 0.0};
     for (bool checkpoint : {false, true}) {
       for (bool sp : {false, true}) {
-      PlacedLayer placed;
-      placed.profile = mid;
-      placed.strategy = {.tp = t, .dp = 1, .checkpoint = checkpoint, .sequence_parallel = sp};
-      placed.microbatch = b;
-      Result<StageMesh> mesh = MakeStageMesh(cluster, {1, 1, t});
-      ASSERT_TRUE(mesh.ok()) << mesh.error().message;
-      placed.mesh = *mesh;
+      const PlacedLayer placed = OnTpGroup(mid, {.tp = t, .dp = 1, .checkpoint = checkpoint, .sequence_parallel = sp}, b);
       const LayerModel no_states;  // no model states: only the activations differ
       const int64_t kept = LayerMemory(placed, no_states).activations;
       if (sp && t > 1) {  // eq. 4: sbh(34/t + 5as/(ht)); checkpointed, the input's shard 2sbh/t
@@ -374,18 +375,8 @@ TEST(BuildLayerModel, TpRunsTheNormsDropoutsAndResidualsWholeWithoutSequencePara
   LayerProfile bare = p;
   bare.forward_overhead_seconds = bare.backward_overhead_seconds = 0.0;
   bare.forward_kernels = bare.backward_kernels = 0;
-  cost::Cluster cluster;
-  cluster.device = TestDevice();
-  cluster.devices_per_node = 4;
-  cluster.intra_node = {"link", 1e11, 0.0};
-  Result<StageMesh> mesh = MakeStageMesh(cluster, {1, 1, 4});
-  ASSERT_TRUE(mesh.ok()) << mesh.error().message;
   for (bool sp : {false, true}) {
-    PlacedLayer placed;
-    placed.profile = bare;
-    placed.strategy = {.tp = 4, .dp = 1, .sequence_parallel = sp};
-    placed.microbatch = 8;
-    placed.mesh = *mesh;
+    const PlacedLayer placed = OnTpGroup(bare, {.tp = 4, .dp = 1, .sequence_parallel = sp}, 8);
     StageCost cost;
     AddLayerCost(placed, cm, cost);
     const double all = p.forward_seconds_per_sample + p.backward_seconds_per_sample;
@@ -474,19 +465,8 @@ TEST(BuildLayerModel, ExpertTpUnderSequenceParallelismGathersTheRoutedRowsWhole)
   EXPECT_LT(e.routed_gather_forward_seconds_per_sample, e.forward_seconds_per_sample);
   EXPECT_EQ(dense.routed_gather_forward_seconds_per_sample, 0.0);
 
-  cost::Cluster cluster;
-  cluster.device = TestDevice();
-  cluster.devices_per_node = 4;
-  cluster.intra_node = {"link", 1e11, 0.0};
   const auto place = [&](const LayerProfile& p, int tp, bool sp, bool checkpoint = false) {
-    PlacedLayer placed;
-    placed.profile = p;
-    placed.strategy = {.tp = tp, .dp = 1, .checkpoint = checkpoint, .sequence_parallel = sp};
-    placed.microbatch = micro;
-    Result<StageMesh> mesh = MakeStageMesh(cluster, {1, 1, tp});
-    EXPECT_TRUE(mesh.ok()) << mesh.error().message;
-    placed.mesh = *mesh;
-    return placed;
+    return OnTpGroup(p, {.tp = tp, .dp = 1, .checkpoint = checkpoint, .sequence_parallel = sp}, micro);
   };
   const LayerModel no_states;
   const int64_t t = 4;
@@ -604,20 +584,9 @@ TEST(BuildLayerModel, TpRunsTheEmbeddingsLookupsAndTheFinalNormWhole) {
   EXPECT_EQ(h.lookup_forward_seconds_per_sample, 0.0);
   for (const LayerProfile& p : m->layers) EXPECT_EQ(p.lookup_forward_seconds_per_sample, 0.0);
   // Priced: at TP 4 without SP the embeddings take one device's time; with SP all but the lookups split.
-  cost::Cluster cluster;
-  cluster.device = TestDevice();
-  cluster.devices_per_node = 4;
-  cluster.intra_node = {"link", 1e11, 0.0};
   const auto compute = [&](int tp, bool sp) {
-    PlacedLayer placed;
-    placed.profile = e;
-    placed.strategy = {.tp = tp, .dp = 1, .sequence_parallel = sp};
-    placed.microbatch = batch;
-    Result<StageMesh> mesh = MakeStageMesh(cluster, {1, 1, tp});
-    EXPECT_TRUE(mesh.ok()) << mesh.error().message;
-    placed.mesh = *mesh;
     StageCost c;
-    AddLayerCost(placed, cm, c);
+    AddLayerCost(OnTpGroup(e, {.tp = tp, .dp = 1, .sequence_parallel = sp}, batch), cm, c);
     return c.compute;
   };
   const double one = (e.forward_seconds_per_sample + e.backward_seconds_per_sample) * batch;
