@@ -32,8 +32,9 @@ struct LayerProfile {
   double backward_overhead_seconds = 0.0;
   // Of those seconds, what Megatron TP runs whole on every rank without sequence parallelism: the ops
   // whose inputs and output it keeps whole (norms, residual adds, dropouts; the linears it keeps whole:
-  // routers, gates, MLA's latents and shared rotary key head) and their gradients. Sequence parallelism
-  // splits them by tokens (Korthikanti et al. 2023 §4.2.2), as it does their saved activations.
+  // routers, gates, MLA's latents and shared rotary key head) and their gradients; of the embeddings all
+  // of them, of the head its final norm. Sequence parallelism splits them by tokens (Korthikanti et al.
+  // 2023 §4.2.2), as it does their saved activations.
   double replicated_forward_seconds_per_sample = 0.0;
   double replicated_backward_seconds_per_sample = 0.0;
   // Of those, what it runs whole even with SP: the embeddings' vocabulary-parallel lookups (each rank
