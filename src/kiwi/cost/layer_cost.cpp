@@ -153,21 +153,21 @@ void FillTpCollectives(const PlacedLayer& l, LayerCommunication& c) {
   c.tp_recomputed = l.strategy.checkpoint;
   const auto& forward = p.tp_forward_all_reduce_bytes_per_sample;
   const auto& backward = p.tp_backward_all_reduce_bytes_per_sample;
-  if (forward.empty() && backward.empty() && p.experts > 0 && sp) {  // Megatron's expert TP (LayerProfile::experts)
-    const int64_t dense = l.PerDevice(p.boundary_bytes_per_sample), routed = l.PerDevice(p.routed_bytes_per_sample);
-    for (int i = 0; i < p.row_parallel_linears; ++i) {
-      AddTpOperator(TpOperator::kG, dense, sp, c);
-      AddTpOperator(TpOperator::kF, dense, sp, c);
-    }
-    // The dispatcher's all-gather of the routed rows and reduce-scatter of the experts' outputs, forward
-    // and (as each other's gradients) backward; the gathered rows are kept, not gathered again.
-    c.tp_forward.all_gathers.push_back(routed);
-    c.tp_forward.reduce_scatters.push_back(routed);
-    c.tp_backward.reduce_scatters.push_back(routed);
-    c.tp_backward.all_gathers.push_back(routed);
-    return;
-  }
   if (forward.empty() && backward.empty()) {  // a transformer layer: f, g before and after attention and MLP
+    if (p.experts > 0 && sp) {  // Megatron's expert TP (LayerProfile::gathered_activation_bytes_per_sample)
+      const int64_t dense = l.PerDevice(p.boundary_bytes_per_sample), routed = l.PerDevice(p.routed_bytes_per_sample);
+      for (int i = 0; i < p.row_parallel_linears; ++i) {
+        AddTpOperator(TpOperator::kG, dense, sp, c);
+        AddTpOperator(TpOperator::kF, dense, sp, c);
+      }
+      // The dispatcher's all-gather of the routed rows and reduce-scatter of the experts' outputs, forward
+      // and (as each other's gradients) backward; the gathered rows are kept, not gathered again.
+      c.tp_forward.all_gathers.push_back(routed);
+      c.tp_forward.reduce_scatters.push_back(routed);
+      c.tp_backward.reduce_scatters.push_back(routed);
+      c.tp_backward.all_gathers.push_back(routed);
+      return;
+    }
     const int64_t bytes = l.PerDevice(p.tp_comm_bytes_per_sample / 2);
     if (bytes <= 0) return;
     for (int i = 0; i < kTpAllReducesForward; ++i) AddTpOperator(TpOperator::kG, bytes, sp, c);
@@ -448,8 +448,7 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
   const double backward_overhead = p.backward_overhead_seconds + (split ? p.tp_loss_backward_overhead_seconds : 0.0);
   // Megatron's expert TP under SP sorts the TP group's gathered rows by local expert and back on each
   // rank (when it holds more than one expert): a routed gather's work each, on all the micro-batch's rows.
-  const double sort_share =
-      l.strategy.tp > 1 && l.strategy.SequenceParallel() && p.experts > l.strategy.ep ? l.Samples() : 0.0;
+  const double sort_share = l.strategy.SequenceParallel() && p.experts > l.strategy.ep ? l.Samples() : 0.0;
   // The embeddings' lookups stay whole with SP too (without it they are among the replicated work).
   const double lookup_share = l.strategy.SequenceParallel() ? l.Samples() - share : 0.0;
   const double forward_work = forward_per_sample * share + p.replicated_forward_seconds_per_sample * whole_share +
@@ -484,10 +483,10 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
                                                         set.routed_seconds_per_sample * sort_share + set.overhead_seconds,
                                                     set.kernels);
     // Under SP a recomputed routed gather runs its TP collective of the routed rows again too.
-    const bool expert_tp = l.mesh.masks[kTpAxis] != 0 && p.experts > 0 && l.strategy.SequenceParallel();
-    const double routed_tp = expert_tp ? CollectiveSeconds(cost_model, Collective::kAllGather,
-                                                           l.PerDevice(p.routed_bytes_per_sample), l.mesh, kTpAxis)
-                                       : 0.0;
+    const double routed_tp = l.strategy.SequenceParallel()
+                                 ? CollectiveSeconds(cost_model, Collective::kAllGather,
+                                                     l.PerDevice(p.routed_bytes_per_sample), l.mesh, kTpAxis)
+                                 : 0.0;
     cost.recompute += again + (set.attention ? ring.forward : 0.0) + comm.all_to_alls_recomputed * all_to_all +
                       set.routed_gathers * routed_tp;
     backward_compute += again;

@@ -407,8 +407,10 @@ void FillExperts(const ir::Graph& graph, const ir::Layer& layer, const std::vect
   std::vector<ir::NodeId> gathers;
   for (ir::NodeId id : layer.forward) {
     const ir::Node& node = graph.node(id);
-    if (!node.is_backward() && IsRoutedGather(graph, node)) gathers.push_back(id);
-    if (!node.is_backward() && saved[static_cast<size_t>(id)] && IsDispatch(graph, readers, id)) gathered += node.output.Bytes();
+    if (!node.is_backward() && IsRoutedGather(graph, node)) {
+      gathers.push_back(id);
+      if (saved[static_cast<size_t>(id)] && IsDispatch(graph, readers, id)) gathered += node.output.Bytes();
+    }
     if (IsRoutingChoice(node) && RouterOf(graph, node) != ir::kNoNode) {
       p.experts = graph.node(node.inputs[0]).output.shape.back();
       p.routed_bytes_per_sample = node.output.shape.back() * p.boundary_bytes_per_sample;
