@@ -94,6 +94,12 @@ TEST(BuildLayerModel, SmallGptAccountsForEveryParameterAndActivation) {
   }
   // fp32 Adam: a gradient and two moments per parameter.
   EXPECT_DOUBLE_EQ(m->state_bytes_per_parameter_byte, 3.0);
+  // The model FLOPs MFU counts: every op's but the optimizer step's, once.
+  double flops = 0.0;
+  for (const ir::Node& n : g.nodes())
+    if (n.kind != ir::OpKind::kOptimizer) flops += n.flops;
+  EXPECT_GT(flops, 0.0);
+  EXPECT_NEAR(m->TrainingFlopsPerSample() * static_cast<double>(batch), flops, 1e-9 * flops);
   // The head's backward starts with the loss's gradient, as large as the logits, and PyTorch's
   // cross entropy holds a second such tensor while computing it (its dense nll_loss_grad).
   int64_t logits = 0;

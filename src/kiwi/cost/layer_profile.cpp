@@ -31,6 +31,11 @@ void FillPasses(const ir::Graph& graph, std::span<const ir::NodeId> forward, std
   p.backward_overhead_seconds = b.overhead;
   p.forward_kernels = f.kernels;
   p.backward_kernels = b.kernels;
+  double flops = 0.0;
+  for (std::span<const ir::NodeId> pass : {forward, backward})
+    for (ir::NodeId id : pass)  // the optimizer step (in the embeddings' part) is not model FLOPs, as SumPassWork skips it
+      if (graph.node(id).kind != ir::OpKind::kOptimizer) flops += graph.node(id).flops;
+  p.flops_per_sample = flops / batch;
 }
 
 // Gradients + optimizer states per parameter byte. The final gradient of each parameter is what the

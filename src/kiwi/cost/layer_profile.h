@@ -25,6 +25,9 @@ struct LayerProfile {
   int64_t backward_transient_bytes_per_sample = 0;
   double forward_seconds_per_sample = 0.0;   // one device, no parallelism
   double backward_seconds_per_sample = 0.0;
+  // The model FLOPs of one sample's forward + backward pass (ir::Node::flops of the part's ops; no
+  // recomputation, no optimizer step): what MFU counts (0 where unknown, as in Galvatron's profiles).
+  double flops_per_sample = 0.0;
   // What each pass of one micro-batch pays per op whatever its size and the TP degree (every rank runs
   // every op): a CPU's eager dispatch (CostModel::OverheadIn), not in the per-sample seconds. Without
   // it split out, a layer at TP 2 or micro-batch 1/m of the batch was priced half or 1/m of it.
@@ -161,6 +164,12 @@ struct LayerModel {
       sequence = p.attention_sequence;
     }
     return sequence;
+  }
+  // The model FLOPs of one training sample: every layer's, the embeddings' and the head's.
+  double TrainingFlopsPerSample() const {
+    double flops = embedding.flops_per_sample + head.flops_per_sample;
+    for (const LayerProfile& p : layers) flops += p.flops_per_sample;
+    return flops;
   }
   // Whether some layer has an attention core that selective recomputation can drop.
   bool HasAttentionCore() const {
