@@ -549,6 +549,48 @@ TEST(SimulateLayerPlan, OneFOneBTwoStagesFourMicroBatches) {
   EXPECT_NEAR(r.stages[1].microbatch_seconds, c1, kEps);
   EXPECT_NEAR(r.summary.iteration_seconds, (4 - 1) * c1 + (c0 + c1), kEps);
   EXPECT_NEAR(r.summary.time.total(), r.summary.iteration_seconds, kEps);
+  // The slowest stage waits for the other's first and last micro-batch: the bubble is c0.
+  EXPECT_NEAR(r.pipeline_bubble_seconds, c0, kEps);
+  // What holds each peak: fp32 Adam's gradient (1 byte per parameter byte) and moments (2), the
+  // micro-batches in flight.
+  const StageMemorySplit& m0 = r.stages[0].memory;
+  EXPECT_EQ(m0.parameters, 1'000'000);
+  EXPECT_EQ(m0.gradients, 1'000'000);
+  EXPECT_EQ(m0.optimizer_states, 2'000'000);
+  EXPECT_EQ(m0.activations, 2 * 20'000);
+  EXPECT_EQ(m0.buffers, 0);
+  EXPECT_EQ(r.stages[1].memory.parameters, 3'000'000);
+  EXPECT_EQ(r.stages[1].memory.activations, 60'000);
+  for (const StageResult& stage : r.stages) EXPECT_EQ(stage.memory.Total(), stage.peak_memory_bytes);
+}
+
+// Every kind of strategy's stage peak splits into its kinds exactly: ZeRO stages shard the states they
+// name, checkpointing leaves the boundary, a pipeline's stages each theirs, the reserve is its own.
+TEST(SimulateLayerPlan, EveryStagePeakSplitsIntoItsKinds) {
+  cost::Cluster cluster = TestCluster(1, 4);
+  cluster.device.reserved_bytes = 123'456;
+  for (plan::Zero zero : {plan::Zero::kNone, plan::Zero::kOptimizerStates, plan::Zero::kGradients, plan::Zero::kParameters}) {
+    for (bool checkpoint : {false, true}) {
+      LayerStrategy s;
+      s.dp = 4;
+      s.zero = zero;
+      s.checkpoint = checkpoint;
+      const LayerSimResult r = Simulate(FourLayers(), UniformPlan(s, 8, 2), cluster);
+      ASSERT_EQ(r.stages.size(), 1u);
+      const StageMemorySplit& m = r.stages[0].memory;
+      EXPECT_EQ(m.Total(), r.stages[0].peak_memory_bytes);
+      EXPECT_EQ(m.reserved, 123'456);
+      EXPECT_EQ(m.parameters, zero == plan::Zero::kParameters ? 1'000'000 : 4'000'000);
+      EXPECT_EQ(m.optimizer_states, zero == plan::Zero::kNone ? 8'000'000 : 2'000'000);
+      EXPECT_EQ(m.activations, 4 * (checkpoint ? 1'000 : 10'000));  // one micro-batch of 1 sample per rank
+      EXPECT_DOUBLE_EQ(r.pipeline_bubble_seconds, 0.0);
+    }
+  }
+  LayerPlan pipelined = UniformPlan(LayerStrategy{}, 8, 4);
+  pipelined.pp_degree = 4;
+  pipelined.pp_partition = {1, 1, 1, 1};
+  const LayerSimResult r = Simulate(FourLayers(), pipelined, cluster);
+  for (const StageResult& stage : r.stages) EXPECT_EQ(stage.memory.Total(), stage.peak_memory_bytes);
 }
 
 TEST(SimulateLayerPlan, GPipeHoldsEveryMicroBatchWithTheSameTime) {

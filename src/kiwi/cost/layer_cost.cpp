@@ -68,24 +68,34 @@ double TpWholeDenseBytes(const PlacedLayer& l) {
 }
 double ExpertBytes(const PlacedLayer& l) { return static_cast<double>(l.profile.expert_parameter_bytes); }
 
-// Bytes of model states per parameter byte of one DP replica, `dp` ranks sharding what the ZeRO stage
-// shards; offloaded optimizer states are in host memory.
-double StateBytesPerParameterByte(const plan::LayerStrategy& s, int dp, const LayerModel& model) {
+// Bytes of model states per parameter byte of one DP replica, by kind, `dp` ranks sharding what the
+// ZeRO stage shards; offloaded optimizer states are in host memory.
+struct StateRatios {
+  double parameters = 0.0, gradients = 0.0, optimizer_states = 0.0;
+  double Total() const { return parameters + gradients + optimizer_states; }
+};
+StateRatios StateRatiosOf(const plan::LayerStrategy& s, int dp, const LayerModel& model) {
   const double n = static_cast<double>(dp);
   const double gradients = model.GradientBytesPerParameterByte();
   const double states = s.offload ? 0.0 : model.OptimizerStateBytesPerParameterByte();
-  return (s.Shards(plan::Zero::kParameters) ? 1.0 / n : 1.0) + (s.Shards(plan::Zero::kGradients) ? gradients / n : gradients) +
-         (s.Shards(plan::Zero::kOptimizerStates) ? states / n : states);
+  return {s.Shards(plan::Zero::kParameters) ? 1.0 / n : 1.0, s.Shards(plan::Zero::kGradients) ? gradients / n : gradients,
+          s.Shards(plan::Zero::kOptimizerStates) ? states / n : states};
 }
 
-// Parameters + gradients + optimizer states per device: split by TP (but the replicated part), and by
-// DP what the layer's ZeRO stage shards (ZeRO §5.1-5.3: P_os, P_os+g, P_os+g+p); the experts' also by
-// EP, their ZeRO shards over dp / ep.
-int64_t ModelStateBytes(const PlacedLayer& l, const LayerModel& model) {
+// One device's bytes of a kind of model state, `of` picking the kind's ratio: split by TP (but the
+// replicated part), and by DP what the layer's ZeRO stage shards (ZeRO §5.1-5.3: P_os, P_os+g,
+// P_os+g+p); the experts' also by EP, their ZeRO shards over dp / ep.
+template <typename Of>
+double StateBytes(const PlacedLayer& l, const LayerModel& model, Of of) {
   const plan::LayerStrategy& s = l.strategy;
-  const double dense = TpWholeDenseBytes(l) * StateBytesPerParameterByte(s, s.dp, model);
-  const double experts = ExpertBytes(l) / s.ep * StateBytesPerParameterByte(s, s.ExpertDataParallel(), model);
-  return static_cast<int64_t>(std::ceil((dense + experts) / s.tp));
+  const double dense = TpWholeDenseBytes(l) * of(StateRatiosOf(s, s.dp, model));
+  const double experts = ExpertBytes(l) / s.ep * of(StateRatiosOf(s, s.ExpertDataParallel(), model));
+  return (dense + experts) / s.tp;
+}
+
+// Parameters + gradients + optimizer states per device.
+int64_t ModelStateBytes(const PlacedLayer& l, const LayerModel& model) {
+  return static_cast<int64_t>(std::ceil(StateBytes(l, model, [](const StateRatios& r) { return r.Total(); })));
 }
 
 // The parameters whose optimizer step one device runs: all of its TP shard, or the DP shard of it
@@ -315,6 +325,15 @@ StageMemory LayerMemory(const PlacedLayer& l, const LayerModel& model) {
   return m;
 }
 
+ModelStateSplit ModelStatesOf(const PlacedLayer& l, const LayerModel& model) {
+  ModelStateSplit split;
+  split.parameters = static_cast<int64_t>(StateBytes(l, model, [](const StateRatios& r) { return r.parameters; }));
+  split.gradients = static_cast<int64_t>(StateBytes(l, model, [](const StateRatios& r) { return r.gradients; }));
+  // the rest of ModelStateBytes' rounded total, so that the kinds add up to it exactly
+  split.optimizer_states = ModelStateBytes(l, model) - split.parameters - split.gradients;
+  return split;
+}
+
 int64_t TpShardParameterBytes(const LayerProfile& p, int tp, int ep) {
   if (ep <= 1) return CeilDiv(p.parameter_bytes - p.replicated_parameter_bytes, tp) + p.replicated_parameter_bytes;
   return CeilDiv(p.parameter_bytes - p.replicated_parameter_bytes - p.expert_parameter_bytes, tp) +
@@ -498,6 +517,8 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
   const double gather =
       CollectiveSeconds(cost_model, Collective::kAllGather, comm.sdp_all_gather_bytes, l.mesh, kDpAxis);
   cost.communication += comm.sdp_all_gathers * gather;
+  cost.forward += forward + tp_forward + (comm.all_to_alls > 0 ? kAllToAllsForward * all_to_all : 0.0) + ring.forward +
+                  (comm.sdp_all_gathers > 0 ? gather : 0.0);
   // Gradient sync overlapped with the layer's backward computation, both slowed down while they
   // overlap (§V); only the excess counts. The DP all-reduce runs in the last micro-batch (once per
   // iteration); ZeRO-3's reduce-scatter after every micro-batch's backward (part of C_s).

@@ -66,6 +66,10 @@ struct StageCost {
   double gradient_sync = 0.0;  // once per iteration: DP/SDP gradient sync not hidden by the backward
   double optimizer = 0.0;      // once per iteration: the optimizer step over the device's model states
   double parameter_gather = 0.0;  // once per iteration, after the step: ZeRO-1/2's all-gather of the updated shards
+  // Of one micro-batch's compute + communication, the forward pass's: its kernels and the collectives it
+  // waits for (TP/SP, all-to-alls, ring sends, a ZeRO-3 gather); the rest of MicrobatchSeconds is the
+  // backward pass's (with recomputation, gradient collectives, sends and resharding). A timeline's split.
+  double forward = 0.0;
   int64_t peak_memory_bytes = 0;
   double MicrobatchSeconds() const { return compute + recompute + communication + resharding; }
 };
@@ -89,6 +93,22 @@ int64_t RecomputedBytes(const PlacedLayer& layer);
 // The most a layer's backward pass holds per device beyond the activations kept for it: what its
 // recomputation brings back (RecomputedBytes) and its gradients in flight.
 int64_t TransientBytes(const PlacedLayer& layer);
+
+// A layer's model states per device by kind (what LayerMemory counts as StageMemory::model_states,
+// to the byte): what a report splits a stage's memory into.
+struct ModelStateSplit {
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_states = 0;  // and fp32 master weights; 0 where offloaded to the host
+  int64_t Total() const { return parameters + gradients + optimizer_states; }
+  ModelStateSplit& operator+=(const ModelStateSplit& o) {
+    parameters += o.parameters;
+    gradients += o.gradients;
+    optimizer_states += o.optimizer_states;
+    return *this;
+  }
+};
+ModelStateSplit ModelStatesOf(const PlacedLayer& layer, const LayerModel& model);
 
 // One layer's terms of a stage's memory (Galvatron-BMW Eq. 1) per device; `model` gives the bytes of
 // gradients and optimizer states per parameter byte.

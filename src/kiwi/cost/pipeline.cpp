@@ -57,4 +57,8 @@ double InterleavedIterationSeconds(int micro_batches, int virtual_stages, double
          slowest_optimizer_seconds;
 }
 
+double PipelineBubbleSeconds(int virtual_stages, double slowest_microbatch_seconds, double sum_of_stages_seconds) {
+  return (sum_of_stages_seconds - slowest_microbatch_seconds) / virtual_stages;
+}
+
 }  // namespace kiwi::cost

@@ -66,4 +66,8 @@ double InterleavedIterationSeconds(int micro_batches, int virtual_stages, double
                                    double sum_of_stages_seconds, double sum_of_syncs_seconds,
                                    double slowest_optimizer_seconds);
 
+// The part of InterleavedIterationSeconds the slowest stage spends waiting while the pipeline fills
+// and drains: (sum_s C_s - max_s C_s) / v (0 with one stage).
+double PipelineBubbleSeconds(int virtual_stages, double slowest_microbatch_seconds, double sum_of_stages_seconds);
+
 }  // namespace kiwi::cost

@@ -224,15 +224,25 @@ Result<CheckedPlan> CheckAndPlace(const cost::LayerModel& model, const LayerPlan
 
 // Per-micro-batch costs and peak memory of stage s, over its chunks (`chunks`: every stage's or chunk's
 // span in model order). The embeddings ride with the first chunk, the head with the last.
-Result<cost::StageCost> CostStage(const cost::LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster,
-                            const cost::CostModel& cost_model, const std::vector<cost::PlacedLayer>& placed,
-                            const std::vector<StageSpan>& chunks, int s) {
+struct PricedStage {
+  cost::StageCost cost;
+  StageMemorySplit memory;
+  std::vector<double> chunk_forward, chunk_backward;
+};
+
+Result<PricedStage> CostStage(const cost::LayerModel& model, const LayerPlan& plan, const cost::Cluster& cluster,
+                              const cost::CostModel& cost_model, const std::vector<cost::PlacedLayer>& placed,
+                              const std::vector<StageSpan>& chunks, int s) {
   const int last_chunk = static_cast<int>(chunks.size()) - 1;
   cost::StageCost c;
   std::vector<cost::StageMemory> chunk_memory;
+  cost::StageMemory whole;  // all chunks' terms: model states and the largest transients
+  cost::ModelStateSplit states;
+  std::vector<double> chunk_forward, chunk_backward;
   cost::PlacedLayer embedding, head;
   for (int k = s; k <= last_chunk; k += plan.pp_degree) {
     const StageSpan span = chunks[static_cast<size_t>(k)];
+    const cost::StageCost before = c;
     std::vector<const cost::PlacedLayer*> layers;
     if (k == 0 && !IsEmpty(model.embedding)) {
       embedding = PlaceOther(model.embedding, placed.front());
@@ -246,11 +256,13 @@ Result<cost::StageCost> CostStage(const cost::LayerModel& model, const LayerPlan
     cost::StageMemory memory;
     for (const cost::PlacedLayer* layer : layers) {
       memory += cost::LayerMemory(*layer, model);
+      states += cost::ModelStatesOf(*layer, model);
       cost::AddLayerCost(*layer, cost_model, c);
       c.optimizer += cost::OptimizerSeconds(*layer, model, cost_model);
       c.parameter_gather += cost::ParameterGatherSeconds(*layer, cost_model);
     }
     chunk_memory.push_back(memory);
+    whole += memory;
     for (int i = std::max(span.first, 1); i < span.first + span.count; ++i) {
       Result<double> reshard = cost::SliceGatherSeconds(placed[static_cast<size_t>(i) - 1], placed[static_cast<size_t>(i)],
                                                         cluster, cost_model);
@@ -261,6 +273,8 @@ Result<cost::StageCost> CostStage(const cost::LayerModel& model, const LayerPlan
     if (k < last_chunk)
       c.communication += cost::PointToPointSeconds(placed[static_cast<size_t>(span.first + span.count) - 1], cost_model);
     if (k > 0) c.communication += cost::PointToPointSeconds(placed[static_cast<size_t>(span.first) - 1], cost_model);
+    chunk_forward.push_back(c.forward - before.forward);
+    chunk_backward.push_back(c.MicrobatchSeconds() - before.MicrobatchSeconds() - chunk_forward.back());
   }
   if (plan.virtual_stages > 1) {
     c.peak_memory_bytes = cost::InterleavedStagePeakBytes(chunk_memory, plan.pp_degree, plan.micro_batches, s);
@@ -269,7 +283,13 @@ Result<cost::StageCost> CostStage(const cost::LayerModel& model, const LayerPlan
     c.peak_memory_bytes = chunk_memory.front().PeakBytes(in_flight);
   }
   c.peak_memory_bytes += cost::ReservedBytes(cluster.device);
-  return c;
+  StageMemorySplit split{.parameters = states.parameters,
+                         .gradients = states.gradients,
+                         .optimizer_states = states.optimizer_states,
+                         .buffers = whole.transient + whole.gathered,
+                         .reserved = cost::ReservedBytes(cluster.device)};
+  split.activations = c.peak_memory_bytes - split.Total();  // the micro-batches in flight (Eq. 1's rest)
+  return PricedStage{c, split, std::move(chunk_forward), std::move(chunk_backward)};
 }
 
 // Galvatron-BMW Eq. 8 with the optimizer step (cost::InterleavedIterationSeconds, v = 1 without
@@ -303,6 +323,7 @@ void FillPipelineTime(const LayerPlan& plan, const std::vector<cost::StageCost>&
       cost::InterleavedIterationSeconds(m, v, top.communication, sum.communication, syncs, step.parameter_gather);
   t.resharding = cost::InterleavedIterationSeconds(m, v, top.resharding, sum.resharding, 0.0, 0.0);
   result.summary.iteration_seconds = t.total();
+  result.pipeline_bubble_seconds = cost::PipelineBubbleSeconds(v, top.MicrobatchSeconds(), sum.MicrobatchSeconds());
   result.throughput_samples_per_second = static_cast<double>(plan.global_batch) / result.summary.iteration_seconds;
 }
 
@@ -327,15 +348,19 @@ Result<LayerSimResult> SimulateLayerPlan(const cost::LayerModel& model, const La
   LayerSimResult result;
   std::vector<cost::StageCost> costs;
   for (int s = 0; s < plan.pp_degree; ++s) {
-    Result<cost::StageCost> cost = CostStage(model, plan, cluster, cost_model, placed, stages, s);
-    if (!cost) return cost.error();
-    costs.push_back(*cost);
+    Result<PricedStage> priced = CostStage(model, plan, cluster, cost_model, placed, stages, s);
+    if (!priced) return priced.error();
+    const cost::StageCost* cost = &costs.emplace_back(priced->cost);
     StageResult stage;
+    stage.memory = priced->memory;
     for (const StageSpan& span : ChunksOf(plan, stages, s))
       for (int i = span.first; i < span.first + span.count; ++i) stage.layers.push_back(i);
     stage.peak_memory_bytes = cost->peak_memory_bytes;
     stage.microbatch_seconds = cost->MicrobatchSeconds();
     stage.gradient_sync_seconds = cost->gradient_sync;
+    stage.optimizer_seconds = cost->optimizer + cost->parameter_gather;
+    stage.chunk_forward_seconds = std::move(priced->chunk_forward);
+    stage.chunk_backward_seconds = std::move(priced->chunk_backward);
     result.stages.push_back(std::move(stage));
   }
   FillPipelineTime(plan, costs, result);

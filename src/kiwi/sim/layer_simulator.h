@@ -16,17 +16,37 @@
 
 namespace kiwi::sim {
 
+// A stage's peak memory per device by what holds it (the kinds add up to StageResult::peak_memory_bytes).
+struct StageMemorySplit {
+  int64_t parameters = 0;
+  int64_t gradients = 0;
+  int64_t optimizer_states = 0;  // with fp32 master weights
+  int64_t activations = 0;       // kept for the backward passes of the micro-batches in flight
+  int64_t buffers = 0;           // the largest backward transient and ZeRO-2/3 gathered parameters or gradient
+  int64_t reserved = 0;          // the device's reserve (cost::ReservedBytes)
+  int64_t Total() const { return parameters + gradients + optimizer_states + activations + buffers + reserved; }
+};
+
 struct StageResult {
   std::vector<int> layers;             // layer indices of the stage
   int64_t peak_memory_bytes = 0;       // per device of the stage
+  StageMemorySplit memory;             // what holds that peak
   double microbatch_seconds = 0.0;     // forward + backward of one micro-batch, no gradient sync
   double gradient_sync_seconds = 0.0;  // DP/SDP gradient communication, not hidden by compute
+  double optimizer_seconds = 0.0;      // the stage's optimizer step and ZeRO-1/2's gather after it, once
+  // One micro-batch's forward and backward seconds of each of the stage's model chunks (one without
+  // interleaving; cost::StageCost::forward splits them): what a timeline of the pipeline draws.
+  std::vector<double> chunk_forward_seconds;
+  std::vector<double> chunk_backward_seconds;
 };
 
 struct LayerSimResult {
   SimResult summary;                   // peak (largest stage), per-device peaks, time breakdown, iteration time
   std::vector<StageResult> stages;
   double throughput_samples_per_second = 0.0;
+  // Of summary.iteration_seconds, what the slowest stage waits while the pipeline fills and drains
+  // (cost::PipelineBubbleSeconds); the time buckets include it.
+  double pipeline_bubble_seconds = 0.0;
 };
 
 // Semantics, in full (Galvatron-BMW §III-A, §V, Eq. 1 and 8; details in cost/layer_cost.cpp):
