@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <tuple>
 
 namespace kiwi::solve {
 namespace {
@@ -133,6 +134,41 @@ TEST(UniformLayerPlans, SkipsBatchesThatDoNotSplitOverReplicas) {
   for (const auto& p : plans) EXPECT_LE(p.plan.layers.front().dp, 2) << p.name;
   // tp 1 (dp 4) is skipped; tp 2, tp 4; pp=2: tp 1 (dp 2), tp 2.
   EXPECT_EQ(plans.size(), 4u);
+}
+
+// Megatron-LM's grid (solve/hybrid/alternatives.h): every micro-batch count dividing the batch over the
+// replicas, and interleaving where the layers split into pp x v equal chunks and m is a multiple of pp.
+TEST(UniformLayerPlans, SweepsMicroBatchesAndInterleaving) {
+  const auto plans = UniformLayerPlans({.num_layers = 8, .num_devices = 4, .global_batch = 8, .allow_sdp = false,
+                                        .allow_zero12 = false, .allow_sequence_parallel = false,
+                                        .allow_checkpoint = false, .allow_selective_recompute = false,
+                                        .sweep_micro_batches = true, .interleave = true, .compact = true});
+  std::set<std::tuple<int, int, int, int>> seen;  // pp, dp, m, v
+  for (const auto& p : plans) {
+    const auto& s = p.plan.layers.front();
+    const int m = p.plan.micro_batches, v = p.plan.virtual_stages;
+    EXPECT_EQ(p.plan.global_batch % (int64_t{m} * s.dp), 0) << p.name;
+    EXPECT_EQ(static_cast<int>(p.plan.pp_partition.size()), p.plan.pp_degree * v) << p.name;
+    if (v > 1) {
+      EXPECT_GT(p.plan.pp_degree, 1) << p.name;
+      EXPECT_EQ(m % p.plan.pp_degree, 0) << p.name;
+      EXPECT_EQ(8 % (p.plan.pp_degree * v), 0) << p.name;
+    }
+    seen.insert({p.plan.pp_degree, s.dp, m, v});
+  }
+  // pp 1, dp 4 (tp 1): 2 samples per replica, m in {1, 2}
+  EXPECT_TRUE(seen.count({1, 4, 1, 1}));
+  EXPECT_TRUE(seen.count({1, 4, 2, 1}));
+  EXPECT_FALSE(seen.count({1, 4, 4, 1}));
+  // pp 2, dp 2: 4 samples per replica, m in {1, 2, 4}; v in {2, 4} where m is even
+  for (int m : {1, 2, 4}) EXPECT_TRUE(seen.count({2, 2, m, 1})) << m;
+  EXPECT_TRUE(seen.count({2, 2, 2, 2}));
+  EXPECT_TRUE(seen.count({2, 2, 4, 4}));
+  EXPECT_FALSE(seen.count({2, 2, 1, 2}));
+  EXPECT_FALSE(seen.count({2, 2, 2, 3}));  // 8 layers do not split into 6 chunks
+  // pp 4, dp 1: m in {1, 2, 4, 8}, interleaving v = 2 with m 4 and 8
+  EXPECT_TRUE(seen.count({4, 1, 8, 2}));
+  EXPECT_FALSE(seen.count({4, 1, 2, 2}));
 }
 
 }  // namespace

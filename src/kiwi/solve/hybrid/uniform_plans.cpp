@@ -1,5 +1,7 @@
 #include "kiwi/solve/hybrid/uniform_plans.h"
 
+#include <fmt/format.h>
+
 #include "kiwi/solve/hybrid/strategy_space.h"
 
 namespace kiwi::solve {
@@ -27,6 +29,7 @@ std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& o) {
   space.allow_context_parallel = o.context_sequence > 0;
   space.context_sequence = o.context_sequence;
   space.recompute_sets = o.recompute_sets;
+  space.max_tp = o.max_tp;
   std::vector<NamedLayerPlan> plans;
   for (int pp : hybrid::PowerOfTwoDivisors(o.num_devices)) {
     if (pp > o.num_layers) continue;
@@ -38,8 +41,27 @@ std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& o) {
       p.pp_degree = pp;
       p.pp_partition = EvenPartition(o.num_layers, pp);
       p.global_batch = o.global_batch;
-      p.micro_batches = pp == 1 ? 1 : static_cast<int>(o.global_batch / strategy.Replicas());
-      plans.push_back({plan::StrategyName(strategy, pp), std::move(p)});
+      const int64_t per_replica = o.global_batch / strategy.Replicas();
+      if (!o.sweep_micro_batches) {
+        p.micro_batches = pp == 1 ? 1 : static_cast<int>(per_replica);
+        plans.push_back({plan::StrategyName(strategy, pp), std::move(p)});
+        continue;
+      }
+      for (int64_t m = 1; m <= per_replica; ++m) {
+        if (per_replica % m != 0) continue;
+        p.micro_batches = static_cast<int>(m);
+        p.virtual_stages = 1;
+        p.pp_partition = EvenPartition(o.num_layers, pp);
+        const std::string name = plan::StrategyName(strategy, pp);
+        plans.push_back({fmt::format("{} m{}", name, m), p});
+        if (!o.interleave || pp == 1 || m % pp != 0) continue;
+        for (int v = 2; pp * v <= o.num_layers; ++v) {
+          if (o.num_layers % (pp * v) != 0) continue;
+          p.virtual_stages = v;
+          p.pp_partition = EvenPartition(o.num_layers, pp * v);
+          plans.push_back({fmt::format("{} m{} v{}", name, m, v), p});
+        }
+      }
     }
   }
   return plans;

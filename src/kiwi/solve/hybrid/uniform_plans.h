@@ -34,6 +34,13 @@ struct UniformPlanOptions {
   // Recompute sets every layer can run (solve/remat/recompute_frontier.h CommonRecomputeSets): each a
   // plan beside none, selective and CKPT, not beside EP.
   std::vector<std::vector<std::string>> recompute_sets = {};
+  int max_tp = 0;  // the largest TP degree, 0 = any
+  // Gradient accumulation searched: every number of micro-batches dividing the batch over the replicas
+  // (1F1B with pipelining), instead of the one count below.
+  bool sweep_micro_batches = false;
+  // With pipelining and the sweep, interleaved 1F1B too: v > 1 model chunks per stage where the layers
+  // split into pp x v equal chunks and the micro-batches are a multiple of pp (Megatron-LM's rules).
+  bool interleave = false;
   // Each plan's `layers` holds its one strategy instead of num_layers copies of it (ExpandUniform
   // gives the plan): thousands of plans of a 10,000-layer model then take kilobytes, not gigabytes.
   bool compact = false;
@@ -41,7 +48,8 @@ struct UniformPlanOptions {
 
 // Degrees are powers of two with pp * tp * dp = num_devices and pp <= num_layers. Layers are split
 // evenly over stages (earlier stages take the remainder). Micro-batches: 1 without pipelining; with
-// pipelining, global_batch / (dp / cp) (micro-batches of one sample per replica: the fewest bubbles).
+// pipelining, global_batch / (dp / cp) (micro-batches of one sample per replica: the fewest bubbles);
+// with sweep_micro_batches, each count in ascending order (then each interleaving).
 // Plans whose batch does not divide over the dp / cp replicas are skipped. The strategies are hybrid::LayerStrategies' of a
 // stage. Deterministic order: pp, then LayerStrategies' (tp, SP, ZeRO stage, checkpoint).
 std::vector<NamedLayerPlan> UniformLayerPlans(const UniformPlanOptions& options);

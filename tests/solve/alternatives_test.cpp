@@ -1,0 +1,103 @@
+// kiwi plan's search over everything (solve/hybrid/alternatives.h): never predicted slower than any of
+// kiwi's hybrid methods run on their own at the same batch and budget, and never a plan the simulator
+// says does not fit.
+#include "kiwi/solve/hybrid/alternatives.h"
+
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "kiwi/cost/cluster.h"
+#include "kiwi/models/layer_model.h"
+#include "kiwi/models/presets.h"
+
+namespace kiwi::solve::hybrid {
+namespace {
+
+struct Case {
+  const char* model;
+  models::ModelOverrides overrides;
+  const char* cluster;
+  double budget_fraction;  // of the device's memory
+};
+
+TEST(PlanAll, NeverSlowerThanAnyMethodAndItsBestFits) {
+  const std::vector<Case> cases = {
+      {"gpt", {.layers = 4}, "v100-nvlink-8", 1.0},
+      {"gpt", {.layers = 4}, "v100-nvlink-8", 0.1},
+      {"llama", {.layers = 4, .hidden = 1024, .heads = 8, .seq = 512, .batch = 16}, "dgx-a100-80gb:2", 1.0},
+      {"llama", {.layers = 4, .hidden = 1024, .heads = 8, .seq = 512, .batch = 16}, "dgx-a100-80gb:2", 0.05},
+      {"bert", {.layers = 6, .hidden = 512, .heads = 8, .seq = 128, .batch = 32}, "rtx-titan-pcie-8", 0.3},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{} on {} at {}", c.model, c.cluster, c.budget_fraction));
+    Result<models::ModelSpec> spec = models::LoadModel(c.model, c.overrides);
+    ASSERT_TRUE(spec) << spec.error().message;
+    Result<cost::Cluster> cluster = cost::ClusterPreset(c.cluster);
+    ASSERT_TRUE(cluster) << cluster.error().message;
+    const cost::CostModel cm(cluster->device);
+    Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, cm);
+    ASSERT_TRUE(model) << model.error().message;
+    const int64_t budget = static_cast<int64_t>(c.budget_fraction * static_cast<double>(cluster->device.memory_bytes));
+    const int64_t batch = models::SpecBatch(*spec);
+    Result<PlanAllResult> all =
+        PlanAll(*model, *cluster, cm, {.memory_budget_bytes = budget, .global_batch = batch, .time_limit_seconds = 60});
+    ASSERT_TRUE(all) << all.error().message;
+    ASSERT_EQ(all->candidates.size(), 7u);
+    ASSERT_GE(all->best, 0);
+    const PlanCandidate& best = all->candidates[static_cast<size_t>(all->best)];
+    // the simulator's verdict on the plan, again: it fits and the numbers are the same
+    Result<sim::LayerSimResult> replay = sim::SimulateLayerPlan(*model, best.plan, *cluster, cm);
+    ASSERT_TRUE(replay) << replay.error().message;
+    EXPECT_LE(replay->summary.peak_memory_bytes, budget);
+    EXPECT_EQ(replay->summary.peak_memory_bytes, best.simulated.summary.peak_memory_bytes);
+    EXPECT_DOUBLE_EQ(replay->summary.iteration_seconds, best.simulated.summary.iteration_seconds);
+    EXPECT_EQ(best.plan.global_batch, batch);  // the batch is the user's
+    for (const PlanCandidate& other : all->candidates) {
+      if (!other.found) continue;
+      EXPECT_LE(other.simulated.summary.peak_memory_bytes, budget) << other.name;
+      EXPECT_LE(other.simulated.throughput_samples_per_second, best.simulated.throughput_samples_per_second) << other.name;
+    }
+    for (Method method : AllMethods()) {
+      HybridSearchOptions o;
+      o.method = method;
+      o.memory_budget_bytes = budget;
+      o.global_batch = batch;
+      Result<HybridSearchResult> r = SearchHybridPlan(*model, *cluster, cm, o);
+      ASSERT_TRUE(r) << MethodName(method) << ": " << r.error().message;
+      if (!r->feasible) continue;
+      EXPECT_LE(r->simulated.throughput_samples_per_second, best.simulated.throughput_samples_per_second * (1 + 1e-12))
+          << MethodName(method);
+    }
+  }
+}
+
+// A batch that no data-parallel degree divides is bad input naming it; a budget nothing fits leaves
+// best at -1 with the smallest peaks known.
+TEST(PlanAll, BadBatchAndImpossibleBudget) {
+  Result<models::ModelSpec> spec = models::LoadModel("gpt", {.layers = 2});
+  ASSERT_TRUE(spec);
+  Result<cost::Cluster> cluster = cost::ClusterPreset("dgx-a100-80gb:35");
+  ASSERT_TRUE(cluster);
+  const cost::CostModel cm(cluster->device);
+  Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, cm);
+  ASSERT_TRUE(model);
+  Result<PlanAllResult> bad = PlanAll(*model, *cluster, cm, {.memory_budget_bytes = int64_t{1} << 36, .global_batch = 8});
+  ASSERT_FALSE(bad);
+  EXPECT_EQ(bad.error().code, ErrorCode::kBadInput);
+  EXPECT_NE(bad.error().message.find("--batch 8"), std::string::npos) << bad.error().message;
+  Result<cost::Cluster> v100 = cost::ClusterPreset("v100-nvlink-8");
+  ASSERT_TRUE(v100);
+  Result<PlanAllResult> none = PlanAll(*model, *v100, cost::CostModel(v100->device),
+                                       {.memory_budget_bytes = 1 << 20, .global_batch = 8});
+  ASSERT_TRUE(none) << none.error().message;
+  EXPECT_EQ(none->best, -1);
+  int64_t smallest = 0;
+  for (const PlanCandidate& c : none->candidates) {
+    EXPECT_FALSE(c.found) << c.name;
+    if (c.smallest_peak_bytes > 0 && (smallest == 0 || c.smallest_peak_bytes < smallest)) smallest = c.smallest_peak_bytes;
+  }
+  EXPECT_GT(smallest, 1 << 20);
+}
+
+}  // namespace
+}  // namespace kiwi::solve::hybrid
