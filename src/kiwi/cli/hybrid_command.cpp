@@ -18,7 +18,7 @@
 #include "kiwi/io/plan_json.h"
 #include "kiwi/models/hf_config.h"
 #include "kiwi/models/layer_model.h"
-#include "kiwi/report/table.h"
+#include "kiwi/report/layer_plan_table.h"
 #include "kiwi/solve/hybrid/search.h"
 #include "kiwi/util/units.h"
 
@@ -123,7 +123,6 @@ nlohmann::json ResultJson(const hybrid::HybridSearchResult& r, const HybridOptio
           {"dp_runs", r.dp_runs}};
 }
 
-// Consecutive layers with one strategy as one row ("layers 0-23: TP2xDP4+CKPT").
 std::string ResultText(const hybrid::HybridSearchResult& r, const std::string& model, const cost::Cluster& cluster,
                        int64_t budget) {
   const plan::LayerPlan& p = r.plan;
@@ -141,17 +140,7 @@ std::string ResultText(const hybrid::HybridSearchResult& r, const std::string& m
                      FormatSeconds(r.search_seconds), r.evaluated, r.configurations, r.partitions,
                      r.proven ? "optimal" : (r.strategies_proven ? "optimal strategies per partition" : "best found"),
                      r.timed_out ? ", time limit reached" : "");
-  report::Table t({"layers", "stage", "strategy"});
-  std::vector<int> stage_of;
-  for (size_t c = 0; c < p.pp_partition.size(); ++c)
-    stage_of.insert(stage_of.end(), static_cast<size_t>(p.pp_partition[c]), p.StageOfChunk(static_cast<int>(c)));
-  for (size_t i = 0; i < p.layers.size();) {
-    size_t j = i;
-    while (j + 1 < p.layers.size() && p.layers[j + 1] == p.layers[i] && stage_of[j + 1] == stage_of[i]) ++j;
-    t.AddRow({i == j ? std::to_string(i) : fmt::format("{}-{}", i, j), std::to_string(stage_of[i]), plan::StrategyName(p.layers[i])});
-    i = j + 1;
-  }
-  return out + t.Render();
+  return out + report::LayerPlanTable(p);
 }
 
 Status WritePlan(const std::string& path, const hybrid::HybridSearchResult& r, const HybridOptions& o) {
