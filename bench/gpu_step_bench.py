@@ -342,10 +342,10 @@ def cluster_file(doc: Dict[str, Any], path: str) -> None:
 
 
 def predict(row: Dict[str, Any], cluster: str, profile: Optional[str]) -> Dict[str, Any]:
-    """kiwi plan's simulated single-GPU plan (checkpointed or not, one micro-batch) for a measured row."""
+    """kiwi plan --uniform's simulated single-GPU plan (checkpointed or not, one micro-batch) for a measured row."""
     import kiwi
     args = ["plan", "--model", "gpt", "--layers", row["layers"], "--hidden", row["hidden"], "--heads", row["heads"],
-            "--seq", row["seq"], "--batch", row["batch"], "--dtype", row["dtype"], "--cluster", cluster, "--json",
+            "--seq", row["seq"], "--batch", row["batch"], "--dtype", row["dtype"], "--cluster", cluster, "--json", "--uniform",
             "--attention", row.get("attention", "materialized")]  # rows before --fused: materialized
     if profile:
         args += ["--profile", profile]

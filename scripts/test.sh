@@ -23,6 +23,8 @@ if [ -d "$build/python/kiwi" ]; then
     echo "test: .venv is missing: run bash scripts/setup.sh first" >&2
     exit 2
   fi
-  PYTHONPATH="$build/python" PYTHONDONTWRITEBYTECODE=1 OPENBLAS_NUM_THREADS=1 \
+  # A headless browser for the plan report's screenshot test (python/tests/test_plan_report.py).
+  bash scripts/apt_install.sh test chromium
+  KIWI_REQUIRE_CHROMIUM=1 PYTHONPATH="$build/python" PYTHONDONTWRITEBYTECODE=1 OPENBLAS_NUM_THREADS=1 \
     .venv/bin/python -m pytest -q -p no:cacheprovider python/tests
 fi

@@ -147,12 +147,55 @@ TEST(Cli, BadModelFlagsExitTwo) {
   EXPECT_EQ(RunKiwi("plan --memory 12parsecs").exit_code, 2);
 }
 
-TEST(Cli, MainJobPrintsATableOnItsDefaults) {
+// The main job: kiwi's plan, the alternatives beside it and why it wins (time, traffic, memory).
+TEST(Cli, MainJobPrintsTheBestPlanBesideTheAlternatives) {
   auto r = RunKiwi("");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("v100-nvlink-8"), std::string::npos);
-  EXPECT_NE(r.out.find("DP8"), std::string::npos);
-  EXPECT_NE(r.out.find("Best plan that fits"), std::string::npos);
+  EXPECT_NE(r.out.find("Best plan, found by "), std::string::npos) << r.out;
+  for (const char* row : {"Megatron-LM", "FSDP (ZeRO-3) + CKPT", "Galvatron-BMW", "DeepSpeed 3D", "uniform",
+                          "Why: ", "pipeline bubble", "optimizer states", "MFU"})
+    EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
+  EXPECT_EQ(r.err, "") << "no progress lines when stderr is not a terminal";
+  auto progress = RunKiwi("plan --progress");
+  EXPECT_NE(progress.err.find("kiwi plan: Megatron-LM: "), std::string::npos) << progress.err;
+  EXPECT_EQ(RunKiwi("plan --progress --quiet").err, "");
+}
+
+// --report: one self-contained HTML page with its four figures (python/tests/test_plan_report.py
+// screenshots it); a place it cannot be written is refused before any search.
+TEST(Cli, PlanReportIsOneSelfContainedPage) {
+  const std::string path = (TempDir() / "plan_report.html").string();
+  auto r = RunKiwi("plan --model gpt --layers 4 --report " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string html = testing::Slurp(path);
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  size_t figures = 0;
+  for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) ++figures;
+  EXPECT_EQ(figures, 4u);
+  for (const char* section : {"Planners", "Why it wins", "Pipeline timeline", "Memory per stage", "Layers' strategies",
+                              "Throughput against the memory budget", "Megatron-LM"})
+    EXPECT_NE(html.find(section), std::string::npos) << section;
+  EXPECT_EQ(html.find("src="), std::string::npos);
+  EXPECT_EQ(html.find("href="), std::string::npos);
+  auto bad = RunKiwi("plan --report " + (TempDir() / "no_such_dir" / "plan.html").string());
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(CountLines(bad.err), 1) << bad.err;
+}
+
+// --hf-config: a HuggingFace model planned at the given batch; --out refused (kiwi simulate rebuilds
+// presets only), a config beside --model refused.
+TEST(Cli, PlanTakesAHuggingFaceConfig) {
+  const std::string config = std::string(KIWI_TEST_DATA_DIR) + "/hf/llama.json";
+  auto r = RunKiwi("plan --hf-config " + config + " --batch 16 --cluster dgx-a100-80gb:1 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = r.Json();
+  EXPECT_EQ(j["global_batch"].get<int64_t>(), 16);
+  EXPECT_NE(j["model"].get<std::string>().find("batch 16"), std::string::npos) << j["model"];
+  auto out = RunKiwi("plan --hf-config " + config + " --out " + (TempDir() / "hf_plan.json").string());
+  EXPECT_EQ(out.exit_code, 2);
+  EXPECT_EQ(CountLines(out.err), 1) << out.err;
+  EXPECT_EQ(RunKiwi("plan --hf-config " + config + " --model gpt").exit_code, 2);
 }
 
 TEST(Cli, PlanJsonPicksTheFastestFittingPlan) {
@@ -160,12 +203,34 @@ TEST(Cli, PlanJsonPicksTheFastestFittingPlan) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto j = r.Json();
   const double best = j["best"]["throughput_samples_per_second"];
-  for (const auto& p : j["plans"]) {
-    if (p["fits"].get<bool>()) {
-      EXPECT_LE(p["throughput_samples_per_second"].get<double>(), best + 1e-9);
-    }
-    EXPECT_EQ(p["fits"].get<bool>(), p["peak_memory_bytes"].get<int64_t>() <= j["memory_budget_bytes"].get<int64_t>());
+  EXPECT_EQ(j["candidates"].size(), 7u);
+  for (const auto& c : j["candidates"]) {
+    if (!c["fits"].get<bool>()) continue;
+    EXPECT_LE(c["throughput_samples_per_second"].get<double>(), best) << c["name"];
+    EXPECT_LE(c["peak_memory_bytes"].get<int64_t>(), j["memory_budget_bytes"].get<int64_t>()) << c["name"];
   }
+  // the explanation's buckets add up to the iteration and its memory kinds to the peak
+  for (const auto& e : j["explained"]) {
+    const auto& t = e["breakdown"]["time_seconds"];
+    EXPECT_NEAR(t["compute"].get<double>() + t["recompute"].get<double>() + t["communication"].get<double>() +
+                    t["resharding"].get<double>(),
+                t["iteration"].get<double>(), 1e-12);
+    const auto& m = e["breakdown"]["memory_bytes"];
+    EXPECT_EQ(m["parameters"].get<int64_t>() + m["gradients"].get<int64_t>() + m["optimizer_states"].get<int64_t>() +
+                  m["activations"].get<int64_t>() + m["buffers"].get<int64_t>() + m["reserved"].get<int64_t>(),
+              m["peak"].get<int64_t>());
+  }
+  auto uniform = RunKiwi("plan --uniform --json");
+  ASSERT_EQ(uniform.exit_code, 0) << uniform.err;
+  const auto u = uniform.Json();
+  const double best_uniform = u["best"]["throughput_samples_per_second"];
+  for (const auto& p : u["plans"]) {
+    if (p["fits"].get<bool>()) {
+      EXPECT_LE(p["throughput_samples_per_second"].get<double>(), best_uniform + 1e-9);
+    }
+    EXPECT_EQ(p["fits"].get<bool>(), p["peak_memory_bytes"].get<int64_t>() <= u["memory_budget_bytes"].get<int64_t>());
+  }
+  EXPECT_LE(best_uniform, best);  // the uniform plans are one of kiwi plan's alternatives
 }
 
 TEST(Cli, PlanOnNodesThatStagesCannotTile) {
@@ -175,7 +240,7 @@ TEST(Cli, PlanOnNodesThatStagesCannotTile) {
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_EQ(CountLines(bad.err), 1) << bad.err;
   EXPECT_NE(bad.err.find("--batch 8"), std::string::npos) << bad.err;
-  auto r = RunKiwi("plan --cluster dgx-a100-80gb:35 --layers 2 --batch 280 --json");
+  auto r = RunKiwi("plan --cluster dgx-a100-80gb:35 --layers 2 --batch 280 --uniform --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = r.Json();  // kept: a range-for over a temporary's member would read freed memory
   for (const auto& p : j["plans"]) EXPECT_EQ(p["pp_degree"].get<int>(), 1);  // 140 and 70 split nodes
@@ -275,11 +340,11 @@ TEST(Cli, PlanWrittenByPlanReplaysWithTheSamePrediction) {
   EXPECT_TRUE(j["claims"]["iteration_seconds_matches"].get<bool>());
 }
 
-// At 1.7 GiB the default GPT's fastest uniform plan recomputes a set of each layer's ops (its frontier:
+// At 1.7 GiB the default GPT's fastest uniform plan (`kiwi plan --uniform`) recomputes a set of each layer's ops (its frontier:
 // norms, GeLU, dropout masks); the plan file names them and replays to its claims; the table counts them.
 TEST(Cli, PlanWithARecomputeSetReplays) {
   const std::string path = (TempDir() / "best_set_plan.json").string();
-  auto planned = RunKiwi("plan --memory 1.7GiB --json --out " + path);
+  auto planned = RunKiwi("plan --uniform --memory 1.7GiB --json --out " + path);
   ASSERT_EQ(planned.exit_code, 0) << planned.err;
   const nlohmann::json best = planned.Json()["best"];
   ASSERT_TRUE(best.contains("recompute")) << best;
@@ -291,7 +356,7 @@ TEST(Cli, PlanWithARecomputeSetReplays) {
   const nlohmann::json file = nlohmann::json::parse(testing::Slurp(path));
   ASSERT_EQ(file["layer"]["layers"].size(), 4u);
   for (const nlohmann::json& layer : file["layer"]["layers"]) EXPECT_EQ(layer["recompute"], best["recompute"]);
-  auto table = RunKiwi("plan --memory 1.7GiB");
+  auto table = RunKiwi("plan --uniform --memory 1.7GiB");
   EXPECT_NE(table.out.find("+RC" + std::to_string(best["recompute"].size()) + " "), std::string::npos) << table.out;
 }
 
@@ -313,13 +378,13 @@ TEST(Cli, PlanReplaysOnTheModelItWasMadeFor) {
 TEST(Cli, AttentionKernelIsRecordedInThePlanAndChecked) {
   const std::string path = (TempDir() / "materialized_plan.json").string();
   const std::string model = "--model gpt --layers 2 --hidden 256 --heads 4 --seq 512 --batch 8 --dtype bf16 ";
-  auto materialized = RunKiwi("plan " + model + "--attention materialized --json --out " + path);
+  auto materialized = RunKiwi("plan --uniform " + model + "--attention materialized --json --out " + path);
   ASSERT_EQ(materialized.exit_code, 0) << materialized.err;
   EXPECT_NE(testing::Slurp(path).find("\"attention\": \"materialized\""), std::string::npos) << testing::Slurp(path);
   auto sim = RunKiwi("simulate " + path + " --json");
   ASSERT_EQ(sim.exit_code, 0) << sim.err;
   EXPECT_EQ(sim.Json()["peak_memory_bytes"], materialized.Json()["best"]["peak_memory_bytes"]);
-  auto fused = RunKiwi("plan " + model + "--json");
+  auto fused = RunKiwi("plan --uniform " + model + "--json");
   ASSERT_EQ(fused.exit_code, 0) << fused.err;
   // One layer's 5as^2b of scores per micro-batch: fused plans of the same shape need less.
   EXPECT_LT(fused.Json()["plans"][0]["peak_memory_bytes"].get<int64_t>(),

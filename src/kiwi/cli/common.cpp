@@ -17,6 +17,7 @@
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/file_io.h"
 #include "kiwi/io/graph_json.h"
+#include "kiwi/models/hf_config.h"
 #include "kiwi/util/elapsed.h"
 #include "kiwi/util/one_line.h"
 #include "kiwi/util/units.h"
@@ -59,6 +60,15 @@ Result<models::ModelSpec> ModelFlags::Load() const {
   Result<models::ModelOverrides> o = Overrides();
   if (!o) return o.error();
   return models::LoadModel(model, *o);
+}
+
+Result<models::ModelSpec> ModelFlags::LoadHfConfig(const std::string& path, bool with_batch) const {
+  Result<models::ModelOverrides> overrides = Overrides();
+  if (!overrides) return overrides.error();
+  if (!with_batch) overrides->batch.reset();
+  Result<std::string> text = io::ReadFileText(path);  // a directory or a missing file: one line, exit 2
+  if (!text) return text.error();
+  return models::ParseHfConfig(*text, path, *overrides);
 }
 
 Result<models::ModelOverrides> ModelFlags::Overrides() const {

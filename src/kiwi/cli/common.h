@@ -24,6 +24,10 @@ struct ModelFlags {
   void Add(CLI::App* app, const std::string& default_model);
   Result<models::ModelSpec> Load() const;
   Result<models::ModelOverrides> Overrides() const;  // the flags parsed, for a preset or an HF config
+  // --hf-config FILE instead of --model: the sizes are the config's (ParseHfConfig refuses --layers,
+  // --hidden, --heads, --ffn); --seq, --dtype, --optimizer, --attention apply, and --batch when
+  // `with_batch` (false where the command takes the global batch elsewhere).
+  Result<models::ModelSpec> LoadHfConfig(const std::string& path, bool with_batch) const;
 };
 
 // --time-limit SECONDS and --threads N (CONTRACT.md: every subcommand that searches).

@@ -16,7 +16,6 @@
 #include "kiwi/io/galvatron_config.h"
 #include "kiwi/io/galvatron_profiles.h"
 #include "kiwi/io/plan_json.h"
-#include "kiwi/models/hf_config.h"
 #include "kiwi/models/layer_model.h"
 #include "kiwi/report/layer_plan_table.h"
 #include "kiwi/solve/hybrid/search.h"
@@ -197,22 +196,11 @@ Result<Problem> LoadGalvatronProblem(const HybridOptions& o, cost::Cluster clust
   return p;
 }
 
-// --hf-config: the sizes are the config's (ParseHfConfig refuses --layers, --hidden, --heads, --ffn);
-// --seq, --dtype, --optimizer and --attention still apply. --batch is the plan's global batch here.
-Result<models::ModelSpec> LoadHfModel(const HybridOptions& o) {
-  Result<models::ModelOverrides> overrides = o.model.Overrides();
-  if (!overrides) return overrides.error();
-  overrides->batch.reset();
-  Result<std::string> text = io::ReadFileText(o.hf_config);  // a directory or a missing file: one line, exit 2
-  if (!text) return text.error();
-  return models::ParseHfConfig(*text, o.hf_config, *overrides);
-}
-
 Result<Problem> LoadProblem(const HybridOptions& o) {
   Result<cost::Cluster> cluster = io::LoadCluster(o.cluster);
   if (!cluster) return cluster.error();
   if (!o.galvatron_profiles.empty()) return LoadGalvatronProblem(o, std::move(*cluster));
-  Result<models::ModelSpec> spec = o.hf_config.empty() ? o.model.Load() : LoadHfModel(o);
+  Result<models::ModelSpec> spec = o.hf_config.empty() ? o.model.Load() : o.model.LoadHfConfig(o.hf_config, /*with_batch=*/false);  // --batch: the global batch
   if (!spec) return spec.error();
   Result<cost::CostModel> cm = o.cost.Make(*cluster);
   if (!cm) return cm.error();

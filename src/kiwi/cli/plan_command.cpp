@@ -1,142 +1,287 @@
-// `kiwi plan`: kiwi's main job. Plans a model on a cluster within a memory budget and prints the
-// candidates as a table. So far it evaluates, with the simulator, the operator-level single-device
-// plan and every uniform layer-level plan (DP, SDP, TP, PP and combinations, with and without
-// checkpointing), and picks the fastest that fits.
+// `kiwi plan`: kiwi's main job. Plans a model on a cluster within a memory budget at the model's
+// global batch: kiwi's per-layer search beside the best plan of each alternative a practitioner would
+// pick (Megatron-LM's grid, FSDP, Galvatron-BMW, DeepSpeed 3D, uniform plans), all on one cost model
+// and verified by the simulator (solve/hybrid/alternatives.h); prints the fastest that fits and why it
+// wins over the next best.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
-#include <chrono>
+#include <cmath>
+#include <limits>
 #include <iostream>
 #include <memory>
+#include <unistd.h>
+#include <variant>
 
 #include "kiwi/cli/command.h"
 #include "kiwi/cli/common.h"
-#include "kiwi/cost/layer_cost.h"
+#include "kiwi/cli/plan_uniform.h"
+#include "kiwi/cost/throughput.h"
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/file_io.h"
 #include "kiwi/io/plan_json.h"
 #include "kiwi/models/layer_model.h"
+#include "kiwi/report/layer_plan_table.h"
+#include "kiwi/report/plan_breakdown.h"
+#include "kiwi/report/plan_report.h"
+#include "kiwi/sim/pipeline_timeline.h"
 #include "kiwi/report/table.h"
 #include "kiwi/sim/layer_simulator.h"
-#include "kiwi/solve/hybrid/search.h"
-#include "kiwi/solve/hybrid/uniform_plans.h"
-#include "kiwi/solve/remat/recompute_frontier.h"
-#include "kiwi/util/elapsed.h"
+#include "kiwi/solve/hybrid/alternatives.h"
 #include "kiwi/util/units.h"
 
 namespace kiwi::cli {
 namespace {
 
+namespace hybrid = solve::hybrid;
+
 struct PlanOptions {
   ModelFlags model;
+  std::string hf_config;
   std::string cluster = "v100-nvlink-8";
   std::string memory;
   std::string out;
+  std::string report;
   SearchFlags search;
   CostFlags cost;
   bool json = false;
+  bool quiet = false;
+  bool progress = false;
+  bool uniform = false;
 };
 
-struct Candidate {
-  std::string name;
-  plan::LayerPlan plan;  // compact: its one strategy (solve::ExpandUniform gives the plan)
-  sim::LayerSimResult result;
-  bool fits = false;
+// Tokens per sample (a transformer's sequence; 1 for an MLP) and the dtype it computes in.
+struct ModelUnits {
+  int64_t tokens_per_sample = 1;
+  ir::DType dtype = ir::DType::kF32;
 };
-
-// The experts every layer of `model` has (0 unless all have the same number): what a uniform plan's
-// expert parallelism can split.
-int64_t UniformExperts(const cost::LayerModel& model) {
-  const int64_t experts = model.layers.empty() ? 0 : model.layers.front().experts;
-  for (const cost::LayerProfile& p : model.layers)
-    if (p.experts != experts) return 0;
-  return experts;
+ModelUnits UnitsOf(const models::ModelSpec& spec) {
+  return std::visit(
+      [](const auto& c) {
+        if constexpr (requires { c.seq; }) return ModelUnits{c.seq, c.dtype};
+        else return ModelUnits{1, c.dtype};
+      },
+      spec.config);
 }
 
-// Simulates candidates until the time limit; the ones evaluated by then compete.
-Result<std::vector<Candidate>> EvaluateUniformPlans(const cost::LayerModel& model, int64_t batch,
-                                                    const cost::Cluster& cluster, const cost::CostModel& cm,
-                                                    int64_t budget, double time_limit_seconds) {
-  const auto deadline = DeadlineAfter(std::chrono::steady_clock::now(), time_limit_seconds);
-  std::vector<Candidate> out;
-  const auto plans = solve::UniformLayerPlans({.num_layers = static_cast<int>(model.layers.size()),
-                                               .num_devices = cluster.NumDevices(),
-                                               .global_batch = batch,
-                                               .allow_selective_recompute = model.HasAttentionCore(),
-                                               .experts = UniformExperts(model),
-                                               .context_sequence = model.ContextParallelSequence(),
-                                               .recompute_sets = solve::remat::CommonRecomputeSets(
-                                                   model.layers, solve::hybrid::HybridSearchOptions::kDefaultRecomputeSets),
-                                               .compact = true});
-  if (plans.empty())  // every data-parallel degree the devices allow leaves part of a sample on a device
-    return BadInput(fmt::format("--batch {}: no uniform plan on the {} devices of {}: the batch must divide by a "
-                                "data-parallel degree (devices / (PP x TP), over CP groups where the model's "
-                                "attention has a ring); try --batch {}",
-                                batch, cluster.NumDevices(), cluster.name, cluster.NumDevices()));
-  for (const solve::NamedLayerPlan& p : plans) {
-    if (std::chrono::steady_clock::now() > deadline) break;
-    const plan::LayerStrategy& s = p.plan.layers.front();
-    if (!cost::MakeLayerMesh(cluster, p.plan.pp_degree, s).ok()) continue;  // stages would split nodes
-    Result<sim::LayerSimResult> r =
-        sim::SimulateLayerPlan(model, solve::ExpandUniform(p.plan, static_cast<int>(model.layers.size())), cluster, cm);
-    if (!r) return r.error();
-    out.push_back({p.name, p.plan, *r, r->summary.peak_memory_bytes <= budget});  // compact: one strategy
+std::string ScheduleOf(const plan::LayerPlan& p) {
+  const std::string stages = fmt::format("{} pipeline stage{} [{}]", p.pp_degree, p.pp_degree == 1 ? "" : "s",
+                                         p.pp_partition.empty() ? std::to_string(p.layers.size())
+                                                                : fmt::format("{}", fmt::join(p.pp_partition, ", ")));
+  const std::string schedule = p.virtual_stages > 1 ? fmt::format("interleaved 1F1B, {} chunks per stage", p.virtual_stages)
+                               : p.pipeline == plan::PipelineSchedule::kGPipe ? "GPipe"
+                                                                              : "1F1B";
+  return fmt::format("{}, {} micro-batch{} ({})", stages, p.micro_batches, p.micro_batches == 1 ? "" : "es", schedule);
+}
+
+std::string Percent(double fraction) { return fraction > 0.0 ? fmt::format("{:.1f}%", 100.0 * fraction) : "n/a"; }
+
+const std::vector<std::string> kCandidateHeader = {"planner", "samples/s", "tokens/s/GPU", "MFU", "iteration",
+                                                   "peak memory", "vs best", "search"};
+
+std::vector<std::vector<std::string>> CandidateRows(const hybrid::PlanAllResult& r,
+                                                    const std::vector<cost::TrainingThroughput>& units) {
+  std::vector<std::vector<std::string>> rows;
+  const double best = r.candidates[static_cast<size_t>(r.best)].simulated.throughput_samples_per_second;
+  for (size_t i = 0; i < r.candidates.size(); ++i) {
+    const hybrid::PlanCandidate& c = r.candidates[i];
+    const std::string search = fmt::format("{}{}", FormatSeconds(c.seconds),
+                                           c.proven ? ", optimal" : c.timed_out ? ", time limit" : "");
+    if (!c.found) {
+      rows.push_back({c.name, "-", "-", "-", "-",
+                      c.smallest_peak_bytes > 0 ? fmt::format("needs {}", FormatBytes(c.smallest_peak_bytes))
+                      : c.plans_evaluated == 0  ? "no plan at this batch"
+                                                : "none fits",
+                      "-", search});
+      continue;
+    }
+    const cost::TrainingThroughput& u = units[i];
+    rows.push_back({c.name + (static_cast<int>(i) == r.best ? " *" : ""), fmt::format("{:.1f}", u.samples_per_second),
+                    fmt::format("{:.0f}", u.tokens_per_second_per_device), Percent(u.mfu),
+                    FormatSeconds(c.simulated.summary.iteration_seconds), FormatBytes(c.simulated.summary.peak_memory_bytes),
+                    fmt::format("{:.2f}x", c.simulated.throughput_samples_per_second / best), search});
   }
-  std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
-    if (a.fits != b.fits) return a.fits;
-    if (a.fits) return a.result.throughput_samples_per_second > b.result.throughput_samples_per_second;
-    return a.result.summary.peak_memory_bytes < b.result.summary.peak_memory_bytes;
-  });
-  return out;
+  return rows;
 }
 
-nlohmann::json CandidateJson(const Candidate& c) {
-  const plan::LayerStrategy& s = c.plan.layers.front();
-  nlohmann::json j = io::LayerStrategyJson<nlohmann::json>(s, /*contract_sdp=*/true);
-  j.update({{"name", c.name},
-            {"pp_degree", c.plan.pp_degree},
-            {"micro_batches", c.plan.micro_batches},
-            {"peak_memory_bytes", c.result.summary.peak_memory_bytes},
-            {"iteration_seconds", c.result.summary.iteration_seconds},
-            {"throughput_samples_per_second", c.result.throughput_samples_per_second},
-            {"fits", c.fits}});
-  return j;
-}
-
-std::string CandidateTable(const std::vector<Candidate>& cands) {
-  report::Table t({"plan", "PP", "TP", "SP", "DP", "ZeRO", "CKPT", "micro-batches", "peak memory/device",
-                   "iteration", "samples/s", "fits"});
-  for (const Candidate& c : cands) {
-    const plan::LayerStrategy& s = c.plan.layers.front();
-    std::string name = c.name;  // a recompute set by its size here ("+RC7"); the JSON names its ops
-    if (const size_t rc = name.find("+RC["); rc != std::string::npos)
-      name.replace(rc, name.find(']', rc) + 1 - rc, fmt::format("+RC{}", s.recompute.size()));
-    t.AddRow({name, std::to_string(c.plan.pp_degree), std::to_string(s.tp), s.SequenceParallel() ? "yes" : "no",
-              std::to_string(s.dp),
-              std::to_string(static_cast<int>(s.ZeroStage())),
-              s.checkpoint ? "yes" : s.SelectiveRecompute() ? "selective" : s.RecomputesSet() ? fmt::format("{} ops", s.recompute.size()) : "no",
-              std::to_string(c.plan.micro_batches),
-              FormatBytes(c.result.summary.peak_memory_bytes), FormatSeconds(c.result.summary.iteration_seconds),
-              fmt::format("{:.1f}", c.result.throughput_samples_per_second), c.fits ? "yes" : "NO"});
-  }
+std::string CandidateTable(const hybrid::PlanAllResult& r, const std::vector<cost::TrainingThroughput>& units) {
+  report::Table t(kCandidateHeader);
+  for (std::vector<std::string>& row : CandidateRows(r, units)) t.AddRow(std::move(row));
   return t.Render();
 }
 
-Status WriteBestPlan(const std::string& path, const Candidate& best, int num_layers, const ModelFlags& model,
+// The fastest candidate that fits other than the best (-1: none).
+int RunnerUp(const hybrid::PlanAllResult& r) {
+  int second = -1;
+  for (size_t i = 0; i < r.candidates.size(); ++i) {
+    const hybrid::PlanCandidate& c = r.candidates[i];
+    if (!c.found || static_cast<int>(i) == r.best) continue;
+    if (second < 0 ||
+        c.simulated.throughput_samples_per_second > r.candidates[static_cast<size_t>(second)].simulated.throughput_samples_per_second)
+      second = static_cast<int>(i);
+  }
+  return second;
+}
+
+nlohmann::json LayerRunsJson(const plan::LayerPlan& p) {
+  nlohmann::json runs = nlohmann::json::array();
+  std::vector<int> stage_of;
+  for (size_t c = 0; c < p.pp_partition.size(); ++c)
+    stage_of.insert(stage_of.end(), static_cast<size_t>(p.pp_partition[c]), p.StageOfChunk(static_cast<int>(c)));
+  stage_of.resize(p.layers.size(), 0);
+  for (size_t i = 0; i < p.layers.size();) {
+    size_t j = i;
+    while (j + 1 < p.layers.size() && p.layers[j + 1] == p.layers[i] && stage_of[j + 1] == stage_of[i]) ++j;
+    nlohmann::json run = io::LayerStrategyJson<nlohmann::json>(p.layers[i], /*contract_sdp=*/true);
+    run.update({{"first_layer", i}, {"last_layer", j}, {"stage", stage_of[i]}, {"name", plan::StrategyName(p.layers[i])}});
+    runs.push_back(std::move(run));
+    i = j + 1;
+  }
+  return runs;
+}
+
+nlohmann::json BreakdownJson(const report::PlanBreakdown& b) {
+  const sim::TimeBreakdown& t = b.simulated.summary.time;
+  const sim::StageMemorySplit& m = b.LargestStage().memory;
+  return {{"time_seconds",
+           {{"compute", t.compute}, {"recompute", t.recompute}, {"communication", t.communication},
+            {"resharding", t.resharding}, {"pipeline_bubble", b.simulated.pipeline_bubble_seconds},
+            {"iteration", b.simulated.summary.iteration_seconds}}},
+          {"sent_bytes",
+           {{"tensor_parallel", b.traffic.tensor_parallel}, {"data_parallel", b.traffic.data_parallel},
+            {"expert_parallel", b.traffic.expert_parallel}, {"context_parallel", b.traffic.context_parallel},
+            {"pipeline", b.traffic.pipeline}, {"resharding", b.traffic.resharding}}},
+          {"memory_bytes",
+           {{"parameters", m.parameters}, {"gradients", m.gradients}, {"optimizer_states", m.optimizer_states},
+            {"activations", m.activations}, {"buffers", m.buffers}, {"reserved", m.reserved},
+            {"peak", b.LargestStage().peak_memory_bytes}}}};
+}
+
+nlohmann::json CandidateJson(const hybrid::PlanCandidate& c, const cost::TrainingThroughput& u) {
+  nlohmann::json j = {{"name", c.name}, {"space", c.space}, {"fits", c.found}, {"optimal", c.proven},
+                      {"timed_out", c.timed_out}, {"plans_evaluated", c.plans_evaluated}, {"search_seconds", c.seconds}};
+  if (!c.found) {
+    j["smallest_peak_bytes"] = c.smallest_peak_bytes;
+    return j;
+  }
+  const plan::LayerPlan& p = c.plan;
+  j.update({{"throughput_samples_per_second", c.simulated.throughput_samples_per_second},
+            {"tokens_per_second_per_device", u.tokens_per_second_per_device},
+            {"mfu", u.mfu},
+            {"iteration_seconds", c.simulated.summary.iteration_seconds},
+            {"peak_memory_bytes", c.simulated.summary.peak_memory_bytes},
+            {"pp_degree", p.pp_degree},
+            {"pp_partition", p.pp_partition.empty() ? std::vector<int>{static_cast<int>(p.layers.size())} : p.pp_partition},
+            {"micro_batches", p.micro_batches},
+            {"virtual_stages", p.virtual_stages},
+            {"pipeline", p.pipeline == plan::PipelineSchedule::kGPipe ? "gpipe" : "1f1b"},
+            {"layers", LayerRunsJson(p)}});
+  return j;
+}
+
+Status WriteBestPlan(const std::string& path, const hybrid::PlanCandidate& best, const ModelFlags& model,
                      const std::string& cluster) {
   plan::Plan p;
   p.model = model.model;
   p.model_flags = model.flags;
   p.cluster = cluster;
-  p.solver = "uniform:" + best.name;
-  p.layer = solve::ExpandUniform(best.plan, num_layers);
-  p.claims.peak_memory_bytes = best.result.summary.peak_memory_bytes;
-  p.claims.iteration_seconds = best.result.summary.iteration_seconds;
+  p.solver = "plan:" + best.name;
+  p.layer = best.plan;
+  p.claims.peak_memory_bytes = best.simulated.summary.peak_memory_bytes;
+  p.claims.iteration_seconds = best.simulated.summary.iteration_seconds;
   return io::WriteFileAtomically(path, io::WritePlanJson(p));
 }
 
+Result<report::PlanBreakdown> BreakdownOf(const hybrid::PlanCandidate& c, const cost::LayerModel& model,
+                                          const cost::Cluster& cluster) {
+  Result<sim::PlanTraffic> traffic = sim::LayerPlanTraffic(model, c.plan, cluster);
+  if (!traffic) return traffic.error();
+  return report::PlanBreakdown{c.name, c.simulated, report::SumTraffic(*traffic)};
+}
+
+// The report's throughput-memory curve: every planner at budgets from the smallest peak of the plans
+// found up to the budget (kCurvePoints, evenly on a log scale), in what --time-limit leaves.
+constexpr int kCurvePoints = 8;
+Result<report::LinePlot> ThroughputCurve(const cost::LayerModel& model, const cost::Cluster& cluster,
+                                         const cost::CostModel& cm, const hybrid::PlanAllResult& at_budget, int64_t budget,
+                                         int64_t batch, const SearchFlags& search) {
+  int64_t lowest = budget;
+  for (const hybrid::PlanCandidate& c : at_budget.candidates)
+    if (c.found) lowest = std::min(lowest, c.simulated.summary.peak_memory_bytes);
+  report::LinePlot plot;
+  plot.title = "each planner's fastest plan within a budget";
+  plot.x_label = "memory budget per device (GiB)";
+  plot.y_label = "samples/s";
+  plot.log_x = true;
+  plot.width = 900;
+  plot.height = 420;
+  // kiwi plan's answer (the best of all) solid, each planner's dashed
+  plot.series.push_back({"kiwi plan (the best)", {}, {}, "#d62728", false});
+  for (const hybrid::PlanCandidate& c : at_budget.candidates) plot.series.push_back({c.name, {}, {}, "", true});
+  constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+  for (int k = 0; k < kCurvePoints; ++k) {
+    const double fraction = static_cast<double>(k) / (kCurvePoints - 1);
+    const int64_t point = k + 1 == kCurvePoints ? budget
+                                                : static_cast<int64_t>(static_cast<double>(lowest) *
+                                                                       std::pow(static_cast<double>(budget) / static_cast<double>(lowest), fraction));
+    hybrid::PlanAllResult here;
+    if (point == budget) {
+      here = at_budget;
+    } else {
+      Result<hybrid::PlanAllResult> r = hybrid::PlanAll(
+          model, cluster, cm,
+          {.memory_budget_bytes = point, .global_batch = batch, .time_limit_seconds = search.SecondsLeft() / (kCurvePoints - k)});
+      if (!r) return r.error();
+      here = *std::move(r);
+    }
+    const auto add = [&](report::Series& series, const hybrid::PlanCandidate* c) {
+      series.x.push_back(static_cast<double>(point) / kGiB);
+      series.y.push_back(c != nullptr && c->found ? c->simulated.throughput_samples_per_second
+                                                  : std::numeric_limits<double>::quiet_NaN());
+    };
+    add(plot.series.front(), here.best >= 0 ? &here.candidates[static_cast<size_t>(here.best)] : nullptr);
+    for (size_t i = 0; i < here.candidates.size() && i + 1 < plot.series.size(); ++i)
+      add(plot.series[i + 1], &here.candidates[i]);
+  }
+  return plot;
+}
+
+Status WriteReport(const PlanOptions& o, const models::ModelSpec& spec, const cost::Cluster& cluster,
+                   const cost::CostModel& cm, const cost::LayerModel& model, const hybrid::PlanAllResult& r,
+                   const std::vector<cost::TrainingThroughput>& units, const std::vector<report::PlanBreakdown>& breakdowns,
+                   int64_t budget, int64_t batch) {
+  const hybrid::PlanCandidate& best = r.candidates[static_cast<size_t>(r.best)];
+  Result<sim::PipelineTimeline> timeline = sim::ReplayPipeline(best.plan, best.simulated);
+  if (!timeline) return timeline.error();
+  Result<report::LinePlot> curve = ThroughputCurve(model, cluster, cm, r, budget, batch, o.search);
+  if (!curve) return curve.error();
+  const cost::TrainingThroughput& u = units[static_cast<size_t>(r.best)];
+  report::PlanReport page;
+  page.title = fmt::format("kiwi plan: {} on {}", spec.name, cluster.name);
+  page.facts = {{"model", DescribeModel(spec)},
+                {"cluster", DescribeCluster(cluster)},
+                {"memory", FormatBytes(budget) + " per device"},
+                {"batch", fmt::format("{} samples per iteration", batch)},
+                {"schedule", ScheduleOf(best.plan)}};
+  page.verdict = fmt::format("Best plan, found by {}: {:.1f} samples/s, {:.0f} tokens/s per GPU, MFU {}, {} per iteration, {} per device",
+                             best.name, u.samples_per_second, u.tokens_per_second_per_device, Percent(u.mfu),
+                             FormatSeconds(best.simulated.summary.iteration_seconds),
+                             FormatBytes(best.simulated.summary.peak_memory_bytes));
+  page.best_plan = best.plan;
+  page.best = best.simulated;
+  page.timeline = *std::move(timeline);
+  page.budget_bytes = budget;
+  page.planners = {kCandidateHeader, CandidateRows(r, units)};
+  page.breakdowns = breakdowns;
+  page.throughput_curve = *std::move(curve);
+  return io::WriteFileAtomically(o.report, report::RenderPlanReport(page));
+}
+
 int RunPlan(const PlanOptions& o) {
-  Result<models::ModelSpec> spec = o.model.Load();
+  if (!o.hf_config.empty() && !o.out.empty())
+    return ReportError(BadInput("--out: kiwi simulate rebuilds presets only, not --hf-config models; use --report or --json"));
+  Result<models::ModelSpec> spec = o.hf_config.empty() ? o.model.Load() : o.model.LoadHfConfig(o.hf_config, /*with_batch=*/true);
   if (!spec) return ReportError(spec.error());
   Result<cost::Cluster> cluster = io::LoadCluster(o.cluster);
   if (!cluster) return ReportError(cluster.error());
@@ -144,46 +289,89 @@ int RunPlan(const PlanOptions& o) {
   if (!o.memory.empty()) {
     Result<int64_t> parsed = ParseBytes(o.memory, "--memory");
     if (!parsed) return ReportError(parsed.error());
+    if (*parsed <= 0) return ReportError(BadInput(fmt::format("--memory: must be positive, got '{}'", o.memory)));
     budget = *parsed;
   }
   Result<cost::CostModel> made = o.cost.Make(*cluster);
   if (!made) return ReportError(made.error());
   const cost::CostModel& cm = *made;
   const int64_t batch = models::SpecBatch(*spec);
+  // Progress lines on a terminal (or with --progress); scripts reading stderr get only an error's line.
+  const bool show_progress = !o.quiet && (o.progress || isatty(STDERR_FILENO) != 0);
+  const auto progress = [&](const std::string& line) {
+    if (show_progress) std::cerr << "kiwi plan: " << line << '\n';
+  };
+  progress(fmt::format("building {}", DescribeModel(*spec)));
   Result<cost::LayerModel> layer_model = models::BuildSpecLayerModel(*spec, cm);
   if (!layer_model) return ReportError(layer_model.error());
-  Result<std::vector<Candidate>> cands =
-      EvaluateUniformPlans(*layer_model, batch, *cluster, cm, budget, o.search.SecondsLeft());
-  if (!cands) return ReportError(cands.error());
-  if (cands->empty())
-    return ReportError({ErrorCode::kTimeLimit, "the time limit expired before any plan was evaluated"});
-  if (!cands->front().fits) {
-    int64_t smallest = INT64_MAX;
-    for (const Candidate& c : *cands) smallest = std::min(smallest, c.result.summary.peak_memory_bytes);
+  if (o.uniform)
+    return RunUniformPlans({.model = o.model, .spec = *spec, .cluster = *cluster,
+                            .cluster_reference = ClusterReference(o.cluster), .cost_model = cm,
+                            .layer_model = *layer_model, .budget = budget, .seconds = o.search.SecondsLeft(),
+                            .out = o.out, .json = o.json});
+  Result<hybrid::PlanAllResult> r =
+      hybrid::PlanAll(*layer_model, *cluster, cm,
+                      {.memory_budget_bytes = budget, .global_batch = batch, .time_limit_seconds = o.search.SecondsLeft(),
+                       .progress = progress});
+  if (!r) return ReportError(r.error());
+  if (r->best < 0) {
+    int64_t smallest = 0;
+    for (const hybrid::PlanCandidate& c : r->candidates)
+      if (c.smallest_peak_bytes > 0 && (smallest == 0 || c.smallest_peak_bytes < smallest)) smallest = c.smallest_peak_bytes;
+    if (smallest == 0)
+      return ReportError({ErrorCode::kTimeLimit, "the time limit expired before any plan was found; raise --time-limit"});
     return ReportError(Infeasible(fmt::format(
-        "no plan fits {} per device; the smallest peak among kiwi's plans is {} ({} bytes): use --memory {} or more",
-        FormatBytes(budget), FormatBytes(smallest), smallest, smallest)));
+        "no plan fits {} per device at batch {}; the smallest budget known to work is {} ({} bytes): use --memory {} or more",
+        FormatBytes(budget), batch, FormatBytes(smallest), smallest, smallest)));
   }
-  const Candidate& best = cands->front();
+  const ModelUnits units = UnitsOf(*spec);
+  std::vector<cost::TrainingThroughput> throughput;
+  for (const hybrid::PlanCandidate& c : r->candidates)
+    throughput.push_back(cost::ThroughputOf(*layer_model, batch, units.tokens_per_sample,
+                                            c.found ? c.simulated.summary.iteration_seconds : 0.0, *cluster, units.dtype));
+  const hybrid::PlanCandidate& best = r->candidates[static_cast<size_t>(r->best)];
+  std::vector<report::PlanBreakdown> breakdowns;
+  for (int i : {r->best, RunnerUp(*r)}) {
+    if (i < 0) continue;
+    Result<report::PlanBreakdown> b = BreakdownOf(r->candidates[static_cast<size_t>(i)], *layer_model, *cluster);
+    if (!b) return ReportError(b.error());
+    breakdowns.push_back(*std::move(b));
+  }
   if (!o.out.empty()) {
-    Status written = WriteBestPlan(o.out, best, static_cast<int>(layer_model->layers.size()), o.model, ClusterReference(o.cluster));
+    Status written = WriteBestPlan(o.out, best, o.model, ClusterReference(o.cluster));
+    if (!written) return ReportError(written.error());
+  }
+  if (!o.report.empty()) {
+    progress(fmt::format("report: every planner at {} budgets", kCurvePoints));
+    Status written = WriteReport(o, *spec, *cluster, cm, *layer_model, *r, throughput, breakdowns, budget, batch);
     if (!written) return ReportError(written.error());
   }
   if (o.json) {
-    nlohmann::json plans = nlohmann::json::array();
-    for (const Candidate& c : *cands) plans.push_back(CandidateJson(c));
+    nlohmann::json candidates = nlohmann::json::array(), explained = nlohmann::json::array();
+    for (size_t i = 0; i < r->candidates.size(); ++i) candidates.push_back(CandidateJson(r->candidates[i], throughput[i]));
+    for (const report::PlanBreakdown& b : breakdowns) explained.push_back({{"name", b.name}, {"breakdown", BreakdownJson(b)}});
     PrintJson({{"model", DescribeModel(*spec)}, {"cluster", cluster->name}, {"memory_budget_bytes", budget},
-               {"feasible", true}, {"best", CandidateJson(best)}, {"plans", plans}});
+               {"global_batch", batch}, {"feasible", true}, {"best", CandidateJson(best, throughput[static_cast<size_t>(r->best)])},
+               {"candidates", candidates}, {"explained", explained}});
     return 0;
   }
-  std::cout << fmt::format("kiwi plan\n  model    {}\n  cluster  {}\n  memory   {} per device\n\n",
-                           DescribeModel(*spec), DescribeCluster(*cluster), FormatBytes(budget));
-  std::cout << "Uniform layer-level plans (every layer the same strategy), simulated:\n"
-            << CandidateTable(*cands) << '\n';
-  std::cout << fmt::format("Best plan that fits: {} at {:.1f} samples/s, {} per device.\n", best.name,
-                           best.result.throughput_samples_per_second,
-                           FormatBytes(best.result.summary.peak_memory_bytes));
-  if (!o.out.empty()) std::cout << "Plan written to " << o.out << " (replay it with `kiwi simulate`).\n";
+  const cost::TrainingThroughput& u = throughput[static_cast<size_t>(r->best)];
+  std::cout << fmt::format("kiwi plan\n  model    {}\n  cluster  {}\n  memory   {} per device\n  batch    {} samples per "
+                           "iteration (the model's; --batch changes it)\n\n",
+                           DescribeModel(*spec), DescribeCluster(*cluster), FormatBytes(budget), batch);
+  std::cout << fmt::format("Best plan, found by {}{}:\n  {:.1f} samples/s, {:.0f} tokens/s per GPU, MFU {}: {} per iteration, {} per "
+                           "device\n  {}\n",
+                           best.name, best.proven ? " (optimal in its space)" : "", u.samples_per_second,
+                           u.tokens_per_second_per_device, Percent(u.mfu), FormatSeconds(best.simulated.summary.iteration_seconds),
+                           FormatBytes(best.simulated.summary.peak_memory_bytes), ScheduleOf(best.plan));
+  std::cout << report::LayerPlanTable(best.plan) << '\n';
+  std::cout << "Each planner's fastest plan that fits, on the same cost model (* the best):\n"
+            << CandidateTable(*r, throughput) << '\n';
+  if (breakdowns.size() == 2)
+    std::cout << fmt::format("Why: {} beside {}, the next best:\n", breakdowns[0].name, breakdowns[1].name);
+  std::cout << report::BreakdownTable(breakdowns);
+  if (!o.out.empty()) std::cout << "\nPlan written to " << o.out << " (replay it with `kiwi simulate`).\n";
+  if (!o.report.empty()) std::cout << "Report written to " << o.report << ".\n";
   return 0;
 }
 
@@ -193,12 +381,24 @@ Command AddPlanCommand(CLI::App& root) {
   auto o = std::make_shared<PlanOptions>();
   CLI::App* app = root.add_subcommand("plan", "plan a model on a cluster (the default command)");
   o->model.Add(app, "gpt");
+  app->add_option("--hf-config", o->hf_config,
+                  "plan a HuggingFace config.json (gpt2, bert, t5, vit, swin, llama, mistral, mixtral, qwen2, qwen2_moe, "
+                  "qwen3, qwen3_moe) instead of --model; --batch, --seq, --dtype still apply")
+      ->excludes(app->get_option("--model"));
   app->add_option("--cluster", o->cluster, ClusterHelp())->capture_default_str();
   app->add_option("--memory", o->memory, "memory budget per device (default: the device's memory)");
   app->add_option("--out", o->out, "write the best plan as plan JSON to this file")->check(OutputFile());
+  app->add_option("--report", o->report,
+                  "write an HTML page (one file, no external resources) with the plans, why the best wins, its "
+                  "pipeline timeline, memory per stage, layers' strategies and throughput against the budget")
+      ->check(OutputFile());
   o->search.Add(app);
   o->cost.Add(app);
   app->add_flag("--json", o->json, "print one JSON object");
+  app->add_flag("--quiet", o->quiet, "no progress lines on stderr");
+  app->add_flag("--progress", o->progress, "progress lines on stderr even when it is not a terminal");
+  app->add_flag("--uniform", o->uniform,
+                "list every uniform plan (all layers one strategy) simulated, fastest fitting first, instead");
   return {app, [o] { return RunPlan(*o); }};
 }
 

@@ -188,6 +188,7 @@ Result<PlanAllResult> PlanAll(const cost::LayerModel& model, const cost::Cluster
   s.memory_budget_bytes = o.memory_budget_bytes;
   s.global_batch = o.global_batch;
   s.time_limit_seconds = std::max(o.time_limit_seconds - SecondsSince(start), 0.01);
+  if (progress) s.progress = [&](const std::string& line) { progress("kiwi (per-layer): " + line); };
   Result<HybridSearchResult> kiwi = SearchHybridPlan(model, cluster, cost_model, s);
   if (!kiwi) return kiwi.error();
   out.candidates.front() = FromSearch(std::move(out.candidates.front()), *kiwi);

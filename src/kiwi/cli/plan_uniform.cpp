@@ -1,0 +1,151 @@
+// `kiwi plan --uniform`: every uniform layer-level plan (all layers one strategy of kiwi's space: DP,
+// ZeRO, TP, SP, PP, EP, CP and their recomputation) simulated and listed, fastest fitting first. The
+// experts' view of the uniform space `kiwi plan` searches as one of its alternatives.
+#include "kiwi/cli/plan_uniform.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+
+#include "kiwi/cost/layer_cost.h"
+#include "kiwi/io/file_io.h"
+#include "kiwi/io/plan_json.h"
+#include "kiwi/models/layer_model.h"
+#include "kiwi/report/table.h"
+#include "kiwi/sim/layer_simulator.h"
+#include "kiwi/solve/hybrid/alternatives.h"
+#include "kiwi/solve/hybrid/uniform_plans.h"
+#include "kiwi/util/elapsed.h"
+#include "kiwi/util/units.h"
+
+namespace kiwi::cli {
+namespace {
+
+struct Candidate {
+  std::string name;
+  plan::LayerPlan plan;  // compact: its one strategy (solve::ExpandUniform gives the plan)
+  sim::LayerSimResult result;
+  bool fits = false;
+};
+
+// Simulates candidates until the time limit; the ones evaluated by then compete.
+Result<std::vector<Candidate>> EvaluateUniformPlans(const cost::LayerModel& model, int64_t batch,
+                                                    const cost::Cluster& cluster, const cost::CostModel& cm,
+                                                    int64_t budget, double time_limit_seconds) {
+  const auto deadline = DeadlineAfter(std::chrono::steady_clock::now(), time_limit_seconds);
+  std::vector<Candidate> out;
+  const auto plans = solve::UniformLayerPlans(solve::hybrid::UniformSpace(model, cluster, batch));
+  if (plans.empty())  // every data-parallel degree the devices allow leaves part of a sample on a device
+    return BadInput(fmt::format("--batch {}: no uniform plan on the {} devices of {}: the batch must divide by a "
+                                "data-parallel degree (devices / (PP x TP), over CP groups where the model's "
+                                "attention has a ring); try --batch {}",
+                                batch, cluster.NumDevices(), cluster.name, cluster.NumDevices()));
+  for (const solve::NamedLayerPlan& p : plans) {
+    if (std::chrono::steady_clock::now() > deadline) break;
+    const plan::LayerStrategy& s = p.plan.layers.front();
+    if (!cost::MakeLayerMesh(cluster, p.plan.pp_degree, s).ok()) continue;  // stages would split nodes
+    Result<sim::LayerSimResult> r =
+        sim::SimulateLayerPlan(model, solve::ExpandUniform(p.plan, static_cast<int>(model.layers.size())), cluster, cm);
+    if (!r) return r.error();
+    out.push_back({p.name, p.plan, *r, r->summary.peak_memory_bytes <= budget});  // compact: one strategy
+  }
+  std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.fits != b.fits) return a.fits;
+    if (a.fits) return a.result.throughput_samples_per_second > b.result.throughput_samples_per_second;
+    return a.result.summary.peak_memory_bytes < b.result.summary.peak_memory_bytes;
+  });
+  return out;
+}
+
+nlohmann::json CandidateJson(const Candidate& c) {
+  const plan::LayerStrategy& s = c.plan.layers.front();
+  nlohmann::json j = io::LayerStrategyJson<nlohmann::json>(s, /*contract_sdp=*/true);
+  j.update({{"name", c.name},
+            {"pp_degree", c.plan.pp_degree},
+            {"micro_batches", c.plan.micro_batches},
+            {"peak_memory_bytes", c.result.summary.peak_memory_bytes},
+            {"iteration_seconds", c.result.summary.iteration_seconds},
+            {"throughput_samples_per_second", c.result.throughput_samples_per_second},
+            {"fits", c.fits}});
+  return j;
+}
+
+std::string CandidateTable(const std::vector<Candidate>& cands) {
+  report::Table t({"plan", "PP", "TP", "SP", "DP", "ZeRO", "CKPT", "micro-batches", "peak memory/device",
+                   "iteration", "samples/s", "fits"});
+  for (const Candidate& c : cands) {
+    const plan::LayerStrategy& s = c.plan.layers.front();
+    std::string name = c.name;  // a recompute set by its size here ("+RC7"); the JSON names its ops
+    if (const size_t rc = name.find("+RC["); rc != std::string::npos)
+      name.replace(rc, name.find(']', rc) + 1 - rc, fmt::format("+RC{}", s.recompute.size()));
+    t.AddRow({name, std::to_string(c.plan.pp_degree), std::to_string(s.tp), s.SequenceParallel() ? "yes" : "no",
+              std::to_string(s.dp),
+              std::to_string(static_cast<int>(s.ZeroStage())),
+              s.checkpoint ? "yes" : s.SelectiveRecompute() ? "selective" : s.RecomputesSet() ? fmt::format("{} ops", s.recompute.size()) : "no",
+              std::to_string(c.plan.micro_batches),
+              FormatBytes(c.result.summary.peak_memory_bytes), FormatSeconds(c.result.summary.iteration_seconds),
+              fmt::format("{:.1f}", c.result.throughput_samples_per_second), c.fits ? "yes" : "NO"});
+  }
+  return t.Render();
+}
+
+Status WriteBestPlan(const std::string& path, const Candidate& best, int num_layers, const ModelFlags& model,
+                     const std::string& cluster) {
+  plan::Plan p;
+  p.model = model.model;
+  p.model_flags = model.flags;
+  p.cluster = cluster;
+  p.solver = "uniform:" + best.name;
+  p.layer = solve::ExpandUniform(best.plan, num_layers);
+  p.claims.peak_memory_bytes = best.result.summary.peak_memory_bytes;
+  p.claims.iteration_seconds = best.result.summary.iteration_seconds;
+  return io::WriteFileAtomically(path, io::WritePlanJson(p));
+}
+
+}  // namespace
+
+int RunUniformPlans(const UniformPlansRequest& o) {
+  const models::ModelSpec& spec = o.spec;
+  const cost::Cluster& cluster = o.cluster;
+  const cost::LayerModel& layer_model = o.layer_model;
+  const int64_t budget = o.budget;
+  const cost::CostModel& cm = o.cost_model;
+  const int64_t batch = models::SpecBatch(spec);
+  Result<std::vector<Candidate>> cands =
+      EvaluateUniformPlans(layer_model, batch, cluster, cm, budget, o.seconds);
+  if (!cands) return ReportError(cands.error());
+  if (cands->empty())
+    return ReportError({ErrorCode::kTimeLimit, "the time limit expired before any plan was evaluated"});
+  if (!cands->front().fits) {
+    int64_t smallest = INT64_MAX;
+    for (const Candidate& c : *cands) smallest = std::min(smallest, c.result.summary.peak_memory_bytes);
+    return ReportError(Infeasible(fmt::format(
+        "no plan fits {} per device; the smallest peak among kiwi's plans is {} ({} bytes): use --memory {} or more",
+        FormatBytes(budget), FormatBytes(smallest), smallest, smallest)));
+  }
+  const Candidate& best = cands->front();
+  if (!o.out.empty()) {
+    Status written = WriteBestPlan(o.out, best, static_cast<int>(layer_model.layers.size()), o.model, o.cluster_reference);
+    if (!written) return ReportError(written.error());
+  }
+  if (o.json) {
+    nlohmann::json plans = nlohmann::json::array();
+    for (const Candidate& c : *cands) plans.push_back(CandidateJson(c));
+    PrintJson({{"model", DescribeModel(spec)}, {"cluster", cluster.name}, {"memory_budget_bytes", budget},
+               {"feasible", true}, {"best", CandidateJson(best)}, {"plans", plans}});
+    return 0;
+  }
+  std::cout << fmt::format("kiwi plan --uniform\n  model    {}\n  cluster  {}\n  memory   {} per device\n\n",
+                           DescribeModel(spec), DescribeCluster(cluster), FormatBytes(budget));
+  std::cout << "Uniform layer-level plans (every layer the same strategy), simulated:\n"
+            << CandidateTable(*cands) << '\n';
+  std::cout << fmt::format("Best plan that fits: {} at {:.1f} samples/s, {} per device.\n", best.name,
+                           best.result.throughput_samples_per_second,
+                           FormatBytes(best.result.summary.peak_memory_bytes));
+  if (!o.out.empty()) std::cout << "Plan written to " << o.out << " (replay it with `kiwi simulate`).\n";
+  return 0;
+}
+
+}  // namespace kiwi::cli

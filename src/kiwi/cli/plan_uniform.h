@@ -1,0 +1,30 @@
+#pragma once
+// `kiwi plan --uniform`: the uniform layer-level plans listed (plan_uniform.cpp).
+#include <cstdint>
+#include <string>
+
+#include "kiwi/cli/common.h"
+#include "kiwi/cost/cluster.h"
+#include "kiwi/cost/cost_model.h"
+#include "kiwi/cost/layer_profile.h"
+#include "kiwi/models/presets.h"
+
+namespace kiwi::cli {
+
+struct UniformPlansRequest {
+  const ModelFlags& model;
+  const models::ModelSpec& spec;
+  const cost::Cluster& cluster;
+  std::string cluster_reference;  // as the plan file records it
+  const cost::CostModel& cost_model;
+  const cost::LayerModel& layer_model;
+  int64_t budget = 0;
+  double seconds = 0.0;  // time limit
+  std::string out;
+  bool json = false;
+};
+
+// Exit code: 0, or ReportError's.
+int RunUniformPlans(const UniformPlansRequest& request);
+
+}  // namespace kiwi::cli
