@@ -17,6 +17,7 @@
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/file_io.h"
 #include "kiwi/io/graph_json.h"
+#include "kiwi/io/plan_json.h"
 #include "kiwi/models/hf_config.h"
 #include "kiwi/util/elapsed.h"
 #include "kiwi/util/one_line.h"
@@ -201,6 +202,19 @@ std::string DescribeModel(const models::ModelSpec& spec) {
 
 std::string ClusterHelp() {
   return fmt::format("cluster preset ({}) or cluster JSON file", fmt::join(cost::ClusterPresetNames(), ", "));
+}
+
+Status WriteLayerPlanFile(const std::string& path, const ModelFlags& model, const std::string& cluster,
+                          const std::string& solver, const plan::LayerPlan& layer_plan, const sim::LayerSimResult& simulated) {
+  plan::Plan p;
+  p.model = model.model;
+  p.model_flags = model.flags;
+  p.cluster = ClusterReference(cluster);
+  p.solver = solver;
+  p.layer = layer_plan;
+  p.claims.peak_memory_bytes = simulated.summary.peak_memory_bytes;
+  p.claims.iteration_seconds = simulated.summary.iteration_seconds;
+  return io::WriteFileAtomically(path, io::WritePlanJson(p));
 }
 
 std::string DescribeCluster(const cost::Cluster& cluster) {

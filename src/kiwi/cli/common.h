@@ -11,6 +11,7 @@
 #include "kiwi/io/file_io.h"
 #include "kiwi/models/presets.h"
 #include "kiwi/plan/plan.h"
+#include "kiwi/sim/layer_simulator.h"
 #include "kiwi/util/result.h"
 
 namespace kiwi::cli {
@@ -82,6 +83,10 @@ std::string ClusterHelp();
 // How a written plan names its cluster: a preset by name, a cluster file by its absolute path (so
 // `kiwi simulate PLAN` finds it from any directory).
 std::string ClusterReference(const std::string& given);
+// Writes a layer-level plan file atomically: the model it was made for (`model`'s flags), the cluster
+// as given on the command line (ClusterReference), the solver's name, the simulator's numbers as claims.
+Status WriteLayerPlanFile(const std::string& path, const ModelFlags& model, const std::string& cluster,
+                          const std::string& solver, const plan::LayerPlan& plan, const sim::LayerSimResult& simulated);
 // "v100-nvlink-8: 8 x V100-SXM2-16GB (16.0 GiB), nvlink2 150 GB/s"
 std::string DescribeCluster(const cost::Cluster& cluster);
 

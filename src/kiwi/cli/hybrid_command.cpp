@@ -142,18 +142,6 @@ std::string ResultText(const hybrid::HybridSearchResult& r, const std::string& m
   return out + report::LayerPlanTable(p);
 }
 
-Status WritePlan(const std::string& path, const hybrid::HybridSearchResult& r, const HybridOptions& o) {
-  plan::Plan p;
-  p.model = o.model.model;
-  p.model_flags = o.model.flags;
-  p.cluster = ClusterReference(o.cluster);
-  p.solver = "hybrid:" + o.method;
-  p.layer = r.plan;
-  p.claims.peak_memory_bytes = r.simulated.summary.peak_memory_bytes;
-  p.claims.iteration_seconds = r.simulated.summary.iteration_seconds;
-  return io::WriteFileAtomically(path, io::WritePlanJson(p));
-}
-
 Error NoPlan(const hybrid::HybridSearchResult& r, const hybrid::HybridSearchOptions& s, double time_limit) {
   if (r.timed_out)
     return {ErrorCode::kTimeLimit, fmt::format("no plan found within {} per device before the time limit ({} s)",
@@ -215,7 +203,7 @@ Status WriteOutputs(const HybridOptions& o, const hybrid::HybridSearchResult& r)
   if (!config)
     return BadInput(fmt::format("--galvatron-out {}: {} (search with --method bmw, Galvatron's own space)",
                                 o.galvatron_out, config.error().message));
-  if (!o.out.empty()) KIWI_RETURN_IF_ERROR(WritePlan(o.out, r, o));
+  if (!o.out.empty()) KIWI_RETURN_IF_ERROR(WriteLayerPlanFile(o.out, o.model, o.cluster, "hybrid:" + o.method, r.plan, r.simulated));
   if (!o.galvatron_out.empty()) KIWI_RETURN_IF_ERROR(io::WriteFileAtomically(o.galvatron_out, *config));
   return Status::Ok();
 }

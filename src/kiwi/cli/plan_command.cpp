@@ -180,19 +180,6 @@ nlohmann::json CandidateJson(const hybrid::PlanCandidate& c, const cost::Trainin
   return j;
 }
 
-Status WriteBestPlan(const std::string& path, const hybrid::PlanCandidate& best, const ModelFlags& model,
-                     const std::string& cluster) {
-  plan::Plan p;
-  p.model = model.model;
-  p.model_flags = model.flags;
-  p.cluster = cluster;
-  p.solver = "plan:" + best.name;
-  p.layer = best.plan;
-  p.claims.peak_memory_bytes = best.simulated.summary.peak_memory_bytes;
-  p.claims.iteration_seconds = best.simulated.summary.iteration_seconds;
-  return io::WriteFileAtomically(path, io::WritePlanJson(p));
-}
-
 Result<report::PlanBreakdown> BreakdownOf(const hybrid::PlanCandidate& c, const cost::LayerModel& model,
                                           const cost::Cluster& cluster) {
   Result<sim::PlanTraffic> traffic = sim::LayerPlanTraffic(model, c.plan, cluster);
@@ -306,7 +293,7 @@ int RunPlan(const PlanOptions& o) {
   if (!layer_model) return ReportError(layer_model.error());
   if (o.uniform)
     return RunUniformPlans({.model = o.model, .spec = *spec, .cluster = *cluster,
-                            .cluster_reference = ClusterReference(o.cluster), .cost_model = cm,
+                            .cluster_flag = o.cluster, .cost_model = cm,
                             .layer_model = *layer_model, .budget = budget, .seconds = o.search.SecondsLeft(),
                             .out = o.out, .json = o.json});
   Result<hybrid::PlanAllResult> r =
@@ -338,7 +325,7 @@ int RunPlan(const PlanOptions& o) {
     breakdowns.push_back(*std::move(b));
   }
   if (!o.out.empty()) {
-    Status written = WriteBestPlan(o.out, best, o.model, ClusterReference(o.cluster));
+    Status written = WriteLayerPlanFile(o.out, o.model, o.cluster, "plan:" + best.name, best.plan, best.simulated);
     if (!written) return ReportError(written.error());
   }
   if (!o.report.empty()) {

@@ -91,19 +91,6 @@ std::string CandidateTable(const std::vector<Candidate>& cands) {
   return t.Render();
 }
 
-Status WriteBestPlan(const std::string& path, const Candidate& best, int num_layers, const ModelFlags& model,
-                     const std::string& cluster) {
-  plan::Plan p;
-  p.model = model.model;
-  p.model_flags = model.flags;
-  p.cluster = cluster;
-  p.solver = "uniform:" + best.name;
-  p.layer = solve::ExpandUniform(best.plan, num_layers);
-  p.claims.peak_memory_bytes = best.result.summary.peak_memory_bytes;
-  p.claims.iteration_seconds = best.result.summary.iteration_seconds;
-  return io::WriteFileAtomically(path, io::WritePlanJson(p));
-}
-
 }  // namespace
 
 int RunUniformPlans(const UniformPlansRequest& o) {
@@ -127,7 +114,9 @@ int RunUniformPlans(const UniformPlansRequest& o) {
   }
   const Candidate& best = cands->front();
   if (!o.out.empty()) {
-    Status written = WriteBestPlan(o.out, best, static_cast<int>(layer_model.layers.size()), o.model, o.cluster_reference);
+    Status written = WriteLayerPlanFile(o.out, o.model, o.cluster_flag, "uniform:" + best.name,
+                                        solve::ExpandUniform(best.plan, static_cast<int>(layer_model.layers.size())),
+                                        best.result);
     if (!written) return ReportError(written.error());
   }
   if (o.json) {

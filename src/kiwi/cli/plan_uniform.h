@@ -15,7 +15,7 @@ struct UniformPlansRequest {
   const ModelFlags& model;
   const models::ModelSpec& spec;
   const cost::Cluster& cluster;
-  std::string cluster_reference;  // as the plan file records it
+  std::string cluster_flag;  // --cluster as given (the plan file records its ClusterReference)
   const cost::CostModel& cost_model;
   const cost::LayerModel& layer_model;
   int64_t budget = 0;
