@@ -198,6 +198,28 @@ TEST(Cli, PlanTakesAHuggingFaceConfig) {
   EXPECT_EQ(RunKiwi("plan --hf-config " + config + " --model gpt").exit_code, 2);
 }
 
+// --batch auto (opt-in): the batch kiwi hybrid's sweep is fastest at, then every planner at it; the
+// default keeps the model's batch; a batch that is neither a number nor auto is refused.
+TEST(Cli, PlanSearchesTheBatchOnlyWhenAsked) {
+  const std::string model = "plan --model gpt --layers 2 --hidden 256 --heads 4 --seq 128 --memory 2GiB --json ";
+  auto kept = RunKiwi(model);
+  ASSERT_EQ(kept.exit_code, 0) << kept.err;
+  EXPECT_EQ(kept.Json()["global_batch"].get<int64_t>(), 8);  // the preset's
+  auto searched = RunKiwi(model + "--batch auto --max-batch 64");
+  ASSERT_EQ(searched.exit_code, 0) << searched.err;
+  auto hybrid = RunKiwi("hybrid --model gpt --layers 2 --hidden 256 --heads 4 --seq 128 --memory 2GiB --batch auto "
+                        "--max-batch 64 --quiet --json");
+  ASSERT_EQ(hybrid.exit_code, 0) << hybrid.err;
+  EXPECT_EQ(searched.Json()["global_batch"], hybrid.Json()["global_batch"]);
+  EXPECT_GE(searched.Json()["best"]["throughput_samples_per_second"].get<double>(),
+            hybrid.Json()["throughput_samples_per_second"].get<double>());
+  for (const char* bad : {"--batch 0", "--batch many", "--batch auto --max-batch 0"}) {
+    auto r = RunKiwi(model + bad);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_EQ(CountLines(r.err), 1) << bad << ": " << r.err;
+  }
+}
+
 TEST(Cli, PlanJsonPicksTheFastestFittingPlan) {
   auto r = RunKiwi("plan --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -204,6 +204,15 @@ std::string ClusterHelp() {
   return fmt::format("cluster preset ({}) or cluster JSON file", fmt::join(cost::ClusterPresetNames(), ", "));
 }
 
+Result<std::optional<int64_t>> ParseBatch(const std::string& text) {
+  if (text == "auto") return std::optional<int64_t>{};
+  int64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc{} || end != text.data() + text.size() || value < 1 || value > (int64_t{1} << 30))
+    return BadInput(fmt::format("--batch: '{}' is not a positive integer or auto", text));
+  return std::optional<int64_t>{value};
+}
+
 Status WriteLayerPlanFile(const std::string& path, const ModelFlags& model, const std::string& cluster,
                           const std::string& solver, const plan::LayerPlan& layer_plan, const sim::LayerSimResult& simulated) {
   plan::Plan p;

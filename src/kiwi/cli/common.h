@@ -80,6 +80,9 @@ void PrintJson(const nlohmann::json& object);
 std::string DescribeModel(const models::ModelSpec& spec);
 // Help text of --cluster, listing the presets.
 std::string ClusterHelp();
+// --batch N|auto where the batch may be searched (kiwi hybrid, kiwi plan): N, or nullopt for auto.
+Result<std::optional<int64_t>> ParseBatch(const std::string& text);
+
 // How a written plan names its cluster: a preset by name, a cluster file by its absolute path (so
 // `kiwi simulate PLAN` finds it from any directory).
 std::string ClusterReference(const std::string& given);

@@ -4,7 +4,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <charconv>
 #include <iostream>
 #include <memory>
 
@@ -50,16 +49,6 @@ struct HybridOptions {
   bool quiet = false;
   bool json = false;
 };
-
-// --batch N|auto: the global batch, or nullopt for the sweep.
-Result<std::optional<int64_t>> ParseBatch(const std::string& text) {
-  if (text == "auto") return std::optional<int64_t>{};
-  int64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc{} || end != text.data() + text.size() || value < 1 || value > (int64_t{1} << 30))
-    return BadInput(fmt::format("--batch: '{}' is not a positive integer or auto", text));
-  return std::optional<int64_t>{value};
-}
 
 Result<hybrid::HybridSearchOptions> SearchOptions(const HybridOptions& o, const cost::Cluster& cluster) {
   hybrid::HybridSearchOptions s;

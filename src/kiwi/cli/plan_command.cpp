@@ -39,6 +39,8 @@ namespace hybrid = solve::hybrid;
 struct PlanOptions {
   ModelFlags model;
   std::string hf_config;
+  std::string batch;        // --batch N|auto; empty: the model's
+  int64_t max_batch = 512;  // with --batch auto
   std::string cluster = "v100-nvlink-8";
   std::string memory;
   std::string out;
@@ -265,7 +267,34 @@ Status WriteReport(const PlanOptions& o, const models::ModelSpec& spec, const co
   return io::WriteFileAtomically(o.report, report::RenderPlanReport(page));
 }
 
-int RunPlan(const PlanOptions& o) {
+// --batch auto: the global batch at which kiwi's per-layer search, sweeping it (kiwi hybrid --batch
+// auto), is fastest within the budget; in half of what --time-limit leaves.
+Result<int64_t> AutoBatch(const cost::LayerModel& model, const cost::Cluster& cluster, const cost::CostModel& cm,
+                          int64_t budget, const PlanOptions& o) {
+  hybrid::HybridSearchOptions s;
+  s.memory_budget_bytes = budget;
+  s.max_batch = o.max_batch;
+  s.time_limit_seconds = o.search.SecondsLeft() / 2;
+  Result<hybrid::HybridSearchResult> r = hybrid::SearchHybridPlan(model, cluster, cm, s);
+  if (!r) return r.error();
+  if (!r->feasible) {
+    if (r->smallest_feasible_memory > 0)
+      return Infeasible(fmt::format("--batch auto: no plan fits {} per device at any batch up to {}; at batch {} the smallest "
+                                    "budget known to work is {} ({} bytes)",
+                                    FormatBytes(budget), o.max_batch, r->smallest_batch,
+                                    FormatBytes(r->smallest_feasible_memory), r->smallest_feasible_memory));
+    return Error{ErrorCode::kTimeLimit, "--batch auto: no plan found before the time limit; raise --time-limit"};
+  }
+  return r->plan.global_batch;
+}
+
+int RunPlan(const PlanOptions& options) {
+  PlanOptions o = options;
+  Result<std::optional<int64_t>> given_batch = o.batch.empty() ? std::optional<int64_t>{} : ParseBatch(o.batch);
+  if (!given_batch) return ReportError(given_batch.error());
+  const bool auto_batch = o.batch == "auto";
+  if (*given_batch) o.model.flags.batch = **given_batch;
+  if (o.max_batch < 1) return ReportError(BadInput(fmt::format("--max-batch: must be positive, got {}", o.max_batch)));
   if (!o.hf_config.empty() && !o.out.empty())
     return ReportError(BadInput("--out: kiwi simulate rebuilds presets only, not --hf-config models; use --report or --json"));
   Result<models::ModelSpec> spec = o.hf_config.empty() ? o.model.Load() : o.model.LoadHfConfig(o.hf_config, /*with_batch=*/true);
@@ -282,7 +311,7 @@ int RunPlan(const PlanOptions& o) {
   Result<cost::CostModel> made = o.cost.Make(*cluster);
   if (!made) return ReportError(made.error());
   const cost::CostModel& cm = *made;
-  const int64_t batch = models::SpecBatch(*spec);
+  int64_t batch = models::SpecBatch(*spec);
   // Progress lines on a terminal (or with --progress); scripts reading stderr get only an error's line.
   const bool show_progress = !o.quiet && (o.progress || isatty(STDERR_FILENO) != 0);
   const auto progress = [&](const std::string& line) {
@@ -296,6 +325,13 @@ int RunPlan(const PlanOptions& o) {
                             .cluster_flag = o.cluster, .cost_model = cm,
                             .layer_model = *layer_model, .budget = budget, .seconds = o.search.SecondsLeft(),
                             .out = o.out, .json = o.json});
+  if (auto_batch) {
+    progress(fmt::format("--batch auto: kiwi's search sweeping the batch up to {}", o.max_batch));
+    Result<int64_t> picked = AutoBatch(*layer_model, *cluster, cm, budget, o);
+    if (!picked) return ReportError(picked.error());
+    batch = *picked;
+    progress(fmt::format("--batch auto: batch {}", batch));
+  }
   Result<hybrid::PlanAllResult> r =
       hybrid::PlanAll(*layer_model, *cluster, cm,
                       {.memory_budget_bytes = budget, .global_batch = batch, .time_limit_seconds = o.search.SecondsLeft(),
@@ -344,8 +380,10 @@ int RunPlan(const PlanOptions& o) {
   }
   const cost::TrainingThroughput& u = throughput[static_cast<size_t>(r->best)];
   std::cout << fmt::format("kiwi plan\n  model    {}\n  cluster  {}\n  memory   {} per device\n  batch    {} samples per "
-                           "iteration (the model's; --batch changes it)\n\n",
-                           DescribeModel(*spec), DescribeCluster(*cluster), FormatBytes(budget), batch);
+                           "iteration ({})\n\n",
+                           DescribeModel(*spec), DescribeCluster(*cluster), FormatBytes(budget), batch,
+                           auto_batch ? fmt::format("--batch auto: kiwi's search is fastest there, up to --max-batch {}", o.max_batch)
+                                      : "the model's; --batch changes it, --batch auto searches it");
   std::cout << fmt::format("Best plan, found by {}{}:\n  {:.1f} samples/s, {:.0f} tokens/s per GPU, MFU {}: {} per iteration, {} per "
                            "device\n  {}\n",
                            best.name, best.proven ? " (optimal in its space)" : "", u.samples_per_second,
@@ -368,6 +406,11 @@ Command AddPlanCommand(CLI::App& root) {
   auto o = std::make_shared<PlanOptions>();
   CLI::App* app = root.add_subcommand("plan", "plan a model on a cluster (the default command)");
   o->model.Add(app, "gpt");
+  app->remove_option(app->get_option("--batch"));  // the global batch, kept, or auto: searched
+  app->add_option("--batch", o->batch,
+                  "global batch size (default: the model's), kept: only micro-batches are searched; auto: the batch at "
+                  "which kiwi's per-layer search is fastest, up to --max-batch");
+  app->add_option("--max-batch", o->max_batch, "with --batch auto: the largest batch tried")->capture_default_str();
   app->add_option("--hf-config", o->hf_config,
                   "plan a HuggingFace config.json (gpt2, bert, t5, vit, swin, llama, mistral, mixtral, qwen2, qwen2_moe, "
                   "qwen3, qwen3_moe) instead of --model; --batch, --seq, --dtype still apply")
