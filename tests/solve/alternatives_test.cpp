@@ -2,9 +2,12 @@
 // kiwi's hybrid methods run on their own at the same batch and budget, and never a plan the simulator
 // says does not fit.
 #include "kiwi/solve/hybrid/alternatives.h"
+#include "kiwi/solve/hybrid/search.h"
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <set>
 
 #include "kiwi/cost/cluster.h"
 #include "kiwi/models/layer_model.h"
@@ -97,6 +100,58 @@ TEST(PlanAll, BadBatchAndImpossibleBudget) {
     if (c.smallest_peak_bytes > 0 && (smallest == 0 || c.smallest_peak_bytes < smallest)) smallest = c.smallest_peak_bytes;
   }
   EXPECT_GT(smallest, 1 << 20);
+}
+
+
+// The registry names each planner once, kiwi's own first; the driver refuses a planner whose plan the
+// simulator does not confirm (a claim off by a byte or a second, or a plan over the budget).
+Result<PlanCandidate> Honest(const PlanRequest& r) {
+  PlanCandidate c;
+  c.found = true;
+  c.plan.layers.assign(r.model.layers.size(), plan::LayerStrategy{.dp = r.cluster.NumDevices()});
+  c.plan.global_batch = r.global_batch;
+  Result<sim::LayerSimResult> s = sim::SimulateLayerPlan(r.model, c.plan, r.cluster, r.cost_model);
+  if (!s) return s.error();
+  c.simulated = *s;
+  return c;
+}
+Result<PlanCandidate> ClaimsAByteLess(const PlanRequest& r) {
+  Result<PlanCandidate> c = Honest(r);
+  if (c) c->simulated.summary.peak_memory_bytes -= 1;
+  return c;
+}
+Result<PlanCandidate> ClaimsFaster(const PlanRequest& r) {
+  Result<PlanCandidate> c = Honest(r);
+  if (c) c->simulated.summary.iteration_seconds *= 0.5;
+  return c;
+}
+
+TEST(LayerPlanners, RegistryAndTheVerifyingDriver) {
+  std::set<std::string> names;
+  for (const LayerPlanner& p : LayerPlanners()) EXPECT_TRUE(names.insert(p.name).second) << p.name;
+  EXPECT_EQ(names.size(), 7u);
+  EXPECT_EQ(std::string(LayerPlanners().front().name), "kiwi (per-layer)");
+  Result<models::ModelSpec> spec = models::LoadModel("gpt", {.layers = 2, .hidden = 64, .heads = 4, .seq = 16});
+  ASSERT_TRUE(spec);
+  Result<cost::Cluster> cluster = cost::ClusterPreset("v100-nvlink-8");
+  ASSERT_TRUE(cluster);
+  const cost::CostModel cm(cluster->device);
+  Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, cm);
+  ASSERT_TRUE(model);
+  PlanRequest request{.model = *model, .cluster = *cluster, .cost_model = cm,
+                      .memory_budget_bytes = cluster->device.memory_bytes, .global_batch = 8};
+  Result<PlanCandidate> honest = RunVerified({"honest", "DP", Honest}, request);
+  ASSERT_TRUE(honest) << honest.error().message;
+  EXPECT_EQ(honest->name, "honest");
+  for (auto* liar : {ClaimsAByteLess, ClaimsFaster}) {
+    Result<PlanCandidate> r = RunVerified({"liar", "DP", liar}, request);
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().code, ErrorCode::kInternal) << r.error().message;
+  }
+  request.memory_budget_bytes = honest->simulated.summary.peak_memory_bytes - 1;  // its plan no longer fits
+  Result<PlanCandidate> over = RunVerified({"honest", "DP", Honest}, request);
+  ASSERT_FALSE(over);
+  EXPECT_EQ(over.error().code, ErrorCode::kInternal);
 }
 
 }  // namespace

@@ -29,6 +29,7 @@
 #include "kiwi/report/table.h"
 #include "kiwi/sim/layer_simulator.h"
 #include "kiwi/solve/hybrid/alternatives.h"
+#include "kiwi/solve/hybrid/search.h"
 #include "kiwi/util/units.h"
 
 namespace kiwi::cli {

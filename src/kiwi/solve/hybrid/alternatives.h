@@ -10,8 +10,8 @@
 //    searched;
 //  - "Galvatron-BMW" and "DeepSpeed 3D": hybrid::Method::kBmw and k3d (Table II's rows);
 //  - "uniform": kiwi's uniform plans (every layer one strategy of kiwi's space).
-// Each candidate's plan is verified by the simulator (SimulateLayerPlan): its numbers are the
-// simulator's, and the best plan is the fastest that fits.
+// The planners are layer_planners.h's registry, each run through RunVerified (its plan checked by the
+// simulator); the best plan is the fastest that fits.
 //
 //   Result<PlanAllResult> r = PlanAll(model, cluster, cost_model, {.memory_budget_bytes = b, .global_batch = 8});
 //   if (r && r->best >= 0) Use(r->candidates[r->best].plan);
@@ -25,26 +25,11 @@
 #include "kiwi/cost/layer_profile.h"
 #include "kiwi/plan/plan.h"
 #include "kiwi/sim/layer_simulator.h"
-#include "kiwi/solve/hybrid/search.h"
+#include "kiwi/solve/hybrid/layer_planners.h"
 #include "kiwi/solve/hybrid/uniform_plans.h"
 #include "kiwi/util/result.h"
 
 namespace kiwi::solve::hybrid {
-
-struct PlanCandidate {
-  std::string name;   // "kiwi (per-layer)", "Megatron-LM", ...
-  std::string space;  // what it searched, one line
-  bool found = false;  // a plan fits (plan and simulated are set)
-  plan::LayerPlan plan = {};
-  sim::LayerSimResult simulated = {};
-  bool proven = false;    // optimal in its space (an exhaustive grid that ran to its end, or a proven search)
-  bool timed_out = false;
-  int64_t plans_evaluated = 0;  // grids: plans simulated; searches: configurations searched
-  double seconds = 0.0;
-  // When none fits: the smallest per-device peak among its plans (grids) or the smallest budget its
-  // search knows to work (0: unknown).
-  int64_t smallest_peak_bytes = 0;
-};
 
 struct PlanAllOptions {
   int64_t memory_budget_bytes = 0;
@@ -57,11 +42,6 @@ struct PlanAllResult {
   std::vector<PlanCandidate> candidates;  // kiwi's first, then the alternatives in the order above
   int best = -1;                          // the fastest that fits, kiwi's on ties; -1: none fits
 };
-
-// kiwi's uniform space for `model` on `cluster` at `batch`: compact plans, TP within a node (as kiwi's
-// search), EP where every layer has the same experts, CP where the model's attention has a ring, the
-// model's common recompute sets.
-UniformPlanOptions UniformSpace(const cost::LayerModel& model, const cost::Cluster& cluster, int64_t batch);
 
 // kBadInput as SearchHybridPlan's, and for a batch no plan divides.
 Result<PlanAllResult> PlanAll(const cost::LayerModel& model, const cost::Cluster& cluster,
