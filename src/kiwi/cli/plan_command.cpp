@@ -8,11 +8,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <iostream>
+#include <limits>
 #include <memory>
-#include <unistd.h>
 #include <variant>
+
+#include <unistd.h>
 
 #include "kiwi/cli/command.h"
 #include "kiwi/cli/common.h"
@@ -25,9 +26,9 @@
 #include "kiwi/report/layer_plan_table.h"
 #include "kiwi/report/plan_breakdown.h"
 #include "kiwi/report/plan_report.h"
-#include "kiwi/sim/pipeline_timeline.h"
 #include "kiwi/report/table.h"
 #include "kiwi/sim/layer_simulator.h"
+#include "kiwi/sim/pipeline_timeline.h"
 #include "kiwi/solve/hybrid/alternatives.h"
 #include "kiwi/solve/hybrid/search.h"
 #include "kiwi/util/units.h"
@@ -129,17 +130,11 @@ int RunnerUp(const hybrid::PlanAllResult& r) {
 
 nlohmann::json LayerRunsJson(const plan::LayerPlan& p) {
   nlohmann::json runs = nlohmann::json::array();
-  std::vector<int> stage_of;
-  for (size_t c = 0; c < p.pp_partition.size(); ++c)
-    stage_of.insert(stage_of.end(), static_cast<size_t>(p.pp_partition[c]), p.StageOfChunk(static_cast<int>(c)));
-  stage_of.resize(p.layers.size(), 0);
-  for (size_t i = 0; i < p.layers.size();) {
-    size_t j = i;
-    while (j + 1 < p.layers.size() && p.layers[j + 1] == p.layers[i] && stage_of[j + 1] == stage_of[i]) ++j;
-    nlohmann::json run = io::LayerStrategyJson<nlohmann::json>(p.layers[i], /*contract_sdp=*/true);
-    run.update({{"first_layer", i}, {"last_layer", j}, {"stage", stage_of[i]}, {"name", plan::StrategyName(p.layers[i])}});
-    runs.push_back(std::move(run));
-    i = j + 1;
+  for (const plan::LayerRun& run : plan::LayerRuns(p)) {
+    const plan::LayerStrategy& s = p.layers[static_cast<size_t>(run.first)];
+    nlohmann::json j = io::LayerStrategyJson<nlohmann::json>(s, /*contract_sdp=*/true);
+    j.update({{"first_layer", run.first}, {"last_layer", run.last}, {"stage", run.stage}, {"name", plan::StrategyName(s)}});
+    runs.push_back(std::move(j));
   }
   return runs;
 }

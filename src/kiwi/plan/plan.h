@@ -130,6 +130,16 @@ struct LayerPlan {
 // whose length is not NumChunks(), as the plan's readers say it.
 std::string PartitionLengthError(const LayerPlan& plan);
 
+// Consecutive layers of one stage with one strategy, [first, last] in model order: how reports list a
+// plan along the model. Layers beyond the partition (or all, without one) are on stage 0.
+struct LayerRun {
+  int first = 0;
+  int last = 0;
+  int stage = 0;
+};
+std::vector<int> LayerStages(const LayerPlan& plan);  // each layer's stage
+std::vector<LayerRun> LayerRuns(const LayerPlan& plan);
+
 // What a solver claims the plan achieves; tests compare it with the simulator's answer.
 struct Claims {
   std::optional<int64_t> peak_memory_bytes;

@@ -135,10 +135,7 @@ std::string LayerStrategySvg(const plan::LayerPlan& plan) {
   constexpr double kLeft = 20, kTop = 24, kHeight = 40, kWidth = 1100;
   const int n = static_cast<int>(plan.layers.size());
   const double cell = n > 0 ? (kWidth - 2 * kLeft) / n : 0.0;
-  std::vector<int> stage_of;
-  for (size_t k = 0; k < plan.pp_partition.size(); ++k)
-    stage_of.insert(stage_of.end(), static_cast<size_t>(plan.pp_partition[k]), plan.StageOfChunk(static_cast<int>(k)));
-  stage_of.resize(plan.layers.size(), 0);
+  const std::vector<int> stage_of = plan::LayerStages(plan);
   std::map<std::string, const char*> color;
   std::vector<std::pair<const char*, std::string>> legend;
   std::string body;
