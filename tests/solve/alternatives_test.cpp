@@ -30,6 +30,9 @@ TEST(PlanAll, NeverSlowerThanAnyMethodAndItsBestFits) {
       {"llama", {.layers = 4, .hidden = 1024, .heads = 8, .seq = 512, .batch = 16}, "dgx-a100-80gb:2", 1.0},
       {"llama", {.layers = 4, .hidden = 1024, .heads = 8, .seq = 512, .batch = 16}, "dgx-a100-80gb:2", 0.05},
       {"bert", {.layers = 6, .hidden = 512, .heads = 8, .seq = 128, .batch = 32}, "rtx-titan-pcie-8", 0.3},
+      {"t5", {.layers = 4, .batch = 16}, "v100-nvlink-8", 0.25},
+      {"gpt", {.layers = 8, .hidden = 2048, .heads = 16, .seq = 1024, .batch = 32}, "dgx-a100-80gb:2", 0.075},
+      {"mixtral-8x7b", {.layers = 2, .hidden = 512, .heads = 8, .seq = 256, .batch = 16}, "dgx-h100:1", 1.0},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(fmt::format("{} on {} at {}", c.model, c.cluster, c.budget_fraction));
