@@ -9,7 +9,6 @@
 #include <chrono>
 #include <iostream>
 
-#include "kiwi/cost/layer_cost.h"
 #include "kiwi/io/file_io.h"
 #include "kiwi/io/plan_json.h"
 #include "kiwi/models/layer_model.h"
@@ -34,23 +33,16 @@ struct Candidate {
 Result<std::vector<Candidate>> EvaluateUniformPlans(const cost::LayerModel& model, int64_t batch,
                                                     const cost::Cluster& cluster, const cost::CostModel& cm,
                                                     int64_t budget, double time_limit_seconds) {
-  const auto deadline = DeadlineAfter(std::chrono::steady_clock::now(), time_limit_seconds);
   std::vector<Candidate> out;
   const auto plans = solve::UniformLayerPlans(solve::hybrid::UniformSpace(model, cluster, batch));
-  if (plans.empty())  // every data-parallel degree the devices allow leaves part of a sample on a device
-    return BadInput(fmt::format("--batch {}: no uniform plan on the {} devices of {}: the batch must divide by a "
-                                "data-parallel degree (devices / (PP x TP), over CP groups where the model's "
-                                "attention has a ring); try --batch {}",
-                                batch, cluster.NumDevices(), cluster.name, cluster.NumDevices()));
-  for (const solve::NamedLayerPlan& p : plans) {
-    if (std::chrono::steady_clock::now() > deadline) break;
-    const plan::LayerStrategy& s = p.plan.layers.front();
-    if (!cost::MakeLayerMesh(cluster, p.plan.pp_degree, s).ok()) continue;  // stages would split nodes
-    Result<sim::LayerSimResult> r =
-        sim::SimulateLayerPlan(model, solve::ExpandUniform(p.plan, static_cast<int>(model.layers.size())), cluster, cm);
-    if (!r) return r.error();
-    out.push_back({p.name, p.plan, *r, r->summary.peak_memory_bytes <= budget});  // compact: one strategy
-  }
+  if (plans.empty()) return solve::hybrid::NoUniformPlanAtBatch(batch, cluster);
+  Result<bool> simulated = solve::hybrid::SimulateUniformPlans(
+      model, cluster, cm, plans, DeadlineAfter(std::chrono::steady_clock::now(), time_limit_seconds),
+      [&](const solve::NamedLayerPlan& p, plan::LayerPlan, sim::LayerSimResult r) {
+        const bool fits = r.summary.peak_memory_bytes <= budget;
+        out.push_back({p.name, p.plan, std::move(r), fits});  // compact: one strategy
+      });
+  if (!simulated) return simulated.error();
   std::stable_sort(out.begin(), out.end(), [](const Candidate& a, const Candidate& b) {
     if (a.fits != b.fits) return a.fits;
     if (a.fits) return a.result.throughput_samples_per_second > b.result.throughput_samples_per_second;

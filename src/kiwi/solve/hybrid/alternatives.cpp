@@ -29,10 +29,7 @@ Result<PlanAllResult> PlanAll(const cost::LayerModel& model, const cost::Cluster
                               const cost::CostModel& cost_model, const PlanAllOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   if (UniformLayerPlans(UniformSpace(model, cluster, o.global_batch)).empty())  // no DP degree leaves whole samples
-    return BadInput(fmt::format("--batch {}: no plan on the {} devices of {}: the batch must divide by a "
-                                "data-parallel degree (devices / (PP x TP), over CP groups where the model's "
-                                "attention has a ring); try --batch {}",
-                                o.global_batch, cluster.NumDevices(), cluster.name, cluster.NumDevices()));
+    return NoUniformPlanAtBatch(o.global_batch, cluster);
   const std::vector<LayerPlanner>& planners = LayerPlanners();
   PlanAllResult out;
   out.candidates.resize(planners.size());

@@ -3,7 +3,6 @@
 // kiwi's own uniform plans.
 #include <fmt/format.h>
 
-#include <algorithm>
 #include <chrono>
 
 #include "kiwi/cost/layer_cost.h"
@@ -27,33 +26,28 @@ int64_t UniformExperts(const cost::LayerModel& model) {
   return experts;
 }
 
-// Simulates the compact `plans` until `deadline`: the fastest that fits is the candidate's.
-Result<PlanCandidate> BestOf(PlanCandidate c, const std::vector<NamedLayerPlan>& plans, const PlanRequest& g,
-                             Clock::time_point deadline) {
+// The fastest of `plans` that fits, simulating them in what the request's time limit allows.
+Result<PlanCandidate> BestOf(const std::vector<NamedLayerPlan>& plans, const PlanRequest& r) {
   const Clock::time_point start = Clock::now();
-  const int layers = static_cast<int>(g.model.layers.size());
-  for (const NamedLayerPlan& p : plans) {
-    if (Clock::now() > deadline) {
-      c.timed_out = true;
-      break;
-    }
-    if (!cost::MakeLayerMesh(g.cluster, p.plan.pp_degree, p.plan.layers.front()).ok()) continue;  // stages split nodes
-    plan::LayerPlan expanded = ExpandUniform(p.plan, layers);
-    Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(g.model, expanded, g.cluster, g.cost_model);
-    if (!r) return r.error();
-    ++c.plans_evaluated;
-    const int64_t peak = r->summary.peak_memory_bytes;
-    if (peak > g.memory_budget_bytes) {
-      if (!c.found && (c.smallest_peak_bytes == 0 || peak < c.smallest_peak_bytes)) c.smallest_peak_bytes = peak;
-      continue;
-    }
-    if (c.found && r->throughput_samples_per_second <= c.simulated.throughput_samples_per_second) continue;
-    c.found = true;
-    c.smallest_peak_bytes = 0;
-    c.plan = std::move(expanded);
-    c.simulated = *std::move(r);
-  }
-  c.proven = !c.timed_out;
+  PlanCandidate c;
+  Result<bool> complete = SimulateUniformPlans(
+      r.model, r.cluster, r.cost_model, plans, DeadlineAfter(start, r.time_limit_seconds),
+      [&](const NamedLayerPlan&, plan::LayerPlan expanded, sim::LayerSimResult result) {
+        ++c.plans_evaluated;
+        const int64_t peak = result.summary.peak_memory_bytes;
+        if (peak > r.memory_budget_bytes) {
+          if (!c.found && (c.smallest_peak_bytes == 0 || peak < c.smallest_peak_bytes)) c.smallest_peak_bytes = peak;
+          return;
+        }
+        if (c.found && result.throughput_samples_per_second <= c.simulated.throughput_samples_per_second) return;
+        c.found = true;
+        c.smallest_peak_bytes = 0;
+        c.plan = std::move(expanded);
+        c.simulated = std::move(result);
+      });
+  if (!complete) return complete.error();
+  c.timed_out = !*complete;
+  c.proven = *complete;
   c.seconds = SecondsSince(start);
   return c;
 }
@@ -106,21 +100,39 @@ UniformPlanOptions UniformSpace(const cost::LayerModel& model, const cost::Clust
           .compact = true};
 }
 
-Result<PlanCandidate> PlanMegatronGrid(const PlanRequest& r) {
-  return BestOf({}, MegatronPlans(r.model, r.cluster, r.global_batch), r, DeadlineAfter(Clock::now(), r.time_limit_seconds));
+Result<bool> SimulateUniformPlans(
+    const cost::LayerModel& model, const cost::Cluster& cluster, const cost::CostModel& cost_model,
+    const std::vector<NamedLayerPlan>& plans, Clock::time_point deadline,
+    const std::function<void(const NamedLayerPlan& plan, plan::LayerPlan expanded, sim::LayerSimResult result)>& visit) {
+  const int layers = static_cast<int>(model.layers.size());
+  for (const NamedLayerPlan& p : plans) {
+    if (Clock::now() > deadline) return false;
+    if (!cost::MakeLayerMesh(cluster, p.plan.pp_degree, p.plan.layers.front()).ok()) continue;  // stages split nodes
+    plan::LayerPlan expanded = ExpandUniform(p.plan, layers);
+    Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(model, expanded, cluster, cost_model);
+    if (!r) return r.error();
+    visit(p, std::move(expanded), *std::move(r));
+  }
+  return true;
 }
 
-Result<PlanCandidate> PlanFsdp(const PlanRequest& r) {
-  return BestOf({}, FsdpPlans(r.model, r.cluster, r.global_batch, false), r, DeadlineAfter(Clock::now(), r.time_limit_seconds));
+Error NoUniformPlanAtBatch(int64_t batch, const cost::Cluster& cluster) {
+  return BadInput(fmt::format("--batch {}: no uniform plan on the {} devices of {}: the batch must divide by a "
+                              "data-parallel degree (devices / (PP x TP), over CP groups where the model's attention "
+                              "has a ring); try --batch {}",
+                              batch, cluster.NumDevices(), cluster.name, cluster.NumDevices()));
 }
+
+Result<PlanCandidate> PlanMegatronGrid(const PlanRequest& r) { return BestOf(MegatronPlans(r.model, r.cluster, r.global_batch), r); }
+
+Result<PlanCandidate> PlanFsdp(const PlanRequest& r) { return BestOf(FsdpPlans(r.model, r.cluster, r.global_batch, false), r); }
 
 Result<PlanCandidate> PlanFsdpCheckpointed(const PlanRequest& r) {
-  return BestOf({}, FsdpPlans(r.model, r.cluster, r.global_batch, true), r, DeadlineAfter(Clock::now(), r.time_limit_seconds));
+  return BestOf(FsdpPlans(r.model, r.cluster, r.global_batch, true), r);
 }
 
 Result<PlanCandidate> PlanUniform(const PlanRequest& r) {
-  return BestOf({}, UniformLayerPlans(UniformSpace(r.model, r.cluster, r.global_batch)), r,
-                DeadlineAfter(Clock::now(), r.time_limit_seconds));
+  return BestOf(UniformLayerPlans(UniformSpace(r.model, r.cluster, r.global_batch)), r);
 }
 
 }  // namespace kiwi::solve::hybrid

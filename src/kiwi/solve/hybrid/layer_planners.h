@@ -8,6 +8,7 @@
 //   for (const LayerPlanner& p : LayerPlanners()) {
 //     Result<PlanCandidate> c = RunVerified(p, request);   // a claim the simulator denies: kInternal
 //   }
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -65,6 +66,17 @@ Result<PlanCandidate> RunVerified(const LayerPlanner& planner, const PlanRequest
 // search), EP where every layer has the same experts, CP where the model's attention has a ring, the
 // model's common recompute sets.
 UniformPlanOptions UniformSpace(const cost::LayerModel& model, const cost::Cluster& cluster, int64_t batch);
+
+// The compact uniform `plans` simulated in order until `deadline` (those whose stages would split nodes
+// skipped), `visit` called with each and the simulator's result on its expanded plan; false when the
+// deadline cut the list short. The loop of the exhaustive planners and of `kiwi plan --uniform`.
+Result<bool> SimulateUniformPlans(
+    const cost::LayerModel& model, const cost::Cluster& cluster, const cost::CostModel& cost_model,
+    const std::vector<NamedLayerPlan>& plans, std::chrono::steady_clock::time_point deadline,
+    const std::function<void(const NamedLayerPlan& plan, plan::LayerPlan expanded, sim::LayerSimResult result)>& visit);
+
+// The error for a batch no uniform plan divides over its data-parallel replicas, naming --batch.
+Error NoUniformPlanAtBatch(int64_t batch, const cost::Cluster& cluster);
 
 // The planners (each in its own file): search_planners.cpp (kiwi, Galvatron-BMW, DeepSpeed 3D), grid_planners.cpp (Megatron-LM, FSDP, uniform).
 Result<PlanCandidate> PlanWithKiwi(const PlanRequest& request);
