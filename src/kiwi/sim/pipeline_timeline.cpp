@@ -26,7 +26,8 @@ std::vector<Op> StageOrder(const plan::LayerPlan& plan, int s) {
     for (int i = 0; i < m; ++i) order.push_back({false, 0, i});
     return order;
   }
-  // Forward k and backward k of the stage's m x v: chunk by groups of pp micro-batches (v = 1: k itself).
+  // Forward k and backward k of the stage's m x v: chunk by groups of pp micro-batches (v = 1: chunk 0,
+  // micro-batch k).
   const auto nth = [&](int k, bool forward) {
     const int group = k % (pp * v);
     const int chunk = forward ? group / pp : v - 1 - group / pp;
@@ -35,12 +36,12 @@ std::vector<Op> StageOrder(const plan::LayerPlan& plan, int s) {
   const int total = m * v;
   const int warmup = v == 1 ? std::min(pp - s - 1, m) : std::min((pp - s - 1) * 2 + (v - 1) * pp, total);
   int f = 0, b = 0;
-  for (; f < warmup; ++f) order.push_back(v == 1 ? Op{true, 0, f} : nth(f, true));
+  for (; f < warmup; ++f) order.push_back(nth(f, true));
   for (; f < total; ++f, ++b) {
-    order.push_back(v == 1 ? Op{true, 0, f} : nth(f, true));
-    order.push_back(v == 1 ? Op{false, 0, b} : nth(b, false));
+    order.push_back(nth(f, true));
+    order.push_back(nth(b, false));
   }
-  for (; b < total; ++b) order.push_back(v == 1 ? Op{false, 0, b} : nth(b, false));
+  for (; b < total; ++b) order.push_back(nth(b, false));
   return order;
 }
 

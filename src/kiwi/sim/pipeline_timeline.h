@@ -4,8 +4,8 @@
 // Megatron-LM's interleaved 1F1B), each starting when its stage is free and its input has arrived (the
 // previous chunk's forward, the next chunk's backward), then the stage's unhidden gradient sync and its
 // optimizer step. The blocks' lengths are the simulator's (StageResult's per-chunk seconds); the
-// simulator's iteration time is Galvatron-BMW Eq. 8, which this replay approaches (equal with equal
-// stages, 1F1B or GPipe) but need not equal. What `kiwi plan --report` draws.
+// simulator's iteration time is Galvatron-BMW Eq. 8 (its interleaved form with v > 1), which this
+// replay equals with equal stages and only approaches with unequal ones. What `kiwi plan --report` draws.
 #include <vector>
 
 #include "kiwi/plan/plan.h"
