@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <set>
 
 #include "kiwi/cost/cluster.h"
@@ -22,6 +23,22 @@ struct Case {
   const char* cluster;
   double budget_fraction;  // of the device's memory
 };
+
+// A model spec's layer model on a cluster preset, with the cost model it was priced by.
+struct Built {
+  cost::Cluster cluster;
+  cost::CostModel cost_model;
+  cost::LayerModel model;
+};
+std::optional<Built> Build(const char* name, const models::ModelOverrides& overrides, const char* cluster_name) {
+  Result<models::ModelSpec> spec = models::LoadModel(name, overrides);
+  Result<cost::Cluster> cluster = cost::ClusterPreset(cluster_name);
+  if (!spec || !cluster) return std::nullopt;
+  const cost::CostModel cm(cluster->device);
+  Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, cm);
+  if (!model) return std::nullopt;
+  return Built{*cluster, cm, *model};
+}
 
 TEST(PlanAll, NeverSlowerThanAnyMethodAndItsBestFits) {
   const std::vector<Case> cases = {
@@ -80,20 +97,16 @@ TEST(PlanAll, NeverSlowerThanAnyMethodAndItsBestFits) {
 // A batch that no data-parallel degree divides is bad input naming it; a budget nothing fits leaves
 // best at -1 with the smallest peaks known.
 TEST(PlanAll, BadBatchAndImpossibleBudget) {
-  Result<models::ModelSpec> spec = models::LoadModel("gpt", {.layers = 2});
-  ASSERT_TRUE(spec);
-  Result<cost::Cluster> cluster = cost::ClusterPreset("dgx-a100-80gb:35");
-  ASSERT_TRUE(cluster);
-  const cost::CostModel cm(cluster->device);
-  Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, cm);
-  ASSERT_TRUE(model);
-  Result<PlanAllResult> bad = PlanAll(*model, *cluster, cm, {.memory_budget_bytes = int64_t{1} << 36, .global_batch = 8});
+  const std::optional<Built> b = Build("gpt", {.layers = 2}, "dgx-a100-80gb:35");
+  ASSERT_TRUE(b);
+  Result<PlanAllResult> bad =
+      PlanAll(b->model, b->cluster, b->cost_model, {.memory_budget_bytes = int64_t{1} << 36, .global_batch = 8});
   ASSERT_FALSE(bad);
   EXPECT_EQ(bad.error().code, ErrorCode::kBadInput);
   EXPECT_NE(bad.error().message.find("--batch 8"), std::string::npos) << bad.error().message;
   Result<cost::Cluster> v100 = cost::ClusterPreset("v100-nvlink-8");
   ASSERT_TRUE(v100);
-  Result<PlanAllResult> none = PlanAll(*model, *v100, cost::CostModel(v100->device),
+  Result<PlanAllResult> none = PlanAll(b->model, *v100, cost::CostModel(v100->device),
                                        {.memory_budget_bytes = 1 << 20, .global_batch = 8});
   ASSERT_TRUE(none) << none.error().message;
   EXPECT_EQ(none->best, -1);
@@ -134,15 +147,10 @@ TEST(LayerPlanners, RegistryAndTheVerifyingDriver) {
   for (const LayerPlanner& p : LayerPlanners()) EXPECT_TRUE(names.insert(p.name).second) << p.name;
   EXPECT_EQ(names.size(), 7u);
   EXPECT_EQ(std::string(LayerPlanners().front().name), "kiwi (per-layer)");
-  Result<models::ModelSpec> spec = models::LoadModel("gpt", {.layers = 2, .hidden = 64, .heads = 4, .seq = 16});
-  ASSERT_TRUE(spec);
-  Result<cost::Cluster> cluster = cost::ClusterPreset("v100-nvlink-8");
-  ASSERT_TRUE(cluster);
-  const cost::CostModel cm(cluster->device);
-  Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, cm);
-  ASSERT_TRUE(model);
-  PlanRequest request{.model = *model, .cluster = *cluster, .cost_model = cm,
-                      .memory_budget_bytes = cluster->device.memory_bytes, .global_batch = 8};
+  const std::optional<Built> b = Build("gpt", {.layers = 2, .hidden = 64, .heads = 4, .seq = 16}, "v100-nvlink-8");
+  ASSERT_TRUE(b);
+  PlanRequest request{.model = b->model, .cluster = b->cluster, .cost_model = b->cost_model,
+                      .memory_budget_bytes = b->cluster.device.memory_bytes, .global_batch = 8};
   Result<PlanCandidate> honest = RunVerified({"honest", "DP", Honest}, request);
   ASSERT_TRUE(honest) << honest.error().message;
   EXPECT_EQ(honest->name, "honest");
