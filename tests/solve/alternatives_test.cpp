@@ -80,6 +80,14 @@ TEST(PlanAll, NeverSlowerThanAnyMethodAndItsBestFits) {
       EXPECT_LE(other.simulated.summary.peak_memory_bytes, budget) << other.name;
       EXPECT_LE(other.simulated.throughput_samples_per_second, best.simulated.throughput_samples_per_second) << other.name;
     }
+    // kiwi's search ran last, for plans faster than the alternatives' best: it found one, or none is.
+    const PlanCandidate& kiwi = all->candidates[0];
+    EXPECT_NE(kiwi.found, kiwi.none_faster);
+    for (size_t i = 1; i < all->candidates.size() && kiwi.found; ++i) {
+      if (!all->candidates[i].found) continue;
+      EXPECT_GT(kiwi.simulated.throughput_samples_per_second, all->candidates[i].simulated.throughput_samples_per_second)
+          << all->candidates[i].name;
+    }
     for (Method method : AllMethods()) {
       HybridSearchOptions o;
       o.method = method;

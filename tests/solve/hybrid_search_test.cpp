@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <optional>
 
 #include "hybrid_test_util.h"
@@ -494,6 +495,39 @@ TEST(SearchHybridPlan, PlansTheTensorsWithinWhatTheReserveLeaves) {
   EXPECT_TRUE(Search(model, cluster, o).feasible);
 }
 
+// A throughput to beat (another planner's) is a bound the search starts with: just below the
+// brute-force best it finds that best, in fewer configurations; at or above it, no plan, said as such
+// (not as a lack of memory), and proven so (nothing timed out).
+TEST(SearchHybridPlan, ThroughputToBeatCutsWhatCannotBeatIt) {
+  const cost::Cluster cluster = TestCluster(2, 2);
+  const cost::LayerModel model = TwoTypeModel(2, 1);
+  const std::vector<Outcome> all = EverythingAtBatch(model, cluster, 8);
+  int64_t largest = 0;
+  for (const Outcome& o : all) largest = std::max(largest, o.peak);
+  const double best = BestThroughput(all, largest);
+  HybridSearchOptions o;
+  o.memory_budget_bytes = largest;
+  o.global_batch = 8;
+  o.partitions = PartitionMode::kExhaustive;
+  const HybridSearchResult alone = Search(model, cluster, o);
+  o.beat_throughput = best * (1 - 1e-6);
+  const HybridSearchResult below = Search(model, cluster, o);
+  ExpectSimulatorAgrees(below);
+  EXPECT_NEAR(below.simulated.throughput_samples_per_second, best, 1e-9 * best);
+  EXPECT_FALSE(below.none_faster);
+  EXPECT_LE(below.evaluated, alone.evaluated);
+  EXPECT_LE(below.partitions, alone.partitions);
+  for (double factor : {1.0, 1.5}) {
+    o.beat_throughput = best * factor;
+    const HybridSearchResult none = Search(model, cluster, o);
+    EXPECT_FALSE(none.feasible) << factor;
+    EXPECT_TRUE(none.none_faster) << factor;
+    EXPECT_FALSE(none.timed_out) << factor;
+  }
+  o.beat_throughput = best * 1e6;  // beyond every configuration's bound: none is searched
+  EXPECT_EQ(Search(model, cluster, o).evaluated, 0);
+}
+
 TEST(SearchHybridPlan, RejectsBadOptions) {
   const cost::Cluster cluster = TestCluster(1, 4);
   HybridSearchOptions o;
@@ -510,6 +544,10 @@ TEST(SearchHybridPlan, RejectsBadOptions) {
   EXPECT_FALSE(SearchHybridPlan(TwoTypeModel(1, 1), cluster, TestCostModel(cluster), o).ok());
   o.global_batch.reset();
   EXPECT_FALSE(SearchHybridPlan(cost::LayerModel{}, cluster, TestCostModel(cluster), o).ok());
+  for (double beat : {-1.0, std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()}) {
+    o.beat_throughput = beat;
+    EXPECT_FALSE(SearchHybridPlan(TwoTypeModel(1, 1), cluster, TestCostModel(cluster), o).ok()) << beat;
+  }
 }
 
 TEST(SearchHybridPlan, ModelZooBertOnTitans) {

@@ -94,7 +94,8 @@ std::vector<std::vector<std::string>> CandidateRows(const hybrid::PlanAllResult&
                                            c.proven ? ", optimal" : c.timed_out ? ", time limit" : "");
     if (!c.found) {
       rows.push_back({c.name, "-", "-", "-", "-",
-                      c.smallest_peak_bytes > 0 ? fmt::format("needs {}", FormatBytes(c.smallest_peak_bytes))
+                      c.none_faster                ? "none faster"
+                      : c.smallest_peak_bytes > 0 ? fmt::format("needs {}", FormatBytes(c.smallest_peak_bytes))
                       : c.plans_evaluated == 0  ? "no plan at this batch"
                                                 : "none fits",
                       "-", search});
@@ -158,7 +159,7 @@ nlohmann::json BreakdownJson(const report::PlanBreakdown& b) {
 
 nlohmann::json CandidateJson(const hybrid::PlanCandidate& c, const cost::TrainingThroughput& u) {
   nlohmann::json j = {{"name", c.name}, {"space", c.space}, {"fits", c.found}, {"optimal", c.proven},
-                      {"timed_out", c.timed_out}, {"plans_evaluated", c.plans_evaluated}, {"search_seconds", c.seconds}};
+                      {"timed_out", c.timed_out}, {"none_faster", c.none_faster}, {"plans_evaluated", c.plans_evaluated}, {"search_seconds", c.seconds}};
   if (!c.found) {
     j["smallest_peak_bytes"] = c.smallest_peak_bytes;
     return j;

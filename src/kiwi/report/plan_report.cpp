@@ -45,14 +45,16 @@ std::string RenderPlanReport(const PlanReport& r) {
   for (const auto& [key, value] : r.facts) out += "<tr><td>" + Html(key) + "</td><td>" + Html(value) + "</td></tr>\n";
   out += "</table>\n<p class=\"verdict\">" + Html(r.verdict) + "</p>\n";
   out += "<h2>Planners</h2>\n<p class=\"note\">Each planner's fastest plan that fits, on the same cost model and "
-         "simulator.</p>\n" + TableHtml(r.planners.headers, r.planners.rows);
+         "simulator. kiwi's search runs last and looks only for plans faster than the others' best (\"none "
+         "faster\" when it finds none).</p>\n" + TableHtml(r.planners.headers, r.planners.rows);
   out += "<h2>Why it wins</h2>\n" + TableHtml(BreakdownHeader(r.breakdowns), BreakdownRows(r.breakdowns));
   out += "<h2>Pipeline timeline (one iteration)</h2>\n<p class=\"note\">Each stage's passes in its schedule's order, "
          "replayed from the simulator's per-stage times; the dashed line is the simulator's iteration.</p>\n" +
          TimelineSvg(r.timeline, r.best_plan.pp_degree, r.best.summary.iteration_seconds);
   out += "<h2>Memory per stage</h2>\n" + StageMemorySvg(r.best, r.budget_bytes);
   out += "<h2>Layers' strategies</h2>\n" + LayerStrategySvg(r.best_plan);
-  out += "<h2>Throughput against the memory budget</h2>\n" + RenderSvg(r.throughput_curve);
+  out += "<h2>Throughput against the memory budget</h2>\n<p class=\"note\">kiwi's per-layer line shows the "
+         "budgets where its search beats every alternative.</p>\n" + RenderSvg(r.throughput_curve);
   out += "<h2>The plan, layer by layer</h2>\n<pre>" + Html(LayerPlanTable(r.best_plan)) + "</pre>\n";
   return out + "</body>\n</html>\n";
 }

@@ -18,6 +18,7 @@ std::string Summary(const PlanCandidate& c) {
   if (c.found)
     return fmt::format("{}: {:.2f} samples/s at {} per device ({})", c.name, c.simulated.throughput_samples_per_second,
                        FormatBytes(c.simulated.summary.peak_memory_bytes), searched);
+  if (c.none_faster) return fmt::format("{}: no plan faster than the others' ({})", c.name, searched);
   return fmt::format("{}: no plan fits{} ({})", c.name,
                      c.smallest_peak_bytes > 0 ? fmt::format(" (smallest {})", FormatBytes(c.smallest_peak_bytes)) : "",
                      searched);
@@ -45,6 +46,12 @@ Result<PlanAllResult> PlanAll(const cost::LayerModel& model, const cost::Cluster
     request.time_limit_seconds =
         k == 0 ? std::max(o.time_limit_seconds - SecondsSince(start), 0.01) : o.time_limit_seconds / 8.0;
     request.progress = {};
+    // kiwi's search wants only plans faster than the alternatives' best: it skips what cannot beat it.
+    if (k == 0 && o.seed_with_alternatives)
+      for (const PlanCandidate& alternative : out.candidates)
+        if (alternative.found)
+          request.beat_samples_per_second =
+              std::max(request.beat_samples_per_second, alternative.simulated.throughput_samples_per_second);
     if (k == 0 && o.progress)
       request.progress = [&](const std::string& line) { o.progress(std::string(planners[k].name) + ": " + line); };
     Result<PlanCandidate> c = RunVerified(planners[k], request);

@@ -32,6 +32,9 @@ struct PlanRequest {
   int64_t global_batch = 1;
   double time_limit_seconds = 60.0;
   std::function<void(const std::string&)> progress = {};  // the search's own lines; may be empty
+  // Samples/s another planner's plan reaches on this request (PlanAll: the best alternative's). A
+  // search may look only for faster plans (kiwi's does: it cuts what cannot beat it); grids ignore it.
+  double beat_samples_per_second = 0.0;
 };
 
 struct PlanCandidate {
@@ -42,6 +45,9 @@ struct PlanCandidate {
   sim::LayerSimResult simulated = {};
   bool proven = false;    // optimal in its space (an exhaustive grid that ran to its end, or a proven search)
   bool timed_out = false;
+  // Not found because nothing in its space is faster than request.beat_samples_per_second (proven
+  // unless timed_out), not for want of memory.
+  bool none_faster = false;
   int64_t plans_evaluated = 0;  // grids: plans simulated; searches: configurations searched
   double seconds = 0.0;
   // When none fits: the smallest per-device peak among its plans (grids) or the smallest budget its

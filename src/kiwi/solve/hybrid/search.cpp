@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <deque>
 #include <limits>
@@ -257,8 +258,9 @@ Result<std::vector<Candidate>> Search::Enumerate() {
 
 void Search::Solve(const CostTables& t, const PipelineConfig& c, const Partition& p, PartitionSolution* out) {
   // Branch and bound: only plans faster than the best so far are wanted.
-  const double cutoff = best_.found ? static_cast<double>(c.global_batch) / best_.throughput
-                                    : std::numeric_limits<double>::infinity();
+  const double to_beat = std::max(best_.found ? best_.throughput : 0.0, options_.beat_throughput);
+  const double cutoff =
+      to_beat > 0.0 ? static_cast<double>(c.global_batch) / to_beat : std::numeric_limits<double>::infinity();
   PartitionSolution sol =
       SolvePartition({&t, c, p, options_.memory_budget_bytes, Allowed(t), options_.max_labels, cutoff, deadline_});
   if (sol.timed_out) timed_out_ = true;
@@ -452,7 +454,8 @@ Result<HybridSearchResult> Search::Run() {
   for (bool interleaved : {false, true}) {
     for (const Candidate& c : *candidates) {
       if ((c.config.virtual_stages > 1) != interleaved) continue;
-      if (best_.found && c.upper_bound <= best_.throughput) break;  // no later configuration can do better
+      // No later configuration can beat the best plan known (found or given).
+      if (c.upper_bound <= std::max(best_.found ? best_.throughput : 0.0, options_.beat_throughput)) break;
       if (Expired()) {
         timed_out_ = true;
         break;
@@ -473,6 +476,7 @@ Result<HybridSearchResult> Search::Run() {
     if (!sim) return sim.error();
     r.simulated = std::move(*sim);
   } else {
+    r.none_faster = options_.beat_throughput > 0.0;
     KIWI_RETURN_IF_ERROR(FindSmallestMemory(r));
   }
   r.search_seconds = std::chrono::duration<double>(Clock::now() - start).count();
@@ -487,6 +491,9 @@ Result<HybridSearchResult> SearchHybridPlan(const cost::LayerModel& model, const
   // 0 is a request nothing meets (exit 3 with the smallest memory that works, as kiwi plan, remat and joint).
   if (options.memory_budget_bytes < 0)
     return BadInput(fmt::format("--memory: must not be negative, got {}", options.memory_budget_bytes));
+  if (!(options.beat_throughput >= 0.0) || !std::isfinite(options.beat_throughput))
+    return BadInput(fmt::format("hybrid search: the throughput to beat must be finite and not negative, got {}",
+                                options.beat_throughput));
   if (options.global_batch && *options.global_batch < 1)
     return BadInput(fmt::format("--batch: must be positive, got {}", *options.global_batch));
   if (options.max_batch < 1 || options.batch_step < 1 || options.max_batch > kMaxSweepBatch)

@@ -89,6 +89,10 @@ struct HybridSearchOptions {
   static constexpr int kDefaultRecomputeSets = 2;
   std::optional<PartitionMode> partitions;   // overrides the method's (tests use kExhaustive)
   double time_limit_seconds = 60.0;
+  // Samples/s of a plan known from elsewhere (another planner's, on the same cost model): the search
+  // wants only faster plans, so configurations whose bound does not beat it are skipped and labels that
+  // cannot are cut, as if it had found that plan itself. 0: none.
+  double beat_throughput = 0.0;
   size_t max_labels = 8192;                  // per DP state (layer_dp.h)
   std::function<void(const std::string&)> progress;  // one line per improvement; may be empty
 };
@@ -104,6 +108,9 @@ struct HybridSearchResult {
   bool proven = false;
   bool strategies_proven = false;  // every partition solved got its optimal strategies
   bool timed_out = false;
+  // Infeasible because no plan of the space is faster than options.beat_throughput (proven unless
+  // timed_out), not for want of memory.
+  bool none_faster = false;
   // When infeasible: the smallest per-device budget with which the method has a plan at its smallest
   // batch (at batch `smallest_batch`), 0 if none at all.
   int64_t smallest_feasible_memory = 0;

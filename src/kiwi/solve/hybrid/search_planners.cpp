@@ -14,9 +14,10 @@ PlanCandidate FromSearch(PlanCandidate c, const HybridSearchResult& r) {
   }
   c.proven = r.proven;
   c.timed_out = r.timed_out;
+  c.none_faster = r.none_faster;
   c.plans_evaluated = r.evaluated;
   c.seconds = r.search_seconds;
-  c.smallest_peak_bytes = r.feasible ? 0 : r.smallest_feasible_memory;
+  c.smallest_peak_bytes = r.feasible || r.none_faster ? 0 : r.smallest_feasible_memory;
   return c;
 }
 
@@ -26,6 +27,7 @@ Result<PlanCandidate> Search(Method method, const PlanRequest& r) {
   s.memory_budget_bytes = r.memory_budget_bytes;
   s.global_batch = r.global_batch;
   s.time_limit_seconds = r.time_limit_seconds;
+  s.beat_throughput = r.beat_samples_per_second;
   s.progress = r.progress;
   Result<HybridSearchResult> found = SearchHybridPlan(r.model, r.cluster, r.cost_model, s);
   if (!found) return found.error();
