@@ -236,7 +236,7 @@ TEST(MilpSolve, WithoutIntegerPreprocessing) {
   const Knapsack k = RandomKnapsack(14, 6);
   SolveOptions o = Options();
   o.relative_gap = 0;
-  o.integer_preprocessing = false;
+  o.cbc.integer_preprocessing = false;
   o.log = true;
   testing::internal::CaptureStderr();
   const SolveResult r = SolveOk(KnapsackModel(k), o);
@@ -374,6 +374,9 @@ TEST(MilpSolve, BadInputIsAnError) {
   o.warm_start = std::vector<double>{1.0};  // two variables
   EXPECT_EQ(Solve(ok, o).error().code, ErrorCode::kBadInput);
   o = Options(-1);
+  EXPECT_EQ(Solve(ok, o).error().code, ErrorCode::kBadInput);
+  o = Options();
+  o.backend = static_cast<Backend>(7);  // not one kiwi has
   EXPECT_EQ(Solve(ok, o).error().code, ErrorCode::kBadInput);
   Model bad_bound;
   bad_bound.AddContinuous(kInf, kInf, "y");
@@ -633,7 +636,7 @@ TEST(MilpSolve, LeanSearchAfterASlowRootStillSolves) {
     ASSERT_EQ(SolveOk(PathCoverModel(p, VarType::kContinuous), Relaxed()).termination, Termination::kOptimal);
     const double lp_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - lp_start).count();
     SolveOptions o = Options(std::max(0.2, 4 * lp_seconds));
-    o.lean_search_when_root_is_slow = true;
+    o.cbc.lean_search_when_root_is_slow = true;
     o.log = true;
     testing::internal::CaptureStderr();
     r = SolveOk(m, o);

@@ -59,15 +59,28 @@ TEST_F(Toulbar, OptimalOnRandomNetworks) {
     ASSERT_TRUE(r.ok()) << r.error().message;
     if (best >= p.forbidden) {  // nothing avoids the forbidden entries
       EXPECT_TRUE(r->x.empty()) << "seed " << seed;
+      EXPECT_EQ(r->termination, kiwi::milp::Termination::kInfeasible) << "seed " << seed;
       continue;
     }
     ASSERT_FALSE(r->x.empty()) << "seed " << seed;
     EXPECT_TRUE(r->optimal) << "seed " << seed;
+    EXPECT_EQ(r->termination, kiwi::milp::Termination::kOptimal) << "seed " << seed;
     EXPECT_EQ(r->cost, best) << "seed " << seed;
     EXPECT_EQ(WcspCost(p, r->x), best);
     ASSERT_TRUE(r->lower_bound.has_value());
     EXPECT_EQ(*r->lower_bound, best);
   }
+}
+
+// Every pair forbidden: proven infeasible, a termination and not an error (the MILP layer's contract).
+TEST_F(Toulbar, EveryAssignmentForbiddenIsInfeasible) {
+  WcspProblem p;
+  p.unary = {{0, 1}, {2, 0}};
+  p.binary.push_back({0, 1, {p.forbidden, p.forbidden, p.forbidden, p.forbidden}});
+  Result<WcspResult> r = SolveWcsp(p, {.time_limit_seconds = 20});
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(r->has_solution());
+  EXPECT_EQ(r->termination, kiwi::milp::Termination::kInfeasible);
 }
 
 TEST_F(Toulbar, AcceptsAnInitialAssignment) {

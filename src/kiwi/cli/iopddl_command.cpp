@@ -1,7 +1,9 @@
 // `kiwi iopddl PROBLEM [--time-limit S] --json` (CONTRACT.md): solves an ASPLOS 2025 IOPDDL contest
 // instance. The time limit covers the whole command (reading included), as the contest counts it.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 
@@ -9,7 +11,7 @@
 #include "kiwi/cli/common.h"
 #include "kiwi/io/file_io.h"
 #include "kiwi/io/iopddl_json.h"
-#include "kiwi/solve/sharding/solver.h"
+#include "kiwi/solve/registry.h"
 #include "kiwi/util/elapsed.h"
 #include "kiwi/util/units.h"
 
@@ -17,7 +19,6 @@ namespace kiwi::cli {
 namespace {
 
 using solve::sharding::ShardingResult;
-using solve::sharding::ShardingSolverKind;
 
 struct IopddlCliOptions {
   std::string path;
@@ -31,13 +32,6 @@ struct IopddlCliOptions {
 
 // Time kept back from the limit for writing the answer.
 constexpr double kOutputReserveSeconds = 0.05;
-
-Result<ShardingSolverKind> ParseKind(const std::string& name) {
-  if (name == "auto") return ShardingSolverKind::kAuto;
-  if (name == "fast") return ShardingSolverKind::kFast;
-  if (name == "ilp") return ShardingSolverKind::kIlp;
-  return BadInput(fmt::format("--solver: '{}' is not one of auto, fast, ilp", name));
-}
 
 nlohmann::json ResultJson(const ShardingResult& r, const ir::ShardingProblem& p) {
   return {{"problem", p.name},
@@ -68,23 +62,29 @@ std::string Summary(const ShardingResult& r, const ir::ShardingProblem& p) {
 
 int RunIopddl(const IopddlCliOptions& o) {
   auto elapsed = [&] { return SecondsSince(o.search.start); };  // the clock --time-limit counts on
-  Result<ShardingSolverKind> kind = ParseKind(o.solver);
-  if (!kind) return ReportError(kind.error());
+  const solve::Solver* solver = solve::FindSolver(solve::Family::kSharding, o.solver);
+  if (solver == nullptr)
+    return ReportError(BadInput(fmt::format("--solver: '{}' is not one of {}", o.solver,
+                                            fmt::join(solve::SolverNames(solve::Family::kSharding), ", "))));
   Result<ir::ShardingProblem> problem = io::ReadIopddlFile(o.path);
   if (!problem) return ReportError(problem.error());
   if (!o.quiet)
     std::cerr << fmt::format("kiwi iopddl: read {} ({} nodes, {} edges) in {}\n", o.path, problem->nodes.size(),
                              problem->edges.size(), FormatSeconds(elapsed()));
-  solve::sharding::ShardingSolveOptions options;
-  options.time_limit_seconds = std::max(0.01, o.search.SecondsLeft() - kOutputReserveSeconds);
-  options.threads = o.search.threads;
-  options.seed = o.seed;
+  solve::SolveRequest request{.target = solve::ShardingTarget{*problem},
+                              .time_limit_seconds = std::max(0.01, o.search.SecondsLeft() - kOutputReserveSeconds),
+                              .threads = o.search.threads,
+                              .seed = o.seed};
   if (!o.quiet)
-    options.on_incumbent = [&](int64_t cost, double) {
-      std::cerr << fmt::format("kiwi iopddl: {:>8.2f} s  cost {}\n", elapsed(), cost);
+    request.progress = [&](const std::string& line) {
+      std::cerr << fmt::format("kiwi iopddl: {:>8.2f} s  {}\n", elapsed(), line);
     };
-  Result<ShardingResult> r = solve::sharding::SolveSharding(*problem, *kind, options);
-  if (!r) return ReportError(r.error());
+  Result<solve::SolveOutcome> solved = solve::RunSolver(*solver, request);
+  if (!solved) return ReportError(solved.error());
+  if (!solved->HasPlan())
+    return ReportError({solved->termination == solve::Termination::kInfeasible ? ErrorCode::kInfeasible : ErrorCode::kTimeLimit,
+                        solved->notes});
+  ShardingResult* r = &std::get<ShardingResult>(solved->result);
   r->solve_seconds = elapsed();  // the whole command, as the contest times it
   if (!o.out.empty()) {
     Status written = io::WriteFileAtomically(o.out, io::FormatIopddlSolution(r->solution) + "\n");
@@ -105,7 +105,8 @@ Command AddIopddlCommand(CLI::App& root) {
   auto o = std::make_shared<IopddlCliOptions>();
   CLI::App* app = root.add_subcommand("iopddl", "solve an ASPLOS 2025 IOPDDL sharding instance (.json or .json.gz)");
   app->add_option("PROBLEM", o->path, "contest instance file")->required();
-  app->add_option("--solver", o->solver, "auto | fast | ilp (exact, small instances)")->capture_default_str();
+  app->add_option("--solver", o->solver,
+                  fmt::format("{} (ilp: exact, small instances)", fmt::join(solve::SolverNames(solve::Family::kSharding), " | ")))->capture_default_str();
   o->search.Add(app);
   app->add_option("--seed", o->seed, "seed of the randomized search")
       // A negative seed would wrap around the unsigned one silently.

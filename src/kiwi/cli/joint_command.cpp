@@ -16,12 +16,12 @@
 #include "kiwi/io/plan_json.h"
 #include "kiwi/report/table.h"
 #include "kiwi/solve/joint/joint.h"
+#include "kiwi/solve/registry.h"
 #include "kiwi/util/units.h"
 
 namespace kiwi::cli {
 namespace {
 
-using solve::joint::JointMethod;
 using solve::joint::JointResult;
 
 struct JointCliOptions {
@@ -45,7 +45,7 @@ struct JointInputs {
   cost::Cluster cluster;
   ir::DeviceMesh mesh;
   int64_t budget = 0;
-  JointMethod method = JointMethod::kKiwi;
+  const solve::Solver* method = nullptr;  // of Family::kJoint
 };
 
 // Link bandwidths scaled by X (KIWI §4.3: 1/10 and 1/100 of NVLink), before the mesh is laid out.
@@ -60,10 +60,10 @@ Status ScaleBandwidth(cost::Cluster& cluster, double scale) {
 
 Result<JointInputs> LoadInputs(const JointCliOptions& o, const CLI::App& app) {
   JointInputs in;
-  const std::optional<JointMethod> method = solve::joint::ParseJointMethod(o.method);
-  if (!method)
-    return BadInput(fmt::format("--method: '{}' is not one of {}", o.method, fmt::join(solve::joint::JointMethodNames(), ", ")));
-  in.method = *method;
+  in.method = solve::FindSolver(solve::Family::kJoint, o.method);
+  if (in.method == nullptr)
+    return BadInput(fmt::format("--method: '{}' is not one of {}", o.method,
+                                fmt::join(solve::SolverNames(solve::Family::kJoint), ", ")));
   Result<ir::Graph> graph = LoadGraphOrModel(o.path, o.model, app);
   if (!graph) return graph.error();
   in.graph = *std::move(graph);
@@ -93,41 +93,44 @@ void Progress(const JointCliOptions& o, const std::string& line) {
   if (!o.quiet) std::cerr << "kiwi joint: " << line << '\n';
 }
 
-solve::joint::JointSolveOptions SolveOptions(const JointCliOptions& o, double seconds) {
-  solve::joint::JointSolveOptions s;
-  s.time_limit_seconds = seconds;
-  s.threads = o.search.threads;
-  s.relative_gap = 1e-4;
-  if (!o.quiet) s.progress = [](const std::string& line) { std::cerr << "kiwi joint: " << line << '\n'; };
-  return s;
+// One joint solver through the registry's driver (its plan checked by the simulator).
+Result<JointResult> SolveWith(const solve::Solver& solver, const solve::joint::JointProblem& p, const JointCliOptions& o,
+                              double seconds, std::vector<const JointResult*> portfolio = {}) {
+  solve::SolveRequest request{.target = solve::JointTarget{p, std::move(portfolio)},
+                              .time_limit_seconds = seconds,
+                              .threads = o.search.threads};
+  if (!o.quiet) request.progress = [](const std::string& line) { std::cerr << "kiwi joint: " << line << '\n'; };
+  Result<solve::SolveOutcome> solved = solve::RunSolver(solver, request);
+  if (!solved) return solved.error();
+  return std::get<JointResult>(std::move(solved->result));
 }
 
 // The requested method; KIWI first runs the baselines (a share of the time each) as its portfolio,
 // the full formulation first runs the reduced one.
-Result<JointResult> Solve(const solve::joint::JointProblem& p, const JointCliOptions& o, JointMethod method,
+Result<JointResult> Solve(const solve::joint::JointProblem& p, const JointCliOptions& o, const solve::Solver& method,
                           std::vector<JointResult>& helpers) {
   const double limit = o.search.SecondsLeft();
-  std::vector<JointMethod> first;
-  if (method == JointMethod::kKiwi) first = {JointMethod::kAlpa, JointMethod::kCkptDots, JointMethod::kMegatronSelective};
-  if (method == JointMethod::kKiwiFull) first = {JointMethod::kKiwi};
-  const double share = method == JointMethod::kKiwiFull ? 0.3 : 0.15;
+  std::vector<std::string> first;
+  if (method.name == "kiwi") first = {"alpa", "ckpt-dots", "megatron-selective"};
+  if (method.name == "kiwi-full") first = {"kiwi"};
+  const double share = method.name == "kiwi-full" ? 0.3 : 0.15;
   helpers.reserve(first.size());
-  for (JointMethod m : first) {
+  for (const std::string& name : first) {
     if (o.search.Spent()) {  // the portfolio is optional; the method still answers
-      Progress(o, fmt::format("{}: skipped, the time limit is reached", solve::joint::JointMethodName(m)));
+      Progress(o, fmt::format("{}: skipped, the time limit is reached", name));
       continue;
     }
-    Progress(o, fmt::format("{} ({:.0f} s at most)", solve::joint::JointMethodName(m), share * limit));
-    Result<JointResult> r = solve::joint::SolveJoint(p, m, SolveOptions(o, share * limit));
+    Progress(o, fmt::format("{} ({:.0f} s at most)", name, share * limit));
+    Result<JointResult> r = SolveWith(*solve::FindSolver(solve::Family::kJoint, name), p, o, share * limit);
     if (!r) return r.error();
     helpers.push_back(*std::move(r));
   }
   // The method itself gets what the helpers left (their setup can outlast their share); none at all
   // tells it to answer without searching.
-  solve::joint::JointSolveOptions options = SolveOptions(o, o.search.Spent() ? 0.0 : o.search.SecondsLeft());
-  for (const JointResult& h : helpers) options.portfolio.push_back(&h);
-  Progress(o, solve::joint::JointMethodName(method));
-  return solve::joint::SolveJoint(p, method, options);
+  std::vector<const JointResult*> portfolio;
+  for (const JointResult& h : helpers) portfolio.push_back(&h);
+  Progress(o, method.name);
+  return SolveWith(method, p, o, o.search.Spent() ? 0.0 : o.search.SecondsLeft(), std::move(portfolio));
 }
 
 nlohmann::json ResultJson(const JointResult& r, const JointInputs& in, const std::vector<JointResult>& helpers,
@@ -267,7 +270,7 @@ int RunJoint(const JointCliOptions& o, const CLI::App& app) {
   Result<solve::joint::JointProblem> p = solve::joint::MakeJointProblem(in->graph, cm, in->mesh, in->budget, {});
   if (!p) return ReportError(p.error());
   std::vector<JointResult> helpers;
-  Result<JointResult> r = Solve(*p, o, in->method, helpers);
+  Result<JointResult> r = Solve(*p, o, *in->method, helpers);
   if (!r) return ReportError(r.error());
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (!r->feasible) return ReportNoPlan(*r, *in, o);
@@ -299,7 +302,7 @@ Command AddJointCommand(CLI::App& root) {
   app->add_option("--mesh", o->mesh, "device mesh, e.g. 2x4 (default: all devices on one axis)");
   app->add_option("--cluster", o->cluster, ClusterHelp())->capture_default_str();
   app->add_option("--memory", o->memory, "memory budget per device (bytes or units; default: the device's memory)");
-  app->add_option("--method", o->method, fmt::format("{}", fmt::join(solve::joint::JointMethodNames(), " | ")))
+  app->add_option("--method", o->method, fmt::format("{}", fmt::join(solve::SolverNames(solve::Family::kJoint), " | ")))
       ->capture_default_str();
   app->add_option("--bandwidth-scale", o->bandwidth_scale, "multiply every link's bandwidth by X (KIWI Fig. 6)")
       ->capture_default_str();

@@ -15,7 +15,7 @@
 #include "kiwi/io/file_io.h"
 #include "kiwi/io/plan_json.h"
 #include "kiwi/report/table.h"
-#include "kiwi/solve/remat/solvers.h"
+#include "kiwi/solve/registry.h"
 #include "kiwi/util/units.h"
 
 namespace kiwi::cli {
@@ -99,10 +99,10 @@ int RunRemat(const RematCliOptions& o, const CLI::App& app) {
   if (o.max_batch) return RunRematMaxBatch(o, app);
   if (app.count("--batch-of-file") > 0)
     return ReportError(BadInput("--batch-of-file: only with --max-batch (the batch a GRAPH file was built for)"));
-  std::optional<solve::remat::SolverKind> kind = solve::remat::ParseSolverKind(o.solver);
-  if (!kind)
+  const solve::Solver* solver = solve::FindSolver(solve::Family::kRemat, o.solver);
+  if (solver == nullptr)
     return ReportError(BadInput(fmt::format("--solver: '{}' is not one of {}", o.solver,
-                                            fmt::join(solve::remat::SolverNames(), ", "))));
+                                            fmt::join(solve::SolverNames(solve::Family::kRemat), ", "))));
   Result<ir::Graph> graph = LoadGraphOrModel(o.path, o.model, app);
   if (!graph) return ReportError(graph.error());
   Result<cost::Cluster> cluster = io::LoadCluster(o.cluster);
@@ -116,13 +116,14 @@ int RunRemat(const RematCliOptions& o, const CLI::App& app) {
   if (!budget) return ReportError(budget.error());
   problem->budget = *budget;
 
-  solve::remat::RematOptions options;
-  options.time_limit_seconds = o.search.SecondsLeft();
-  options.threads = o.search.threads;
-  if (!o.quiet) options.progress = [](const std::string& line) { std::cerr << "kiwi remat: " << line << '\n'; };
-  Result<RematResult> r = solve::remat::SolveRemat(*problem, cm, *kind, options);
-  if (!r) return ReportError(r.error());
-  if (!r->feasible) {
+  solve::SolveRequest request{.target = solve::RematTarget{*problem, cm},
+                              .time_limit_seconds = std::max(o.search.SecondsLeft(), 1e-3),
+                              .threads = o.search.threads};
+  if (!o.quiet) request.progress = [](const std::string& line) { std::cerr << "kiwi remat: " << line << '\n'; };
+  Result<solve::SolveOutcome> solved = solve::RunSolver(*solver, request);
+  if (!solved) return ReportError(solved.error());
+  const RematResult* r = &std::get<RematResult>(solved->result);
+  if (!solved->HasPlan()) {
     const Error e = r->smallest_known_budget > 0
         ? Infeasible(fmt::format("no schedule found within {} ({} bytes); the smallest budget kiwi can satisfy is {} "
                                  "({} bytes): use --budget {} or more", FormatBytes(*budget), *budget,
@@ -156,7 +157,7 @@ Command AddRematCommand(CLI::App& root) {
   o->model.Add(app, "gpt");
   app->add_option("--budget", o->budget, "memory budget (bytes or units: 16GiB, 16GB, 512MiB)");
   app->add_option("--budget-fraction", o->budget_fraction, "budget as a fraction of the checkpoint-all peak");
-  app->add_option("--solver", o->solver, fmt::format("{}", fmt::join(solve::remat::SolverNames(), " | ")))
+  app->add_option("--solver", o->solver, fmt::format("{}", fmt::join(solve::SolverNames(solve::Family::kRemat), " | ")))
       ->capture_default_str();
   app->add_option("--cluster", o->cluster, ClusterHelp() + "; its device prices roofline costs")->capture_default_str();
   app->add_option("--out", o->out, "write the schedule as plan JSON to this file")->check(OutputFile());

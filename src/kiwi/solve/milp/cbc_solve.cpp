@@ -112,6 +112,8 @@ Status ValidateOptions(const Model& model, const SolveOptions& options) {
     return BadInput(fmt::format("milp options: relative_gap: must be >= 0, got {}", options.relative_gap));
   }
   if (options.threads < 0) return BadInput(fmt::format("milp options: threads: must be >= 0, got {}", options.threads));
+  if (options.backend != Backend::kCbc)
+    return BadInput(fmt::format("milp options: backend: {} is not a backend kiwi has (cbc)", static_cast<int>(options.backend)));
   if (options.warm_start && options.warm_start->size() != model.vars().size()) {
     return BadInput(fmt::format("milp options: warm_start: has {} values for {} variables", options.warm_start->size(),
                                 model.vars().size()));
@@ -335,7 +337,7 @@ int NoCallback(CbcModel* /*model*/, int /*where_from*/) { return 0; }
 struct CbcPlan {
   double seconds = 0.0;    // CBC's own limit
   bool preprocess = true;  // integer preprocessing and zero-half cuts
-  bool lean = false;       // no two-row MIR cuts, one thread (SolveOptions::lean_search_when_root_is_slow)
+  bool lean = false;       // no two-row MIR cuts, one thread (CbcParameters::lean_search_when_root_is_slow)
 };
 
 // The `cbc` command-line arguments: silence, limits, then the default `-solve`.
@@ -434,13 +436,13 @@ std::optional<SolveResult> SolveRootLp(OsiClpSolverInterface& solver, const Mode
 
 // CBC's integer preprocessing (CglPreProcess) ignores the time limit. On whole Checkmate models it
 // took 10-60x the root LP's time (17k columns: 5 s; 40k: 15 s; 110k: over 700 s), so it runs only
-// when that estimate fits in half the time left (and SolveOptions::integer_preprocessing asks for it).
+// when that estimate fits in half the time left (and CbcParameters::integer_preprocessing asks for it).
 bool PreprocessAffordable(double root_lp_seconds, double seconds_left) {
   constexpr double kPreprocessPerRootLp = 40.0;
   return kPreprocessPerRootLp * root_lp_seconds <= 0.5 * seconds_left;
 }
 
-// SolveOptions::lean_search_when_root_is_slow applies when fewer root LPs than this fit in the time
+// CbcParameters::lean_search_when_root_is_slow applies when fewer root LPs than this fit in the time
 // left: then CBC spends it in root cut rounds, each costing about a root LP.
 constexpr double kRootLpsForAFullSearch = 10.0;
 
@@ -495,15 +497,15 @@ SolveResult SolveMilp(const Model& model, const CoinProblem& p, const SolveOptio
   }
   CbcPlan plan;
   const double left = SecondsLeft(options, start);
-  plan.preprocess = options.integer_preprocessing && PreprocessAffordable(root_seconds, left);
-  plan.lean = options.lean_search_when_root_is_slow && kRootLpsForAFullSearch * root_seconds > left;
+  plan.preprocess = options.cbc.integer_preprocessing && PreprocessAffordable(root_seconds, left);
+  plan.lean = options.cbc.lean_search_when_root_is_slow && kRootLpsForAFullSearch * root_seconds > left;
   // After its limit CBC solves the LP once more with the incumbent's integers fixed (2.5 s after an
   // 8.8 s root LP on a 192k-row Checkmate model): stop it early by that much.
   constexpr double kFinalLpPerRootLp = 0.35;
   plan.seconds = left - kFinalLpPerRootLp * root_seconds;
   if (options.log) {
     std::fprintf(stderr, "kiwi milp: root LP %.1f s; CBC preprocessing %s%s\n", root_seconds,
-                 plan.preprocess ? "on" : options.integer_preprocessing ? "off (root LP too slow for the time left)" : "off",
+                 plan.preprocess ? "on" : options.cbc.integer_preprocessing ? "off (root LP too slow for the time left)" : "off",
                  plan.lean ? "; lean search (one thread, no two-row MIR cuts)" : "");
   }
   SolveResult result = RunCbc(model, p, solver, handler.get(), options, start, plan);

@@ -26,14 +26,8 @@ struct Incumbent {
   double seconds = 0.0;
 };
 
-struct SolveOptions {
-  double time_limit_seconds = kInf;
-  double relative_gap = 1e-4;     // stop when (incumbent - bound) / |incumbent| <= relative_gap
-  int threads = 0;                // 0 = all cores
-  bool relax_integrality = false; // solve the LP relaxation (CLP) instead of the MILP
-  std::optional<std::vector<double>> warm_start{};  // a full assignment (one value per variable)
-  std::function<void(const Incumbent&)> on_incumbent{};  // on each improvement, from a solver thread, one call at a time
-  bool log = false;               // backend log to stderr
+// CBC's own knobs (cbc_solve.cpp); another backend gets its own struct beside it in SolveOptions.
+struct CbcParameters {
   // When fewer than ~10 root LPs fit in the time left (the search will be root cut rounds), leave
   // out the cut family whose rounds cost most for the bound they add and run one thread. CBC's
   // two-row MIR cuts took 10 of the root's 31 s on a 192k-row Checkmate model while Gomory cuts made
@@ -43,6 +37,22 @@ struct SolveOptions {
   // CBC's integer preprocessing (CglPreProcess), when the root LP is fast enough for it. Checkmate
   // models solve faster without (random_layered_n100 at 0.8: 3.5 s instead of a 0.42% gap after 60 s).
   bool integer_preprocessing = true;
+};
+
+enum class Backend : uint8_t {
+  kCbc,  // COIN-OR CBC for MILPs, CLP for LPs and relaxations (Debian's coinor-libcbc-dev)
+};
+
+struct SolveOptions {
+  double time_limit_seconds = kInf;
+  double relative_gap = 1e-4;     // stop when (incumbent - bound) / |incumbent| <= relative_gap
+  int threads = 0;                // 0 = all cores
+  bool relax_integrality = false; // solve the LP relaxation instead of the MILP
+  std::optional<std::vector<double>> warm_start{};  // a full assignment (one value per variable)
+  std::function<void(const Incumbent&)> on_incumbent{};  // on each improvement, from a solver thread, one call at a time
+  bool log = false;               // backend log to stderr
+  Backend backend = Backend::kCbc;
+  CbcParameters cbc{};            // read when backend is kCbc
 };
 
 struct SolveResult {
@@ -59,7 +69,7 @@ struct SolveResult {
   double relative_gap() const;
 };
 
-// Solves with COIN-OR CBC (MILP) or CLP (LP relaxation), the only backend so far.
+// Solves with options.backend (CBC for MILPs, CLP for LPs: the only backend so far).
 Result<SolveResult> Solve(const Model& model, const SolveOptions& options = {});
 
 }  // namespace kiwi::milp

@@ -369,8 +369,8 @@ milp::SolveOptions IlpSolveOptions(const RematOptions& options, double seconds_l
   so.time_limit_seconds = std::max(0.0, seconds_left);
   so.relative_gap = options.relative_gap;
   so.threads = options.threads;
-  so.lean_search_when_root_is_slow = true;
-  so.integer_preprocessing = false;  // see milp::SolveOptions: slower on every Checkmate model measured
+  so.cbc.lean_search_when_root_is_slow = true;
+  so.cbc.integer_preprocessing = false;  // see milp::CbcParameters: slower on every Checkmate model measured
   so.on_incumbent = [&options](const milp::Incumbent& inc) {
     Say(options, fmt::format("ilp: incumbent {:.6g}, bound {:.6g} at {:.2f} s", inc.objective, inc.best_bound, inc.seconds));
   };

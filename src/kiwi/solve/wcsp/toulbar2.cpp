@@ -122,7 +122,7 @@ Result<WcspResult> ParseLog(const WcspProblem& p, const std::string& log) {
   if (!in) return Internal("wcsp: toulbar2 left no output");
   WcspResult r;
   std::string line;
-  bool next_is_solution = false;
+  bool next_is_solution = false, proven_infeasible = false, stopped = false;
   while (std::getline(in, line)) {
     if (next_is_solution) {
       std::istringstream values(line);
@@ -137,10 +137,15 @@ Result<WcspResult> ParseLog(const WcspProblem& p, const std::string& log) {
     }
     if (line.rfind("New solution:", 0) == 0) next_is_solution = true;
     if (line.rfind("Optimum:", 0) == 0) r.optimal = true;
+    if (line.rfind("No solution", 0) == 0) proven_infeasible = true;  // "No solution found by ..." / "... in N backtracks"
+    if (line.find("Time limit") != std::string::npos || line.find("Aborting") != std::string::npos) stopped = true;
     const size_t gap = line.find("Optimality gap: [");
     if (gap != std::string::npos) r.lower_bound = std::stoll(line.substr(gap + 17));
   }
   if (r.x.empty()) r.optimal = false;
+  r.termination = !r.x.empty()                    ? (r.optimal ? milp::Termination::kOptimal : milp::Termination::kFeasible)
+                  : proven_infeasible && !stopped ? milp::Termination::kInfeasible
+                                                  : milp::Termination::kNoSolution;
   return r;
 }
 

@@ -10,12 +10,16 @@
 //   p.unary = {{0, 5}, {1, 0, 4}};
 //   p.binary.push_back({0, 1, {0, 2, 2, 7, 0, 0}});      // [a * |D_1| + b]
 //   Result<WcspResult> r = SolveWcsp(p, {.time_limit_seconds = 5});
-//   if (r && !r->x.empty()) { /* r->x, r->cost, r->optimal */ }
+//   if (r && r->has_solution()) { /* r->x, r->cost, r->optimal */ }
+//
+// The same contract as the MILP layer (milp/solve.h, after MathOpt): an error only for bad input or a
+// backend failure; every outcome of the search is a result whose `termination` says which.
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "kiwi/solve/milp/solve.h"
 #include "kiwi/util/result.h"
 
 namespace kiwi::solve::wcsp {
@@ -40,10 +44,14 @@ struct WcspOptions {
 };
 
 struct WcspResult {
+  // kOptimal / kFeasible: x is set; kInfeasible: toulbar2 proved that every assignment costs at least
+  // `forbidden`; kNoSolution: it stopped (its time limit) without an assignment.
+  milp::Termination termination = milp::Termination::kNoSolution;
   std::vector<int32_t> x;       // best assignment found; empty when none
   int64_t cost = 0;             // its cost (recomputed from the problem, not parsed)
   bool optimal = false;         // proven
   std::optional<int64_t> lower_bound;
+  bool has_solution() const { return !x.empty(); }
 };
 
 // Whether the toulbar2 executable can be run.

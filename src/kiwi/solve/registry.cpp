@@ -1,0 +1,263 @@
+#include "kiwi/solve/registry.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <utility>
+
+#include "kiwi/sim/simulator.h"
+#include "kiwi/solve/remat/solvers.h"
+
+namespace kiwi::solve {
+namespace {
+
+using remat::RematResult;
+using sharding::ShardingResult;
+
+Termination PlanTermination(bool found, bool proven) {
+  return !found ? Termination::kInfeasible : proven ? Termination::kOptimal : Termination::kFeasible;
+}
+
+// Each family's adapter: the request in the family's options, the family's result in the outcome.
+template <remat::SolverKind kind>
+Result<SolveOutcome> RunRemat(const SolveRequest& request) {
+  const auto& t = std::get<RematTarget>(request.target);
+  Result<RematResult> r = remat::SolveRemat(
+      t.problem, t.cost_model, kind,
+      {.time_limit_seconds = request.time_limit_seconds, .threads = request.threads, .progress = request.progress});
+  if (!r) return r.error();
+  SolveOutcome out;
+  out.termination = PlanTermination(r->feasible, r->optimal);
+  // A budget kiwi meets that this solver did not (SolveRemat leaves the smallest budget at 0 then).
+  if (!r->feasible && r->smallest_known_budget == 0) out.termination = Termination::kNoPlan;
+  out.claims = {r->cost, r->peak_memory};
+  out.bound = r->lower_bound;
+  out.seconds = r->solve_seconds;
+  out.notes = r->note;
+  out.smallest_known_budget = r->smallest_known_budget;
+  out.result = *std::move(r);
+  return out;
+}
+
+template <sharding::ShardingSolverKind kind>
+Result<SolveOutcome> RunSharding(const SolveRequest& request) {
+  const auto& t = std::get<ShardingTarget>(request.target);
+  sharding::ShardingSolveOptions o;
+  o.time_limit_seconds = request.time_limit_seconds;
+  o.threads = request.threads;
+  o.seed = request.seed;
+  if (request.progress)
+    o.on_incumbent = [&](int64_t cost, double) { request.progress(fmt::format("cost {}", cost)); };
+  Result<ShardingResult> r = sharding::SolveSharding(t.problem, kind, o);
+  SolveOutcome out;
+  // A usage limit below every solution, or a time limit before any: terminations, not errors.
+  if (!r && (r.error().code == ErrorCode::kInfeasible || r.error().code == ErrorCode::kTimeLimit)) {
+    out.termination = r.error().code == ErrorCode::kInfeasible ? Termination::kInfeasible : Termination::kNoPlan;
+    out.notes = r.error().message;
+    out.result = ShardingResult{};
+    return out;
+  }
+  if (!r) return r.error();
+  out.termination = PlanTermination(r->evaluation.feasible, r->optimal);
+  out.claims = {static_cast<double>(r->evaluation.cost), r->evaluation.peak_usage};
+  if (r->lower_bound) out.bound = static_cast<double>(*r->lower_bound);
+  out.seconds = r->solve_seconds;
+  out.notes = r->note;
+  out.result = *std::move(r);
+  return out;
+}
+
+template <joint::JointMethod method>
+Result<SolveOutcome> RunJoint(const SolveRequest& request) {
+  const auto& t = std::get<JointTarget>(request.target);
+  joint::JointSolveOptions o;
+  o.time_limit_seconds = request.time_limit_seconds;
+  o.threads = request.threads;
+  o.progress = request.progress;
+  o.portfolio = t.portfolio;
+  Result<joint::JointResult> r = joint::SolveJoint(t.problem, method, o);
+  if (!r) return r.error();
+  SolveOutcome out;
+  out.termination = r->feasible ? PlanTermination(true, r->optimal)
+                    : r->timed_out ? Termination::kNoPlan
+                                   : Termination::kInfeasible;
+  if (r->feasible) out.claims = {r->sim.iteration_seconds, r->sim.peak_memory_bytes};
+  out.bound = r->lower_bound_seconds;
+  out.seconds = r->solve_seconds;
+  out.notes = r->note;
+  out.smallest_known_budget = r->smallest_known_budget;
+  out.result = *std::move(r);
+  return out;
+}
+
+Result<SolveOutcome> RunLayers(const hybrid::LayerPlanner& planner, const SolveRequest& request) {
+  hybrid::PlanRequest r = std::get<LayersTarget>(request.target).request;
+  r.time_limit_seconds = request.time_limit_seconds;
+  r.progress = request.progress;
+  Result<hybrid::PlanCandidate> c = hybrid::RunVerified(planner, r);
+  if (!c) return c.error();
+  SolveOutcome out;
+  out.termination = c->found ? PlanTermination(true, c->proven)
+                    : c->none_faster || c->timed_out ? Termination::kNoPlan
+                                                     : Termination::kInfeasible;
+  if (c->found) out.claims = {c->simulated.summary.iteration_seconds, c->simulated.summary.peak_memory_bytes};
+  out.seconds = c->seconds;
+  if (c->none_faster) out.notes = fmt::format("none faster than {:.4g} samples/s", r.beat_samples_per_second);
+  out.smallest_known_budget = c->smallest_peak_bytes;
+  out.result = *std::move(c);
+  return out;
+}
+
+std::vector<Solver> MakeSolvers() {
+  using remat::SolverKind;
+  using sharding::ShardingSolverKind;
+  using joint::JointMethod;
+  std::vector<Solver> s = {
+      {Family::kRemat, "auto", "checkpoint-all when it fits, else the heuristic, then the chain DP or Checkmate's MILP", RunRemat<SolverKind::kAuto>},
+      {Family::kRemat, "ilp", "Checkmate's MILP over frontier-advancing stages (CBC)", RunRemat<SolverKind::kIlp>},
+      {Family::kRemat, "lp-round", "Checkmate's LP relaxation and two-phase rounding", RunRemat<SolverKind::kLpRound>},
+      {Family::kRemat, "chain-dp", "exact dynamic program for linear chains", RunRemat<SolverKind::kChainDp>},
+      {Family::kRemat, "heuristic", "greedy and local improvement, any graph", RunRemat<SolverKind::kHeuristic>},
+      {Family::kRemat, "checkpoint-all", "keep every activation", RunRemat<SolverKind::kCheckpointAll>},
+      {Family::kRemat, "sqrtn", "Chen et al.: a checkpoint every sqrt(n) nodes", RunRemat<SolverKind::kSqrtN>},
+      {Family::kRemat, "greedy", "Chen et al.'s greedy segments", RunRemat<SolverKind::kGreedy>},
+      {Family::kRemat, "ckpt-dots", "JAX checkpoint_dots: keep matmul outputs", RunRemat<SolverKind::kCkptDots>},
+      {Family::kRemat, "megatron-selective", "Megatron's selective recompute of attention", RunRemat<SolverKind::kMegatronSelective>},
+      {Family::kSharding, "auto", "reductions, DP and Lagrangian search; exact when the reduced problem is small", RunSharding<ShardingSolverKind::kAuto>},
+      {Family::kSharding, "fast", "reductions, DP and Lagrangian local search", RunSharding<ShardingSolverKind::kFast>},
+      {Family::kSharding, "ilp", "the exact ILP (CBC), small instances", RunSharding<ShardingSolverKind::kIlp>},
+      {Family::kJoint, "kiwi", "KIWI's reduced joint MILP, warm-started from the baselines", RunJoint<JointMethod::kKiwi>},
+      {Family::kJoint, "kiwi-full", "KIWI's full stage-based MILP, small graphs", RunJoint<JointMethod::kKiwiFull>},
+      {Family::kJoint, "alpa", "Alpa: sharding only, checkpoint-all schedule", RunJoint<JointMethod::kAlpa>},
+      {Family::kJoint, "ckpt-dots", "checkpoint_dots' keep set, then the sharding MILP", RunJoint<JointMethod::kCkptDots>},
+      {Family::kJoint, "megatron-selective", "Megatron's selective keep set, then the sharding MILP", RunJoint<JointMethod::kMegatronSelective>},
+  };
+  for (const hybrid::LayerPlanner& p : hybrid::LayerPlanners())
+    s.push_back({Family::kLayers, p.name, p.space, [&p](const SolveRequest& r) { return RunLayers(p, r); }});
+  return s;
+}
+
+bool SameSeconds(double a, double b) { return std::abs(a - b) <= 1e-9 * std::max(std::abs(a), std::abs(b)); }
+
+Error Denied(const SolveOutcome& out, const std::string& what) {
+  return Internal(fmt::format("solver {}: {}", out.solver, what));
+}
+
+// The judges: the simulator (ir::Evaluate for sharding) on the plan, against the claims.
+Status CheckRemat(const RematTarget& t, const SolveOutcome& out) {
+  const auto& r = std::get<RematResult>(out.result);
+  Result<RematResult> replay = remat::FinishResult(t.problem, t.cost_model, r.schedule, {});
+  if (!replay) return Denied(out, "its schedule does not replay: " + replay.error().message);
+  if (!replay->feasible || replay->peak_memory != out.claims.peak_bytes || !SameSeconds(replay->cost, out.claims.objective))
+    return Denied(out, fmt::format("claims cost {} and peak {} bytes, the simulator says {} and {} within {}",
+                                   out.claims.objective, out.claims.peak_bytes, replay->cost, replay->peak_memory, t.problem.budget));
+  return Status::Ok();
+}
+
+Status CheckSharding(const ShardingTarget& t, const SolveOutcome& out) {
+  const auto& r = std::get<ShardingResult>(out.result);
+  const ir::Evaluation e = ir::Evaluate(t.problem, r.solution);
+  if (!e.feasible || e.cost != static_cast<int64_t>(out.claims.objective) || e.peak_usage != out.claims.peak_bytes)
+    return Denied(out, fmt::format("claims cost {} and usage {}, the evaluator says {} and {} ({})", out.claims.objective,
+                                   out.claims.peak_bytes, e.cost, e.peak_usage, e.feasible ? "feasible" : e.violation));
+  return Status::Ok();
+}
+
+Status CheckJoint(const JointTarget& t, const SolveOutcome& out) {
+  const auto& r = std::get<joint::JointResult>(out.result);
+  const joint::JointProblem& p = t.problem;
+  Result<sim::SimResult> replay = sim::SimulateOperatorPlan(*p.graph, r.plan, *p.cost_model, p.mesh);
+  if (!replay) return Denied(out, "its plan does not replay: " + replay.error().message);
+  if (replay->peak_memory_bytes > p.budget || replay->peak_memory_bytes != out.claims.peak_bytes ||
+      !SameSeconds(replay->iteration_seconds, out.claims.objective))
+    return Denied(out, fmt::format("claims {} s and {} bytes, the simulator says {} s and {} bytes within {}",
+                                   out.claims.objective, out.claims.peak_bytes, replay->iteration_seconds,
+                                   replay->peak_memory_bytes, p.budget));
+  return Status::Ok();
+}
+
+Status CheckLayers(const LayersTarget& t, const SolveOutcome& out) {
+  const auto& c = std::get<hybrid::PlanCandidate>(out.result);
+  const hybrid::PlanRequest& r = t.request;
+  Result<sim::LayerSimResult> replay = sim::SimulateLayerPlan(r.model, c.plan, r.cluster, r.cost_model);
+  if (!replay) return Denied(out, "its plan does not simulate: " + replay.error().message);
+  const int64_t peak = replay->summary.peak_memory_bytes;
+  if (peak > r.memory_budget_bytes || peak != out.claims.peak_bytes ||
+      !SameSeconds(replay->summary.iteration_seconds, out.claims.objective))
+    return Denied(out, fmt::format("claims {} s and {} bytes, the simulator says {} s and {} bytes within {}",
+                                   out.claims.objective, out.claims.peak_bytes, replay->summary.iteration_seconds, peak,
+                                   r.memory_budget_bytes));
+  return Status::Ok();
+}
+
+}  // namespace
+
+std::string FamilyName(Family family) {
+  switch (family) {
+    case Family::kRemat: return "remat";
+    case Family::kSharding: return "sharding";
+    case Family::kJoint: return "joint";
+    case Family::kLayers: return "layers";
+  }
+  return "unknown";
+}
+
+std::string TerminationName(Termination termination) {
+  switch (termination) {
+    case Termination::kOptimal: return "optimal";
+    case Termination::kFeasible: return "feasible";
+    case Termination::kInfeasible: return "infeasible";
+    case Termination::kNoPlan: return "no plan";
+  }
+  return "unknown";
+}
+
+// The variant's alternatives are in Family's order.
+Family FamilyOf(const Target& target) { return static_cast<Family>(target.index()); }
+
+const std::vector<Solver>& Solvers() {
+  static const std::vector<Solver> solvers = MakeSolvers();
+  return solvers;
+}
+
+const Solver* FindSolver(Family family, std::string_view name) {
+  for (const Solver& s : Solvers())
+    if (s.family == family && s.name == name) return &s;
+  return nullptr;
+}
+
+std::vector<std::string> SolverNames(Family family) {
+  std::vector<std::string> names;
+  for (const Solver& s : Solvers())
+    if (s.family == family) names.push_back(s.name);
+  return names;
+}
+
+Result<SolveOutcome> RunSolver(const Solver& solver, const SolveRequest& request) {
+  const Family family = FamilyOf(request.target);
+  if (family != solver.family)
+    return BadInput(fmt::format("solver {}/{} solves {} problems, not {}", FamilyName(solver.family), solver.name,
+                                FamilyName(solver.family), FamilyName(family)));
+  if (!(request.time_limit_seconds >= 0.0))
+    return BadInput(fmt::format("--time-limit: must not be negative, got {}", request.time_limit_seconds));
+  Result<SolveOutcome> out = solver.run(request);
+  if (!out) return out;
+  out->solver = FamilyName(solver.family) + "/" + solver.name;
+  out->family = solver.family;
+  if (out->result.index() != static_cast<size_t>(family))
+    return Denied(*out, fmt::format("returned a result of another family ({})", out->result.index()));
+  if (!out->HasPlan()) return out;
+  Status judged = std::visit(
+      [&](const auto& target) -> Status {
+        using T = std::decay_t<decltype(target)>;
+        if constexpr (std::is_same_v<T, RematTarget>) return CheckRemat(target, *out);
+        else if constexpr (std::is_same_v<T, ShardingTarget>) return CheckSharding(target, *out);
+        else if constexpr (std::is_same_v<T, JointTarget>) return CheckJoint(target, *out);
+        else return CheckLayers(target, *out);
+      },
+      request.target);
+  if (!judged.ok()) return judged.error();
+  return out;
+}
+
+}  // namespace kiwi::solve
