@@ -52,6 +52,30 @@ TEST(Cli, EverySubcommandAcceptsThreadsAndSearchesAcceptATimeLimit) {
   EXPECT_EQ(RunKiwi("plan --threads many").exit_code, 2);
 }
 
+// `kiwi solvers` lists the registry: every family, each solver's name as its subcommand takes it.
+TEST(Cli, SolversListsTheRegistry) {
+  const auto all = RunKiwi("solvers");
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  for (const char* line : {"layers (kiwi plan", "remat (kiwi remat --solver NAME)", "sharding (kiwi iopddl",
+                           "joint (kiwi joint --method NAME)", "kiwi (per-layer)", "Megatron-LM", "chain-dp", "kiwi-full"})
+    EXPECT_NE(all.out.find(line), std::string::npos) << line;
+  const auto remat = RunKiwi("solvers --family remat --json");
+  ASSERT_EQ(remat.exit_code, 0) << remat.err;
+  const nlohmann::json j = nlohmann::json::parse(remat.out);
+  ASSERT_EQ(j.size(), 10u);
+  for (const nlohmann::json& s : j) {
+    EXPECT_EQ(s["family"], "remat");
+    // each name is one `kiwi remat --solver` takes (chain-dp refuses a graph that is not a chain, by name)
+    const std::string name = s["name"].get<std::string>();
+    const auto run = RunKiwi("remat --model gpt --layers 1 --hidden 64 --heads 4 --seq 8 --budget-fraction 1 --quiet --solver " + name);
+    EXPECT_EQ(run.err.find("is not one of"), std::string::npos) << name << ": " << run.err;
+    EXPECT_EQ(run.exit_code, name == "chain-dp" ? 2 : 0) << name << ": " << run.err;
+  }
+  const auto bad = RunKiwi("solvers --family milp");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--family: 'milp' is not one of layers, remat, sharding, joint"), std::string::npos) << bad.err;
+}
+
 TEST(Cli, UnknownFlagIsUsageErrorOnOneLine) {
   auto r = RunKiwi("graph --no-such-flag");
   EXPECT_EQ(r.exit_code, 2);

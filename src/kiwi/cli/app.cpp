@@ -47,7 +47,7 @@ int Main(int argc, char** argv) {
   app.require_subcommand(0, 1);
   std::vector<Command> commands = {AddPlanCommand(app), AddGraphCommand(app), AddSimulateCommand(app),
                                    AddRematCommand(app), AddIopddlCommand(app), AddHybridCommand(app),
-                                   AddJointCommand(app), AddProfileCommand(app)};
+                                   AddJointCommand(app), AddProfileCommand(app), AddSolversCommand(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -19,5 +19,6 @@ Command AddIopddlCommand(CLI::App& root);
 Command AddJointCommand(CLI::App& root);
 Command AddHybridCommand(CLI::App& root);
 Command AddProfileCommand(CLI::App& root);
+Command AddSolversCommand(CLI::App& root);
 
 }  // namespace kiwi::cli
