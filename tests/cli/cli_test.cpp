@@ -178,7 +178,7 @@ TEST(Cli, MainJobPrintsTheBestPlanBesideTheAlternatives) {
   EXPECT_NE(r.out.find("v100-nvlink-8"), std::string::npos);
   EXPECT_NE(r.out.find("Best plan, found by "), std::string::npos) << r.out;
   for (const char* row : {"Megatron-LM", "FSDP (ZeRO-3) + CKPT", "Galvatron-BMW", "DeepSpeed 3D", "uniform",
-                          "Why: ", "pipeline bubble", "optimizer states", "MFU"})
+                          "Why: ", "pipeline bubble", "optimizer states", "MFU", "    tensor / sequence parallel"})
     EXPECT_NE(r.out.find(row), std::string::npos) << row << "\n" << r.out;
   EXPECT_EQ(r.err, "") << "no progress lines when stderr is not a terminal";
   auto progress = RunKiwi("plan --progress");
@@ -261,6 +261,9 @@ TEST(Cli, PlanJsonPicksTheFastestFittingPlan) {
     EXPECT_NEAR(t["compute"].get<double>() + t["recompute"].get<double>() + t["communication"].get<double>() +
                     t["resharding"].get<double>(),
                 t["iteration"].get<double>(), 1e-12);
+    double by_kind = 0.0;  // and the communication's kinds to the communication
+    for (const auto& [kind, seconds] : e["breakdown"]["communication_seconds"].items()) by_kind += seconds.get<double>();
+    EXPECT_NEAR(by_kind, t["communication"].get<double>(), 1e-12);
     const auto& m = e["breakdown"]["memory_bytes"];
     EXPECT_EQ(m["parameters"].get<int64_t>() + m["gradients"].get<int64_t>() + m["optimizer_states"].get<int64_t>() +
                   m["activations"].get<int64_t>() + m["buffers"].get<int64_t>() + m["reserved"].get<int64_t>(),

@@ -523,6 +523,7 @@ TEST(SimulateLayerPlan, TensorParallelAllReducesHideBehindLaunches) {
   EXPECT_NEAR(r.summary.iteration_seconds, 16 * 4 * (12e-3 + 22e-3), kEps);
   EXPECT_NEAR(r.summary.time.communication, 16 * 4 * 4 * 1e-6, kEps);
   EXPECT_NEAR(r.summary.time.compute + r.summary.time.communication, r.summary.iteration_seconds, kEps);
+  EXPECT_NEAR(r.communication.tensor_parallel, r.summary.time.communication, kEps);  // all of it TP's
 }
 
 LayerPlan PipelinePlan(plan::PipelineSchedule schedule) {
@@ -551,6 +552,10 @@ TEST(SimulateLayerPlan, OneFOneBTwoStagesFourMicroBatches) {
   EXPECT_NEAR(r.summary.time.total(), r.summary.iteration_seconds, kEps);
   // The slowest stage waits for the other's first and last micro-batch: the bubble is c0.
   EXPECT_NEAR(r.pipeline_bubble_seconds, c0, kEps);
+  // All its communication is the stages' sends.
+  EXPECT_NEAR(r.communication.pipeline, r.summary.time.communication, kEps);
+  EXPECT_NEAR(r.communication.pipeline, (4 - 1) * 20e-6 + 2 * 20e-6, kEps);
+  EXPECT_DOUBLE_EQ(r.communication.tensor_parallel + r.communication.data_parallel, 0.0);
   // What holds each peak: fp32 Adam's gradient (1 byte per parameter byte) and moments (2), the
   // micro-batches in flight.
   const StageMemorySplit& m0 = r.stages[0].memory;
@@ -850,6 +855,11 @@ TEST(SimulateLayerPlan, ExpertParallelTrafficCountsEachPart) {
     EXPECT_EQ(l.expert_dp_all_reduce_bytes, 0) << i;
   }
   EXPECT_EQ(t->embedding.all_to_alls, 0);  // the embeddings have no experts
+  Result<LayerSimResult> r = SimulateLayerPlan(model, plan, cluster, TestCostModel(cluster));
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_GT(r->communication.expert_parallel, 0.0);
+  EXPECT_DOUBLE_EQ(r->communication.context_parallel + r->communication.pipeline + r->communication.tensor_parallel, 0.0);
+  EXPECT_NEAR(r->communication.Total(), r->summary.time.communication, 1e-12);
 }
 
 // Expert parallelism only where a layer has experts it divides, within dp, and not under ZeRO-3.
@@ -905,6 +915,45 @@ TEST(SimulateLayerPlan, ContextParallelTrafficCountsTheRing) {
   EXPECT_EQ(t->layers[3].context_reshard_bytes, 2 * 2 * 1'000 * 1 / 2);
   Result<LayerSimResult> r = SimulateLayerPlan(model, plan, cluster, TestCostModel(cluster));
   ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_GT(r->communication.context_parallel, 0.0);
+  EXPECT_DOUBLE_EQ(r->communication.expert_parallel + r->communication.pipeline, 0.0);
+  EXPECT_NEAR(r->communication.Total(), r->summary.time.communication, 1e-12);
+}
+
+// The communication bucket splits into its kinds and they add up to it, for every kind of strategy
+// and schedule: a kind a plan does not use costs nothing.
+TEST(SimulateLayerPlan, CommunicationSplitsIntoItsKinds) {
+  const cost::Cluster cluster = TestCluster(2, 4);
+  int checked = 0;
+  for (int tp : {1, 2, 4})
+    for (plan::Zero zero : {plan::Zero::kNone, plan::Zero::kOptimizerStates, plan::Zero::kGradients, plan::Zero::kParameters})
+      for (bool sp : {false, true})
+        for (int pp : {1, 2}) {
+          if (sp && tp == 1) continue;
+          LayerStrategy s;
+          s.tp = tp;
+          s.dp = 8 / pp / tp;
+          s.zero = s.dp > 1 ? zero : plan::Zero::kNone;
+          s.sequence_parallel = sp;
+          LayerPlan plan = UniformPlan(s, 32, 2);
+          plan.pp_degree = pp;
+          plan.pp_partition = pp == 1 ? std::vector<int>{4} : std::vector<int>{2, 2};
+          Result<LayerSimResult> r = SimulateLayerPlan(FourAttentionLayers(), plan, cluster, TestCostModel(cluster));
+          ASSERT_TRUE(r.ok()) << r.error().message;
+          const cost::CommunicationByKind& c = r->communication;
+          EXPECT_NEAR(c.Total(), r->summary.time.communication, 1e-12 + 1e-9 * r->summary.time.communication);
+          EXPECT_EQ(c.tensor_parallel > 0.0, tp > 1) << tp;
+          EXPECT_EQ(c.pipeline > 0.0, pp > 1) << pp;
+          if (s.dp == 1) {
+            EXPECT_DOUBLE_EQ(c.data_parallel, 0.0) << tp;
+          }
+          if (s.zero == plan::Zero::kParameters) {
+            EXPECT_GT(c.data_parallel, 0.0) << tp;  // its gathers are never hidden
+          }
+          EXPECT_DOUBLE_EQ(c.expert_parallel + c.context_parallel, 0.0);
+          ++checked;
+        }
+  EXPECT_GT(checked, 30);
 }
 
 TEST(SimulateLayerPlan, RejectsContextParallelismItCannotRun) {

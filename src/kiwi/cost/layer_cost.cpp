@@ -486,6 +486,9 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
                                               l.mesh.experts.mesh, l.mesh.experts.group);
   const RingSeconds ring = RingSecondsOf(l, comm, cost_model);
   cost.communication += tp_forward + tp_backward + comm.all_to_alls * all_to_all + ring.forward + ring.backward;
+  cost.communication_kinds.tensor_parallel += tp_forward + tp_backward;
+  cost.communication_kinds.expert_parallel += comm.all_to_alls * all_to_all;
+  cost.communication_kinds.context_parallel += ring.forward + ring.backward;
   double backward_compute = backward;
   if (l.strategy.checkpoint) {  // §V: one extra forward propagation
     cost.recompute += forward + (comm.tp_recomputed ? tp_forward : 0.0) + comm.all_to_alls_recomputed * all_to_all +
@@ -512,11 +515,14 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
   }
   // Sequence parallelism's all-reduce of the replicated parameters' gradients: after the flush, beside
   // the DP sync (not overlapped: Megatron's finalize_model_grads); under ZeRO-2/3 in every micro-batch.
-  (comm.sp_gradient_every_microbatch ? cost.communication : cost.gradient_sync) +=
+  const double sp_gradient =
       CollectiveSeconds(cost_model, Collective::kAllReduce, comm.sp_gradient_all_reduce_bytes, l.mesh, kTpAxis);
+  (comm.sp_gradient_every_microbatch ? cost.communication : cost.gradient_sync) += sp_gradient;
+  (comm.sp_gradient_every_microbatch ? cost.communication_kinds : cost.gradient_sync_kinds).tensor_parallel += sp_gradient;
   const double gather =
       CollectiveSeconds(cost_model, Collective::kAllGather, comm.sdp_all_gather_bytes, l.mesh, kDpAxis);
   cost.communication += comm.sdp_all_gathers * gather;
+  cost.communication_kinds.data_parallel += comm.sdp_all_gathers * gather;
   cost.forward += forward + tp_forward + (comm.all_to_alls > 0 ? kAllToAllsForward * all_to_all : 0.0) + ring.forward +
                   (comm.sdp_all_gathers > 0 ? gather : 0.0);
   // Gradient sync overlapped with the layer's backward computation, both slowed down while they
@@ -528,6 +534,7 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
   if (sync <= 0.0) return;
   const double unhidden = std::max(cost_model.OverlappedTime(backward_compute, sync) - backward_compute, 0.0);
   (comm.gradient_sync_every_microbatch ? cost.communication : cost.gradient_sync) += unhidden;
+  (comm.gradient_sync_every_microbatch ? cost.communication_kinds : cost.gradient_sync_kinds).data_parallel += unhidden;
 }
 
 int64_t SliceGatherBytes(const PlacedLayer& prev, const PlacedLayer& next) {

@@ -58,6 +58,26 @@ struct PlacedLayer {
   double Samples() const { return static_cast<double>(microbatch) / strategy.cp; }
 };
 
+// Communication seconds by parallelism: a split of StageCost's communication (or gradient_sync) term
+// into the collectives' kinds, adding up to it (what a report shows as "communication by kind").
+struct CommunicationByKind {
+  double tensor_parallel = 0.0;   // TP all-reduces; SP all-gathers, reduce-scatters, its gradient all-reduce
+  double data_parallel = 0.0;     // ZeRO-3 parameter gathers, the unhidden DP / ZeRO (and experts') gradient
+                                  // sync, ZeRO-1/2's parameter gather after the step
+  double expert_parallel = 0.0;   // the routed rows' all-to-alls
+  double context_parallel = 0.0;  // ring attention's sends
+  double pipeline = 0.0;          // activations and gradients sent between stages
+  double Total() const { return tensor_parallel + data_parallel + expert_parallel + context_parallel + pipeline; }
+  CommunicationByKind& operator+=(const CommunicationByKind& o) {
+    tensor_parallel += o.tensor_parallel;
+    data_parallel += o.data_parallel;
+    expert_parallel += o.expert_parallel;
+    context_parallel += o.context_parallel;
+    pipeline += o.pipeline;
+    return *this;
+  }
+};
+
 struct StageCost {
   double compute = 0.0;        // one micro-batch: forward + backward
   double recompute = 0.0;      // one micro-batch: checkpointed forwards and their TP all-reduces, attention cores
@@ -66,6 +86,8 @@ struct StageCost {
   double gradient_sync = 0.0;  // once per iteration: DP/SDP gradient sync not hidden by the backward
   double optimizer = 0.0;      // once per iteration: the optimizer step over the device's model states
   double parameter_gather = 0.0;  // once per iteration, after the step: ZeRO-1/2's all-gather of the updated shards
+  CommunicationByKind communication_kinds;  // `communication` by kind (one micro-batch)
+  CommunicationByKind gradient_sync_kinds;  // `gradient_sync` by kind (parameter_gather is all data parallel)
   // Of one micro-batch's compute + communication, the forward pass's: its kernels and the collectives it
   // waits for (TP/SP, all-to-alls, ring sends, a ZeRO-3 gather); the rest of MicrobatchSeconds is the
   // backward pass's (with recomputation, gradient collectives, sends and resharding). A timeline's split.

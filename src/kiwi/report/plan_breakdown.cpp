@@ -62,6 +62,11 @@ std::vector<std::vector<std::string>> BreakdownRows(const std::vector<PlanBreakd
   seconds("  compute (+ optimizer step)", [](const PlanBreakdown& p) { return p.simulated.summary.time.compute; });
   seconds("  recompute", [](const PlanBreakdown& p) { return p.simulated.summary.time.recompute; });
   seconds("  communication", [](const PlanBreakdown& p) { return p.simulated.summary.time.communication; });
+  seconds("    tensor / sequence parallel", [](const PlanBreakdown& p) { return p.simulated.communication.tensor_parallel; });
+  seconds("    data parallel / ZeRO", [](const PlanBreakdown& p) { return p.simulated.communication.data_parallel; });
+  seconds("    expert parallel", [](const PlanBreakdown& p) { return p.simulated.communication.expert_parallel; });
+  seconds("    context parallel", [](const PlanBreakdown& p) { return p.simulated.communication.context_parallel; });
+  seconds("    pipeline sends", [](const PlanBreakdown& p) { return p.simulated.communication.pipeline; });
   seconds("  resharding", [](const PlanBreakdown& p) { return p.simulated.summary.time.resharding; });
   seconds("  of these, pipeline bubble", [](const PlanBreakdown& p) { return p.simulated.pipeline_bubble_seconds; });
   seconds("  iteration", [](const PlanBreakdown& p) { return p.simulated.summary.iteration_seconds; });

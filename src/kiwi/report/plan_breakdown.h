@@ -30,8 +30,8 @@ struct PlanBreakdown {
   const sim::StageResult& LargestStage() const;
 };
 
-// Rows: time (compute with the optimizer step, recompute, communication, resharding, of which pipeline
-// bubble, iteration), bytes sent by kind, memory of the largest stage by kind and its peak; one column
+// Rows: time (compute with the optimizer step, recompute, communication and its kinds, resharding, of
+// which pipeline bubble, iteration), bytes sent by kind, memory of the largest stage by kind and its peak; one column
 // per plan after the row's label (section rows have empty cells). The header: "" and the plans' names.
 std::vector<std::vector<std::string>> BreakdownRows(const std::vector<PlanBreakdown>& plans);
 std::vector<std::string> BreakdownHeader(const std::vector<PlanBreakdown>& plans);

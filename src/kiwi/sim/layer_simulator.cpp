@@ -270,9 +270,11 @@ Result<PricedStage> CostStage(const cost::LayerModel& model, const LayerPlan& pl
       c.resharding += *reshard;
     }
     // Boundary activations: the chunk sends its output forward and its input gradient backward.
-    if (k < last_chunk)
-      c.communication += cost::PointToPointSeconds(placed[static_cast<size_t>(span.first + span.count) - 1], cost_model);
-    if (k > 0) c.communication += cost::PointToPointSeconds(placed[static_cast<size_t>(span.first) - 1], cost_model);
+    double sends = 0.0;
+    if (k < last_chunk) sends += cost::PointToPointSeconds(placed[static_cast<size_t>(span.first + span.count) - 1], cost_model);
+    if (k > 0) sends += cost::PointToPointSeconds(placed[static_cast<size_t>(span.first) - 1], cost_model);
+    c.communication += sends;
+    c.communication_kinds.pipeline += sends;
     chunk_forward.push_back(c.forward - before.forward);
     chunk_backward.push_back(c.MicrobatchSeconds() - before.MicrobatchSeconds() - chunk_forward.back());
   }
@@ -308,7 +310,9 @@ void FillPipelineTime(const LayerPlan& plan, const std::vector<cost::StageCost>&
     sum.compute += c.compute;
     sum.recompute += c.recompute;
     sum.communication += c.communication;
+    sum.communication_kinds += c.communication_kinds;
     syncs += c.gradient_sync;
+    sum.gradient_sync_kinds += c.gradient_sync_kinds;
     sum.resharding += c.resharding;
     const cost::StageCost& l = costs[last_to_step];
     if (c.optimizer + c.parameter_gather > l.optimizer + l.parameter_gather) last_to_step = s;
@@ -322,6 +326,16 @@ void FillPipelineTime(const LayerPlan& plan, const std::vector<cost::StageCost>&
   t.communication =
       cost::InterleavedIterationSeconds(m, v, top.communication, sum.communication, syncs, step.parameter_gather);
   t.resharding = cost::InterleavedIterationSeconds(m, v, top.resharding, sum.resharding, 0.0, 0.0);
+  // The communication bucket by kind: the same Eq. 8 terms per kind, the parameter gather data parallel.
+  const auto kind = [&](double cost::CommunicationByKind::*k, double step_gather) {
+    return cost::InterleavedIterationSeconds(m, v, top.communication_kinds.*k, sum.communication_kinds.*k,
+                                             sum.gradient_sync_kinds.*k, step_gather);
+  };
+  result.communication = {.tensor_parallel = kind(&cost::CommunicationByKind::tensor_parallel, 0.0),
+                          .data_parallel = kind(&cost::CommunicationByKind::data_parallel, step.parameter_gather),
+                          .expert_parallel = kind(&cost::CommunicationByKind::expert_parallel, 0.0),
+                          .context_parallel = kind(&cost::CommunicationByKind::context_parallel, 0.0),
+                          .pipeline = kind(&cost::CommunicationByKind::pipeline, 0.0)};
   result.summary.iteration_seconds = t.total();
   result.pipeline_bubble_seconds = cost::PipelineBubbleSeconds(v, top.MicrobatchSeconds(), sum.MicrobatchSeconds());
   result.throughput_samples_per_second = static_cast<double>(plan.global_batch) / result.summary.iteration_seconds;

@@ -9,6 +9,7 @@
 
 #include "kiwi/cost/cluster.h"
 #include "kiwi/cost/cost_model.h"
+#include "kiwi/cost/layer_cost.h"
 #include "kiwi/cost/layer_profile.h"
 #include "kiwi/plan/plan.h"
 #include "kiwi/sim/simulator.h"
@@ -47,6 +48,8 @@ struct LayerSimResult {
   // Of summary.iteration_seconds, what the slowest stage waits while the pipeline fills and drains
   // (cost::PipelineBubbleSeconds); the time buckets include it.
   double pipeline_bubble_seconds = 0.0;
+  // summary.time.communication by kind (Eq. 8 applied to each kind's terms; they add up to it).
+  cost::CommunicationByKind communication;
 };
 
 // Semantics, in full (Galvatron-BMW §III-A, §V, Eq. 1 and 8; details in cost/layer_cost.cpp):
