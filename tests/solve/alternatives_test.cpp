@@ -102,6 +102,38 @@ TEST(PlanAll, NeverSlowerThanAnyMethodAndItsBestFits) {
   }
 }
 
+// Unseeded, kiwi's search runs on its own and answers what `kiwi hybrid` answers at the batch; seeded,
+// where the alternatives tie it (llama2-7b at batch 64, one node: Megatron-LM's plan), it finds none
+// faster, proven (not timed out), and the best is the alternative's at the same throughput.
+TEST(PlanAll, SeededSearchSaysNoneFasterWhereItTies) {
+  const std::optional<Built> b = Build("llama2-7b", {.batch = 64}, "dgx-a100-80gb:1");
+  ASSERT_TRUE(b);
+  const int64_t budget = b->cluster.device.memory_bytes;
+  Result<PlanAllResult> alone = PlanAll(b->model, b->cluster, b->cost_model,
+                                        {.memory_budget_bytes = budget, .global_batch = 64, .seed_with_alternatives = false});
+  ASSERT_TRUE(alone) << alone.error().message;
+  const PlanCandidate& kiwi_alone = alone->candidates[0];
+  ASSERT_TRUE(kiwi_alone.found);
+  EXPECT_FALSE(kiwi_alone.none_faster);
+  HybridSearchOptions o;
+  o.memory_budget_bytes = budget;
+  o.global_batch = 64;
+  Result<HybridSearchResult> hybrid = SearchHybridPlan(b->model, b->cluster, b->cost_model, o);
+  ASSERT_TRUE(hybrid) << hybrid.error().message;
+  EXPECT_DOUBLE_EQ(kiwi_alone.simulated.throughput_samples_per_second, hybrid->simulated.throughput_samples_per_second);
+  Result<PlanAllResult> seeded =
+      PlanAll(b->model, b->cluster, b->cost_model, {.memory_budget_bytes = budget, .global_batch = 64});
+  ASSERT_TRUE(seeded) << seeded.error().message;
+  const PlanCandidate& kiwi = seeded->candidates[0];
+  ASSERT_GE(seeded->best, 1);  // an alternative's plan
+  const double best = seeded->candidates[static_cast<size_t>(seeded->best)].simulated.throughput_samples_per_second;
+  EXPECT_NEAR(best, kiwi_alone.simulated.throughput_samples_per_second, 1e-9 * best);  // a tie
+  EXPECT_FALSE(kiwi.found);
+  EXPECT_TRUE(kiwi.none_faster);
+  EXPECT_FALSE(kiwi.timed_out);
+  EXPECT_EQ(kiwi.smallest_peak_bytes, 0);
+}
+
 // A batch that no data-parallel degree divides is bad input naming it; a budget nothing fits leaves
 // best at -1 with the smallest peaks known.
 TEST(PlanAll, BadBatchAndImpossibleBudget) {
