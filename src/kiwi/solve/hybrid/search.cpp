@@ -88,6 +88,8 @@ class Search {
   Status FindSmallestMemory(HybridSearchResult& r);
   Status SkipDegreesThatCannotBeLaidOut();
   bool Expired() const { return Clock::now() > deadline_; }
+  // The throughput a plan must exceed: the best found, or the one given to beat (0: none).
+  double ToBeat() const { return std::max(best_.found ? best_.throughput : 0.0, options_.beat_throughput); }
   // The layers the tables' partitions cover: the model's, or one round's when interleaved.
   static int Layers(const CostTables& t) { return static_cast<int>(t.types().type_of.size()); }
 
@@ -258,9 +260,8 @@ Result<std::vector<Candidate>> Search::Enumerate() {
 
 void Search::Solve(const CostTables& t, const PipelineConfig& c, const Partition& p, PartitionSolution* out) {
   // Branch and bound: only plans faster than the best so far are wanted.
-  const double to_beat = std::max(best_.found ? best_.throughput : 0.0, options_.beat_throughput);
   const double cutoff =
-      to_beat > 0.0 ? static_cast<double>(c.global_batch) / to_beat : std::numeric_limits<double>::infinity();
+      ToBeat() > 0.0 ? static_cast<double>(c.global_batch) / ToBeat() : std::numeric_limits<double>::infinity();
   PartitionSolution sol =
       SolvePartition({&t, c, p, options_.memory_budget_bytes, Allowed(t), options_.max_labels, cutoff, deadline_});
   if (sol.timed_out) timed_out_ = true;
@@ -455,7 +456,7 @@ Result<HybridSearchResult> Search::Run() {
     for (const Candidate& c : *candidates) {
       if ((c.config.virtual_stages > 1) != interleaved) continue;
       // No later configuration can beat the best plan known (found or given).
-      if (c.upper_bound <= std::max(best_.found ? best_.throughput : 0.0, options_.beat_throughput)) break;
+      if (c.upper_bound <= ToBeat()) break;
       if (Expired()) {
         timed_out_ = true;
         break;
