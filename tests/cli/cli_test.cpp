@@ -57,7 +57,7 @@ TEST(Cli, SolversListsTheRegistry) {
   const auto all = RunKiwi("solvers");
   ASSERT_EQ(all.exit_code, 0) << all.err;
   for (const char* line : {"layers (kiwi plan", "remat (kiwi remat --solver NAME)", "sharding (kiwi iopddl",
-                           "joint (kiwi joint --method NAME)", "kiwi (per-layer)", "Megatron-LM", "chain-dp", "kiwi-full"})
+                           "joint (kiwi joint --method NAME)", "hybrid (kiwi hybrid --method NAME)", "kiwi (per-layer)", "Megatron-LM", "chain-dp", "kiwi-full"})
     EXPECT_NE(all.out.find(line), std::string::npos) << line;
   const auto remat = RunKiwi("solvers --family remat --json");
   ASSERT_EQ(remat.exit_code, 0) << remat.err;
@@ -73,7 +73,7 @@ TEST(Cli, SolversListsTheRegistry) {
   }
   const auto bad = RunKiwi("solvers --family milp");
   EXPECT_EQ(bad.exit_code, 2);
-  EXPECT_NE(bad.err.find("--family: 'milp' is not one of layers, remat, sharding, joint"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find("--family: 'milp' is not one of layers, hybrid, remat, sharding, joint"), std::string::npos) << bad.err;
 }
 
 TEST(Cli, UnknownFlagIsUsageErrorOnOneLine) {

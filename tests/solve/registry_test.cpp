@@ -30,6 +30,7 @@ struct Targets {
   std::optional<cost::CostModel> layer_costs;
   cost::LayerModel layers;
   std::optional<hybrid::PlanRequest> plan_request;
+  hybrid::HybridSearchOptions hybrid_options;
 
   Targets() {
     remat::TrainingChainSpec spec;
@@ -56,6 +57,8 @@ struct Targets {
                                              .cost_model = *layer_costs,
                                              .memory_budget_bytes = cluster.device.memory_bytes,
                                              .global_batch = models::SpecBatch(*gpt)});
+    hybrid_options.memory_budget_bytes = cluster.device.memory_bytes;
+    hybrid_options.global_batch = models::SpecBatch(*gpt);
   }
 
   Target Of(Family family) const {
@@ -64,6 +67,7 @@ struct Targets {
       case Family::kSharding: return ShardingTarget{sharding};
       case Family::kJoint: return JointTarget{joint};
       case Family::kLayers: return LayersTarget{*plan_request};
+      case Family::kHybrid: return HybridTarget{layers, cluster, *layer_costs, hybrid_options};
     }
     return RematTarget{remat, remat::test_util::Costs()};
   }
@@ -86,6 +90,7 @@ TEST(Registry, NamesAreUniquePerFamilyAndFound) {
   EXPECT_EQ(SolverNames(Family::kRemat), remat::SolverNames());
   EXPECT_EQ(SolverNames(Family::kJoint), joint::JointMethodNames());
   EXPECT_EQ(SolverNames(Family::kLayers).size(), hybrid::LayerPlanners().size());
+  EXPECT_EQ(SolverNames(Family::kHybrid), hybrid::MethodNames());
   EXPECT_EQ(SolverNames(Family::kSharding), (std::vector<std::string>{"auto", "fast", "ilp"}));
 }
 
@@ -151,7 +156,7 @@ TEST(Registry, AnImpossibleBudgetIsATermination) {
 
 // A solver that reports a plan with numbers its judge does not give: RunSolver refuses it for every family.
 TEST(Registry, AClaimTheJudgeDeniesIsAnInternalError) {
-  for (Family family : {Family::kRemat, Family::kSharding, Family::kJoint, Family::kLayers}) {
+  for (Family family : {Family::kRemat, Family::kSharding, Family::kJoint, Family::kLayers, Family::kHybrid}) {
     SCOPED_TRACE(FamilyName(family));
     const Solver* honest = FindSolver(family, SolverNames(family).front());
     ASSERT_NE(honest, nullptr);

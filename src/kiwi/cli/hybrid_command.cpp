@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <iostream>
 #include <memory>
 
@@ -18,6 +19,7 @@
 #include "kiwi/models/layer_model.h"
 #include "kiwi/report/layer_plan_table.h"
 #include "kiwi/solve/hybrid/search.h"
+#include "kiwi/solve/registry.h"
 #include "kiwi/util/units.h"
 
 namespace kiwi::cli {
@@ -52,10 +54,10 @@ struct HybridOptions {
 
 Result<hybrid::HybridSearchOptions> SearchOptions(const HybridOptions& o, const cost::Cluster& cluster) {
   hybrid::HybridSearchOptions s;
-  std::optional<hybrid::Method> method = hybrid::ParseMethod(o.method);
-  if (!method)
-    return BadInput(fmt::format("--method: '{}' is not one of {}", o.method, fmt::join(hybrid::MethodNames(), ", ")));
-  s.method = *method;
+  if (solve::FindSolver(solve::Family::kHybrid, o.method) == nullptr)
+    return BadInput(fmt::format("--method: '{}' is not one of {}", o.method,
+                                fmt::join(solve::SolverNames(solve::Family::kHybrid), ", ")));
+  s.method = *hybrid::ParseMethod(o.method);  // the registry's names are the methods' (registry_test.cpp)
   s.memory_budget_bytes = cluster.device.memory_bytes;
   if (!o.memory.empty()) {
     Result<int64_t> budget = ParseBytes(o.memory, "--memory");
@@ -207,8 +209,13 @@ int RunHybrid(const HybridOptions& o) {
   if (!search) return ReportError(search.error());
   Result<cost::CostModel> cm = o.cost.Make(problem->cluster, problem->cost_options);
   if (!cm) return ReportError(cm.error());
-  Result<hybrid::HybridSearchResult> r = hybrid::SearchHybridPlan(problem->model, problem->cluster, *cm, *search);
-  if (!r) return ReportError(r.error());
+  Result<solve::SolveOutcome> solved =
+      solve::RunSolver(*solve::FindSolver(solve::Family::kHybrid, o.method),
+                       {.target = solve::HybridTarget{problem->model, problem->cluster, *cm, *search},
+                        .time_limit_seconds = std::max(search->time_limit_seconds, 0.0),
+                        .progress = search->progress});
+  if (!solved) return ReportError(solved.error());
+  const hybrid::HybridSearchResult* r = &std::get<hybrid::HybridSearchResult>(solved->result);
   if (!r->feasible) return ReportError(NoPlan(*r, *search, o.search.time_limit_seconds));
   Status written = WriteOutputs(o, *r);
   if (!written) return ReportError(written.error());
@@ -256,7 +263,7 @@ Command AddHybridCommand(CLI::App& root) {
       app->add_option("--method", o->method,
                       fmt::format("{} (default kiwi; with --galvatron-out bmw, Galvatron's own space, which its "
                                   "configs can express)",
-                                  fmt::join(hybrid::MethodNames(), " | ")));
+                                  fmt::join(solve::SolverNames(solve::Family::kHybrid), " | ")));
   app->add_option("--out", o->out, "write the plan as plan JSON to this file (replay with kiwi simulate)")->check(OutputFile());
   CLI::Option* model = app->get_option("--model");
   CLI::Option* hf = app->add_option("--hf-config", o->hf_config,

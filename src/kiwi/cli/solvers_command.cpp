@@ -19,8 +19,8 @@ struct SolversOptions {
   bool json = false;
 };
 
-constexpr solve::Family kFamilies[] = {solve::Family::kLayers, solve::Family::kRemat, solve::Family::kSharding,
-                                       solve::Family::kJoint};
+constexpr solve::Family kFamilies[] = {solve::Family::kLayers, solve::Family::kHybrid, solve::Family::kRemat,
+                                       solve::Family::kSharding, solve::Family::kJoint};
 
 // Where a user reaches a family's solvers.
 std::string UsedBy(solve::Family family) {
@@ -29,6 +29,7 @@ std::string UsedBy(solve::Family family) {
     case solve::Family::kRemat: return "kiwi remat --solver NAME";
     case solve::Family::kSharding: return "kiwi iopddl --solver NAME";
     case solve::Family::kJoint: return "kiwi joint --method NAME";
+    case solve::Family::kHybrid: return "kiwi hybrid --method NAME";
   }
   return "";
 }
@@ -67,7 +68,7 @@ int RunSolvers(const SolversOptions& o) {
 Command AddSolversCommand(CLI::App& root) {
   auto o = std::make_shared<SolversOptions>();
   CLI::App* app = root.add_subcommand("solvers", "list every solver kiwi has, by family, and the command that runs it");
-  app->add_option("--family", o->family, "only this family: layers | remat | sharding | joint");
+  app->add_option("--family", o->family, "only this family: layers | hybrid | remat | sharding | joint");
   app->add_flag("--json", o->json, "print one JSON array");
   return {app, [o] { return RunSolvers(*o); }};
 }

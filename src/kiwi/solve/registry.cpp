@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <type_traits>
 #include <utility>
 
 #include "kiwi/sim/simulator.h"
@@ -108,6 +109,26 @@ Result<SolveOutcome> RunLayers(const hybrid::LayerPlanner& planner, const SolveR
   return out;
 }
 
+template <hybrid::Method method>
+Result<SolveOutcome> RunHybrid(const SolveRequest& request) {
+  const auto& t = std::get<HybridTarget>(request.target);
+  hybrid::HybridSearchOptions o = t.options;
+  o.method = method;
+  o.time_limit_seconds = request.time_limit_seconds;
+  o.progress = request.progress;
+  Result<hybrid::HybridSearchResult> r = hybrid::SearchHybridPlan(t.model, t.cluster, t.cost_model, o);
+  if (!r) return r.error();
+  SolveOutcome out;
+  out.termination = r->feasible   ? PlanTermination(true, r->proven)
+                    : r->timed_out ? Termination::kNoPlan
+                                   : Termination::kInfeasible;
+  if (r->feasible) out.claims = {r->simulated.summary.iteration_seconds, r->simulated.summary.peak_memory_bytes};
+  out.seconds = r->search_seconds;
+  out.smallest_known_budget = r->smallest_feasible_memory;
+  out.result = *std::move(r);
+  return out;
+}
+
 std::vector<Solver> MakeSolvers() {
   using remat::SolverKind;
   using sharding::ShardingSolverKind;
@@ -132,6 +153,21 @@ std::vector<Solver> MakeSolvers() {
       {Family::kJoint, "ckpt-dots", "checkpoint_dots' keep set, then the sharding MILP", RunJoint<JointMethod::kCkptDots>},
       {Family::kJoint, "megatron-selective", "Megatron's selective keep set, then the sharding MILP", RunJoint<JointMethod::kMegatronSelective>},
   };
+  using hybrid::Method;
+  const std::vector<Solver> table_ii = {
+      {Family::kHybrid, "kiwi", "Galvatron-BMW's search over every technique kiwi prices (ZeRO-1/2/3, SP, EP, CP, recompute sets, offload, interleaving)", RunHybrid<Method::kKiwi>},
+      {Family::kHybrid, "bmw", "Galvatron-BMW: per-layer DP/SDP/TP/CKPT, bi-objective pipeline partitions", RunHybrid<Method::kBmw>},
+      {Family::kHybrid, "base", "Galvatron-Base: Galvatron-BMW with even partitions", RunHybrid<Method::kBase>},
+      {Family::kHybrid, "galvatron", "Galvatron: per-layer DP/SDP/TP, no checkpointing", RunHybrid<Method::kGalvatron>},
+      {Family::kHybrid, "dp", "PyTorch DDP: pure data parallelism", RunHybrid<Method::kDp>},
+      {Family::kHybrid, "sdp", "FSDP / ZeRO-3 over every device", RunHybrid<Method::kSdp>},
+      {Family::kHybrid, "tp", "Megatron tensor parallelism", RunHybrid<Method::kTp>},
+      {Family::kHybrid, "pp", "GPipe: pipeline parallelism, tuned micro-batches", RunHybrid<Method::kPp>},
+      {Family::kHybrid, "3d", "DeepSpeed 3D: 2-way TP x 2-way PP x the rest DP", RunHybrid<Method::k3d>},
+      {Family::kHybrid, "dp+tp", "Galvatron's DP + TP space", RunHybrid<Method::kDpTp>},
+      {Family::kHybrid, "dp+pp", "Galvatron's DP + PP space", RunHybrid<Method::kDpPp>},
+  };
+  s.insert(s.end(), table_ii.begin(), table_ii.end());
   for (const hybrid::LayerPlanner& p : hybrid::LayerPlanners())
     s.push_back({Family::kLayers, p.name, p.space, [&p](const SolveRequest& r) { return RunLayers(p, r); }});
   return s;
@@ -176,18 +212,27 @@ Status CheckJoint(const JointTarget& t, const SolveOutcome& out) {
   return Status::Ok();
 }
 
-Status CheckLayers(const LayersTarget& t, const SolveOutcome& out) {
-  const auto& c = std::get<hybrid::PlanCandidate>(out.result);
-  const hybrid::PlanRequest& r = t.request;
-  Result<sim::LayerSimResult> replay = sim::SimulateLayerPlan(r.model, c.plan, r.cluster, r.cost_model);
+// A layer plan: SimulateLayerPlan (both layer-level families).
+Status CheckLayerPlan(const cost::LayerModel& model, const cost::Cluster& cluster, const cost::CostModel& cost_model,
+                      int64_t budget, const plan::LayerPlan& plan, const SolveOutcome& out) {
+  Result<sim::LayerSimResult> replay = sim::SimulateLayerPlan(model, plan, cluster, cost_model);
   if (!replay) return Denied(out, "its plan does not simulate: " + replay.error().message);
   const int64_t peak = replay->summary.peak_memory_bytes;
-  if (peak > r.memory_budget_bytes || peak != out.claims.peak_bytes ||
-      !SameSeconds(replay->summary.iteration_seconds, out.claims.objective))
+  if (peak > budget || peak != out.claims.peak_bytes || !SameSeconds(replay->summary.iteration_seconds, out.claims.objective))
     return Denied(out, fmt::format("claims {} s and {} bytes, the simulator says {} s and {} bytes within {}",
-                                   out.claims.objective, out.claims.peak_bytes, replay->summary.iteration_seconds, peak,
-                                   r.memory_budget_bytes));
+                                   out.claims.objective, out.claims.peak_bytes, replay->summary.iteration_seconds, peak, budget));
   return Status::Ok();
+}
+
+Status CheckLayers(const LayersTarget& t, const SolveOutcome& out) {
+  const hybrid::PlanRequest& r = t.request;
+  return CheckLayerPlan(r.model, r.cluster, r.cost_model, r.memory_budget_bytes,
+                        std::get<hybrid::PlanCandidate>(out.result).plan, out);
+}
+
+Status CheckHybrid(const HybridTarget& t, const SolveOutcome& out) {
+  return CheckLayerPlan(t.model, t.cluster, t.cost_model, t.options.memory_budget_bytes,
+                        std::get<hybrid::HybridSearchResult>(out.result).plan, out);
 }
 
 }  // namespace
@@ -198,6 +243,7 @@ std::string FamilyName(Family family) {
     case Family::kSharding: return "sharding";
     case Family::kJoint: return "joint";
     case Family::kLayers: return "layers";
+    case Family::kHybrid: return "hybrid";
   }
   return "unknown";
 }
@@ -253,7 +299,8 @@ Result<SolveOutcome> RunSolver(const Solver& solver, const SolveRequest& request
         if constexpr (std::is_same_v<T, RematTarget>) return CheckRemat(target, *out);
         else if constexpr (std::is_same_v<T, ShardingTarget>) return CheckSharding(target, *out);
         else if constexpr (std::is_same_v<T, JointTarget>) return CheckJoint(target, *out);
-        else return CheckLayers(target, *out);
+        else if constexpr (std::is_same_v<T, LayersTarget>) return CheckLayers(target, *out);
+        else return CheckHybrid(target, *out);
       },
       request.target);
   if (!judged.ok()) return judged.error();

@@ -12,7 +12,8 @@
 //
 // Adding a solver: its run function in its own file(s) and one line in Solvers() (registry.cpp; a
 // layer-level planner's line is in hybrid::LayerPlanners(), which Solvers() lists under kLayers); the
-// subcommands (`remat --solver`, `iopddl --solver`, `joint --method`, `plan`) find it by name there.
+// subcommands (`remat --solver`, `iopddl --solver`, `joint --method`, `hybrid --method`, `plan`) find it
+// by name there.
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -24,6 +25,7 @@
 #include "kiwi/cost/cost_model.h"
 #include "kiwi/ir/sharding_problem.h"
 #include "kiwi/solve/hybrid/layer_planners.h"
+#include "kiwi/solve/hybrid/search.h"
 #include "kiwi/solve/joint/joint.h"
 #include "kiwi/solve/remat/problem.h"
 #include "kiwi/solve/sharding/solver.h"
@@ -36,8 +38,9 @@ enum class Family : uint8_t {
   kSharding,  // one strategy per operator under a usage limit (IOPDDL, Alpa; sharding/solver.h)
   kJoint,     // operator sharding and recomputation together (KIWI; joint/joint.h)
   kLayers,    // a strategy per layer, pipeline stages, micro-batches (Galvatron-BMW; hybrid/layer_planners.h)
+  kHybrid,    // Galvatron-BMW's search and Table II's methods, a batch sweep or one batch (hybrid/search.h)
 };
-std::string FamilyName(Family family);  // "remat", "sharding", "joint", "layers"
+std::string FamilyName(Family family);  // "remat", "sharding", "joint", "layers", "hybrid"
 
 struct RematTarget {
   const remat::RematProblem& problem;
@@ -54,7 +57,16 @@ struct JointTarget {
 struct LayersTarget {
   const hybrid::PlanRequest& request;  // its time limit and progress are the SolveRequest's
 };
-using Target = std::variant<RematTarget, ShardingTarget, JointTarget, LayersTarget>;
+struct HybridTarget {
+  const cost::LayerModel& model;
+  const cost::Cluster& cluster;
+  const cost::CostModel& cost_model;
+  // The budget, the batch or its sweep and the space's switches; the method is the solver's, the time
+  // limit and progress the SolveRequest's.
+  const hybrid::HybridSearchOptions& options;
+};
+// In Family's order (FamilyOf is the alternative's index).
+using Target = std::variant<RematTarget, ShardingTarget, JointTarget, LayersTarget, HybridTarget>;
 Family FamilyOf(const Target& target);
 
 struct SolveRequest {
@@ -89,8 +101,10 @@ struct SolveOutcome {
   double seconds = 0.0;         // the solve's wall time
   std::string notes;            // for humans
   int64_t smallest_known_budget = 0;  // kInfeasible: the least budget the solver knows to work (0: unknown)
-  // The family's own result (exactly the solver family's alternative), carrying the plan.
-  std::variant<remat::RematResult, sharding::ShardingResult, joint::JointResult, hybrid::PlanCandidate> result;
+  // The family's own result (exactly the solver family's alternative, in Family's order), carrying the plan.
+  std::variant<remat::RematResult, sharding::ShardingResult, joint::JointResult, hybrid::PlanCandidate,
+               hybrid::HybridSearchResult>
+      result;
 
   bool HasPlan() const { return termination == Termination::kOptimal || termination == Termination::kFeasible; }
 };
