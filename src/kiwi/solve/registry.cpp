@@ -15,8 +15,26 @@ namespace {
 using remat::RematResult;
 using sharding::ShardingResult;
 
-Termination PlanTermination(bool found, bool proven) {
-  return !found ? Termination::kInfeasible : proven ? Termination::kOptimal : Termination::kFeasible;
+// found: a plan, optimal when proven; otherwise no plan when a limit stopped the search (or nothing beat
+// the plan to beat), infeasible when the budget did.
+Termination TerminationOf(bool found, bool proven, bool stopped) {
+  if (found) return proven ? Termination::kOptimal : Termination::kFeasible;
+  return stopped ? Termination::kNoPlan : Termination::kInfeasible;
+}
+
+// The outcome of a family's result; claims only for a plan.
+template <typename FamilyResult>
+SolveOutcome Outcome(Termination termination, Claims claims, std::optional<double> bound, double seconds,
+                     std::string notes, int64_t smallest_known_budget, FamilyResult result) {
+  SolveOutcome out;
+  out.termination = termination;
+  if (out.HasPlan()) out.claims = claims;
+  out.bound = bound;
+  out.seconds = seconds;
+  out.notes = std::move(notes);
+  out.smallest_known_budget = smallest_known_budget;
+  out.result = std::move(result);
+  return out;
 }
 
 // Each family's adapter: the request in the family's options, the family's result in the outcome.
@@ -27,17 +45,9 @@ Result<SolveOutcome> RunRemat(const SolveRequest& request) {
       t.problem, t.cost_model, kind,
       {.time_limit_seconds = request.time_limit_seconds, .threads = request.threads, .progress = request.progress});
   if (!r) return r.error();
-  SolveOutcome out;
-  out.termination = PlanTermination(r->feasible, r->optimal);
-  // A budget kiwi meets that this solver did not (SolveRemat leaves the smallest budget at 0 then).
-  if (!r->feasible && r->smallest_known_budget == 0) out.termination = Termination::kNoPlan;
-  out.claims = {r->cost, r->peak_memory};
-  out.bound = r->lower_bound;
-  out.seconds = r->solve_seconds;
-  out.notes = r->note;
-  out.smallest_known_budget = r->smallest_known_budget;
-  out.result = *std::move(r);
-  return out;
+  // Without a schedule SolveRemat leaves the smallest budget at 0 when kiwi meets the budget (a limit stopped this solver).
+  return Outcome(TerminationOf(r->feasible, r->optimal, r->smallest_known_budget == 0), {r->cost, r->peak_memory},
+                 r->lower_bound, r->solve_seconds, r->note, r->smallest_known_budget, *std::move(r));
 }
 
 template <sharding::ShardingSolverKind kind>
@@ -50,22 +60,16 @@ Result<SolveOutcome> RunSharding(const SolveRequest& request) {
   if (request.progress)
     o.on_incumbent = [&](int64_t cost, double) { request.progress(fmt::format("cost {}", cost)); };
   Result<ShardingResult> r = sharding::SolveSharding(t.problem, kind, o);
-  SolveOutcome out;
   // A usage limit below every solution, or a time limit before any: terminations, not errors.
-  if (!r && (r.error().code == ErrorCode::kInfeasible || r.error().code == ErrorCode::kTimeLimit)) {
-    out.termination = r.error().code == ErrorCode::kInfeasible ? Termination::kInfeasible : Termination::kNoPlan;
-    out.notes = r.error().message;
-    out.result = ShardingResult{};
-    return out;
-  }
+  if (!r && (r.error().code == ErrorCode::kInfeasible || r.error().code == ErrorCode::kTimeLimit))
+    return Outcome(TerminationOf(false, false, r.error().code == ErrorCode::kTimeLimit), {}, std::nullopt, 0.0,
+                   r.error().message, 0, ShardingResult{});
   if (!r) return r.error();
-  out.termination = PlanTermination(r->evaluation.feasible, r->optimal);
-  out.claims = {static_cast<double>(r->evaluation.cost), r->evaluation.peak_usage};
-  if (r->lower_bound) out.bound = static_cast<double>(*r->lower_bound);
-  out.seconds = r->solve_seconds;
-  out.notes = r->note;
-  out.result = *std::move(r);
-  return out;
+  std::optional<double> bound;
+  if (r->lower_bound) bound = static_cast<double>(*r->lower_bound);
+  return Outcome(TerminationOf(r->evaluation.feasible, r->optimal, false),
+                 {static_cast<double>(r->evaluation.cost), r->evaluation.peak_usage}, bound, r->solve_seconds, r->note, 0,
+                 *std::move(r));
 }
 
 template <joint::JointMethod method>
@@ -78,17 +82,8 @@ Result<SolveOutcome> RunJoint(const SolveRequest& request) {
   o.portfolio = t.portfolio;
   Result<joint::JointResult> r = joint::SolveJoint(t.problem, method, o);
   if (!r) return r.error();
-  SolveOutcome out;
-  out.termination = r->feasible ? PlanTermination(true, r->optimal)
-                    : r->timed_out ? Termination::kNoPlan
-                                   : Termination::kInfeasible;
-  if (r->feasible) out.claims = {r->sim.iteration_seconds, r->sim.peak_memory_bytes};
-  out.bound = r->lower_bound_seconds;
-  out.seconds = r->solve_seconds;
-  out.notes = r->note;
-  out.smallest_known_budget = r->smallest_known_budget;
-  out.result = *std::move(r);
-  return out;
+  return Outcome(TerminationOf(r->feasible, r->optimal, r->timed_out), {r->sim.iteration_seconds, r->sim.peak_memory_bytes},
+                 r->lower_bound_seconds, r->solve_seconds, r->note, r->smallest_known_budget, *std::move(r));
 }
 
 Result<SolveOutcome> RunLayers(const hybrid::LayerPlanner& planner, const SolveRequest& request) {
@@ -97,16 +92,10 @@ Result<SolveOutcome> RunLayers(const hybrid::LayerPlanner& planner, const SolveR
   r.progress = request.progress;
   Result<hybrid::PlanCandidate> c = hybrid::RunVerified(planner, r);
   if (!c) return c.error();
-  SolveOutcome out;
-  out.termination = c->found ? PlanTermination(true, c->proven)
-                    : c->none_faster || c->timed_out ? Termination::kNoPlan
-                                                     : Termination::kInfeasible;
-  if (c->found) out.claims = {c->simulated.summary.iteration_seconds, c->simulated.summary.peak_memory_bytes};
-  out.seconds = c->seconds;
-  if (c->none_faster) out.notes = fmt::format("none faster than {:.4g} samples/s", r.beat_samples_per_second);
-  out.smallest_known_budget = c->smallest_peak_bytes;
-  out.result = *std::move(c);
-  return out;
+  return Outcome(TerminationOf(c->found, c->proven, c->none_faster || c->timed_out),
+                 {c->simulated.summary.iteration_seconds, c->simulated.summary.peak_memory_bytes}, std::nullopt, c->seconds,
+                 c->none_faster ? fmt::format("none faster than {:.4g} samples/s", r.beat_samples_per_second) : "",
+                 c->smallest_peak_bytes, *std::move(c));
 }
 
 template <hybrid::Method method>
@@ -118,15 +107,9 @@ Result<SolveOutcome> RunHybrid(const SolveRequest& request) {
   o.progress = request.progress;
   Result<hybrid::HybridSearchResult> r = hybrid::SearchHybridPlan(t.model, t.cluster, t.cost_model, o);
   if (!r) return r.error();
-  SolveOutcome out;
-  out.termination = r->feasible   ? PlanTermination(true, r->proven)
-                    : r->timed_out ? Termination::kNoPlan
-                                   : Termination::kInfeasible;
-  if (r->feasible) out.claims = {r->simulated.summary.iteration_seconds, r->simulated.summary.peak_memory_bytes};
-  out.seconds = r->search_seconds;
-  out.smallest_known_budget = r->smallest_feasible_memory;
-  out.result = *std::move(r);
-  return out;
+  return Outcome(TerminationOf(r->feasible, r->proven, r->timed_out),
+                 {r->simulated.summary.iteration_seconds, r->simulated.summary.peak_memory_bytes}, std::nullopt,
+                 r->search_seconds, "", r->smallest_feasible_memory, *std::move(r));
 }
 
 std::vector<Solver> MakeSolvers() {
