@@ -21,12 +21,17 @@ const std::vector<LayerPlanner>& LayerPlanners() {
   return planners;
 }
 
-Result<PlanCandidate> RunVerified(const LayerPlanner& planner, const PlanRequest& request) {
+Result<PlanCandidate> RunNamed(const LayerPlanner& planner, const PlanRequest& request) {
   Result<PlanCandidate> c = planner.run(request);
   if (!c) return c.error();
   c->name = planner.name;
   c->space = planner.space;
-  if (!c->found) return c;
+  return c;
+}
+
+Result<PlanCandidate> RunVerified(const LayerPlanner& planner, const PlanRequest& request) {
+  Result<PlanCandidate> c = RunNamed(planner, request);
+  if (!c || !c->found) return c;
   Result<sim::LayerSimResult> replay = sim::SimulateLayerPlan(request.model, c->plan, request.cluster, request.cost_model);
   if (!replay)
     return Internal(fmt::format("{}: its plan does not simulate: {}", planner.name, replay.error().message));

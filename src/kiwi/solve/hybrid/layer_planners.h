@@ -64,6 +64,10 @@ struct LayerPlanner {
 // kiwi's own search first, then the alternatives in the order kiwi plan prints them.
 const std::vector<LayerPlanner>& LayerPlanners();
 
+// Runs `planner` and names its candidate (the planner's name and space), unchecked: for a driver that
+// judges the plan itself (solve/registry.h's RunSolver).
+Result<PlanCandidate> RunNamed(const LayerPlanner& planner, const PlanRequest& request);
+
 // Runs `planner` and checks its plan with the simulator: a plan that does not fit, or whose simulated
 // numbers are not the ones the planner reports, is an internal error (kInternal), not an answer.
 Result<PlanCandidate> RunVerified(const LayerPlanner& planner, const PlanRequest& request);
