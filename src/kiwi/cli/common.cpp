@@ -244,4 +244,15 @@ std::string ClusterReference(const std::string& given) {
   return ec ? given : absolute.lexically_normal().string();
 }
 
+std::string OperatorPlanJson(const plan::Plan& p, const ir::Graph& graph) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(io::WritePlanJson(p));
+  for (nlohmann::ordered_json& e : j["operator"]["shardings"]) {
+    const ir::Node& node = graph.node(e["node"].get<ir::NodeId>());
+    if (node.output.shape.empty()) e["output"] = "";
+    for (size_t i = 0; i < e["operands"].size() && i < node.inputs.size(); ++i)
+      if (graph.node(node.inputs[i]).output.shape.empty()) e["operands"][i] = "";
+  }
+  return j.dump(2) + "\n";
+}
+
 }  // namespace kiwi::cli

@@ -90,6 +90,9 @@ std::string ClusterReference(const std::string& given);
 // as given on the command line (ClusterReference), the solver's name, the simulator's numbers as claims.
 Status WriteLayerPlanFile(const std::string& path, const ModelFlags& model, const std::string& cluster,
                           const std::string& solver, const plan::LayerPlan& plan, const sim::LayerSimResult& simulated);
+// An operator-level plan's JSON for `kiwi simulate` with `graph`: io::WritePlanJson's, except that a
+// scalar's replicated layout is written "" (its "R" reads back as one dim: the rank is read off the text).
+std::string OperatorPlanJson(const plan::Plan& plan, const ir::Graph& graph);
 // "v100-nvlink-8: 8 x V100-SXM2-16GB (16.0 GiB), nvlink2 150 GB/s"
 std::string DescribeCluster(const cost::Cluster& cluster);
 

@@ -209,19 +209,6 @@ std::string ClusterJson(const cost::Cluster& c) {
   return j.dump(2) + "\n";
 }
 
-// io::WritePlanJson writes a scalar's replicated layout as "R", which its reader takes for one dim (the
-// rank is read off the text); "" reads back as the scalar's layout. Rewrites those entries.
-std::string ScalarSafePlanJson(const plan::Plan& p, const ir::Graph& graph) {
-  nlohmann::ordered_json j = nlohmann::ordered_json::parse(io::WritePlanJson(p));
-  for (nlohmann::ordered_json& e : j["operator"]["shardings"]) {
-    const ir::Node& node = graph.node(e["node"].get<ir::NodeId>());
-    if (node.output.shape.empty()) e["output"] = "";
-    for (size_t i = 0; i < e["operands"].size() && i < node.inputs.size(); ++i)
-      if (graph.node(node.inputs[i]).output.shape.empty()) e["operands"][i] = "";
-  }
-  return j.dump(2) + "\n";
-}
-
 // The plan for `kiwi simulate`: the model (or graph file), the cluster (a cluster file next to the plan
 // when the bandwidth was scaled), the shardings and schedule, and the simulator's numbers as claims.
 Status WriteJointPlan(const std::string& path, const JointResult& r, const JointCliOptions& o, const JointInputs& in) {
@@ -241,7 +228,7 @@ Status WriteJointPlan(const std::string& path, const JointResult& r, const Joint
   p.op = r.plan;
   p.claims.peak_memory_bytes = r.sim.peak_memory_bytes;
   p.claims.iteration_seconds = r.sim.iteration_seconds;
-  return io::WriteFileAtomically(path, ScalarSafePlanJson(p, in.graph));
+  return io::WriteFileAtomically(path, OperatorPlanJson(p, in.graph));
 }
 
 int ReportNoPlan(const JointResult& r, const JointInputs& in, const JointCliOptions& o) {
