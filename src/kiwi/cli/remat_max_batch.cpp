@@ -26,6 +26,7 @@
 #include "kiwi/solve/remat/heuristic.h"
 #include "kiwi/solve/remat/max_batch.h"
 #include "kiwi/solve/remat/solvers.h"
+#include "kiwi/solve/registry.h"
 #include "kiwi/util/elapsed.h"
 #include "kiwi/util/units.h"
 
@@ -138,13 +139,28 @@ double Seconds(std::chrono::steady_clock::time_point since) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
 }
 
-// One probe's solve. The heuristic and the baselines are called directly: the dispatcher would also
-// search for the smallest budget of every batch that does not fit, which the search does not need.
+// The answer's solve (the final plan, the smallest budget at batch 1): the solver of that name in the
+// registry, through its driver, which replays the schedule (solve/registry.h).
+Result<remat::RematResult> SolveRegistered(const remat::RematProblem& p, const cost::CostModel& cm, SolverKind kind,
+                                           const remat::RematOptions& options) {
+  const solve::Solver* solver = solve::FindSolver(solve::Family::kRemat, remat::SolverName(kind));
+  if (solver == nullptr) return Internal(fmt::format("no remat solver named {}", remat::SolverName(kind)));
+  Result<solve::SolveOutcome> out = solve::RunSolver(*solver, {.target = solve::RematTarget{p, cm},
+                                                              .time_limit_seconds = options.time_limit_seconds,
+                                                              .threads = options.threads,
+                                                              .progress = options.progress});
+  if (!out) return out.error();
+  return std::get<remat::RematResult>(std::move(out->result));
+}
+
+// One probe's solve. The heuristic and the baselines are called directly: the registry's solvers
+// (remat::SolveRemat) would also search for the smallest budget of every batch that does not fit,
+// which the search does not need; the probes only ask whether a batch fits.
 Result<remat::RematResult> SolveProbe(const remat::RematProblem& p, const cost::CostModel& cm, SolverKind kind,
                                       const remat::RematOptions& options) {
   if (kind == SolverKind::kHeuristic) return remat::SolveHeuristic(p, cm, options);
   if (IsFastKind(kind)) return remat::SolveBaseline(p, cm, kind, options);
-  return remat::SolveRemat(p, cm, kind, options);
+  return SolveRegistered(p, cm, kind, options);
 }
 
 std::string ProbeLine(int64_t batch, const remat::RematResult& r, int64_t budget, SolverKind kind, double seconds) {
@@ -163,7 +179,7 @@ int ReportNoBatchFits(const BatchSource& source, const cost::CostModel& cm, Solv
   if (!graph) return ReportError(graph.error());
   Result<remat::RematProblem> p = remat::MakeRematProblem(*graph, cm, budget);
   if (!p) return ReportError(p.error());
-  Result<remat::RematResult> r = remat::SolveRemat(*p, cm, kind, options);
+  Result<remat::RematResult> r = SolveRegistered(*p, cm, kind, options);
   if (!r) return ReportError(r.error());
   if (r->smallest_known_budget <= 0)
     return ReportError(Error{ErrorCode::kTimeLimit, fmt::format("max batch: no schedule found for batch 1 within {} "
@@ -205,7 +221,7 @@ std::string ProbesText(const std::vector<remat::BatchProbe>& probes) {
 Result<remat::RematResult> FinalPlan(const remat::RematProblem& p, const cost::CostModel& cm, SolverKind kind,
                                      remat::MaxBatchResult& search, const remat::RematOptions& options, bool spent) {
   if ((kind != SolverKind::kAuto && !IsFastKind(kind)) || spent) return std::move(search.plan);
-  Result<remat::RematResult> r = remat::SolveRemat(p, cm, kind, options);
+  Result<remat::RematResult> r = SolveRegistered(p, cm, kind, options);
   if (r && !r->feasible)
     return Internal(fmt::format("max batch: {} does not fit at batch {}, where its probe did", SolverName(kind),
                                 search.batch));

@@ -20,6 +20,7 @@
 #include "kiwi/sim/layer_simulator.h"
 #include "kiwi/sim/simulator.h"
 #include "kiwi/solve/remat/keep_set_schedule.h"
+#include "kiwi/solve/registry.h"
 #include "kiwi/solve/remat/solvers.h"
 
 namespace kiwi::python {
@@ -117,21 +118,24 @@ Result<std::string> CalibratedOpSecondsJson(const std::string& graph, double sec
 }
 
 Result<std::string> SolveRematJson(const std::string& graph, const RematRequest& request, const Target& target) {
-  const std::optional<solve::remat::SolverKind> kind = solve::remat::ParseSolverKind(request.solver);
-  if (!kind) return BadInput(fmt::format("solver: '{}' is not one of {}", request.solver,
-                                         fmt::join(solve::remat::SolverNames(), ", ")));
+  // The solver of that name in the registry, run by its driver (the schedule replayed: solve/registry.h).
+  const solve::Solver* solver = solve::FindSolver(solve::Family::kRemat, request.solver);
+  if (solver == nullptr)
+    return BadInput(fmt::format("solver: '{}' is not one of {}", request.solver,
+                                fmt::join(solve::SolverNames(solve::Family::kRemat), ", ")));
   Result<Loaded> l = Load(graph, target);
   if (!l) return l.error();
   const cost::CostModel& cm = l->cm;
   Result<solve::remat::RematProblem> p = solve::remat::MakeRematProblem(l->graph, cm, request.budget);
   if (!p) return p.error();
-  solve::remat::RematOptions options;
-  options.time_limit_seconds = request.time_limit_seconds;
-  options.threads = request.threads;
+  solve::SolveRequest solve_request{.target = solve::RematTarget{*p, cm},
+                                    .time_limit_seconds = request.time_limit_seconds,
+                                    .threads = request.threads};
   if (request.progress)
-    options.progress = [](const std::string& line) { fmt::print(stderr, "kiwi remat: {}\n", line); };
-  Result<solve::remat::RematResult> r = solve::remat::SolveRemat(*p, cm, *kind, options);
-  if (!r) return r.error();
+    solve_request.progress = [](const std::string& line) { fmt::print(stderr, "kiwi remat: {}\n", line); };
+  Result<solve::SolveOutcome> out = solve::RunSolver(*solver, solve_request);
+  if (!out) return out.error();
+  const solve::remat::RematResult* r = &std::get<solve::remat::RematResult>(out->result);
   json j = {{"feasible", r->feasible},
             {"solver", r->solver},
             {"compute_cost", r->cost},
@@ -293,7 +297,7 @@ Result<std::string> NormalizePlanJson(const std::string& text, const std::string
   return io::WritePlanJson(*plan);
 }
 
-std::vector<std::string> RematSolverNames() { return solve::remat::SolverNames(); }
+std::vector<std::string> RematSolverNames() { return solve::SolverNames(solve::Family::kRemat); }
 std::vector<std::string> ClusterPresets() { return cost::ClusterPresetNames(); }
 
 }  // namespace kiwi::python
