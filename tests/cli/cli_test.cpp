@@ -198,7 +198,7 @@ TEST(Cli, PlanReportIsOneSelfContainedPage) {
   for (size_t at = html.find("<svg"); at != std::string::npos; at = html.find("<svg", at + 1)) ++figures;
   EXPECT_EQ(figures, 4u);
   for (const char* section : {"Planners", "Why it wins", "Pipeline timeline", "Memory per stage", "Layers' strategies",
-                              "Throughput against the memory budget", "Megatron-LM"})
+                              "Throughput against the memory budget", "Megatron-LM", "Operator-level refinement"})
     EXPECT_NE(html.find(section), std::string::npos) << section;
   EXPECT_EQ(html.find("src="), std::string::npos);
   EXPECT_EQ(html.find("href="), std::string::npos);
@@ -407,6 +407,44 @@ TEST(Cli, PlanWithARecomputeSetReplays) {
   for (const nlohmann::json& layer : file["layer"]["layers"]) EXPECT_EQ(layer["recompute"], best["recompute"]);
   auto table = RunKiwi("plan --uniform --memory 1.7GiB");
   EXPECT_NE(table.out.find("+RC" + std::to_string(best["recompute"].size()) + " "), std::string::npos) << table.out;
+}
+
+// The operator-level refinement (on by default): one row per strategy of the best plan, KIWI never
+// slower than the layer as planned within its memory; --refine-out writes each layer's graph and KIWI's
+// plan, which `kiwi simulate` replays to the numbers shown; --no-refine turns it off.
+TEST(Cli, PlanRefinesEachStrategyAndItsPlansReplay) {
+  const std::string dir = (TempDir() / "refined").string();
+  auto r = RunKiwi("plan --memory 1.7GiB --json --refine-out " + dir);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = r.Json();
+  ASSERT_TRUE(j["refinement"].is_array()) << j["refinement"];
+  ASSERT_FALSE(j["refinement"].empty());
+  int layers = 0;
+  for (const nlohmann::json& x : j["refinement"]) {
+    layers += x["layers"].get<int>();
+    ASSERT_TRUE(x["refined"].get<bool>()) << x;
+    EXPECT_LE(x["kiwi"]["seconds"].get<double>(), x["baseline"]["seconds"].get<double>() * (1 + 1e-9)) << x;
+    EXPECT_LE(x["kiwi"]["peak_memory_bytes"].get<int64_t>(), x["baseline"]["peak_memory_bytes"].get<int64_t>()) << x;
+    const std::string stem = dir + "/layer" + std::to_string(x["first_layer"].get<int>());
+    auto sim = RunKiwi("simulate " + stem + ".plan.json " + stem + ".graph.json --json");
+    ASSERT_EQ(sim.exit_code, 0) << sim.err;
+    const nlohmann::json replay = sim.Json();
+    EXPECT_TRUE(replay["claims"]["peak_memory_bytes_matches"].get<bool>()) << replay;
+    EXPECT_TRUE(replay["claims"]["iteration_seconds_matches"].get<bool>()) << replay;
+    EXPECT_EQ(replay["peak_memory_bytes"], x["kiwi"]["peak_memory_bytes"]);
+  }
+  EXPECT_EQ(layers, 4);  // every layer of the default model has its strategy's row
+  auto text = RunKiwi("plan --memory 1.7GiB");
+  EXPECT_NE(text.out.find("Operator-level refinement (KIWI)"), std::string::npos) << text.out;
+  auto off = RunKiwi("plan --no-refine --json");
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_TRUE(off.Json()["refinement"].is_null());
+  for (const std::string& bad : std::vector<std::string>{"plan --no-refine --refine-out " + dir, "plan --refine-seconds 0",
+                                                         "plan --refine-out " + dir + "/layer0.plan.json/below"}) {
+    auto refused = RunKiwi(bad);
+    EXPECT_EQ(refused.exit_code, 2) << bad;
+    EXPECT_EQ(CountLines(refused.err), 1) << bad << ": " << refused.err;
+  }
 }
 
 TEST(Cli, PlanReplaysOnTheModelItWasMadeFor) {

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <iostream>
 #include <limits>
 #include <memory>
@@ -21,6 +22,7 @@
 #include "kiwi/cost/throughput.h"
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/file_io.h"
+#include "kiwi/io/graph_json.h"
 #include "kiwi/io/plan_json.h"
 #include "kiwi/models/layer_model.h"
 #include "kiwi/report/layer_plan_table.h"
@@ -31,6 +33,7 @@
 #include "kiwi/sim/pipeline_timeline.h"
 #include "kiwi/solve/hybrid/alternatives.h"
 #include "kiwi/solve/hybrid/search.h"
+#include "kiwi/solve/layer_refinement.h"
 #include "kiwi/util/units.h"
 
 namespace kiwi::cli {
@@ -53,6 +56,9 @@ struct PlanOptions {
   bool quiet = false;
   bool progress = false;
   bool uniform = false;
+  bool refine = true;           // operator-level refinement of the best plan's strategies (KIWI)
+  double refine_seconds = 10.0;
+  std::string refine_out;       // a directory for each refined layer's graph and KIWI's plan of it
 };
 
 // Tokens per sample (a transformer's sequence; 1 for an MLP) and the dtype it computes in.
@@ -185,6 +191,101 @@ nlohmann::json CandidateJson(const hybrid::PlanCandidate& c, const cost::Trainin
   return j;
 }
 
+// Operator-level refinement (solve/layer_refinement.h): one row per strategy of the best plan.
+const std::vector<std::string> kRefinementHeader = {"layers", "strategy", "devices", "micro-batch", "ops",
+                                                    "as planned", "KIWI within its memory", "speedup"};
+
+// The devices of one data-parallel replica: "CP2xTP4", "TP8", "1 device".
+std::string GroupOf(const plan::LayerStrategy& s) {
+  if (s.cp > 1) return s.tp > 1 ? fmt::format("CP{}xTP{}", s.cp, s.tp) : fmt::format("CP{}", s.cp);
+  return s.tp > 1 ? fmt::format("TP{}", s.tp) : "1 device";
+}
+
+std::vector<std::vector<std::string>> RefinementRows(const std::vector<solve::LayerRefinement>& refinements) {
+  std::vector<std::vector<std::string>> rows;
+  for (const solve::LayerRefinement& r : refinements) {
+    std::vector<std::string> row = {r.layers == 1 ? fmt::format("{}", r.first_layer)
+                                                  : fmt::format("{} (+{} alike)", r.first_layer, r.layers - 1),
+                                    plan::StrategyName(r.strategy), GroupOf(r.strategy)};
+    if (!r.skipped.empty()) {
+      row.insert(row.end(), {"-", "-", "not refined: " + r.skipped, "-", "-"});
+    } else {
+      const auto cell = [](const solve::joint::JointResult& j) {
+        return fmt::format("{}, {}, {} recomputed", FormatSeconds(j.seconds()), FormatBytes(j.sim.peak_memory_bytes),
+                           j.sim.recomputations);
+      };
+      row.insert(row.end(), {std::to_string(r.micro_batch), std::to_string(r.ops), cell(r.baseline), cell(r.refined),
+                             fmt::format("{:.2f}x", r.Speedup())});
+    }
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+// One line under the table: what operator-level decisions add, or that they add nothing.
+std::string RefinementVerdict(const std::vector<solve::LayerRefinement>& refinements) {
+  const solve::LayerRefinement* most = nullptr;
+  for (const solve::LayerRefinement& r : refinements)
+    if (r.skipped.empty() && (most == nullptr || r.Speedup() > most->Speedup())) most = &r;
+  if (most == nullptr) return "No layer was refined.\n";
+  if (most->Speedup() < 1.0005)
+    return "Every refined layer is already the fastest operator plan KIWI finds within its memory: operator-level "
+           "decisions add nothing here.\n";
+  return fmt::format("KIWI's operator plan of layer {} is {:.2f}x faster within the same memory ({} recomputed, "
+                     "sharding decided per operator; --refine-out writes it). The step times above are the layer "
+                     "model's and do not include it.\n",
+                     most->first_layer, most->Speedup(), most->refined.sim.recomputations);
+}
+
+nlohmann::json RefinementJson(const std::vector<solve::LayerRefinement>& refinements) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const solve::LayerRefinement& r : refinements) {
+    nlohmann::json j = {{"first_layer", r.first_layer}, {"layers", r.layers}, {"strategy", plan::StrategyName(r.strategy)},
+                        {"mesh_shape", r.mesh_shape}, {"refined", r.skipped.empty()}};
+    if (!r.skipped.empty()) {
+      j["skipped"] = r.skipped;
+    } else {
+      const auto side = [](const solve::joint::JointResult& x) {
+        return nlohmann::json{{"method", x.method}, {"seconds", x.seconds()}, {"peak_memory_bytes", x.sim.peak_memory_bytes},
+                              {"recomputations", x.sim.recomputations}, {"optimal", x.optimal}};
+      };
+      j.update({{"micro_batch", r.micro_batch}, {"ops", r.ops}, {"baseline", side(r.baseline)},
+                {"kiwi", side(r.refined)}, {"speedup", r.Speedup()}});
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+// --refine-out DIR, made before any search (a place it cannot be is bad input, refused at once).
+Status MakeRefineOut(const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir, ec))
+    return BadInput(fmt::format("--refine-out: cannot make directory '{}'{}", dir, ec ? ": " + ec.message() : ""));
+  return Status::Ok();
+}
+
+// --refine-out DIR: per refined strategy, its layer's graph and KIWI's operator plan of it (which `kiwi
+// simulate PLAN GRAPH` replays to the numbers shown), written atomically.
+Status WriteRefinements(const std::string& dir, const std::string& cluster,
+                        const std::vector<solve::LayerRefinement>& refinements) {
+  for (const solve::LayerRefinement& r : refinements) {
+    if (!r.skipped.empty()) continue;
+    const std::string stem = (std::filesystem::path(dir) / fmt::format("layer{}", r.first_layer)).string();
+    KIWI_RETURN_IF_ERROR(io::WriteFileAtomically(stem + ".graph.json", io::WriteGraphJson(r.graph)));
+    plan::Plan p;
+    p.graph = fmt::format("layer{}.graph.json", r.first_layer);
+    p.cluster = ClusterReference(cluster);
+    p.solver = "joint:" + r.refined.method;
+    p.op = r.refined.plan;
+    p.claims.peak_memory_bytes = r.refined.sim.peak_memory_bytes;
+    p.claims.iteration_seconds = r.refined.sim.iteration_seconds;
+    KIWI_RETURN_IF_ERROR(io::WriteFileAtomically(stem + ".plan.json", OperatorPlanJson(p, r.graph)));
+  }
+  return Status::Ok();
+}
+
 Result<report::PlanBreakdown> BreakdownOf(const hybrid::PlanCandidate& c, const cost::LayerModel& model,
                                           const cost::Cluster& cluster) {
   Result<sim::PlanTraffic> traffic = sim::LayerPlanTraffic(model, c.plan, cluster);
@@ -242,7 +343,7 @@ Result<report::LinePlot> ThroughputCurve(const cost::LayerModel& model, const co
 Status WriteReport(const PlanOptions& o, const models::ModelSpec& spec, const cost::Cluster& cluster,
                    const cost::CostModel& cm, const cost::LayerModel& model, const hybrid::PlanAllResult& r,
                    const std::vector<cost::TrainingThroughput>& units, const std::vector<report::PlanBreakdown>& breakdowns,
-                   int64_t budget, int64_t batch) {
+                   const std::vector<solve::LayerRefinement>& refinements, int64_t budget, int64_t batch) {
   const hybrid::PlanCandidate& best = r.candidates[static_cast<size_t>(r.best)];
   Result<sim::PipelineTimeline> timeline = sim::ReplayPipeline(best.plan, best.simulated);
   if (!timeline) return timeline.error();
@@ -267,6 +368,7 @@ Status WriteReport(const PlanOptions& o, const models::ModelSpec& spec, const co
   page.planners = {kCandidateHeader, CandidateRows(r, units)};
   page.breakdowns = breakdowns;
   page.throughput_curve = *std::move(curve);
+  if (!refinements.empty()) page.refinement = {kRefinementHeader, RefinementRows(refinements)};
   return io::WriteFileAtomically(o.report, report::RenderPlanReport(page));
 }
 
@@ -297,6 +399,12 @@ int RunPlan(const PlanOptions& options) {
   if (!given_batch) return ReportError(given_batch.error());
   const bool auto_batch = o.batch == "auto";
   if (*given_batch) o.model.flags.batch = **given_batch;
+  if (!o.refine && !o.refine_out.empty())
+    return ReportError(BadInput("--refine-out: writes the refinement, which --no-refine turns off"));
+  if (!o.refine_out.empty()) {
+    Status made = MakeRefineOut(o.refine_out);
+    if (!made) return ReportError(made.error());
+  }
   if (o.max_batch < 1) return ReportError(BadInput(fmt::format("--max-batch: must be positive, got {}", o.max_batch)));
   if (!o.hf_config.empty() && !o.out.empty())
     return ReportError(BadInput("--out: kiwi simulate rebuilds presets only, not --hf-config models; use --report or --json"));
@@ -363,13 +471,27 @@ int RunPlan(const PlanOptions& options) {
     if (!b) return ReportError(b.error());
     breakdowns.push_back(*std::move(b));
   }
+  std::vector<solve::LayerRefinement> refinements;
+  if (o.refine) {
+    progress("operator-level refinement (KIWI) of one layer per strategy of the best plan");
+    Result<std::vector<solve::LayerRefinement>> refined = solve::RefineLayerPlan(
+        *spec, best.plan, *cluster, cm,
+        {.time_limit_seconds = std::min(o.refine_seconds, o.search.SecondsLeft()), .threads = o.search.threads,
+         .progress = [&](const std::string& line) { progress("refine: " + line); }});
+    if (!refined) return ReportError(refined.error());
+    refinements = *std::move(refined);
+    if (!o.refine_out.empty()) {
+      Status written = WriteRefinements(o.refine_out, o.cluster, refinements);
+      if (!written) return ReportError(written.error());
+    }
+  }
   if (!o.out.empty()) {
     Status written = WriteLayerPlanFile(o.out, o.model, o.cluster, "plan:" + best.name, best.plan, best.simulated);
     if (!written) return ReportError(written.error());
   }
   if (!o.report.empty()) {
     progress(fmt::format("report: every planner at {} budgets", kCurvePoints));
-    Status written = WriteReport(o, *spec, *cluster, cm, *layer_model, *r, throughput, breakdowns, budget, batch);
+    Status written = WriteReport(o, *spec, *cluster, cm, *layer_model, *r, throughput, breakdowns, refinements, budget, batch);
     if (!written) return ReportError(written.error());
   }
   if (o.json) {
@@ -378,7 +500,8 @@ int RunPlan(const PlanOptions& options) {
     for (const report::PlanBreakdown& b : breakdowns) explained.push_back({{"name", b.name}, {"breakdown", BreakdownJson(b)}});
     PrintJson({{"model", DescribeModel(*spec)}, {"cluster", cluster->name}, {"memory_budget_bytes", budget},
                {"global_batch", batch}, {"feasible", true}, {"best", CandidateJson(best, throughput[static_cast<size_t>(r->best)])},
-               {"candidates", candidates}, {"explained", explained}});
+               {"candidates", candidates}, {"explained", explained},
+               {"refinement", o.refine ? RefinementJson(refinements) : nlohmann::json(nullptr)}});
     return 0;
   }
   const cost::TrainingThroughput& u = throughput[static_cast<size_t>(r->best)];
@@ -398,6 +521,13 @@ int RunPlan(const PlanOptions& options) {
   if (breakdowns.size() == 2)
     std::cout << fmt::format("Why: {} beside {}, the next best:\n", breakdowns[0].name, breakdowns[1].name);
   std::cout << report::BreakdownTable(breakdowns);
+  if (o.refine) {
+    report::Table t(kRefinementHeader);
+    for (std::vector<std::string>& row : RefinementRows(refinements)) t.AddRow(std::move(row));
+    std::cout << "\nOperator-level refinement (KIWI): one layer of each strategy on the devices of one data-parallel "
+                 "replica, priced by the operator-level simulator\n"
+              << t.Render() << RefinementVerdict(refinements);
+  }
   if (!o.out.empty()) std::cout << "\nPlan written to " << o.out << " (replay it with `kiwi simulate`).\n";
   if (!o.report.empty()) std::cout << "Report written to " << o.report << ".\n";
   return 0;
@@ -430,6 +560,16 @@ Command AddPlanCommand(CLI::App& root) {
   app->add_flag("--json", o->json, "print one JSON object");
   app->add_flag("--quiet", o->quiet, "no progress lines on stderr");
   app->add_flag("--progress", o->progress, "progress lines on stderr even when it is not a terminal");
+  app->add_flag("--refine,!--no-refine", o->refine,
+                "operator-level refinement (the default; --no-refine skips it): KIWI's joint sharding + recomputation "
+                "of one layer of each of the best plan's strategies on one data-parallel replica's devices, beside the "
+                "layer as planned, both priced by the operator-level simulator");
+  app->add_option("--refine-seconds", o->refine_seconds, "seconds for the refinement of all the strategies together")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app->add_option("--refine-out", o->refine_out,
+                  "write each refined layer's operator graph and KIWI's plan of it into this directory "
+                  "(layerN.graph.json, layerN.plan.json: replay with `kiwi simulate layerN.plan.json layerN.graph.json`)");
   app->add_flag("--uniform", o->uniform,
                 "list every uniform plan (all layers one strategy) simulated, fastest fitting first, instead");
   return {app, [o] { return RunPlan(*o); }};

@@ -32,6 +32,7 @@ struct PlanReport {
   HtmlTable planners;                    // each planner's fastest plan that fits
   std::vector<PlanBreakdown> breakdowns;  // the best and the next best
   LinePlot throughput_curve;             // samples/s against the memory budget, one series per planner
+  HtmlTable refinement;                  // operator-level refinement per strategy (kiwi plan --refine); may be empty
 };
 
 std::string RenderPlanReport(const PlanReport& report);
