@@ -447,6 +447,47 @@ TEST(Cli, PlanRefinesEachStrategyAndItsPlansReplay) {
   }
 }
 
+// --compare-to: the user's Megatron-LM arguments simulated beside the planners, at their batch, and
+// never faster than kiwi's best; --megatron-out writes the fastest plan Megatron-LM can run, which
+// reads back through --compare-to to the same throughput.
+TEST(Cli, PlanComparesToMegatronArgumentsAndWritesThem) {
+  const std::string yours = std::string(KIWI_TEST_DATA_DIR) + "/megatron/gpt_4_layers_tp2.sh";
+  const std::string args = (TempDir() / "megatron_args.txt").string();
+  auto r = RunKiwi("plan --no-refine --json --compare-to " + yours + " --megatron-out " + args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = r.Json();
+  EXPECT_EQ(j["global_batch"].get<int64_t>(), 8);
+  const nlohmann::json& mine = j["candidates"].back();
+  EXPECT_EQ(mine["name"], "yours (gpt_4_layers_tp2.sh)");
+  ASSERT_TRUE(mine["fits"].get<bool>());
+  EXPECT_EQ(mine["layers"][0]["name"], "TP2xZeRO1-DP4+CKPT");
+  EXPECT_LE(mine["throughput_samples_per_second"].get<double>(), j["best"]["throughput_samples_per_second"].get<double>());
+  EXPECT_GT(j["candidates"][0]["throughput_samples_per_second"].get<double>(),
+            mine["throughput_samples_per_second"].get<double>());  // kiwi's own search beats it
+  // The written arguments are the named planner's plan: read back, the same throughput.
+  const std::string planner = j["megatron_out"]["planner"];
+  double written = 0.0;
+  for (const auto& c : j["candidates"])
+    if (c["name"] == planner) written = c["throughput_samples_per_second"];
+  auto back = RunKiwi("plan --no-refine --json --compare-to " + args);
+  ASSERT_EQ(back.exit_code, 0) << back.err;
+  EXPECT_DOUBLE_EQ(back.Json()["candidates"].back()["throughput_samples_per_second"].get<double>(), written);
+  // Too little memory for it: its row says what it needs.
+  auto tight = RunKiwi("plan --no-refine --json --memory 900MiB --compare-to " + yours);
+  ASSERT_EQ(tight.exit_code, 0) << tight.err;
+  EXPECT_FALSE(tight.Json()["candidates"].back()["fits"].get<bool>());
+  EXPECT_GT(tight.Json()["candidates"].back()["smallest_peak_bytes"].get<int64_t>(), int64_t{900} << 20);
+  const std::string three = (TempDir() / "tp3.sh").string();
+  std::ofstream(three) << "--tensor-model-parallel-size 3 --micro-batch-size 1 --global-batch-size 8\n";
+  for (const std::string& bad : std::vector<std::string>{"plan --compare-to " + yours + " --batch 16",
+                                                         "plan --compare-to " + yours + " --batch auto",
+                                                         "plan --compare-to " + three, "plan --compare-to /no/such.sh"}) {
+    auto refused = RunKiwi(bad);
+    EXPECT_EQ(refused.exit_code, 2) << bad;
+    EXPECT_EQ(CountLines(refused.err), 1) << bad << ": " << refused.err;
+  }
+}
+
 TEST(Cli, PlanReplaysOnTheModelItWasMadeFor) {
   const std::string path = (TempDir() / "bert_plan.json").string();
   auto planned = RunKiwi("plan --model bert --layers 6 --hidden 256 --heads 4 --seq 128 --batch 32 "

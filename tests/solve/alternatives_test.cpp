@@ -134,6 +134,53 @@ TEST(PlanAll, SeededSearchSaysNoneFasterWhereItTies) {
   EXPECT_EQ(kiwi.smallest_peak_bytes, 0);
 }
 
+// A configuration to compare to is one more candidate, last, simulated as given; kiwi's search only
+// looks for plans faster than it, so the best is never slower; a plan at another batch, or one the
+// simulator refuses, is bad input naming it.
+TEST(PlanAll, ComparesToTheUsersConfiguration) {
+  const std::optional<Built> b = Build("gpt", {.layers = 4}, "v100-nvlink-8");
+  ASSERT_TRUE(b);
+  const int64_t budget = b->cluster.device.memory_bytes;
+  plan::LayerPlan mine;
+  mine.layers.assign(4, plan::LayerStrategy{.tp = 8, .dp = 1});  // TP over every device: slow, small
+  mine.global_batch = 8;
+  mine.micro_batches = 8;
+  Result<PlanAllResult> r = PlanAll(b->model, b->cluster, b->cost_model,
+                                    {.memory_budget_bytes = budget, .global_batch = 8, .compare_to = &mine,
+                                     .compare_name = "yours"});
+  ASSERT_TRUE(r) << r.error().message;
+  const PlanCandidate& yours = r->candidates.back();
+  EXPECT_EQ(r->candidates.size(), LayerPlanners().size() + 1);
+  EXPECT_EQ(yours.name, "yours");
+  ASSERT_TRUE(yours.found);
+  Result<sim::LayerSimResult> direct = sim::SimulateLayerPlan(b->model, mine, b->cluster, b->cost_model);
+  ASSERT_TRUE(direct);
+  EXPECT_DOUBLE_EQ(yours.simulated.throughput_samples_per_second, direct->throughput_samples_per_second);
+  ASSERT_GE(r->best, 0);
+  EXPECT_NE(r->best, static_cast<int>(r->candidates.size()) - 1);
+  EXPECT_GT(r->candidates[static_cast<size_t>(r->best)].simulated.throughput_samples_per_second,
+            yours.simulated.throughput_samples_per_second);
+  // Within less memory than it needs: listed, not found, with its peak.
+  Result<PlanAllResult> tight = PlanAll(b->model, b->cluster, b->cost_model,
+                                        {.memory_budget_bytes = direct->summary.peak_memory_bytes - 1, .global_batch = 8,
+                                         .compare_to = &mine});
+  ASSERT_TRUE(tight) << tight.error().message;
+  EXPECT_FALSE(tight->candidates.back().found);
+  EXPECT_EQ(tight->candidates.back().smallest_peak_bytes, direct->summary.peak_memory_bytes);
+  plan::LayerPlan other_batch = mine;
+  other_batch.global_batch = 16;
+  plan::LayerPlan three_layers = mine;
+  three_layers.layers.pop_back();
+  for (const plan::LayerPlan* bad : {&other_batch, &three_layers}) {
+    Result<PlanAllResult> refused = PlanAll(b->model, b->cluster, b->cost_model,
+                                            {.memory_budget_bytes = budget, .global_batch = 8, .compare_to = bad,
+                                             .compare_name = "yours (mine.sh)"});
+    ASSERT_FALSE(refused);
+    EXPECT_EQ(refused.error().code, ErrorCode::kBadInput);
+    EXPECT_EQ(refused.error().message.rfind("yours (mine.sh): ", 0), 0u) << refused.error().message;
+  }
+}
+
 // A batch that no data-parallel degree divides is bad input naming it; a budget nothing fits leaves
 // best at -1 with the smallest peaks known.
 TEST(PlanAll, BadBatchAndImpossibleBudget) {

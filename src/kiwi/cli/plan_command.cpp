@@ -12,6 +12,7 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <variant>
 
 #include <unistd.h>
@@ -23,6 +24,7 @@
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/file_io.h"
 #include "kiwi/io/graph_json.h"
+#include "kiwi/io/megatron_args.h"
 #include "kiwi/io/plan_json.h"
 #include "kiwi/models/layer_model.h"
 #include "kiwi/report/layer_plan_table.h"
@@ -59,6 +61,8 @@ struct PlanOptions {
   bool refine = true;           // operator-level refinement of the best plan's strategies (KIWI)
   double refine_seconds = 10.0;
   std::string refine_out;       // a directory for each refined layer's graph and KIWI's plan of it
+  std::string compare_to;       // the user's Megatron-LM arguments, simulated beside the planners
+  std::string megatron_out;     // Megatron-LM arguments of the fastest plan Megatron-LM can run
 };
 
 // Tokens per sample (a transformer's sequence; 1 for an MLP) and the dtype it computes in.
@@ -257,6 +261,34 @@ nlohmann::json RefinementJson(const std::vector<solve::LayerRefinement>& refinem
   return out;
 }
 
+// --megatron-out: the fastest plan that fits and Megatron-LM can express (the Megatron-LM grid's always
+// can), written as its arguments; `why_not_best` says why the best could not be, when it could not.
+struct MegatronExport {
+  int candidate = -1;
+  std::string why_not_best;
+};
+Result<MegatronExport> WriteMegatronOut(const std::string& path, const hybrid::PlanAllResult& r) {
+  std::vector<int> order;
+  for (size_t i = 0; i < r.candidates.size(); ++i)
+    if (r.candidates[i].found) order.push_back(static_cast<int>(i));
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return r.candidates[static_cast<size_t>(a)].simulated.throughput_samples_per_second >
+           r.candidates[static_cast<size_t>(b)].simulated.throughput_samples_per_second;
+  });
+  MegatronExport out;
+  for (int i : order) {
+    Result<std::string> args = io::WriteMegatronArgs(r.candidates[static_cast<size_t>(i)].plan);
+    if (!args) {
+      if (out.why_not_best.empty()) out.why_not_best = args.error().message;
+      continue;
+    }
+    KIWI_RETURN_IF_ERROR(io::WriteFileAtomically(path, *args));
+    out.candidate = i;
+    return out;
+  }
+  return BadInput(fmt::format("--megatron-out: no plan that fits can run in Megatron-LM ({})", out.why_not_best));
+}
+
 // --refine-out DIR, made before any search (a place it cannot be is bad input, refused at once).
 Status MakeRefineOut(const std::string& dir) {
   std::error_code ec;
@@ -399,6 +431,9 @@ int RunPlan(const PlanOptions& options) {
   if (!given_batch) return ReportError(given_batch.error());
   const bool auto_batch = o.batch == "auto";
   if (*given_batch) o.model.flags.batch = **given_batch;
+  if (!o.compare_to.empty() && (o.batch == "auto" || o.uniform))
+    return ReportError(BadInput(fmt::format("--compare-to: plans at the configuration's batch; not with {}",
+                                            o.uniform ? "--uniform" : "--batch auto")));
   if (!o.refine && !o.refine_out.empty())
     return ReportError(BadInput("--refine-out: writes the refinement, which --no-refine turns off"));
   if (!o.refine_out.empty()) {
@@ -431,6 +466,17 @@ int RunPlan(const PlanOptions& options) {
   progress(fmt::format("building {}", DescribeModel(*spec)));
   Result<cost::LayerModel> layer_model = models::BuildSpecLayerModel(*spec, cm);
   if (!layer_model) return ReportError(layer_model.error());
+  std::optional<plan::LayerPlan> yours;
+  if (!o.compare_to.empty()) {
+    Result<plan::LayerPlan> read =
+        io::ReadMegatronArgsFile(o.compare_to, cluster->NumDevices(), static_cast<int>(layer_model->layers.size()));
+    if (!read) return ReportError(read.error());
+    if (*given_batch && **given_batch != read->global_batch)
+      return ReportError(BadInput(fmt::format("--compare-to: {} has --global-batch-size {}, not --batch {}",
+                                              o.compare_to, read->global_batch, **given_batch)));
+    batch = read->global_batch;  // how good is this configuration, and what would kiwi do at its batch
+    yours = *std::move(read);
+  }
   if (o.uniform)
     return RunUniformPlans({.model = o.model, .spec = *spec, .cluster = *cluster,
                             .cluster_flag = o.cluster, .cost_model = cm,
@@ -446,7 +492,8 @@ int RunPlan(const PlanOptions& options) {
   Result<hybrid::PlanAllResult> r =
       hybrid::PlanAll(*layer_model, *cluster, cm,
                       {.memory_budget_bytes = budget, .global_batch = batch, .time_limit_seconds = o.search.SecondsLeft(),
-                       .progress = progress});
+                       .progress = progress, .compare_to = yours ? &*yours : nullptr,
+                       .compare_name = "yours (" + std::filesystem::path(o.compare_to).filename().string() + ")"});
   if (!r) return ReportError(r.error());
   if (r->best < 0) {
     int64_t smallest = 0;
@@ -489,6 +536,12 @@ int RunPlan(const PlanOptions& options) {
     Status written = WriteLayerPlanFile(o.out, o.model, o.cluster, "plan:" + best.name, best.plan, best.simulated);
     if (!written) return ReportError(written.error());
   }
+  std::optional<MegatronExport> megatron;
+  if (!o.megatron_out.empty()) {
+    Result<MegatronExport> written = WriteMegatronOut(o.megatron_out, *r);
+    if (!written) return ReportError(written.error());
+    megatron = *written;
+  }
   if (!o.report.empty()) {
     progress(fmt::format("report: every planner at {} budgets", kCurvePoints));
     Status written = WriteReport(o, *spec, *cluster, cm, *layer_model, *r, throughput, breakdowns, refinements, budget, batch);
@@ -501,7 +554,11 @@ int RunPlan(const PlanOptions& options) {
     PrintJson({{"model", DescribeModel(*spec)}, {"cluster", cluster->name}, {"memory_budget_bytes", budget},
                {"global_batch", batch}, {"feasible", true}, {"best", CandidateJson(best, throughput[static_cast<size_t>(r->best)])},
                {"candidates", candidates}, {"explained", explained},
-               {"refinement", o.refine ? RefinementJson(refinements) : nlohmann::json(nullptr)}});
+               {"refinement", o.refine ? RefinementJson(refinements) : nlohmann::json(nullptr)},
+               {"megatron_out", megatron ? nlohmann::json{{"file", o.megatron_out},
+                                                          {"planner", r->candidates[static_cast<size_t>(megatron->candidate)].name},
+                                                          {"best_not_expressible", megatron->why_not_best}}
+                                         : nlohmann::json(nullptr)}});
     return 0;
   }
   const cost::TrainingThroughput& u = throughput[static_cast<size_t>(r->best)];
@@ -530,6 +587,11 @@ int RunPlan(const PlanOptions& options) {
   }
   if (!o.out.empty()) std::cout << "\nPlan written to " << o.out << " (replay it with `kiwi simulate`).\n";
   if (!o.report.empty()) std::cout << "Report written to " << o.report << ".\n";
+  if (megatron)
+    std::cout << fmt::format("Megatron-LM arguments of {}'s plan written to {}{}.\n",
+                             r->candidates[static_cast<size_t>(megatron->candidate)].name, o.megatron_out,
+                             megatron->why_not_best.empty() ? ""
+                                                            : fmt::format(" (the best plan cannot be: {})", megatron->why_not_best));
   return 0;
 }
 
@@ -560,6 +622,14 @@ Command AddPlanCommand(CLI::App& root) {
   app->add_flag("--json", o->json, "print one JSON object");
   app->add_flag("--quiet", o->quiet, "no progress lines on stderr");
   app->add_flag("--progress", o->progress, "progress lines on stderr even when it is not a terminal");
+  app->add_option("--compare-to", o->compare_to,
+                  "your Megatron-LM arguments (a launch script or the flags; the parallelism, batch and recomputation "
+                  "flags are read): simulated beside the planners, at their --global-batch-size, and beaten if kiwi can")
+      ->check(CLI::ExistingFile);
+  app->add_option("--megatron-out", o->megatron_out,
+                  "write the fastest plan Megatron-LM can run as its arguments (the best plan, unless it mixes "
+                  "strategies per layer or uses what Megatron-LM lacks)")
+      ->check(OutputFile());
   app->add_flag("--refine,!--no-refine", o->refine,
                 "operator-level refinement (the default; --no-refine skips it): KIWI's joint sharding + recomputation "
                 "of one layer of each of the best plan's strategies on one data-parallel replica's devices, beside the "

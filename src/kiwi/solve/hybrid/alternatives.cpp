@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 
 #include "kiwi/solve/hybrid/uniform_plans.h"
 #include "kiwi/util/elapsed.h"
@@ -24,6 +25,30 @@ std::string Summary(const PlanCandidate& c) {
                      searched);
 }
 
+// The user's configuration as a candidate: simulated as given; it fits or says what it needs.
+Result<PlanCandidate> CompareTo(const cost::LayerModel& model, const cost::Cluster& cluster,
+                                const cost::CostModel& cost_model, const PlanAllOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  if (o.compare_to->global_batch != o.global_batch)
+    return BadInput(fmt::format("{}: its global batch {} is not the one planned, {}", o.compare_name,
+                                o.compare_to->global_batch, o.global_batch));
+  Result<sim::LayerSimResult> simulated = sim::SimulateLayerPlan(model, *o.compare_to, cluster, cost_model);
+  if (!simulated) return BadInput(fmt::format("{}: {}", o.compare_name, simulated.error().message));
+  PlanCandidate c;
+  c.name = o.compare_name;
+  c.space = "the configuration given, simulated as it is";
+  c.plans_evaluated = 1;
+  c.found = simulated->summary.peak_memory_bytes <= o.memory_budget_bytes;
+  if (c.found) {
+    c.plan = *o.compare_to;
+    c.simulated = *std::move(simulated);
+  } else {
+    c.smallest_peak_bytes = simulated->summary.peak_memory_bytes;
+  }
+  c.seconds = SecondsSince(start);
+  return c;
+}
+
 }  // namespace
 
 Result<PlanAllResult> PlanAll(const cost::LayerModel& model, const cost::Cluster& cluster,
@@ -34,6 +59,13 @@ Result<PlanAllResult> PlanAll(const cost::LayerModel& model, const cost::Cluster
   const std::vector<LayerPlanner>& planners = LayerPlanners();
   PlanAllResult out;
   out.candidates.resize(planners.size());
+  std::optional<PlanCandidate> yours;
+  if (o.compare_to != nullptr) {
+    Result<PlanCandidate> c = CompareTo(model, cluster, cost_model, o);
+    if (!c) return c.error();
+    if (o.progress) o.progress(Summary(*c));
+    yours = *std::move(c);
+  }
   PlanRequest request{.model = model,
                       .cluster = cluster,
                       .cost_model = cost_model,
@@ -47,11 +79,15 @@ Result<PlanAllResult> PlanAll(const cost::LayerModel& model, const cost::Cluster
         k == 0 ? std::max(o.time_limit_seconds - SecondsSince(start), 0.01) : o.time_limit_seconds / 8.0;
     request.progress = {};
     // kiwi's search wants only plans faster than the alternatives' best: it skips what cannot beat it.
-    if (k == 0 && o.seed_with_alternatives)
+    if (k == 0 && o.seed_with_alternatives) {
       for (const PlanCandidate& alternative : out.candidates)
         if (alternative.found)
           request.beat_samples_per_second =
               std::max(request.beat_samples_per_second, alternative.simulated.throughput_samples_per_second);
+      if (yours && yours->found)
+        request.beat_samples_per_second =
+            std::max(request.beat_samples_per_second, yours->simulated.throughput_samples_per_second);
+    }
     if (k == 0 && o.progress)
       request.progress = [&](const std::string& line) { o.progress(std::string(planners[k].name) + ": " + line); };
     Result<PlanCandidate> c = RunVerified(planners[k], request);
@@ -59,6 +95,7 @@ Result<PlanAllResult> PlanAll(const cost::LayerModel& model, const cost::Cluster
     if (o.progress) o.progress(Summary(*c));
     out.candidates[k] = *std::move(c);
   }
+  if (yours) out.candidates.push_back(*std::move(yours));
   for (size_t i = 0; i < out.candidates.size(); ++i) {
     const PlanCandidate& c = out.candidates[i];
     if (!c.found) continue;

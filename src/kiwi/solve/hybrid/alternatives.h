@@ -41,6 +41,11 @@ struct PlanAllOptions {
   // cannot beat it (llama3-405b on 1,024 GPUs: 13 s to the plan it found in 50 s alone); when none is
   // faster its row says so. false: it searches on its own, as `kiwi hybrid` does.
   bool seed_with_alternatives = true;
+  // A configuration of the user's (`kiwi plan --compare-to`, io/megatron_args.h) simulated beside the
+  // planners as one more candidate, last, named `compare_name`; kiwi's search looks for plans faster
+  // than it too. Its batch must be `global_batch`.
+  const plan::LayerPlan* compare_to = nullptr;
+  std::string compare_name = "yours";
 };
 
 struct PlanAllResult {
@@ -48,7 +53,8 @@ struct PlanAllResult {
   int best = -1;                          // the fastest that fits, the first on ties; -1: none fits
 };
 
-// kBadInput as SearchHybridPlan's, and for a batch no plan divides.
+// kBadInput as SearchHybridPlan's, for a batch no plan divides, and for a compare_to plan the simulator
+// refuses (naming compare_name).
 Result<PlanAllResult> PlanAll(const cost::LayerModel& model, const cost::Cluster& cluster,
                               const cost::CostModel& cost_model, const PlanAllOptions& options);
 
