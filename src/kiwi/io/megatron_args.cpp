@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kiwi/io/file_io.h"
+#include "kiwi/util/one_line.h"
 
 namespace kiwi::io {
 namespace {
@@ -111,6 +112,9 @@ const std::vector<std::string> kValueFlags = {
     "recompute-method", "recompute-num-layers"};
 const std::vector<std::string> kSwitches = {"sequence-parallel", "use-distributed-optimizer"};
 
+// A refusal quoting the arguments: one line of printable text whatever they hold (util/one_line.h).
+Error Refuse(const std::string& message) { return BadInput(OneLine(message)); }
+
 bool Among(const std::vector<std::string>& names, const std::string& name) {
   return std::find(names.begin(), names.end(), name) != names.end();
 }
@@ -158,12 +162,12 @@ Result<plan::LayerPlan> ParseMegatronArgs(std::string_view text, const std::stri
       name = name.substr(0, eq);
     }
     if (Among(kSwitches, name)) {
-      if (value) return BadInput(fmt::format("{}: --{}: takes no value, got '{}'", source, name, *value));
+      if (value) return Refuse(fmt::format("{}: --{}: takes no value, got '{}'", source, name, *value));
       switches[name] = true;
     } else if (Among(kValueFlags, name)) {
       if (!value) {
         if (i + 1 >= tokens.size() || tokens[i + 1].rfind("--", 0) == 0)
-          return BadInput(fmt::format("{}: --{}: needs a value", source, name));
+          return Refuse(fmt::format("{}: --{}: needs a value", source, name));
         value = tokens[++i];
       }
       values[name] = *value;
@@ -173,13 +177,13 @@ Result<plan::LayerPlan> ParseMegatronArgs(std::string_view text, const std::stri
     auto it = values.find(name);
     if (it == values.end()) {
       if (fallback) return *fallback;
-      return BadInput(fmt::format("{}: --{}: missing; kiwi needs it to plan the batch", source, name));
+      return Refuse(fmt::format("{}: --{}: missing; kiwi needs it to plan the batch", source, name));
     }
     int64_t v = 0;
     const std::string& t = it->second;
     const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
     if (ec != std::errc{} || ptr != t.data() + t.size() || v < 1 || v > (int64_t{1} << 40))
-      return BadInput(fmt::format("{}: --{}: must be a positive integer, got '{}'", source, name, t));
+      return Refuse(fmt::format("{}: --{}: must be a positive integer, got '{}'", source, name, t));
     return v;
   };
   Result<int64_t> tp = integer("tensor-model-parallel-size", 1), pp = integer("pipeline-model-parallel-size", 1),
@@ -189,25 +193,25 @@ Result<plan::LayerPlan> ParseMegatronArgs(std::string_view text, const std::stri
   for (const Result<int64_t>* r : {&tp, &pp, &cp, &ep, &mbs, &gbs, &layers})
     if (!*r) return r->error();
   if (*layers != num_layers)
-    return BadInput(fmt::format("{}: --num-layers: {}, but the model has {} layers", source, *layers, num_layers));
+    return Refuse(fmt::format("{}: --num-layers: {}, but the model has {} layers", source, *layers, num_layers));
   const int64_t model_parallel = *tp * *pp * *cp;
   if (model_parallel > num_devices || num_devices % model_parallel != 0)
-    return BadInput(fmt::format("{}: --tensor-model-parallel-size x --pipeline-model-parallel-size x "
+    return Refuse(fmt::format("{}: --tensor-model-parallel-size x --pipeline-model-parallel-size x "
                                 "--context-parallel-size = {} does not divide the {} devices",
                                 source, model_parallel, num_devices));
   const int64_t dp = num_devices / model_parallel;  // Megatron-LM's data-parallel ranks
   if ((dp * *cp) % *ep != 0)
-    return BadInput(fmt::format("{}: --expert-model-parallel-size: {} does not divide the {} data x context parallel "
+    return Refuse(fmt::format("{}: --expert-model-parallel-size: {} does not divide the {} data x context parallel "
                                 "ranks", source, *ep, dp * *cp));
   if (*layers % *pp != 0)
-    return BadInput(fmt::format("{}: --pipeline-model-parallel-size: {} does not divide the {} layers (Megatron-LM "
+    return Refuse(fmt::format("{}: --pipeline-model-parallel-size: {} does not divide the {} layers (Megatron-LM "
                                 "splits them evenly)", source, *pp, *layers));
   int64_t chunks = 1;  // model chunks per stage
   if (values.count("num-layers-per-virtual-pipeline-stage")) {
     Result<int64_t> per = integer("num-layers-per-virtual-pipeline-stage", std::nullopt);
     if (!per) return per.error();
     if ((*layers / *pp) % *per != 0)
-      return BadInput(fmt::format("{}: --num-layers-per-virtual-pipeline-stage: {} does not divide a stage's {} layers",
+      return Refuse(fmt::format("{}: --num-layers-per-virtual-pipeline-stage: {} does not divide a stage's {} layers",
                                   source, *per, *layers / *pp));
     chunks = *layers / *pp / *per;
   }
@@ -216,13 +220,13 @@ Result<plan::LayerPlan> ParseMegatronArgs(std::string_view text, const std::stri
     Result<int64_t> v = integer(name, std::nullopt);
     if (!v) return v.error();
     if ((*layers / *pp) % *v != 0)
-      return BadInput(fmt::format("{}: --{}: {} does not divide a stage's {} layers", source, name, *v, *layers / *pp));
+      return Refuse(fmt::format("{}: --{}: {} does not divide a stage's {} layers", source, name, *v, *layers / *pp));
     chunks = *v;
   }
   if (chunks > 1 && *pp == 1)
-    return BadInput(fmt::format("{}: virtual pipeline stages need --pipeline-model-parallel-size above 1", source));
+    return Refuse(fmt::format("{}: virtual pipeline stages need --pipeline-model-parallel-size above 1", source));
   if (*gbs % (*mbs * dp) != 0)
-    return BadInput(fmt::format("{}: --global-batch-size: {} is not a multiple of --micro-batch-size {} x {} "
+    return Refuse(fmt::format("{}: --global-batch-size: {} is not a multiple of --micro-batch-size {} x {} "
                                 "data-parallel ranks", source, *gbs, *mbs, dp));
 
   plan::LayerStrategy s;
@@ -249,23 +253,23 @@ Result<plan::LayerPlan> ParseMegatronArgs(std::string_view text, const std::stri
     if (!n) return n.error();
     if (method == "uniform") {
       if (*n != 1)
-        return BadInput(fmt::format("{}: --recompute-num-layers: uniform recomputation of {} layers at a time keeps "
+        return Refuse(fmt::format("{}: --recompute-num-layers: uniform recomputation of {} layers at a time keeps "
                                     "one input per group, which kiwi does not model; use 1", source, *n));
       for (plan::LayerStrategy& l : p.layers) l.checkpoint = true;
     } else if (method == "block") {
       if (chunks > 1)
-        return BadInput(fmt::format("{}: --recompute-method: block with virtual pipeline stages, which kiwi does not "
+        return Refuse(fmt::format("{}: --recompute-method: block with virtual pipeline stages, which kiwi does not "
                                     "model", source));
       const int64_t per_stage = *layers / *pp;
       if (*n > per_stage)
-        return BadInput(fmt::format("{}: --recompute-num-layers: {} is more than a stage's {} layers", source, *n, per_stage));
+        return Refuse(fmt::format("{}: --recompute-num-layers: {} is more than a stage's {} layers", source, *n, per_stage));
       for (int64_t i = 0; i < *layers; ++i) p.layers[static_cast<size_t>(i)].checkpoint = i % per_stage < *n;
     } else {
-      return BadInput(fmt::format("{}: --recompute-method: must be uniform or block with --recompute-granularity full, "
+      return Refuse(fmt::format("{}: --recompute-method: must be uniform or block with --recompute-granularity full, "
                                   "got '{}'", source, method));
     }
   } else if (!granularity.empty()) {
-    return BadInput(fmt::format("{}: --recompute-granularity: must be full or selective, got '{}'", source, granularity));
+    return Refuse(fmt::format("{}: --recompute-granularity: must be full or selective, got '{}'", source, granularity));
   }
   return p;
 }
