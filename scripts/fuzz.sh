@@ -49,6 +49,7 @@ seed iopddl_json_fuzzer ../shared/benchmarks/iopddl/example.json
 for f in tests/data/hf/*.json; do seed hf_config_fuzzer "$f"; done
 seed galvatron_config_fuzzer "$galvatron"/galvatron_config_bert_example.json
 for f in tests/data/megatron/*.sh; do seed megatron_args_fuzzer "$f"; done
+for f in tests/data/torchtitan/*.toml; do seed torchtitan_config_fuzzer "$f"; done
 seed galvatron_profiles_fuzzer "$galvatron"/computation_profiling_fp32_test.json "$galvatron"/memory_profiling_fp32_test.json
 seed galvatron_hardware_fuzzer "$galvatron"/allreduce_bandwidth_1nodes_8gpus_per_node.json \
   "$galvatron"/p2p_bandwidth_1nodes_8gpus_per_node.json "$galvatron"/overlap_coefficient.json

@@ -12,6 +12,7 @@ packages=(
   coinor-libcbc-dev coinor-libclp-dev     # MILP/LP backend (COIN-OR CBC/CLP)
   toulbar2                                # cost function networks: the sharding solver's priced subproblems
   nlohmann-json3-dev libcli11-dev libfmt-dev zlib1g-dev
+  libtomlplusplus-dev                     # torchtitan's TOML job configs
   libgtest-dev libgmock-dev libbenchmark-dev
 )
 if ! command -v "$python" >/dev/null || ! "$python" -c 'import venv, ensurepip, sysconfig' 2>/dev/null; then

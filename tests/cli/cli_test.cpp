@@ -447,13 +447,14 @@ TEST(Cli, PlanRefinesEachStrategyAndItsPlansReplay) {
   }
 }
 
-// --compare-to: the user's Megatron-LM arguments simulated beside the planners, at their batch, and
-// never faster than kiwi's best; --megatron-out writes the fastest plan Megatron-LM can run, which
-// reads back through --compare-to to the same throughput.
-TEST(Cli, PlanComparesToMegatronArgumentsAndWritesThem) {
+// --compare-to: the user's Megatron-LM arguments or torchtitan config simulated beside the planners, at
+// their batch, and never faster than kiwi's best; --megatron-out and --torchtitan-out write the fastest
+// plan each framework can run, which reads back through --compare-to to the same throughput.
+TEST(Cli, PlanComparesToFrameworkConfigsAndWritesThem) {
   const std::string yours = std::string(KIWI_TEST_DATA_DIR) + "/megatron/gpt_4_layers_tp2.sh";
   const std::string args = (TempDir() / "megatron_args.txt").string();
-  auto r = RunKiwi("plan --no-refine --json --compare-to " + yours + " --megatron-out " + args);
+  const std::string toml = (TempDir() / "torchtitan.toml").string();
+  auto r = RunKiwi("plan --no-refine --json --compare-to " + yours + " --megatron-out " + args + " --torchtitan-out " + toml);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const nlohmann::json j = r.Json();
   EXPECT_EQ(j["global_batch"].get<int64_t>(), 8);
@@ -464,14 +465,19 @@ TEST(Cli, PlanComparesToMegatronArgumentsAndWritesThem) {
   EXPECT_LE(mine["throughput_samples_per_second"].get<double>(), j["best"]["throughput_samples_per_second"].get<double>());
   EXPECT_GT(j["candidates"][0]["throughput_samples_per_second"].get<double>(),
             mine["throughput_samples_per_second"].get<double>());  // kiwi's own search beats it
-  // The written arguments are the named planner's plan: read back, the same throughput.
-  const std::string planner = j["megatron_out"]["planner"];
-  double written = 0.0;
-  for (const auto& c : j["candidates"])
-    if (c["name"] == planner) written = c["throughput_samples_per_second"];
-  auto back = RunKiwi("plan --no-refine --json --compare-to " + args);
-  ASSERT_EQ(back.exit_code, 0) << back.err;
-  EXPECT_DOUBLE_EQ(back.Json()["candidates"].back()["throughput_samples_per_second"].get<double>(), written);
+  // Each written file is the named planner's plan: read back, the same throughput.
+  ASSERT_EQ(j["exports"].size(), 2u);
+  for (const nlohmann::json& e : j["exports"]) {
+    const std::string planner = e["planner"];
+    double written = 0.0;
+    for (const auto& c : j["candidates"])
+      if (c["name"] == planner) written = c["throughput_samples_per_second"];
+    EXPECT_GT(written, 0.0) << e;
+    EXPECT_NE(e["best_not_expressible"].get<std::string>().find("runs one strategy in every layer"), std::string::npos) << e;
+    auto back = RunKiwi("plan --no-refine --json --compare-to " + e["file"].get<std::string>());
+    ASSERT_EQ(back.exit_code, 0) << back.err;
+    EXPECT_DOUBLE_EQ(back.Json()["candidates"].back()["throughput_samples_per_second"].get<double>(), written) << e;
+  }
   // Too little memory for it: its row says what it needs.
   auto tight = RunKiwi("plan --no-refine --json --memory 900MiB --compare-to " + yours);
   ASSERT_EQ(tight.exit_code, 0) << tight.err;

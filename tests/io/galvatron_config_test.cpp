@@ -10,6 +10,8 @@
 #include <sstream>
 #include <tuple>
 
+#include "io_test_util.h"
+
 namespace kiwi::io {
 namespace {
 
@@ -25,15 +27,6 @@ plan::LayerPlan MixedPlan() {
   return p;
 }
 
-void ExpectSamePlan(const plan::LayerPlan& a, const plan::LayerPlan& b) {
-  EXPECT_EQ(a.layers, b.layers);
-  EXPECT_EQ(a.pp_degree, b.pp_degree);
-  EXPECT_EQ(a.pp_partition, b.pp_partition);
-  EXPECT_EQ(a.global_batch, b.global_batch);
-  EXPECT_EQ(a.micro_batches, b.micro_batches);
-  EXPECT_EQ(a.pipeline, b.pipeline);
-}
-
 TEST(GalvatronConfig, RoundTripsKiwiPlans) {
   const plan::LayerPlan p = MixedPlan();
   const std::string text = *WriteGalvatronConfig(p);
@@ -46,10 +39,10 @@ TEST(GalvatronConfig, RoundTripsKiwiPlans) {
   EXPECT_EQ(j["chunks"], 8);
   Result<plan::LayerPlan> back = ParseGalvatronConfig(text, "c.json", 8);
   ASSERT_TRUE(back.ok()) << back.error().message;
-  ExpectSamePlan(*back, p);
+  testing::ExpectSameLayerPlan(*back, p);
   plan::LayerPlan gpipe = p;
   gpipe.pipeline = plan::PipelineSchedule::kGPipe;
-  ExpectSamePlan(*ParseGalvatronConfig(*WriteGalvatronConfig(gpipe), "c.json", 8), gpipe);
+  testing::ExpectSameLayerPlan(*ParseGalvatronConfig(*WriteGalvatronConfig(gpipe), "c.json", 8), gpipe);
 }
 
 // Galvatron's zero2 is kiwi's ZeRO-1 under gradient accumulation (whole gradients until the last

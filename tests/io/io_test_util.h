@@ -8,6 +8,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "kiwi/plan/plan.h"
 #include "kiwi/util/result.h"
 
 namespace kiwi::io::testing {
@@ -15,6 +16,17 @@ namespace kiwi::io::testing {
 inline std::string FixturePath(const std::string& name) { return std::string(KIWI_TEST_DATA_DIR) + "/io/" + name; }
 inline std::string BenchmarkPath(const std::string& name) {
   return std::string(KIWI_SHARED_DIR) + "/benchmarks/remat/" + name;
+}
+
+// A layer plan read back from a format equals the one written: strategies, stages, batch, schedule.
+inline void ExpectSameLayerPlan(const plan::LayerPlan& a, const plan::LayerPlan& b) {
+  EXPECT_EQ(a.layers, b.layers);
+  EXPECT_EQ(a.pp_degree, b.pp_degree);
+  EXPECT_EQ(a.pp_partition, b.pp_partition);
+  EXPECT_EQ(a.global_batch, b.global_batch);
+  EXPECT_EQ(a.micro_batches, b.micro_batches);
+  EXPECT_EQ(a.virtual_stages, b.virtual_stages);
+  EXPECT_EQ(a.pipeline, b.pipeline);
 }
 
 inline std::string ReadAll(const std::string& path) {

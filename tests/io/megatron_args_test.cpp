@@ -10,20 +10,12 @@
 #include <set>
 #include <sstream>
 
+#include "io_test_util.h"
+
 namespace kiwi::io {
 namespace {
 
 const std::string kData = std::string(KIWI_TEST_DATA_DIR) + "/megatron/";
-
-void ExpectSamePlan(const plan::LayerPlan& a, const plan::LayerPlan& b) {
-  EXPECT_EQ(a.layers, b.layers);
-  EXPECT_EQ(a.pp_degree, b.pp_degree);
-  EXPECT_EQ(a.pp_partition, b.pp_partition);
-  EXPECT_EQ(a.global_batch, b.global_batch);
-  EXPECT_EQ(a.micro_batches, b.micro_batches);
-  EXPECT_EQ(a.virtual_stages, b.virtual_stages);
-  EXPECT_EQ(a.pipeline, b.pipeline);
-}
 
 // Every uniform plan Megatron-LM can run on 16 devices and 8 layers, each recomputation, round-trips.
 TEST(MegatronArgs, EveryExpressiblePlanRoundTrips) {
@@ -59,7 +51,7 @@ TEST(MegatronArgs, EveryExpressiblePlanRoundTrips) {
                 ASSERT_TRUE(args.ok()) << args.error().message;
                 Result<plan::LayerPlan> back = ParseMegatronArgs(*args, "args", 16, 8);
                 ASSERT_TRUE(back.ok()) << back.error().message << "\n" << *args;
-                ExpectSamePlan(*back, p);
+                testing::ExpectSameLayerPlan(*back, p);
                 ++plans;
               }
   EXPECT_GT(plans, 200);

@@ -13,6 +13,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <tuple>
 #include <variant>
 
 #include <unistd.h>
@@ -25,6 +26,7 @@
 #include "kiwi/io/file_io.h"
 #include "kiwi/io/graph_json.h"
 #include "kiwi/io/megatron_args.h"
+#include "kiwi/io/torchtitan_config.h"
 #include "kiwi/io/plan_json.h"
 #include "kiwi/models/layer_model.h"
 #include "kiwi/report/layer_plan_table.h"
@@ -61,8 +63,9 @@ struct PlanOptions {
   bool refine = true;           // operator-level refinement of the best plan's strategies (KIWI)
   double refine_seconds = 10.0;
   std::string refine_out;       // a directory for each refined layer's graph and KIWI's plan of it
-  std::string compare_to;       // the user's Megatron-LM arguments, simulated beside the planners
+  std::string compare_to;       // the user's Megatron-LM arguments or torchtitan TOML, simulated beside the planners
   std::string megatron_out;     // Megatron-LM arguments of the fastest plan Megatron-LM can run
+  std::string torchtitan_out;   // torchtitan's job config of the fastest plan torchtitan can run
 };
 
 // Tokens per sample (a transformer's sequence; 1 for an MLP) and the dtype it computes in.
@@ -261,13 +264,18 @@ nlohmann::json RefinementJson(const std::vector<solve::LayerRefinement>& refinem
   return out;
 }
 
-// --megatron-out: the fastest plan that fits and Megatron-LM can express (the Megatron-LM grid's always
-// can), written as its arguments; `why_not_best` says why the best could not be, when it could not.
-struct MegatronExport {
+// --megatron-out, --torchtitan-out: the fastest plan that fits and the framework can express (the
+// Megatron-LM grid's always can be Megatron-LM's arguments), written in its format; `why_not_best` says
+// why the best could not be, when it could not.
+struct FrameworkExport {
+  std::string flag;  // "--megatron-out"
+  std::string path;
   int candidate = -1;
   std::string why_not_best;
 };
-Result<MegatronExport> WriteMegatronOut(const std::string& path, const hybrid::PlanAllResult& r) {
+Result<FrameworkExport> WriteFrameworkOut(const std::string& flag, const std::string& path,
+                                          Result<std::string> (*write)(const plan::LayerPlan&),
+                                          const hybrid::PlanAllResult& r) {
   std::vector<int> order;
   for (size_t i = 0; i < r.candidates.size(); ++i)
     if (r.candidates[i].found) order.push_back(static_cast<int>(i));
@@ -275,9 +283,9 @@ Result<MegatronExport> WriteMegatronOut(const std::string& path, const hybrid::P
     return r.candidates[static_cast<size_t>(a)].simulated.throughput_samples_per_second >
            r.candidates[static_cast<size_t>(b)].simulated.throughput_samples_per_second;
   });
-  MegatronExport out;
+  FrameworkExport out{flag, path, -1, ""};
   for (int i : order) {
-    Result<std::string> args = io::WriteMegatronArgs(r.candidates[static_cast<size_t>(i)].plan);
+    Result<std::string> args = write(r.candidates[static_cast<size_t>(i)].plan);
     if (!args) {
       if (out.why_not_best.empty()) out.why_not_best = args.error().message;
       continue;
@@ -286,7 +294,15 @@ Result<MegatronExport> WriteMegatronOut(const std::string& path, const hybrid::P
     out.candidate = i;
     return out;
   }
-  return BadInput(fmt::format("--megatron-out: no plan that fits can run in Megatron-LM ({})", out.why_not_best));
+  return BadInput(fmt::format("{}: no plan that fits can be written ({})", flag, out.why_not_best));
+}
+
+nlohmann::json ExportsJson(const std::vector<FrameworkExport>& exports, const hybrid::PlanAllResult& r) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const FrameworkExport& e : exports)
+    out.push_back({{"flag", e.flag}, {"file", e.path}, {"planner", r.candidates[static_cast<size_t>(e.candidate)].name},
+                   {"best_not_expressible", e.why_not_best}});
+  return out;
 }
 
 // --refine-out DIR, made before any search (a place it cannot be is bad input, refused at once).
@@ -468,11 +484,13 @@ int RunPlan(const PlanOptions& options) {
   if (!layer_model) return ReportError(layer_model.error());
   std::optional<plan::LayerPlan> yours;
   if (!o.compare_to.empty()) {
-    Result<plan::LayerPlan> read =
-        io::ReadMegatronArgsFile(o.compare_to, cluster->NumDevices(), static_cast<int>(layer_model->layers.size()));
+    const int layers = static_cast<int>(layer_model->layers.size());
+    Result<plan::LayerPlan> read = std::filesystem::path(o.compare_to).extension() == ".toml"
+                                       ? io::ReadTorchtitanConfigFile(o.compare_to, cluster->NumDevices(), layers)
+                                       : io::ReadMegatronArgsFile(o.compare_to, cluster->NumDevices(), layers);
     if (!read) return ReportError(read.error());
     if (*given_batch && **given_batch != read->global_batch)
-      return ReportError(BadInput(fmt::format("--compare-to: {} has --global-batch-size {}, not --batch {}",
+      return ReportError(BadInput(fmt::format("--compare-to: {} has a global batch of {}, not --batch {}",
                                               o.compare_to, read->global_batch, **given_batch)));
     batch = read->global_batch;  // how good is this configuration, and what would kiwi do at its batch
     yours = *std::move(read);
@@ -536,11 +554,14 @@ int RunPlan(const PlanOptions& options) {
     Status written = WriteLayerPlanFile(o.out, o.model, o.cluster, "plan:" + best.name, best.plan, best.simulated);
     if (!written) return ReportError(written.error());
   }
-  std::optional<MegatronExport> megatron;
-  if (!o.megatron_out.empty()) {
-    Result<MegatronExport> written = WriteMegatronOut(o.megatron_out, *r);
+  std::vector<FrameworkExport> exports;
+  for (const auto& [flag, path, write] :
+       {std::tuple{"--megatron-out", o.megatron_out, &io::WriteMegatronArgs},
+        std::tuple{"--torchtitan-out", o.torchtitan_out, &io::WriteTorchtitanConfig}}) {
+    if (path.empty()) continue;
+    Result<FrameworkExport> written = WriteFrameworkOut(flag, path, write, *r);
     if (!written) return ReportError(written.error());
-    megatron = *written;
+    exports.push_back(*std::move(written));
   }
   if (!o.report.empty()) {
     progress(fmt::format("report: every planner at {} budgets", kCurvePoints));
@@ -555,10 +576,7 @@ int RunPlan(const PlanOptions& options) {
                {"global_batch", batch}, {"feasible", true}, {"best", CandidateJson(best, throughput[static_cast<size_t>(r->best)])},
                {"candidates", candidates}, {"explained", explained},
                {"refinement", o.refine ? RefinementJson(refinements) : nlohmann::json(nullptr)},
-               {"megatron_out", megatron ? nlohmann::json{{"file", o.megatron_out},
-                                                          {"planner", r->candidates[static_cast<size_t>(megatron->candidate)].name},
-                                                          {"best_not_expressible", megatron->why_not_best}}
-                                         : nlohmann::json(nullptr)}});
+               {"exports", ExportsJson(exports, *r)}});
     return 0;
   }
   const cost::TrainingThroughput& u = throughput[static_cast<size_t>(r->best)];
@@ -587,11 +605,10 @@ int RunPlan(const PlanOptions& options) {
   }
   if (!o.out.empty()) std::cout << "\nPlan written to " << o.out << " (replay it with `kiwi simulate`).\n";
   if (!o.report.empty()) std::cout << "Report written to " << o.report << ".\n";
-  if (megatron)
-    std::cout << fmt::format("Megatron-LM arguments of {}'s plan written to {}{}.\n",
-                             r->candidates[static_cast<size_t>(megatron->candidate)].name, o.megatron_out,
-                             megatron->why_not_best.empty() ? ""
-                                                            : fmt::format(" (the best plan cannot be: {})", megatron->why_not_best));
+  for (const FrameworkExport& e : exports)
+    std::cout << fmt::format("{}: {}'s plan written to {}{}.\n", e.flag,
+                             r->candidates[static_cast<size_t>(e.candidate)].name, e.path,
+                             e.why_not_best.empty() ? "" : fmt::format(" (the best plan cannot be: {})", e.why_not_best));
   return 0;
 }
 
@@ -623,9 +640,14 @@ Command AddPlanCommand(CLI::App& root) {
   app->add_flag("--quiet", o->quiet, "no progress lines on stderr");
   app->add_flag("--progress", o->progress, "progress lines on stderr even when it is not a terminal");
   app->add_option("--compare-to", o->compare_to,
-                  "your Megatron-LM arguments (a launch script or the flags; the parallelism, batch and recomputation "
-                  "flags are read): simulated beside the planners, at their --global-batch-size, and beaten if kiwi can")
+                  "your configuration: a torchtitan job config (.toml) or Megatron-LM arguments (a launch script or "
+                  "the flags); its parallelism, batch and checkpointing are simulated beside the planners, at its "
+                  "global batch, and beaten if kiwi can")
       ->check(CLI::ExistingFile);
+  app->add_option("--torchtitan-out", o->torchtitan_out,
+                  "write the fastest plan torchtitan can run as its job config's [training], [parallelism] and "
+                  "[activation_checkpoint] sections (TOML)")
+      ->check(OutputFile());
   app->add_option("--megatron-out", o->megatron_out,
                   "write the fastest plan Megatron-LM can run as its arguments (the best plan, unless it mixes "
                   "strategies per layer or uses what Megatron-LM lacks)")

@@ -9,16 +9,11 @@
 #include <vector>
 
 #include "kiwi/io/file_io.h"
+#include "kiwi/io/uniform_plan.h"
 #include "kiwi/util/one_line.h"
 
 namespace kiwi::io {
 namespace {
-
-// A layer's strategy with its checkpointing left out: what Megatron-LM sets once for every layer.
-plan::LayerStrategy WithoutCheckpoint(plan::LayerStrategy s) {
-  s.checkpoint = false;
-  return s;
-}
 
 // Megatron-LM's --recompute-granularity full: every layer (--recompute-method uniform
 // --recompute-num-layers 1) or the first N of each stage (--recompute-method block).
@@ -51,25 +46,19 @@ Result<std::vector<std::string>> RecomputeFlags(const plan::LayerPlan& p) {
       "stage, and this plan checkpoints others");
 }
 
-std::string Unexpressible(size_t layer, const std::string& what) {
-  return fmt::format("layer {}: {}, which Megatron-LM cannot express", layer, what);
-}
-
 }  // namespace
 
 Result<std::string> WriteMegatronArgs(const plan::LayerPlan& p) {
-  if (p.layers.empty()) return BadInput("the plan has no layers");
+  constexpr std::string_view kMegatron = "Megatron-LM";
+  KIWI_RETURN_IF_ERROR(CheckOneStrategy(p, kMegatron));
   const plan::LayerStrategy& s = p.layers.front();
   for (size_t i = 0; i < p.layers.size(); ++i) {
     const plan::LayerStrategy& l = p.layers[i];
-    if (WithoutCheckpoint(l) != WithoutCheckpoint(s))
-      return BadInput(Unexpressible(i, fmt::format("strategy {} beside layer 0's {} (Megatron-LM runs one strategy in "
-                                                   "every layer)", plan::StrategyName(l), plan::StrategyName(s))));
     if (l.Shards(plan::Zero::kGradients))
-      return BadInput(Unexpressible(i, fmt::format("{} (the distributed optimizer shards the optimizer states only, "
-                                                   "ZeRO-1)", plan::DataParallelName(l.ZeroStage()))));
-    if (l.RecomputesSet()) return BadInput(Unexpressible(i, "a recompute set of its ops"));
-    if (l.offload) return BadInput(Unexpressible(i, "optimizer offloading"));
+      return Unexpressible(i, fmt::format("{} (the distributed optimizer shards the optimizer states only, ZeRO-1)",
+                                          plan::DataParallelName(l.ZeroStage())), kMegatron);
+    if (l.RecomputesSet()) return Unexpressible(i, "a recompute set of its ops", kMegatron);
+    if (l.offload) return Unexpressible(i, "optimizer offloading", kMegatron);
   }
   if (p.pipeline == plan::PipelineSchedule::kGPipe) return BadInput("the GPipe schedule, which Megatron-LM cannot express");
   const int64_t layers = static_cast<int64_t>(p.layers.size());
