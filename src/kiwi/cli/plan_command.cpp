@@ -213,7 +213,7 @@ std::vector<std::vector<std::string>> RefinementRows(const std::vector<solve::La
   for (const solve::LayerRefinement& r : refinements) {
     std::vector<std::string> row = {r.layers == 1 ? fmt::format("{}", r.first_layer)
                                                   : fmt::format("{} (+{} alike)", r.first_layer, r.layers - 1),
-                                    plan::StrategyName(r.strategy), GroupOf(r.strategy)};
+                                    plan::ShortStrategyName(r.strategy), GroupOf(r.strategy)};
     if (!r.skipped.empty()) {
       row.insert(row.end(), {"-", "-", "not refined: " + r.skipped, "-", "-"});
     } else {

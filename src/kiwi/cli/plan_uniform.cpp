@@ -69,10 +69,8 @@ std::string CandidateTable(const std::vector<Candidate>& cands) {
                    "iteration", "samples/s", "fits"});
   for (const Candidate& c : cands) {
     const plan::LayerStrategy& s = c.plan.layers.front();
-    std::string name = c.name;  // a recompute set by its size here ("+RC7"); the JSON names its ops
-    if (const size_t rc = name.find("+RC["); rc != std::string::npos)
-      name.replace(rc, name.find(']', rc) + 1 - rc, fmt::format("+RC{}", s.recompute.size()));
-    t.AddRow({name, std::to_string(c.plan.pp_degree), std::to_string(s.tp), s.SequenceParallel() ? "yes" : "no",
+    // A recompute set by its size here ("+RC7"); the JSON names its ops.
+    t.AddRow({plan::ShortStrategyName(s, c.plan.pp_degree), std::to_string(c.plan.pp_degree), std::to_string(s.tp), s.SequenceParallel() ? "yes" : "no",
               std::to_string(s.dp),
               std::to_string(static_cast<int>(s.ZeroStage())),
               s.checkpoint ? "yes" : s.SelectiveRecompute() ? "selective" : s.RecomputesSet() ? fmt::format("{} ops", s.recompute.size()) : "no",

@@ -107,6 +107,8 @@ inline const char* DataParallelName(Zero zero) {
 // "TP2xDP4+RC[attn.norm,mlp.act]" (a recompute set); with pp > 1 prefixed "PP2x" (a uniform plan's name);
 // "single" without parallelism.
 std::string StrategyName(const LayerStrategy& strategy, int pp = 1);
+// The same with a recompute set by its size, "TP2xDP4+RC7": for tables, where the ops would not fit.
+std::string ShortStrategyName(const LayerStrategy& strategy, int pp = 1);
 
 enum class PipelineSchedule : uint8_t { k1F1B, kGPipe };
 

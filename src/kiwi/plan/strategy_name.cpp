@@ -5,7 +5,9 @@
 
 namespace kiwi::plan {
 
-std::string StrategyName(const LayerStrategy& s, int pp) {
+namespace {
+
+std::string Name(const LayerStrategy& s, int pp, bool short_sets) {
   std::vector<std::string> parts;
   if (pp > 1) parts.push_back(fmt::format("PP{}", pp));
   if (s.tp > 1) parts.push_back(fmt::format("{}TP{}", s.SequenceParallel() ? "SP-" : "", s.tp));
@@ -19,8 +21,14 @@ std::string StrategyName(const LayerStrategy& s, int pp) {
   std::string name = parts.empty() ? "single" : fmt::format("{}", fmt::join(parts, "x"));
   if (s.offload) name += "+OFFLOAD";
   if (s.checkpoint) return name + "+CKPT";
-  if (s.RecomputesSet()) name += fmt::format("+RC[{}]", fmt::join(s.recompute, ","));
+  if (s.RecomputesSet())
+    name += short_sets ? fmt::format("+RC{}", s.recompute.size()) : fmt::format("+RC[{}]", fmt::join(s.recompute, ","));
   return s.SelectiveRecompute() ? name + "+SEL" : name;
 }
+
+}  // namespace
+
+std::string StrategyName(const LayerStrategy& s, int pp) { return Name(s, pp, false); }
+std::string ShortStrategyName(const LayerStrategy& s, int pp) { return Name(s, pp, true); }
 
 }  // namespace kiwi::plan

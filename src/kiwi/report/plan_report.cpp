@@ -49,9 +49,9 @@ std::string RenderPlanReport(const PlanReport& r) {
          "faster\" when it finds none).</p>\n" + TableHtml(r.planners.headers, r.planners.rows);
   out += "<h2>Why it wins</h2>\n" + TableHtml(BreakdownHeader(r.breakdowns), BreakdownRows(r.breakdowns));
   if (!r.refinement.rows.empty())
-    out += "<h2>Operator-level refinement</h2>\n<p class=\"note\">One layer of each strategy on its tensor-parallel "
-           "group, priced by the operator-level simulator: the strategy's recomputation with the best sharding of the "
-           "group beside KIWI's joint sharding + recomputation within the same peak memory.</p>\n" +
+    out += "<h2>Operator-level refinement</h2>\n<p class=\"note\">One layer of each strategy on the devices of one "
+           "data-parallel replica, priced by the operator-level simulator: the layer as planned (its recomputation, the "
+           "best sharding of those devices) beside KIWI's joint sharding + recomputation within the same peak memory.</p>\n" +
            TableHtml(r.refinement.headers, r.refinement.rows);
   out += "<h2>Pipeline timeline (one iteration)</h2>\n<p class=\"note\">Each stage's passes in its schedule's order, "
          "replayed from the simulator's per-stage times; the dashed line is the simulator's iteration.</p>\n" +
