@@ -94,7 +94,7 @@ TEST(RefineLayerPlan, KiwiIsNeverSlowerWithinTheMemoryAsPlannedAndTheSimulatorAg
   ASSERT_TRUE(whole.ok());
   Result<ir::Graph> layer2 = ir::LayerSubgraph(*whole, 2);
   ASSERT_TRUE(layer2.ok());
-  EXPECT_EQ((*r)[1].ops, layer2->size());
+  EXPECT_EQ((*r)[1].graph.size(), layer2->size());
 }
 
 // Where memory is tight as planned (the whole layer recomputed), deciding sharding and recomputation

@@ -221,7 +221,7 @@ std::vector<std::vector<std::string>> RefinementRows(const std::vector<solve::La
         return fmt::format("{}, {}, {} recomputed", FormatSeconds(j.seconds()), FormatBytes(j.sim.peak_memory_bytes),
                            j.sim.recomputations);
       };
-      row.insert(row.end(), {std::to_string(r.micro_batch), std::to_string(r.ops), cell(r.baseline), cell(r.refined),
+      row.insert(row.end(), {std::to_string(r.micro_batch), std::to_string(r.graph.size()), cell(r.baseline), cell(r.refined),
                              fmt::format("{:.2f}x", r.Speedup())});
     }
     rows.push_back(std::move(row));
@@ -256,7 +256,7 @@ nlohmann::json RefinementJson(const std::vector<solve::LayerRefinement>& refinem
         return nlohmann::json{{"method", x.method}, {"seconds", x.seconds()}, {"peak_memory_bytes", x.sim.peak_memory_bytes},
                               {"recomputations", x.sim.recomputations}, {"optimal", x.optimal}};
       };
-      j.update({{"micro_batch", r.micro_batch}, {"ops", r.ops}, {"baseline", side(r.baseline)},
+      j.update({{"micro_batch", r.micro_batch}, {"ops", r.graph.size()}, {"baseline", side(r.baseline)},
                 {"kiwi", side(r.refined)}, {"speedup", r.Speedup()}});
     }
     out.push_back(std::move(j));

@@ -7,20 +7,16 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
-#include <optional>
 
 #include "kiwi/ir/layer_subgraph.h"
 #include "kiwi/solve/joint/baselines.h"
 #include "kiwi/solve/registry.h"
 #include "kiwi/solve/remat/baselines.h"
 #include "kiwi/solve/remat/keep_set_schedule.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // The spec's model at `batch` samples (the graph one replica runs per micro-batch).
 models::ModelSpec AtBatch(models::ModelSpec spec, int64_t batch) {
@@ -124,7 +120,7 @@ Status Refine(const ir::Graph& graph, const cost::Cluster& cluster, const cost::
 Result<std::vector<LayerRefinement>> RefineLayerPlan(const models::ModelSpec& spec, const plan::LayerPlan& plan,
                                                      const cost::Cluster& cluster, const cost::CostModel& cost_model,
                                                      const LayerRefinementOptions& options) {
-  const Clock::time_point start = Clock::now();
+  const auto start = std::chrono::steady_clock::now();
   if (!(options.time_limit_seconds >= 0.0))
     return BadInput(fmt::format("the refinement's time limit must be >= 0 seconds, got {}", options.time_limit_seconds));
   if (plan.layers.empty()) return BadInput("the plan has no layers to refine");
@@ -145,10 +141,10 @@ Result<std::vector<LayerRefinement>> RefineLayerPlan(const models::ModelSpec& sp
     r.strategy = s;
     out.push_back(std::move(r));
   }
+  const int64_t per_micro_batch = plan.global_batch / plan.micro_batches;
   std::map<int64_t, ir::Graph> graphs;  // by micro-batch: the model's training graph at it
   for (size_t k = 0; k < out.size(); ++k) {
     LayerRefinement& r = out[k];
-    const int64_t per_micro_batch = plan.global_batch / plan.micro_batches;
     if (r.strategy.ep > 1) {
       r.skipped = "expert parallelism is outside KIWI's operator space";
       continue;
@@ -178,10 +174,9 @@ Result<std::vector<LayerRefinement>> RefineLayerPlan(const models::ModelSpec& sp
     Result<ir::Graph> layer = ir::LayerSubgraph(built->second, r.first_layer);
     if (!layer) return layer.error();
     r.graph = *std::move(layer);
-    r.ops = r.graph.size();
     if (options.progress)
       options.progress(fmt::format("refining layer {} ({}, {} ops) on a {} mesh", r.first_layer,
-                                   plan::StrategyName(r.strategy), r.ops, fmt::join(r.mesh_shape, "x")));
+                                   plan::StrategyName(r.strategy), r.graph.size(), fmt::join(r.mesh_shape, "x")));
     // An even share of what is left for each strategy still to refine.
     const double share = left / static_cast<double>(out.size() - k);
     Status refined = Refine(r.graph, cluster, cost_model, share, options, r);

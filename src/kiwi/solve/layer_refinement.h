@@ -45,7 +45,6 @@ struct LayerRefinement {
   int64_t micro_batch = 0;         // samples per micro-batch per data-parallel replica
   std::vector<int> mesh_shape;     // the devices of one replica: {tp}, or {cp, tp} with context parallelism
   ir::Graph graph;                 // the layer's operator graph (ir::LayerSubgraph) the plans below are for
-  int ops = 0;                     // its operators (forward, backward, its inputs)
   joint::JointResult baseline;     // as planned: the strategy's recomputation, the best sharding for it
   joint::JointResult refined;      // KIWI within the baseline's peak
 
