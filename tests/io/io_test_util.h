@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <set>
 #include <string>
 
 #include "kiwi/plan/plan.h"
@@ -27,6 +28,25 @@ inline void ExpectSameLayerPlan(const plan::LayerPlan& a, const plan::LayerPlan&
   EXPECT_EQ(a.micro_batches, b.micro_batches);
   EXPECT_EQ(a.virtual_stages, b.virtual_stages);
   EXPECT_EQ(a.pipeline, b.pipeline);
+}
+
+// A plan written in a framework's format (`write`) reads back (`parse`, of the text) as the same plan.
+template <typename Write, typename Parse>
+void ExpectRoundTrip(const plan::LayerPlan& p, Write write, Parse parse) {
+  Result<std::string> text = write(p);
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  Result<plan::LayerPlan> back = parse(*text);
+  ASSERT_TRUE(back.ok()) << back.error().message << "\n" << *text;
+  ExpectSameLayerPlan(*back, p);
+}
+
+// The lines of a fixture of documented option names that start with `prefix` ("--", "[").
+inline std::set<std::string> DocumentedNames(const std::string& path, const std::string& prefix) {
+  std::set<std::string> names;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(prefix, 0) == 0) names.insert(line);
+  return names;
 }
 
 inline std::string ReadAll(const std::string& path) {

@@ -47,21 +47,15 @@ TEST(MegatronArgs, EveryExpressiblePlanRoundTrips) {
                 p.global_batch = 64;
                 p.micro_batches = 64 / s.Replicas() / 2;  // micro-batches of 2 samples
                 SCOPED_TRACE(fmt::format("{} pp{} v{} recompute {}", plan::StrategyName(s), pp, v, recompute));
-                Result<std::string> args = WriteMegatronArgs(p);
-                ASSERT_TRUE(args.ok()) << args.error().message;
-                Result<plan::LayerPlan> back = ParseMegatronArgs(*args, "args", 16, 8);
-                ASSERT_TRUE(back.ok()) << back.error().message << "\n" << *args;
-                testing::ExpectSameLayerPlan(*back, p);
+                testing::ExpectRoundTrip(p, WriteMegatronArgs,
+                                         [](const std::string& args) { return ParseMegatronArgs(args, "args", 16, 8); });
                 ++plans;
               }
   EXPECT_GT(plans, 200);
 }
 
 TEST(MegatronArgs, WritesOnlyFlagsMegatronLmDocuments) {
-  std::set<std::string> documented;
-  std::ifstream in(kData + "documented_flags.txt");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("--", 0) == 0) documented.insert(line);
+  const std::set<std::string> documented = testing::DocumentedNames(kData + "documented_flags.txt", "--");
   ASSERT_GE(documented.size(), 10u);
   plan::LayerPlan p;
   plan::LayerStrategy s{.tp = 2, .dp = 8, .zero = plan::Zero::kOptimizerStates, .sequence_parallel = true, .ep = 2, .cp = 2};
@@ -106,10 +100,7 @@ TEST(MegatronArgs, RefusesWhatMegatronLmCannotRun) {
   p.layers.assign(4, plan::LayerStrategy{.tp = 2, .dp = 4});
   p.global_batch = 8;
   const auto refused = [](const plan::LayerPlan& q, const std::string& fragment) {
-    Result<std::string> r = WriteMegatronArgs(q);
-    ASSERT_FALSE(r.ok()) << fragment;
-    EXPECT_EQ(r.error().code, ErrorCode::kBadInput);
-    EXPECT_NE(r.error().message.find(fragment), std::string::npos) << r.error().message;
+    testing::ExpectBadInput(WriteMegatronArgs(q), {fragment});
   };
   plan::LayerPlan mixed = p;
   mixed.layers[2].tp = 4;
@@ -121,6 +112,9 @@ TEST(MegatronArgs, RefusesWhatMegatronLmCannotRun) {
   plan::LayerPlan set = p;
   for (plan::LayerStrategy& s : set.layers) s.recompute = {"mlp.act"};
   refused(set, "a recompute set");
+  plan::LayerPlan set_after_checkpoint = set;  // moot in layer 0, which is checkpointed; not in layer 1
+  set_after_checkpoint.layers[0].checkpoint = true;
+  refused(set_after_checkpoint, "layer 1: a recompute set");
   plan::LayerPlan offload = p;
   for (plan::LayerStrategy& s : offload.layers) s.offload = true;
   refused(offload, "optimizer offloading");

@@ -60,21 +60,16 @@ TEST(TorchtitanConfig, EveryExpressiblePlanRoundTrips) {
                 p.global_batch = 64;
                 p.micro_batches = 64 / s.Replicas() / 2;  // micro-batches of 2 samples
                 SCOPED_TRACE(fmt::format("{} pp{} schedule {} ac {} shaped {}", plan::StrategyName(s), pp, schedule, ac, shaped));
-                Result<std::string> toml = WriteTorchtitanConfig(p);
-                ASSERT_TRUE(toml.ok()) << toml.error().message;
-                Result<plan::LayerPlan> back = ParseTorchtitanConfig(*toml, "job.toml", 16, 8);
-                ASSERT_TRUE(back.ok()) << back.error().message << "\n" << *toml;
-                testing::ExpectSameLayerPlan(*back, p);
+                testing::ExpectRoundTrip(p, WriteTorchtitanConfig, [](const std::string& toml) {
+                  return ParseTorchtitanConfig(toml, "job.toml", 16, 8);
+                });
                 ++plans;
               }
   EXPECT_GT(plans, 150);
 }
 
 TEST(TorchtitanConfig, WritesOnlyFieldsTorchtitanDocuments) {
-  std::set<std::string> documented;
-  std::ifstream in(kData + "documented_fields.txt");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind("[", 0) == 0) documented.insert(line);
+  const std::set<std::string> documented = testing::DocumentedNames(kData + "documented_fields.txt", "[");
   ASSERT_GE(documented.size(), 12u);
   plan::LayerPlan p;
   p.layers.assign(8, plan::LayerStrategy{.tp = 2, .dp = 4, .zero = plan::Zero::kParameters, .sequence_parallel = true, .cp = 2});
@@ -127,10 +122,7 @@ TEST(TorchtitanConfig, RefusesWhatTorchtitanCannotRun) {
   p.layers.assign(4, plan::LayerStrategy{.tp = 2, .dp = 4, .zero = plan::Zero::kParameters, .sequence_parallel = true});
   p.global_batch = 8;
   const auto refused = [](const plan::LayerPlan& q, const std::string& fragment) {
-    Result<std::string> r = WriteTorchtitanConfig(q);
-    ASSERT_FALSE(r.ok()) << fragment;
-    EXPECT_EQ(r.error().code, ErrorCode::kBadInput);
-    EXPECT_NE(r.error().message.find(fragment), std::string::npos) << r.error().message;
+    testing::ExpectBadInput(WriteTorchtitanConfig(q), {fragment});
   };
   plan::LayerPlan mixed = p;
   mixed.layers[1].tp = 4;
@@ -151,6 +143,9 @@ TEST(TorchtitanConfig, RefusesWhatTorchtitanCannotRun) {
   plan::LayerPlan set = p;
   for (plan::LayerStrategy& s : set.layers) s.recompute = {"mlp.act"};
   refused(set, "a recompute set");
+  plan::LayerPlan set_after_checkpoint = set;  // moot in layer 0, which is checkpointed; not in layer 1
+  set_after_checkpoint.layers[0].checkpoint = true;
+  refused(set_after_checkpoint, "layer 1: a recompute set");
   plan::LayerPlan odd = p;
   odd.layers[0].checkpoint = true;
   refused(odd, "every k-th layer");

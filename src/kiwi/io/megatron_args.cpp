@@ -52,14 +52,9 @@ Result<std::string> WriteMegatronArgs(const plan::LayerPlan& p) {
   constexpr std::string_view kMegatron = "Megatron-LM";
   KIWI_RETURN_IF_ERROR(CheckOneStrategy(p, kMegatron));
   const plan::LayerStrategy& s = p.layers.front();
-  for (size_t i = 0; i < p.layers.size(); ++i) {
-    const plan::LayerStrategy& l = p.layers[i];
-    if (l.Shards(plan::Zero::kGradients))
-      return Unexpressible(i, fmt::format("{} (the distributed optimizer shards the optimizer states only, ZeRO-1)",
-                                          plan::DataParallelName(l.ZeroStage())), kMegatron);
-    if (l.RecomputesSet()) return Unexpressible(i, "a recompute set of its ops", kMegatron);
-    if (l.offload) return Unexpressible(i, "optimizer offloading", kMegatron);
-  }
+  if (s.Shards(plan::Zero::kGradients))  // every layer's data parallelism is layer 0's (CheckOneStrategy)
+    return Unexpressible(0, fmt::format("{} (the distributed optimizer shards the optimizer states only, ZeRO-1)",
+                                        plan::DataParallelName(s.ZeroStage())), kMegatron);
   if (p.pipeline == plan::PipelineSchedule::kGPipe) return BadInput("the GPipe schedule, which Megatron-LM cannot express");
   const int64_t layers = static_cast<int64_t>(p.layers.size());
   if (layers % p.NumChunks() != 0) return BadInput("stages of unequal layers, which Megatron-LM cannot express");

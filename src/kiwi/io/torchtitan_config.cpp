@@ -93,8 +93,6 @@ Result<std::string> WriteTorchtitanConfig(const plan::LayerPlan& p) {
   if (s.tp > 1 && !s.SequenceParallel())
     return Unexpressible(0, "tensor parallelism without sequence parallelism (torchtitan's TP plans are sequence parallel)",
                          kTorchtitan);
-  if (s.RecomputesSet()) return Unexpressible(0, "a recompute set of its ops", kTorchtitan);
-  if (s.offload) return Unexpressible(0, "optimizer offloading", kTorchtitan);
   Result<Split> split = SplitOf(p);
   if (!split) return split.error();
   const int64_t replicas = s.Replicas();  // torchtitan's data-parallel ranks: dp_replicate x dp_shard
@@ -103,7 +101,7 @@ Result<std::string> WriteTorchtitanConfig(const plan::LayerPlan& p) {
                                 p.global_batch, p.micro_batches, replicas));
   Result<std::pair<std::string, std::string>> ac = Checkpointing(p);
   if (!ac) return ac.error();
-  const bool sharded = s.ZeroStage() == plan::Zero::kParameters || s.cp > 1;
+  const bool sharded = s.ZeroStage() == plan::Zero::kParameters;  // DDP beside CP was refused above
   const int64_t micro_batch = p.global_batch / p.micro_batches / replicas;
   // With pipelining the local batch is split into micro-batches; without it, micro-batches accumulate.
   const int64_t local = p.pp_degree > 1 ? p.global_batch / replicas : micro_batch;

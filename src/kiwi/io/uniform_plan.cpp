@@ -20,6 +20,11 @@ Status CheckOneStrategy(const plan::LayerPlan& p, std::string_view framework) {
       return Unexpressible(i, fmt::format("strategy {} beside layer 0's {} ({} runs one strategy in every layer)",
                                           plan::StrategyName(p.layers[i]), plan::StrategyName(first), framework),
                            framework);
+  // Per layer: a set is moot in a checkpointed layer, so layer 0 alone does not say.
+  for (size_t i = 0; i < p.layers.size(); ++i) {
+    if (p.layers[i].RecomputesSet()) return Unexpressible(i, "a recompute set of its ops", framework);
+    if (p.layers[i].offload) return Unexpressible(i, "optimizer offloading", framework);
+  }
   return Status::Ok();
 }
 

@@ -11,7 +11,8 @@ namespace kiwi::io {
 
 // kBadInput naming the first layer whose strategy, checkpointing apart, differs from layer 0's, as
 // "layer 2: strategy TP4xDP2 beside layer 0's TP2xDP4 (FRAMEWORK runs one strategy in every layer),
-// which FRAMEWORK cannot express"; also for a plan without layers.
+// which FRAMEWORK cannot express", or that recomputes a set of its ops or offloads its optimizer
+// (neither framework can); also for a plan without layers.
 Status CheckOneStrategy(const plan::LayerPlan& plan, std::string_view framework);
 
 // "layer N: WHAT, which FRAMEWORK cannot express"
