@@ -31,6 +31,7 @@ struct Targets {
   cost::LayerModel layers;
   std::optional<hybrid::PlanRequest> plan_request;
   hybrid::HybridSearchOptions hybrid_options;
+  std::vector<joint::JointResult> joint_baselines;  // KIWI's portfolio, as kiwi joint gives it
 
   Targets() {
     remat::TrainingChainSpec spec;
@@ -59,13 +60,27 @@ struct Targets {
                                              .global_batch = models::SpecBatch(*gpt)});
     hybrid_options.memory_budget_bytes = cluster.device.memory_bytes;
     hybrid_options.global_batch = models::SpecBatch(*gpt);
+    for (joint::JointMethod m : {joint::JointMethod::kAlpa, joint::JointMethod::kCkptDots}) {
+      joint::JointSolveOptions o;
+      o.time_limit_seconds = 20;
+      o.threads = 1;
+      Result<joint::JointResult> r = joint::SolveJoint(joint, m, o);
+      EXPECT_TRUE(r && r->feasible);
+      if (r) joint_baselines.push_back(*std::move(r));
+    }
+  }
+
+  std::vector<const joint::JointResult*> Portfolio() const {
+    std::vector<const joint::JointResult*> out;
+    for (const joint::JointResult& r : joint_baselines) out.push_back(&r);
+    return out;
   }
 
   Target Of(Family family) const {
     switch (family) {
       case Family::kRemat: return RematTarget{remat, remat::test_util::Costs()};
       case Family::kSharding: return ShardingTarget{sharding};
-      case Family::kJoint: return JointTarget{joint};
+      case Family::kJoint: return JointTarget{joint, Portfolio()};
       case Family::kLayers: return LayersTarget{*plan_request};
       case Family::kHybrid: return HybridTarget{layers, cluster, *layer_costs, hybrid_options};
     }
@@ -106,6 +121,9 @@ TEST(Registry, EverySolverRunsAndItsClaimsAreTheJudges) {
     EXPECT_EQ(out->family, s.family);
     EXPECT_EQ(out->result.index(), static_cast<size_t>(s.family));
     ASSERT_TRUE(out->HasPlan()) << TerminationName(out->termination) << ": " << out->notes;
+    if (s.family == Family::kJoint || s.name == "ilp") {
+      EXPECT_FALSE(out->notes.empty());  // they say how they ended
+    }
     EXPECT_GT(out->claims.objective, 0.0);
     EXPECT_GT(out->claims.peak_bytes, 0);
     EXPECT_LE(out->bound.value_or(0.0), out->claims.objective * (1 + 1e-9));
@@ -152,6 +170,16 @@ TEST(Registry, AnImpossibleBudgetIsATermination) {
   ASSERT_TRUE(out) << out.error().message;
   EXPECT_EQ(out->termination, Termination::kInfeasible);
   EXPECT_FALSE(out->notes.empty());
+}
+
+// KIWI's full MILP with no time to build its model and no portfolio to fall back on: no plan, because of
+// the time limit (not an infeasible budget), and the note says so.
+TEST(Registry, TheFullMilpOutOfTimeIsNoPlanNotInfeasible) {
+  Result<SolveOutcome> out = RunSolver(*FindSolver(Family::kJoint, "kiwi-full"),
+                                       {.target = JointTarget{Small().joint}, .time_limit_seconds = 0, .threads = 1});
+  ASSERT_TRUE(out) << out.error().message;
+  EXPECT_EQ(out->termination, Termination::kNoPlan) << out->notes;
+  EXPECT_NE(out->notes.find("not solved"), std::string::npos) << out->notes;
 }
 
 // A solver that reports a plan with numbers its judge does not give: RunSolver refuses it for every family.

@@ -22,10 +22,11 @@ Termination TerminationOf(bool found, bool proven, bool stopped) {
   return stopped ? Termination::kNoPlan : Termination::kInfeasible;
 }
 
-// The outcome of a family's result; claims only for a plan.
+// The outcome of a family's result; claims only for a plan. `result` is a reference so that it is moved
+// from only here: the other arguments read it, in an order C++ leaves unspecified.
 template <typename FamilyResult>
 SolveOutcome Outcome(Termination termination, Claims claims, std::optional<double> bound, double seconds,
-                     std::string notes, int64_t smallest_known_budget, FamilyResult result) {
+                     std::string notes, int64_t smallest_known_budget, FamilyResult&& result) {
   SolveOutcome out;
   out.termination = termination;
   if (out.HasPlan()) out.claims = claims;

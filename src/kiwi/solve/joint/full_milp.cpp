@@ -431,6 +431,7 @@ JointResult PortfolioAnswer(const JointSolveOptions& o, JointResult partial, con
     if (r != nullptr && r->feasible && (best == nullptr || r->seconds() < best->seconds())) best = r;
   partial.note = "the full MILP was not solved: " + why;
   if (o.progress) o.progress("kiwi-full: " + partial.note + (best ? "; the plan of " + best->method : ""));
+  partial.timed_out = true;  // every reason is the time (or memory) left, not the budget
   if (best == nullptr) return partial;
   JointResult out = *best;
   out.method = partial.method;
@@ -499,7 +500,8 @@ Result<JointResult> SolveKiwiFull(const JointProblem& p, const JointSolveOptions
   }
   partial.solve_seconds = SecondsSince(start);
   if (!best) {
-    partial.note = r->termination == milp::Termination::kInfeasible ? "proven infeasible" : "no solution within the time limit";
+    partial.timed_out = r->termination != milp::Termination::kInfeasible;
+    partial.note = partial.timed_out ? "no solution within the time limit" : "proven infeasible";
     return partial;
   }
   partial.solution = WithoutRecompute(best->strategy);
@@ -508,7 +510,10 @@ Result<JointResult> SolveKiwiFull(const JointProblem& p, const JointSolveOptions
   partial.optimal = r->termination == milp::Termination::kOptimal;
   if (r->has_solution() && std::isfinite(r->best_bound))
     partial.lower_bound_seconds = std::min(p.Seconds(judged.evaluation.cost), p.Seconds(static_cast<int64_t>(r->best_bound * f.base.objective_unit)));
-  partial.note = r->termination == milp::Termination::kOptimal ? "optimal" : fmt::format("gap {:.3g}%", 100.0 * r->relative_gap());
+  partial.note = r->termination == milp::Termination::kOptimal ? "optimal"
+                 : r->has_solution() && std::isfinite(r->relative_gap())
+                     ? fmt::format("gap {:.3g}%", 100.0 * r->relative_gap())
+                     : "CBC found no plan and no bound in the time limit; its warm start";
   Result<plan::OperatorPlan> plan = sharding::ToOperatorPlan(p.lowered, best->strategy, p.mesh);
   if (!plan) return plan.error();
   plan->schedule = std::move(judged.schedule);
