@@ -207,8 +207,8 @@ TEST(Cli, PlanReportIsOneSelfContainedPage) {
   EXPECT_EQ(CountLines(bad.err), 1) << bad.err;
 }
 
-// --hf-config: a HuggingFace model planned at the given batch; --out refused (kiwi simulate rebuilds
-// presets only), a config beside --model refused.
+// --hf-config: a HuggingFace model planned at the given batch; --out records the config file by its
+// absolute path and kiwi simulate replays the plan on it to its claims; a config beside --model refused.
 TEST(Cli, PlanTakesAHuggingFaceConfig) {
   const std::string config = std::string(KIWI_TEST_DATA_DIR) + "/hf/llama.json";
   auto r = RunKiwi("plan --hf-config " + config + " --batch 16 --cluster dgx-a100-80gb:1 --json");
@@ -216,9 +216,25 @@ TEST(Cli, PlanTakesAHuggingFaceConfig) {
   const auto j = r.Json();
   EXPECT_EQ(j["global_batch"].get<int64_t>(), 16);
   EXPECT_NE(j["model"].get<std::string>().find("batch 16"), std::string::npos) << j["model"];
-  auto out = RunKiwi("plan --hf-config " + config + " --out " + (TempDir() / "hf_plan.json").string());
-  EXPECT_EQ(out.exit_code, 2);
-  EXPECT_EQ(CountLines(out.err), 1) << out.err;
+  const std::string path = (TempDir() / "hf_plan.json").string();
+  auto out = RunKiwi("plan --hf-config " + config + " --batch 16 --cluster dgx-a100-80gb:1 --no-refine --quiet --out " + path);
+  ASSERT_EQ(out.exit_code, 0) << out.err;
+  const nlohmann::json file = nlohmann::json::parse(testing::Slurp(path));
+  EXPECT_EQ(file["model"], "");
+  EXPECT_EQ(std::filesystem::path(file["hf_config"].get<std::string>()), std::filesystem::absolute(config).lexically_normal());
+  auto sim = RunKiwi("simulate " + path + " --json");
+  ASSERT_EQ(sim.exit_code, 0) << sim.err;
+  EXPECT_TRUE(sim.Json()["claims"]["peak_memory_bytes_matches"].get<bool>()) << sim.out;
+  EXPECT_TRUE(sim.Json()["claims"]["iteration_seconds_matches"].get<bool>()) << sim.out;
+  // a plan whose config is gone: one line naming the file, exit 2
+  nlohmann::json moved = file;
+  moved["hf_config"] = (TempDir() / "no_such_config.json").string();
+  const std::string moved_path = (TempDir() / "hf_plan_moved.json").string();
+  std::ofstream(moved_path) << moved.dump();
+  auto gone = RunKiwi("simulate " + moved_path);
+  EXPECT_EQ(gone.exit_code, 2);
+  EXPECT_EQ(CountLines(gone.err), 1) << gone.err;
+  EXPECT_NE(gone.err.find("no_such_config.json"), std::string::npos) << gone.err;
   EXPECT_EQ(RunKiwi("plan --hf-config " + config + " --model gpt").exit_code, 2);
 }
 

@@ -364,7 +364,13 @@ TEST(HybridCli, PlansAHuggingFaceConfig) {
   auto r = testing::RunKiwi("hybrid --hf-config " + config + " --memory 4GiB --max-batch 64 --quiet --json");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.Json()["layers"].size(), 6u);
-  EXPECT_EQ(testing::RunKiwi("hybrid --hf-config " + config + " --out x.json --json").exit_code, 2);
+  const std::string plan = (testing::TempDir() / "hf_hybrid_plan.json").string();
+  auto written = testing::RunKiwi("hybrid --hf-config " + config + " --memory 4GiB --max-batch 64 --quiet --out " + plan);
+  ASSERT_EQ(written.exit_code, 0) << written.err;
+  auto replay = testing::RunKiwi("simulate " + plan + " --json");
+  ASSERT_EQ(replay.exit_code, 0) << replay.err;
+  EXPECT_TRUE(replay.Json()["claims"]["peak_memory_bytes_matches"].get<bool>()) << replay.out;
+  EXPECT_TRUE(replay.Json()["claims"]["iteration_seconds_matches"].get<bool>()) << replay.out;
   EXPECT_EQ(testing::RunKiwi("hybrid --hf-config /nonexistent/config.json --json").exit_code, 2);
   // A directory (the model's folder, not its config.json) is named as such (issue 18, item 14).
   auto dir = testing::RunKiwi("hybrid --hf-config " + testing::TempDir().string() + " --json");

@@ -14,6 +14,7 @@ void ExpectSamePlan(const plan::Plan& a, const plan::Plan& b) {
   EXPECT_EQ(a.version, b.version);
   EXPECT_EQ(a.graph, b.graph);
   EXPECT_EQ(a.model, b.model);
+  EXPECT_EQ(a.hf_config, b.hf_config);
   EXPECT_EQ(a.model_flags, b.model_flags);
   EXPECT_EQ(a.cluster, b.cluster);
   EXPECT_EQ(a.solver, b.solver);
@@ -88,6 +89,7 @@ TEST(PlanJson, RoundTripsExactly) {
   p->model_flags.dropout = 0.0;
   p->model_flags.capacity_factor = 1.25;
   p->model_flags.dtype = "bf16";
+  p->hf_config = "/models/llama/config.json";
   p->op->shardings[7] = {ir::ShardingSpec{}, {}, ir::AxisBit(0) | ir::AxisBit(1), ""};  // replicated scalar
   const std::string text = WritePlanJson(*p);
   Result<plan::Plan> back = ParsePlanJson(text, "rt.json");

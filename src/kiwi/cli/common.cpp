@@ -213,10 +213,12 @@ Result<std::optional<int64_t>> ParseBatch(const std::string& text) {
   return std::optional<int64_t>{value};
 }
 
-Status WriteLayerPlanFile(const std::string& path, const ModelFlags& model, const std::string& cluster,
-                          const std::string& solver, const plan::LayerPlan& layer_plan, const sim::LayerSimResult& simulated) {
+Status WriteLayerPlanFile(const std::string& path, const ModelFlags& model, const std::string& hf_config,
+                          const std::string& cluster, const std::string& solver, const plan::LayerPlan& layer_plan,
+                          const sim::LayerSimResult& simulated) {
   plan::Plan p;
-  p.model = model.model;
+  p.model = hf_config.empty() ? model.model : "";
+  if (!hf_config.empty()) p.hf_config = AbsolutePath(hf_config);
   p.model_flags = model.flags;
   p.cluster = ClusterReference(cluster);
   p.solver = solver;
@@ -237,8 +239,16 @@ std::string DescribeCluster(const cost::Cluster& cluster) {
                      FormatBytes(cluster.device.memory_bytes), links);
 }
 
+Result<models::ModelSpec> LoadPlanModelSpec(const plan::Plan& plan) {
+  const ModelFlags flags{plan.model, plan.model_flags};
+  return plan.hf_config.empty() ? flags.Load() : flags.LoadHfConfig(plan.hf_config, /*with_batch=*/true);
+}
+
 std::string ClusterReference(const std::string& given) {
-  if (cost::ClusterPreset(given)) return given;
+  return cost::ClusterPreset(given) ? given : AbsolutePath(given);
+}
+
+std::string AbsolutePath(const std::string& given) {
   std::error_code ec;
   const std::filesystem::path absolute = std::filesystem::absolute(given, ec);
   return ec ? given : absolute.lexically_normal().string();

@@ -86,10 +86,16 @@ Result<std::optional<int64_t>> ParseBatch(const std::string& text);
 // How a written plan names its cluster: a preset by name, a cluster file by its absolute path (so
 // `kiwi simulate PLAN` finds it from any directory).
 std::string ClusterReference(const std::string& given);
-// Writes a layer-level plan file atomically: the model it was made for (`model`'s flags), the cluster
-// as given on the command line (ClusterReference), the solver's name, the simulator's numbers as claims.
-Status WriteLayerPlanFile(const std::string& path, const ModelFlags& model, const std::string& cluster,
-                          const std::string& solver, const plan::LayerPlan& plan, const sim::LayerSimResult& simulated);
+// `given` as an absolute, normalised path (as given when that fails).
+std::string AbsolutePath(const std::string& given);
+// Writes a layer-level plan file atomically: the model it was made for (`model`'s flags, and the
+// HuggingFace config file by its absolute path when `hf_config` is given), the cluster as given on the
+// command line (ClusterReference), the solver's name, the simulator's numbers as claims.
+Status WriteLayerPlanFile(const std::string& path, const ModelFlags& model, const std::string& hf_config,
+                          const std::string& cluster, const std::string& solver, const plan::LayerPlan& plan,
+                          const sim::LayerSimResult& simulated);
+// The model a plan file was made for: its HuggingFace config (hf_config) or its preset, with its flags.
+Result<models::ModelSpec> LoadPlanModelSpec(const plan::Plan& plan);
 // An operator-level plan's JSON for `kiwi simulate` with `graph`: io::WritePlanJson's, except that a
 // scalar's replicated layout is written "" (its "R" reads back as one dim: the rank is read off the text).
 std::string OperatorPlanJson(const plan::Plan& plan, const ir::Graph& graph);

@@ -194,15 +194,15 @@ Status WriteOutputs(const HybridOptions& o, const hybrid::HybridSearchResult& r)
   if (!config)
     return BadInput(fmt::format("--galvatron-out {}: {} (search with --method bmw, Galvatron's own space)",
                                 o.galvatron_out, config.error().message));
-  if (!o.out.empty()) KIWI_RETURN_IF_ERROR(WriteLayerPlanFile(o.out, o.model, o.cluster, "hybrid:" + o.method, r.plan, r.simulated));
+  if (!o.out.empty()) KIWI_RETURN_IF_ERROR(WriteLayerPlanFile(o.out, o.model, o.hf_config, o.cluster, "hybrid:" + o.method, r.plan, r.simulated));
   if (!o.galvatron_out.empty()) KIWI_RETURN_IF_ERROR(io::WriteFileAtomically(o.galvatron_out, *config));
   return Status::Ok();
 }
 
 int RunHybrid(const HybridOptions& o) {
-  if ((!o.galvatron_profiles.empty() || !o.hf_config.empty()) && !o.out.empty())
-    return ReportError(BadInput("--out: kiwi simulate rebuilds presets only, not Galvatron profiles or --hf-config; "
-                                "use --galvatron-out"));
+  if (!o.galvatron_profiles.empty() && !o.out.empty())
+    return ReportError(BadInput("--out: kiwi simulate rebuilds presets and HuggingFace configs, not Galvatron "
+                                "profiles; use --galvatron-out"));
   Result<Problem> problem = LoadProblem(o);
   if (!problem) return ReportError(problem.error());
   Result<hybrid::HybridSearchOptions> search = SearchOptions(o, problem->cluster);

@@ -457,8 +457,6 @@ int RunPlan(const PlanOptions& options) {
     if (!made) return ReportError(made.error());
   }
   if (o.max_batch < 1) return ReportError(BadInput(fmt::format("--max-batch: must be positive, got {}", o.max_batch)));
-  if (!o.hf_config.empty() && !o.out.empty())
-    return ReportError(BadInput("--out: kiwi simulate rebuilds presets only, not --hf-config models; use --report or --json"));
   Result<models::ModelSpec> spec = o.hf_config.empty() ? o.model.Load() : o.model.LoadHfConfig(o.hf_config, /*with_batch=*/true);
   if (!spec) return ReportError(spec.error());
   Result<cost::Cluster> cluster = io::LoadCluster(o.cluster);
@@ -496,7 +494,7 @@ int RunPlan(const PlanOptions& options) {
     yours = *std::move(read);
   }
   if (o.uniform)
-    return RunUniformPlans({.model = o.model, .spec = *spec, .cluster = *cluster,
+    return RunUniformPlans({.model = o.model, .hf_config = o.hf_config, .spec = *spec, .cluster = *cluster,
                             .cluster_flag = o.cluster, .cost_model = cm,
                             .layer_model = *layer_model, .budget = budget, .seconds = o.search.SecondsLeft(),
                             .out = o.out, .json = o.json});
@@ -551,7 +549,7 @@ int RunPlan(const PlanOptions& options) {
     }
   }
   if (!o.out.empty()) {
-    Status written = WriteLayerPlanFile(o.out, o.model, o.cluster, "plan:" + best.name, best.plan, best.simulated);
+    Status written = WriteLayerPlanFile(o.out, o.model, o.hf_config, o.cluster, "plan:" + best.name, best.plan, best.simulated);
     if (!written) return ReportError(written.error());
   }
   std::vector<FrameworkExport> exports;

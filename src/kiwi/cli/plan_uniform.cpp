@@ -104,7 +104,7 @@ int RunUniformPlans(const UniformPlansRequest& o) {
   }
   const Candidate& best = cands->front();
   if (!o.out.empty()) {
-    Status written = WriteLayerPlanFile(o.out, o.model, o.cluster_flag, "uniform:" + best.name,
+    Status written = WriteLayerPlanFile(o.out, o.model, o.hf_config, o.cluster_flag, "uniform:" + best.name,
                                         solve::ExpandUniform(best.plan, static_cast<int>(layer_model.layers.size())),
                                         best.result);
     if (!written) return ReportError(written.error());

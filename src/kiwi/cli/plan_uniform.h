@@ -13,6 +13,7 @@ namespace kiwi::cli {
 
 struct UniformPlansRequest {
   const ModelFlags& model;
+  std::string hf_config;  // --hf-config as given, or ""
   const models::ModelSpec& spec;
   const cost::Cluster& cluster;
   std::string cluster_flag;  // --cluster as given (the plan file records its ClusterReference)

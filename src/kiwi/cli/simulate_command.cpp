@@ -69,8 +69,8 @@ Error InPlanFile(const std::string& plan_path, Error e) {
 // The model a plan refers to: --model with its flags, else the plan's model with the plan's flags;
 // the plan's are named as its fields ("model", "model_flags.layers"), not as flags.
 Result<models::ModelSpec> LoadPlanModel(const SimulateOptions& o, const CLI::App& app, const plan::Plan& p) {
-  if (app.count("--model") > 0 || p.model.empty()) return o.model.Load();
-  Result<models::ModelSpec> spec = ModelFlags{p.model, p.model_flags}.Load();
+  if (app.count("--model") > 0 || (p.model.empty() && p.hf_config.empty())) return o.model.Load();
+  Result<models::ModelSpec> spec = LoadPlanModelSpec(p);  // a config file's errors name the file
   if (spec || spec.error().code != ErrorCode::kBadInput || spec.error().message.rfind("--", 0) != 0) return spec;
   Error e = spec.error();
   const size_t colon = e.message.find(':');
@@ -85,7 +85,7 @@ Result<models::ModelSpec> LoadPlanModel(const SimulateOptions& o, const CLI::App
 // is refused rather than replayed on the default model.
 Result<ir::Graph> LoadPlanGraph(const SimulateOptions& o, const CLI::App& app, const plan::Plan& p) {
   if (!o.graph_path.empty()) return io::ReadGraphFile(o.graph_path);
-  if (app.count("--model") == 0 && p.model.empty() && !p.graph.empty()) {
+  if (app.count("--model") == 0 && p.model.empty() && p.hf_config.empty() && !p.graph.empty()) {
     std::error_code ec;
     if (std::filesystem::is_regular_file(p.graph, ec)) return io::ReadGraphFile(p.graph);
     return BadInput(fmt::format("{}: graph: the plan was made for graph \"{}\", which is not a file here: give its "

@@ -320,11 +320,13 @@ Result<plan::Plan> ReadPlan(const Json& doc, const std::string& source) {
   const JsonPath at(source);
   KIWI_RETURN_IF_ERROR(CheckObject(doc, at));
   KIWI_RETURN_IF_ERROR(CheckKnownKeys(
-      doc, at, {kVersionKey, "graph", "model", "model_flags", "cluster", "solver", "operator", "layer", "claims"}));
+      doc, at, {kVersionKey, "graph", "model", "hf_config", "model_flags", "cluster", "solver", "operator", "layer",
+               "claims"}));
   KIWI_RETURN_IF_ERROR(CheckVersion(doc, at, kVersionKey, plan::kPlanVersion));
   plan::Plan p;
   const std::pair<std::string_view, std::string*> names[] = {
-      {"graph", &p.graph}, {"model", &p.model}, {"cluster", &p.cluster}, {"solver", &p.solver}};
+      {"graph", &p.graph}, {"model", &p.model}, {"hf_config", &p.hf_config}, {"cluster", &p.cluster},
+      {"solver", &p.solver}};
   for (const auto& [key, field] : names) {
     Result<std::string> value = StringFieldOr(doc, at, key, "");
     if (!value) return value.error();
@@ -413,6 +415,7 @@ std::string WritePlanJson(const plan::Plan& plan) {
   doc[kVersionKey] = plan::kPlanVersion;
   doc["graph"] = plan.graph;
   doc["model"] = plan.model;
+  if (!plan.hf_config.empty()) doc["hf_config"] = plan.hf_config;
   if (plan.model_flags != plan::ModelFlags{}) doc["model_flags"] = ModelFlagsJson(plan.model_flags);
   doc["cluster"] = plan.cluster;
   doc["solver"] = plan.solver;

@@ -164,6 +164,7 @@ struct Plan {
   int version = kPlanVersion;
   std::string graph;    // graph name or file the plan is for (informational)
   std::string model;    // model preset, when made for one
+  std::string hf_config;  // or the HuggingFace config.json it was made for (its absolute path)
   ModelFlags model_flags;
   std::string cluster;  // cluster preset or file
   std::string solver;   // who made it

@@ -256,11 +256,11 @@ Result<std::string> LayerPlanReportJson(const std::string& plan_text, const Targ
   Result<plan::Plan> plan = io::ParsePlanJson(plan_text, "plan");
   if (!plan) return plan.error();
   if (!plan->layer) return BadInput("plan: layer: missing (a layer-level plan, as `kiwi hybrid --out` writes)");
-  if (plan->model.empty()) return BadInput("plan: model: missing (the model preset the plan was made for)");
+  if (plan->model.empty() && plan->hf_config.empty())
+    return BadInput("plan: model: missing (the model preset or hf_config the plan was made for)");
   Result<cost::Cluster> cluster = LoadTarget({target.cluster.empty() ? plan->cluster : target.cluster, ""});
   if (!cluster) return cluster.error();
-  const cli::ModelFlags flags{plan->model, plan->model_flags};
-  Result<models::ModelSpec> spec = flags.Load();
+  Result<models::ModelSpec> spec = cli::LoadPlanModelSpec(*plan);
   if (!spec) return spec.error();
   Result<cost::CostModel> made = MakeCostModel(*cluster, target);
   if (!made) return made.error();
