@@ -16,6 +16,9 @@ measure it (docs/pytorch.md).
     loss = kt.apply_joint_batches(mb)((x,), labels=y)
 
     compiled, partitioner = kt.compile_with_plan(model, fraction=0.6)   # torch.compile, kiwi's partition
+
+    pm = kt.parallelize(hf_model, "plan.json")               # a kiwi plan on FSDP2 + DTensor (one rank)
+    loss = kt.parallel.step(pm, optimizer, kt.parallel.local_batch(pm, batch))
 """
 from kiwi.torch.capture import Captured, OptimizerSpec, capture
 from kiwi.torch.chunked_optimizer import chunked_step
@@ -35,7 +38,8 @@ __all__ = [
     "RematPlan", "apply_remat", "droppable_tensors", "floor", "plan_from_dropped", "plan_remat", "predict",
     "RematModule", "StepConfig", "chunked_step", "JointCapture", "capture_joint", "JointPlan", "JointStep",
     "apply_joint", "plan_joint", "plan_joint_or_smallest", "MicroBatchPlan", "MicroBatchStep",
-    "apply_joint_batches", "plan_joint_batches", "compile_with_plan", "KiwiPartitioner",
+    "apply_joint_batches", "plan_joint_batches", "compile_with_plan", "KiwiPartitioner", "parallelize",
+    "ParallelModel",
 ]
 
 
@@ -45,4 +49,7 @@ def __getattr__(name):
     if name in ("compile_with_plan", "KiwiPartitioner"):
         from kiwi.torch import compiled
         return getattr(compiled, name)
+    if name in ("parallelize", "ParallelModel"):  # torch.distributed's tensor and FSDP modules: on first use
+        from kiwi.torch.parallel import apply
+        return getattr(apply, name)
     raise AttributeError(f"module 'kiwi.torch' has no attribute '{name}'")

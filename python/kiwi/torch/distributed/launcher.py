@@ -33,7 +33,7 @@ def pick_backend(requested: str = "auto") -> str:
     return "nccl" if torch.cuda.is_available() and dist.is_nccl_available() else "gloo"
 
 
-def _init(rank: int, world: int, backend: str, local_rank: int) -> None:
+def init_rank(rank: int, world: int, backend: str, local_rank: int) -> None:
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
         if hasattr(torch, "set_default_device"):
@@ -48,7 +48,7 @@ def _init(rank: int, world: int, backend: str, local_rank: int) -> None:
 def run_one_rank(rank: int, world: int, local_rank: int, backend: str, plan: HybridPlan, config: GptConfig,
                  options: TrainOptions, reference: Optional[Dict[str, Any]]) -> Optional[List[Dict[str, Any]]]:
     """Runs this rank; returns every rank's result on rank 0 (None elsewhere)."""
-    _init(rank, world, backend, local_rank)
+    init_rank(rank, world, backend, local_rank)
     try:
         result = train_rank(plan, config, options, rank, world, reference)
         gathered: List[Any] = [None] * world
@@ -60,7 +60,7 @@ def run_one_rank(rank: int, world: int, local_rank: int, backend: str, plan: Hyb
 
 def _spawned(rank: int, world: int, port: int, backend: str, jobs, out_path) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    _init(rank, world, backend, rank)
+    init_rank(rank, world, backend, rank)
     try:
         all_results = []
         for plan, config, options, reference in jobs:  # several plans per launch: one process start-up

@@ -54,6 +54,7 @@ class HybridPlan:
     virtual_stages: int = 1                # > 1: interleaved 1F1B, pp_partition lists pp x v chunks
     source: str = "plan"
     model: Optional[str] = None            # model preset (kiwi plan JSON only)
+    hf_config: Optional[str] = None        # or the HuggingFace config.json it was made for (kiwi plan --hf-config)
     model_flags: Dict[str, Any] = dataclasses.field(default_factory=dict)
     cluster: Optional[str] = None
     predicted: Dict[str, Any] = dataclasses.field(default_factory=dict)  # iteration_seconds, peak_memory_bytes
@@ -106,6 +107,7 @@ class HybridPlan:
     def to_kiwi_plan(self) -> Dict[str, Any]:
         """The kiwi plan JSON (docs/plan-format.md) of this plan, for kiwi's simulator."""
         return {"kiwi_plan_version": 1, "model": self.model or "", "model_flags": self.model_flags,
+                **({"hf_config": self.hf_config} if self.hf_config else {}),
                 "cluster": self.cluster or "",
                 "layer": {"layers": [dataclasses.asdict(s) for s in self.layers], "pp_degree": self.pp_degree,
                           "pp_partition": self.pp_partition, "global_batch": self.global_batch,
@@ -209,6 +211,7 @@ def _parse(obj: Dict[str, Any], source: str) -> HybridPlan:
     _batch(plan, where)
     if "layer" in obj:
         plan.model = obj.get("model") or None
+        plan.hf_config = obj.get("hf_config") or None
         plan.model_flags = dict(obj.get("model_flags", {}) or {})
         plan.cluster = obj.get("cluster") or None
     return plan

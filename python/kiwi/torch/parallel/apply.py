@@ -1,0 +1,154 @@
+"""kiwi.torch.parallelize: applies a layer-level kiwi plan (`kiwi plan --out`, `kiwi hybrid --out`) to
+a user's model with PyTorch 2's own building blocks (docs/distributed.md): a DeviceMesh of (dp, tp)
+ranks, DTensor tensor and sequence parallelism per block (tensor_parallel.py), activation
+checkpointing (checkpointing.py) and FSDP2 per block by its ZeRO stage (data_parallel.py), in
+torchtitan's order (TP, then checkpointing, then FSDP)."""
+import dataclasses
+from typing import Any, Dict, List, Optional, Union
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import FSDPModule
+
+from kiwi.torch.distributed.plan import HybridPlan, LayerStrategy, PlanError, load_plan, parse_plan
+from kiwi.torch.parallel.blocks import block_names, find_blocks
+from kiwi.torch.parallel.checkpointing import checkpoint_block
+from kiwi.torch.parallel.data_parallel import shard_layer, syncs_every_micro_batch
+from kiwi.torch.parallel.tensor_parallel import (apply_tensor_parallel, apply_vocabulary_parallel, check_block_splits,
+                                                 sequence_boundaries, vocabulary_modules)
+
+
+@dataclasses.dataclass
+class ParallelModel:
+    """A model parallelized by a plan: the model itself (changed in place), its mesh and what each of
+    its layers does; `step` (training.py) runs one training step of the plan's micro-batches."""
+    model: torch.nn.Module
+    plan: HybridPlan
+    mesh: Optional[DeviceMesh]          # ("dp", "one", "tp"); None on one process
+    blocks_path: str
+    dp: int
+    tp: int
+    dp_rank: int
+    layers: List[FSDPModule] = dataclasses.field(default_factory=list)  # the blocks that FSDP2 wraps
+    accumulating: List[FSDPModule] = dataclasses.field(default_factory=list)  # DP / ZeRO-1: sync on the last micro-batch
+    unsharded: List[FSDPModule] = dataclasses.field(default_factory=list)  # ZeRO-1/2: gathered once per step
+    root: Optional[FSDPModule] = None
+    groups: Dict[str, List[Any]] = dataclasses.field(default_factory=dict)  # "dp" / "tp": their process groups
+
+    @property
+    def micro_batch(self) -> int:
+        """Samples per micro-batch on one DP rank."""
+        return self.plan.global_batch // (self.dp * self.plan.micro_batches)
+
+
+def _as_plan(plan: Union[HybridPlan, Dict[str, Any], str]) -> HybridPlan:
+    if isinstance(plan, HybridPlan):
+        return plan
+    if isinstance(plan, str):
+        return load_plan(plan)
+    return parse_plan(plan, "plan")
+
+
+def _check_layers(plan: HybridPlan, blocks_path: str, count: int, world: int) -> LayerStrategy:
+    if plan.pp_degree > 1:
+        raise PlanError(f"{plan.source}: layer.pp_degree: {plan.pp_degree} pipeline stages are not applied by "
+                        "kiwi.torch.parallelize yet (kiwi.torch.distributed runs them on kiwi's GPT)")
+    if len(plan.layers) != count:
+        raise PlanError(f"{plan.source}: layer.layers: {len(plan.layers)} layers planned, the model has {count} "
+                        f"blocks at {blocks_path!r}")
+    plan.check_world(world)
+    first = plan.layers[0]
+    for i, s in enumerate(plan.layers):
+        if s.tp != first.tp:
+            raise PlanError(f"{plan.source}: layer.layers[{i}].tp: {s.tp} where layers[0] has {first.tp}: "
+                            "kiwi.torch.parallelize composes one (dp, tp) mesh for the model")
+    if plan.global_batch % (first.dp * plan.micro_batches):
+        raise PlanError(f"{plan.source}: layer.global_batch: {plan.global_batch} samples do not split into "
+                        f"{plan.micro_batches} micro-batches over {first.dp} data-parallel ranks")
+    return first
+
+
+def _heads(model: torch.nn.Module) -> Dict[str, Optional[int]]:
+    config = getattr(model, "config", None)
+    heads = getattr(config, "num_attention_heads", None)
+    return {"heads": heads, "key_value_heads": getattr(config, "num_key_value_heads", None) or heads}
+
+
+def _device_type() -> str:
+    return "cuda" if torch.cuda.is_available() and dist.is_initialized() and dist.get_backend() == "nccl" else "cpu"
+
+
+def check_plan(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], str], world: int, *,
+               blocks: Optional[str] = None, tp_plan: Optional[Dict[str, str]] = None) -> HybridPlan:
+    """Everything parallelize checks before it changes the model, without a process group: the plan fits
+    `world` ranks and the model's blocks, one TP degree, and every block splits as its layer says.
+    Returns the plan read; raises a PlanError naming the plan field or the module."""
+    plan = _as_plan(plan)
+    path, found = find_blocks(model, blocks)
+    first = _check_layers(plan, path, len(found), world)
+    if first.tp > 1:
+        heads = _heads(model)
+        for name, block in zip(block_names(path, found), found):
+            check_block_splits(block, name, first.tp, tp_plan, **heads)
+        vocabulary_modules(model, first.tp)
+    return plan
+
+
+def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], str],
+                mesh: Optional[DeviceMesh] = None, *, blocks: Optional[str] = None,
+                tp_plan: Optional[Dict[str, str]] = None) -> ParallelModel:
+    """Applies `plan` (a HybridPlan, its JSON object, or a plan file) to `model` on this process's rank
+    of the default process group: its blocks (found, or the nn.ModuleList at `blocks`) get their layer's
+    TP (+ SP), checkpointing and ZeRO stage; with TP the input embedding and the head split by vocabulary
+    (unless tied), the final norm is replicated, and all of these are data-parallel as the first layer. `mesh`: a ("dp", "one", "tp") mesh to reuse (one is made
+    otherwise); `tp_plan`: {linear's name in a block: "colwise" | "rowwise" | "replicate"} where kiwi
+    cannot tell from the name. Errors are PlanErrors naming the plan field or the module."""
+    world = dist.get_world_size() if dist.is_initialized() else 1
+    plan = check_plan(model, plan, world, blocks=blocks, tp_plan=tp_plan)  # nothing changes before this passes
+    path, found = find_blocks(model, blocks)
+    first = plan.layers[0]
+    dp, tp = first.dp, first.tp
+    names = block_names(path, found)
+    device_type = _device_type()
+    if device_type == "cuda":
+        model.to(torch.device("cuda", torch.cuda.current_device()))
+    if world > 1 and mesh is None:
+        mesh = init_device_mesh(device_type, (dp, 1, tp), mesh_dim_names=("dp", "one", "tp"))
+    out = ParallelModel(model=model, plan=plan, mesh=mesh, blocks_path=path, dp=dp, tp=tp,
+                        dp_rank=mesh["dp"].get_local_rank() if mesh is not None else 0)
+    heads = _heads(model)
+    if tp > 1:
+        apply_vocabulary_parallel(model, mesh["tp"])
+    for i, (block, strategy) in enumerate(zip(found, plan.layers)):
+        sp = tp > 1 and strategy.sequence_split
+        if tp > 1:
+            apply_tensor_parallel(block, names[i], mesh["tp"], sp, tp_plan=tp_plan, **heads)
+        if strategy.checkpoint or strategy.recomputes_core:
+            checkpoint_block(block, selective=not strategy.checkpoint)
+        if sp:
+            before = i > 0 and plan.layers[i - 1].sequence_split
+            after = i + 1 < len(plan.layers) and plan.layers[i + 1].sequence_split
+            sequence_boundaries(block, mesh["tp"], first_of_run=not before, last_of_run=not after)
+    if dp > 1:
+        replicate_mesh = mesh["dp", "one"]
+        # the head goes with the last layer's strategy (as kiwi prices it), the rest with the first's
+        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+        embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+        separate_head = isinstance(head, torch.nn.Module) and not (
+            embed is not None and getattr(head, "weight", None) is getattr(embed, "weight", None))
+        units = list(zip(found, plan.layers)) + ([(head, plan.layers[-1])] if separate_head else [])
+        for module, strategy in units + [(model, first)]:
+            wrapped = shard_layer(module, strategy, mesh["dp"], replicate_mesh)
+            if module is model:
+                out.root = wrapped
+            elif module is not head:
+                out.layers.append(wrapped)
+            if not syncs_every_micro_batch(strategy):
+                out.accumulating.append(wrapped)
+            if strategy.zero_stage in (1, 2):
+                out.unsharded.append(wrapped)
+        out.groups = {"dp": [mesh.get_group("dp"), replicate_mesh.get_group("dp")]}
+    if tp > 1:
+        out.groups["tp"] = [mesh.get_group("tp")]
+    return out

@@ -1,0 +1,125 @@
+"""A training job of a plan made for a HuggingFace config (`kiwi plan --hf-config ... --out`): the
+model built from the config (random weights), synthetic tokens, N steps on every rank, and what they
+measured (iteration time, peak device memory, bytes per collective) beside kiwi's predictions."""
+import json
+import statistics
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.distributed as dist
+
+from kiwi.torch.distributed.plan import HybridPlan, PlanError
+from kiwi.torch.parallel.apply import parallelize
+from kiwi.torch.parallel.collectives import CollectiveBytes
+from kiwi.torch.parallel.training import local_batch, step
+
+# kiwi's traffic fields (sim::LayerPlanTraffic) by what the run counts: (mesh dimension, collective)
+TRAFFIC = {("dp", "all_reduce"): ("dp_all_reduce_bytes",),
+           ("dp", "all_gather"): ("sdp_all_gather_bytes", "step_all_gather_bytes"),
+           ("dp", "reduce_scatter"): ("sdp_reduce_scatter_bytes",),
+           ("tp", "all_reduce"): ("tp_all_reduce_bytes", "sp_gradient_all_reduce_bytes"),
+           ("tp", "all_gather"): ("sp_all_gather_bytes", "sequence_gather_bytes", "sequence_gather_backward_bytes"),
+           ("tp", "reduce_scatter"): ("sp_reduce_scatter_bytes",)}
+
+
+def build_model(plan: HybridPlan) -> torch.nn.Module:
+    """The plan's HuggingFace model from its config (hf_config), with random weights (seed 0)."""
+    if not plan.hf_config:
+        raise PlanError(f"{plan.source}: hf_config: missing (plan a HuggingFace config.json with kiwi plan "
+                        "--hf-config ... --out; kiwi's own presets run with python -m kiwi.torch.distributed)")
+    import transformers as tf
+    try:
+        config = tf.AutoConfig.from_pretrained(plan.hf_config)
+    except (OSError, ValueError) as e:
+        raise PlanError(f"{plan.source}: hf_config: {plan.hf_config}: {str(e).splitlines()[0]}") from None
+    torch.manual_seed(0)
+    for auto in (tf.AutoModelForCausalLM, tf.AutoModelForMaskedLM):
+        try:
+            return auto.from_config(config)
+        except ValueError:
+            continue
+    raise PlanError(f"{plan.source}: hf_config: {plan.hf_config}: a {config.model_type} model is neither a causal "
+                    "nor a masked language model")
+
+
+def token_batches(plan: HybridPlan, vocab: int, steps: int) -> List[Dict[str, torch.Tensor]]:
+    """One global batch of random tokens per step (the same on every rank), labels = inputs."""
+    seq = plan.model_flags.get("seq")
+    if not isinstance(seq, int):
+        raise PlanError(f"{plan.source}: model_flags.seq: missing (kiwi plan --hf-config ... --seq N --out)")
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for _ in range(steps):
+        ids = torch.randint(0, vocab, (plan.global_batch, seq), generator=g)
+        out.append({"input_ids": ids, "labels": ids})
+    return out
+
+
+def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
+    """As kiwi prices them: sgd is plain SGD (no momentum state), adam and fused_adam Adam's two states."""
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr)
+    if name in ("adam", "fused_adam"):
+        return torch.optim.Adam(params, lr=lr, foreach=True)
+    raise PlanError(f"optimizer: '{name}': expected sgd, adam or fused_adam")
+
+
+def run_rank(rank: int, world: int, plan: HybridPlan, steps: int, optimizer: str, lr: float) -> Dict[str, Any]:
+    """This rank's job: `steps` steps; the time of each, the peak device memory (CUDA) and the bytes of
+    every collective of the last step."""
+    model = build_model(plan)
+    model.train()
+    device = "cuda" if torch.cuda.is_available() and dist.get_backend() == "nccl" else "cpu"
+    pm = parallelize(model, plan)
+    opt = make_optimizer(optimizer, model.parameters(), lr)
+    batches = token_batches(plan, model.get_input_embeddings().num_embeddings, steps)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    seconds, losses, counted = [], [], None
+    for k, batch in enumerate(batches):
+        dist.barrier()
+        start = time.perf_counter()
+        if k == len(batches) - 1:
+            with CollectiveBytes(pm.groups) as counter:
+                losses.append(step(pm, opt, local_batch(pm, batch)))
+            counted = counter
+        else:
+            losses.append(step(pm, opt, local_batch(pm, batch)))
+        if device == "cuda":
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+    return {"rank": rank, "seconds": seconds, "losses": losses,
+            "peak_memory_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else None,
+            "bytes": {f"{dim} {kind}": n for (dim, kind), n in sorted(counted.bytes.items())}}
+
+
+def predicted(plan: HybridPlan, cluster: Optional[str] = None, profile: Optional[str] = None) -> Dict[str, Any]:
+    """kiwi's layer simulator on the plan: iteration seconds, peak memory per stage and, per (mesh
+    dimension, collective), the bytes one device sends per iteration (sim::LayerPlanTraffic)."""
+    from kiwi import _kiwi
+    report = json.loads(_kiwi.layer_plan_report(json.dumps(plan.to_kiwi_plan()), cluster or "", profile or ""))
+    traffic = report["traffic"]
+    units = traffic["layers"] + [traffic["embedding"], traffic["head"]]
+    simulated = report["simulated"]
+    return {"iteration_seconds": simulated["iteration_seconds"], "peak_memory_bytes": simulated["peak_memory_bytes"],
+            "bytes": {f"{dim} {kind}": sum(u.get(f, 0) for u in units for f in fields)
+                      for (dim, kind), fields in TRAFFIC.items()}}
+
+
+def table(results: List[Dict[str, Any]], kiwi: Dict[str, Any]) -> str:
+    """Measured (rank 0's bytes, the median step after the first) beside kiwi's predictions."""
+    rest = results[0]["seconds"][1:] or results[0]["seconds"]
+    rows: List[Tuple[str, str, str]] = [("iteration (median after the first)", f"{statistics.median(rest) * 1e3:.2f} ms",
+                                         f"{kiwi['iteration_seconds'] * 1e3:.2f} ms" if kiwi.get("iteration_seconds") else "-")]
+    for r in results:
+        peak = r["peak_memory_bytes"]
+        rows.append((f"peak memory, rank {r['rank']}", f"{peak / 2**20:.1f} MiB" if peak is not None else "not measured (CPU)",
+                     f"{kiwi['peak_memory_bytes'] / 2**20:.1f} MiB" if kiwi.get("peak_memory_bytes") else "-"))
+    measured = results[0]["bytes"]
+    for key in sorted(set(measured) | {k for k, v in kiwi["bytes"].items() if v}):
+        rows.append((f"bytes, {key}", str(measured.get(key, 0)), str(kiwi["bytes"].get(key, 0))))
+    width = max(len(r[0]) for r in rows)
+    lines = [f"{'':{width}}  {'measured':>22}  {'kiwi':>14}"]
+    lines += [f"{a:{width}}  {b:>22}  {c:>14}" for a, b, c in rows]
+    return "\n".join(lines)

@@ -1,0 +1,81 @@
+"""One training step of a parallelized model as its plan says: this DP rank's share of the global
+batch in the plan's micro-batches, gradients accumulated over them (DP and ZeRO-1 layers synchronise
+only after the last one, ZeRO-2/3 layers after every one), then the optimizer step."""
+from typing import Any, Callable, Dict, Optional, Union
+
+import torch
+
+from kiwi.torch.distributed.plan import PlanError
+from kiwi.torch.parallel.apply import ParallelModel
+
+Batch = Union[torch.Tensor, Dict[str, Any]]
+
+
+def _rows(batch: Batch, start: int, stop: int) -> Batch:
+    if isinstance(batch, torch.Tensor):
+        return batch[start:stop]
+    return {k: v[start:stop] if isinstance(v, torch.Tensor) and v.dim() > 0 else v for k, v in batch.items()}
+
+
+def _samples(batch: Batch) -> int:
+    if isinstance(batch, torch.Tensor):
+        return batch.shape[0]
+    sizes = {v.shape[0] for v in batch.values() if isinstance(v, torch.Tensor) and v.dim() > 0}
+    if len(sizes) != 1:
+        raise PlanError(f"batch: its tensors disagree on the number of samples ({sorted(sizes)})")
+    return sizes.pop()
+
+
+def local_batch(pm: ParallelModel, batch: Batch) -> Batch:
+    """This DP rank's rows of a global batch (plan.global_batch samples, the same on every rank)."""
+    if _samples(batch) != pm.plan.global_batch:
+        raise PlanError(f"batch: {_samples(batch)} samples where the plan's global_batch is {pm.plan.global_batch}")
+    share = pm.plan.global_batch // pm.dp
+    return _rows(batch, pm.dp_rank * share, (pm.dp_rank + 1) * share)
+
+
+def _loss_of_output(output: Any) -> torch.Tensor:
+    loss = getattr(output, "loss", None)
+    if loss is None and isinstance(output, dict):
+        loss = output.get("loss")
+    if loss is None:
+        raise PlanError("loss_fn: the model's output has no .loss; pass step(..., loss_fn=lambda output, batch: ...)")
+    return loss
+
+
+def _check_sequence(pm: ParallelModel, batch: Batch) -> None:
+    if pm.tp < 2 or not any(s.sequence_split for s in pm.plan.layers):
+        return
+    tensors = [batch] if isinstance(batch, torch.Tensor) else [v for v in batch.values() if isinstance(v, torch.Tensor)]
+    for t in tensors:
+        if t.dim() > 1 and t.shape[1] % pm.tp:
+            raise PlanError(f"batch: sequence parallelism: tp {pm.tp} does not divide the sequence of {t.shape[1]} tokens")
+
+
+def step(pm: ParallelModel, optimizer: torch.optim.Optimizer, batch: Batch,
+         loss_fn: Optional[Callable[[Any, Batch], torch.Tensor]] = None) -> float:
+    """One step on this DP rank's `batch` (plan.global_batch / dp samples): forward and backward of each
+    micro-batch with the loss scaled by 1 / micro_batches, then `optimizer.step()`. The model is called
+    as model(**batch) for a dict, model(batch) for a tensor; its loss is output.loss unless `loss_fn`
+    says. Returns this rank's mean loss."""
+    m = pm.plan.micro_batches
+    if _samples(batch) != pm.plan.global_batch // pm.dp:
+        raise PlanError(f"batch: {_samples(batch)} samples on this rank where the plan gives each of its {pm.dp} "
+                        f"data-parallel ranks {pm.plan.global_batch // pm.dp} (kiwi.torch.parallel.local_batch)")
+    _check_sequence(pm, batch)
+    size = pm.micro_batch
+    total = 0.0
+    for k in range(m):
+        last = k == m - 1
+        for module in pm.accumulating:
+            module.set_requires_gradient_sync(last, recurse=False)
+        for module in pm.unsharded:  # ZeRO-1/2 keep whole parameters until the step
+            module.set_reshard_after_backward(last, recurse=False)
+        micro = _rows(batch, k * size, (k + 1) * size)
+        output = pm.model(**micro) if isinstance(micro, dict) else pm.model(micro)
+        loss = loss_fn(output, micro) if loss_fn else _loss_of_output(output)
+        (loss / m).backward()
+        total += float(loss.detach())
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return total / m

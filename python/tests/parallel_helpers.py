@@ -1,0 +1,85 @@
+"""Shared by test_parallelize.py: small HuggingFace models trained 3 steps with kiwi.torch.parallelize on
+4 gloo processes and on one process, for comparison."""
+from typing import Any, Dict, List, Tuple
+
+import torch
+
+SEQ, BATCH, VOCAB, STEPS, LR = 16, 8, 128, 3, 0.05
+
+
+def build(name: str) -> torch.nn.Module:
+    """A model by name, or from a config.json ("config:PATH"); the same weights every time."""
+    import transformers as tf
+    torch.manual_seed(0)
+    if name.startswith("config:"):
+        return tf.AutoModelForCausalLM.from_config(tf.AutoConfig.from_pretrained(name[len("config:"):]))
+    small = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128,
+                 vocab_size=VOCAB, max_position_embeddings=2 * SEQ)
+    if name == "llama":
+        return tf.LlamaForCausalLM(tf.LlamaConfig(**small, num_key_value_heads=2))
+    if name == "qwen2":
+        return tf.Qwen2ForCausalLM(tf.Qwen2Config(**small, num_key_value_heads=2))
+    if name == "gpt2":
+        return tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=4, n_embd=64, n_head=4, vocab_size=VOCAB, n_positions=2 * SEQ,
+                                                resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    if name == "bert":
+        return tf.BertForMaskedLM(tf.BertConfig(**small, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+    raise ValueError(name)
+
+
+def batches() -> List[Dict[str, torch.Tensor]]:
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for _ in range(STEPS):
+        ids = torch.randint(0, VOCAB, (BATCH, SEQ), generator=g)
+        out.append({"input_ids": ids, "labels": ids})
+    return out
+
+
+def plan(layers: List[Tuple], micro_batches: int = 2) -> Dict[str, Any]:
+    """layers: (tp, dp, zero, checkpoint[, sequence_parallel[, selective]]) per block."""
+    return {"kiwi_plan_version": 1, "model": "", "layer": {
+        "layers": [dict(tp=t, dp=d, zero=z, checkpoint=c, sequence_parallel=bool(rest[:1] and rest[0]),
+                        selective_recompute=bool(rest[1:] and rest[1])) for t, d, z, c, *rest in layers],
+        "pp_degree": 1, "pp_partition": [len(layers)], "global_batch": BATCH, "micro_batches": micro_batches}}
+
+
+def reference(name: str) -> Tuple[List[float], Dict[str, torch.Tensor], Dict[str, torch.Tensor]]:
+    """Single-process training: the losses of each step, the parameters after the last and before the first."""
+    model = build(name)
+    initial = {n: p.detach().clone() for n, p in model.named_parameters()}
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=LR)
+    losses = []
+    for b in batches():
+        loss = model(**b).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+        losses.append(float(loss.detach()))
+    return losses, {n: p.detach().clone() for n, p in model.named_parameters()}, initial
+
+
+def train(rank: int, world: int, jobs: List[Tuple[str, Dict[str, Any]]]) -> List[Any]:
+    """On each rank: every (model, plan) job in turn, 3 steps; rank 0 returns (losses, full parameters, bytes
+    of each collective of the last step) per job."""
+    import torch.distributed as dist
+    from torch.distributed.tensor import DTensor
+    from kiwi.torch.parallel import local_batch, parallelize, step
+    from kiwi.torch.parallel.collectives import CollectiveBytes
+    out = []
+    for name, p in jobs:
+        model = build(name)
+        model.train()
+        pm = parallelize(model, p)
+        opt = torch.optim.SGD(model.parameters(), lr=LR)
+        losses = []
+        for b in batches():
+            with CollectiveBytes(pm.groups) as counted:
+                loss = torch.tensor(step(pm, opt, local_batch(pm, b)))
+            dist.all_reduce(loss)
+            losses.append(float(loss) / world)  # every rank of a DP replica has the same loss
+        params = {n: (q.full_tensor() if isinstance(q, DTensor) else q).detach().clone()
+                  for n, q in model.named_parameters()}
+        out.append((losses, params, counted.bytes) if rank == 0 else None)
+    return out

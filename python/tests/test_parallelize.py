@@ -1,0 +1,231 @@
+"""kiwi.torch.parallelize (python/kiwi/torch/parallel/): kiwi's layer plans applied to HuggingFace models
+with FSDP2, DTensor tensor/sequence parallelism and activation checkpointing on 4 gloo processes train
+exactly as one process does; what cannot run as planned is a PlanError naming the field or the module,
+raised before the model is changed."""
+import json
+import os
+
+import pytest
+import torch
+
+import kiwi
+import parallel_helpers as h
+
+CLUSTER = os.path.join(os.path.dirname(__file__), "data", "cpu4.json")
+WORLD = 4
+# (model, layers as (tp, dp, zero, checkpoint[, sequence_parallel[, selective]]), micro-batches)
+JOBS = {
+    "llama DP": ("llama", [(1, 4, 0, False)] * 4, 2),
+    "llama ZeRO-3": ("llama", [(1, 4, 3, False)] * 4, 2),
+    "llama TP2 x ZeRO-2": ("llama", [(2, 2, 2, False)] * 4, 2),
+    "llama SP-TP2 ZeRO-1+CKPT, then SP-TP2 ZeRO-3+SEL": ("llama", [(2, 2, 1, True, True)] * 2 +
+                                                        [(2, 2, 3, False, True, True)] * 2, 2),
+    "llama TP2 x DP, then SP-TP2 x ZeRO-3": ("llama", [(2, 2, 0, False)] * 2 + [(2, 2, 3, False, True)] * 2, 1),
+    "qwen2 SP-TP2 x ZeRO-2+CKPT": ("qwen2", [(2, 2, 2, True, True)] * 4, 2),
+    "gpt2 DP+CKPT, then ZeRO-3+SEL": ("gpt2", [(1, 4, 0, True)] * 2 + [(1, 4, 3, False, False, True)] * 2, 2),
+    "gpt2 ZeRO-2": ("gpt2", [(1, 4, 2, False)] * 4, 1),
+    "bert TP2 x DP": ("bert", [(2, 2, 0, False)] * 4, 2),
+    "bert SP-TP2 x ZeRO-3+CKPT": ("bert", [(2, 2, 3, True, True)] * 4, 2),
+}
+
+
+@pytest.fixture(scope="module")
+def llama_config(tmp_path_factory):
+    import transformers as tf
+    path = str(tmp_path_factory.mktemp("hf") / "config.json")
+    tf.LlamaConfig(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                   intermediate_size=128, vocab_size=h.VOCAB, max_position_embeddings=2 * h.SEQ).to_json_file(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def kiwi_plan(llama_config, tmp_path_factory):
+    """kiwi hybrid's plan of the Llama config for 4 CPU processes in the space parallelize runs (DP x TP)."""
+    out = str(tmp_path_factory.mktemp("plan") / "plan.json")
+    r = kiwi.cli("hybrid", "--hf-config", llama_config, "--cluster", CLUSTER, "--batch", str(h.BATCH), "--seq",
+                 str(h.SEQ), "--dtype", "fp32", "--optimizer", "sgd", "--method", "dp+tp", "--memory", "1500KiB",
+                 "--quiet", "--out", out)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+# Plans of the Llama config whose collectives are counted against kiwi's (their first and last layers
+# share a strategy: the final norm goes with the first layer's, kiwi prices it with the head's).
+COUNTED = {
+    "ZeRO-3, ZeRO-1, ZeRO-2, ZeRO-3": [(1, 4, 3, False), (1, 4, 1, False), (1, 4, 2, False), (1, 4, 3, False)],
+    "TP2 x ZeRO-2, DP, ZeRO-1, ZeRO-2": [(2, 2, 2, False), (2, 2, 0, False), (2, 2, 1, False), (2, 2, 2, False)],
+}
+
+
+def _config_plan(llama_config, layers, micro_batches=2):
+    p = h.plan(layers, micro_batches)
+    p.update(hf_config=llama_config, cluster=CLUSTER, model_flags={"seq": h.SEQ, "batch": h.BATCH, "dtype": "fp32"})
+    return p
+
+
+@pytest.fixture(scope="module")
+def runs(llama_config, kiwi_plan):
+    from kiwi.torch.parallel.local_run import run_local
+    jobs = [(model, h.plan(layers, micro_batches=m)) for model, layers, m in JOBS.values()]
+    jobs.append((f"config:{llama_config}", json.load(open(kiwi_plan))))
+    jobs += [(f"config:{llama_config}", _config_plan(llama_config, layers)) for layers in COUNTED.values()]
+    results = run_local(h.train, WORLD, jobs)[0]
+    names = list(JOBS) + ["kiwi hybrid's plan of a Llama config"] + list(COUNTED)
+    return {name: (model, plan, result) for name, (model, plan), result in zip(names, jobs, results)}
+
+
+@pytest.mark.parametrize("name", list(JOBS) + ["kiwi hybrid's plan of a Llama config"])
+def test_trains_as_one_process(runs, name):
+    model, _, (losses, params, _) = runs[name]
+    ref_losses, ref_params, initial = h.reference(model)
+    assert losses == pytest.approx(ref_losses, rel=1e-5)
+    assert set(params) == set(ref_params)
+    moved = max(float((ref_params[n] - initial[n]).abs().max()) for n in ref_params)
+    worst = max(float((params[n] - ref_params[n]).abs().max()) for n in ref_params)
+    assert moved > 1e-3  # the steps changed the parameters, so equal parameters mean equal updates
+    assert worst <= 1e-5, f"{name}: parameters differ by {worst} (the steps moved them by {moved})"
+
+
+@pytest.mark.parametrize("name", list(COUNTED))
+def test_collective_bytes_are_kiwis(runs, name):
+    """DP / ZeRO all-reduce, all-gather and reduce-scatter bytes equal kiwi's count (sim::LayerPlanTraffic);
+    TP all-reduces equal it for the layers and the embedding, plus the head's input gradient (its logits are
+    all-gathered for HuggingFace's own loss, where kiwi prices Megatron's vocabulary-parallel loss)."""
+    from kiwi import _kiwi
+    _, plan, (_, _, measured) = runs[name]
+    traffic = json.loads(_kiwi.layer_plan_report(json.dumps(plan), "", ""))["traffic"]
+    units = traffic["layers"] + [traffic["embedding"], traffic["head"]]
+
+    def kiwi(*fields, among=units):
+        return sum(u[f] for u in among for f in fields)
+    assert measured.get(("dp", "all_reduce"), 0) == kiwi("dp_all_reduce_bytes")
+    assert measured.get(("dp", "all_gather"), 0) == kiwi("sdp_all_gather_bytes", "step_all_gather_bytes")
+    assert measured.get(("dp", "reduce_scatter"), 0) == kiwi("sdp_reduce_scatter_bytes")
+    tp = plan["layer"]["layers"][0]["tp"]
+    dp = plan["layer"]["layers"][0]["dp"]
+    head_gradient = (h.BATCH // dp) * h.SEQ * 64 * 4 if tp > 1 else 0
+    assert measured.get(("tp", "all_reduce"), 0) == kiwi("tp_all_reduce_bytes", among=units[:-1]) + head_gradient
+    assert (kiwi("dp_all_reduce_bytes") + kiwi("sdp_reduce_scatter_bytes")) > 0  # a count that could differ
+
+
+def test_the_job_command_prints_measured_beside_kiwi(kiwi_plan, tmp_path, capsys):
+    from kiwi.torch.parallel.__main__ import main
+    out = str(tmp_path / "run.json")
+    assert main(["--plan", kiwi_plan, "--nproc", str(WORLD), "--steps", "2", "--optimizer", "sgd", "--json", out]) == 0
+    printed = capsys.readouterr().out
+    assert "bytes, dp all_reduce" in printed and "iteration (median after the first)" in printed
+    run = json.load(open(out))
+    assert len(run["ranks"]) == WORLD and run["kiwi"]["iteration_seconds"] > 0
+    assert run["ranks"][0]["bytes"]["dp all_reduce"] == run["kiwi"]["bytes"]["dp all_reduce"]
+
+
+def test_the_job_command_refuses_what_it_cannot_run(kiwi_plan, tmp_path, capsys):
+    from kiwi.torch.parallel.__main__ import main
+    pp = json.load(open(kiwi_plan))
+    pp["layer"].update(pp_degree=2, pp_partition=[2, 2], layers=[dict(tp=1, dp=2, zero=0, checkpoint=False)] * 4)
+    path = tmp_path / "pp.json"
+    path.write_text(json.dumps(pp))
+    assert main(["--plan", str(path), "--nproc", str(WORLD)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "pp_degree" in err
+    no_config = json.load(open(kiwi_plan))
+    del no_config["hf_config"]
+    no_config["model"] = "gpt"
+    path.write_text(json.dumps(no_config))
+    assert main(["--plan", str(path), "--nproc", str(WORLD)]) == 2
+    assert "hf_config" in capsys.readouterr().err
+
+
+def test_kiwi_plan_records_its_config_and_replays(kiwi_plan, llama_config):
+    plan = json.load(open(kiwi_plan))
+    assert plan["hf_config"] == os.path.abspath(llama_config)
+    assert {(s["tp"], s["dp"]) for s in plan["layer"]["layers"]} == {(2, 2)}
+    r = kiwi.cli("simulate", kiwi_plan, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["claims"]["iteration_seconds_matches"]
+
+
+def _check(model_name, layers, world=WORLD, **kwargs):
+    from kiwi.torch.parallel import check_plan
+    return check_plan(h.build(model_name), h.plan(layers), world, **kwargs)
+
+
+def _error(model_name, layers, world=WORLD, **kwargs) -> str:
+    from kiwi.torch.distributed.plan import PlanError
+    with pytest.raises(PlanError) as e:
+        _check(model_name, layers, world, **kwargs)
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+
+def test_blocks_are_found_generically():
+    from kiwi.torch.parallel import find_blocks
+    assert find_blocks(h.build("llama"))[0] == "model.layers"
+    assert find_blocks(h.build("gpt2"))[0] == "transformer.h"
+    assert find_blocks(h.build("bert"))[0] == "bert.encoder.layer"
+
+
+def test_tensor_parallel_splits_by_the_linears_names():
+    from kiwi.torch.parallel import classify_linears
+    llama = classify_linears(h.build("llama").model.layers[0], "model.layers.0")
+    assert llama == {"self_attn.q_proj": "colwise", "self_attn.k_proj": "colwise", "self_attn.v_proj": "colwise",
+                     "self_attn.o_proj": "rowwise", "mlp.gate_proj": "colwise", "mlp.up_proj": "colwise",
+                     "mlp.down_proj": "rowwise"}
+    bert = classify_linears(h.build("bert").bert.encoder.layer[0], "bert.encoder.layer.0")
+    assert bert["attention.output.dense"] == "rowwise" and bert["intermediate.dense"] == "colwise"
+
+
+def test_what_cannot_run_as_planned_names_the_module_or_field():
+    assert "key/value heads" in _error("llama", [(4, 1, 0, False)] * 4)          # 2 KV heads over 4 ranks
+    assert "model.layers.0.self_attn.k_proj" in _error("llama", [(4, 1, 0, False)] * 4)
+    conv = _error("gpt2", [(2, 2, 0, False)] * 4)                                # fused q/k/v in a Conv1D
+    assert "transformer.h.0.attn.c_attn" in conv and "Conv1D" in conv
+    assert "layers[2].tp" in _error("llama", [(2, 2, 0, False)] * 2 + [(1, 4, 0, False)] * 2)
+    assert "4 blocks" in _error("llama", [(1, 4, 0, False)] * 3)
+    assert "tp 1 x dp 2" in _error("llama", [(1, 2, 0, False)] * 4)              # 2 ranks' plan on 4
+    from kiwi.torch.distributed.plan import PlanError
+    with pytest.raises(PlanError, match="no such submodule"):
+        _check("llama", [(1, 4, 0, False)] * 4, blocks="model.blocks")
+    pp = h.plan([(1, 2, 0, False)] * 4)
+    pp["layer"].update(pp_degree=2, pp_partition=[2, 2])
+    from kiwi.torch.parallel import check_plan
+    with pytest.raises(PlanError, match="pp_degree"):
+        check_plan(h.build("llama"), pp, WORLD)
+
+
+def test_a_linear_kiwi_cannot_place_is_named_and_the_user_can_place_it():
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attn = torch.nn.Module()
+            self.attn.q_proj = torch.nn.Linear(8, 8)
+            self.attn.mix = torch.nn.Linear(8, 8)
+            self.attn.o_proj = torch.nn.Linear(8, 8)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Block(), Block()])
+
+    from kiwi.torch.distributed.plan import PlanError
+    from kiwi.torch.parallel import check_plan
+    plan = h.plan([(2, 2, 0, False)] * 2)
+    with pytest.raises(PlanError, match=r"blocks\.0\.attn\.mix: cannot tell"):
+        check_plan(Net(), plan, WORLD)
+    check_plan(Net(), plan, WORLD, tp_plan={"attn.mix": "colwise"})
+    with pytest.raises(PlanError, match="tp_plan"):
+        check_plan(Net(), plan, WORLD, tp_plan={"attn.mix": "diagonal"})
+
+
+def test_the_step_checks_its_batch():
+    from kiwi.torch.distributed.plan import PlanError
+    from kiwi.torch.parallel import local_batch, parallelize, step
+    model = h.build("llama")
+    pm = parallelize(model, h.plan([(1, 1, 0, False)] * 4))  # one process: the plan as it is
+    batch = h.batches()[0]
+    opt = torch.optim.SGD(model.parameters(), lr=h.LR)
+    with pytest.raises(PlanError, match="global_batch"):
+        local_batch(pm, {k: v[:3] for k, v in batch.items()})
+    with pytest.raises(PlanError, match="samples on this rank"):
+        step(pm, opt, {k: v[:3] for k, v in batch.items()})
+    assert step(pm, opt, local_batch(pm, batch)) == pytest.approx(h.reference("llama")[0][0], rel=1e-6)
