@@ -44,6 +44,14 @@ def plan(layers: List[Tuple], micro_batches: int = 2) -> Dict[str, Any]:
         "pp_degree": 1, "pp_partition": [len(layers)], "global_batch": BATCH, "micro_batches": micro_batches}}
 
 
+def merged(per_rank: List[Any]) -> Tuple[List[float], Dict[str, torch.Tensor], List[Dict]]:
+    """One job's results of every rank: rank 0's losses, every stage's parameters, each rank's bytes."""
+    params: Dict[str, torch.Tensor] = {}
+    for _, p, _ in per_rank:
+        params.update(p)
+    return per_rank[0][0], params, [b for _, _, b in per_rank]
+
+
 def reference(name: str) -> Tuple[List[float], Dict[str, torch.Tensor], Dict[str, torch.Tensor]]:
     """Single-process training: the losses of each step, the parameters after the last and before the first."""
     model = build(name)
@@ -61,8 +69,8 @@ def reference(name: str) -> Tuple[List[float], Dict[str, torch.Tensor], Dict[str
 
 
 def train(rank: int, world: int, jobs: List[Tuple[str, Dict[str, Any]]]) -> List[Any]:
-    """On each rank: every (model, plan) job in turn, 3 steps; rank 0 returns (losses, full parameters, bytes
-    of each collective of the last step) per job."""
+    """On each rank: every (model, plan) job in turn, 3 steps; each rank returns (losses, its full parameters
+    (a pipeline stage's own), bytes of each collective of its last step) per job."""
     import torch.distributed as dist
     from torch.distributed.tensor import DTensor
     from kiwi.torch.parallel import local_batch, parallelize, step
@@ -81,5 +89,5 @@ def train(rank: int, world: int, jobs: List[Tuple[str, Dict[str, Any]]]) -> List
             losses.append(float(loss) / world)  # every rank of a DP replica has the same loss
         params = {n: (q.full_tensor() if isinstance(q, DTensor) else q).detach().clone()
                   for n, q in model.named_parameters()}
-        out.append((losses, params, counted.bytes) if rank == 0 else None)
+        out.append((losses, params, counted.bytes))
     return out

@@ -27,6 +27,19 @@ JOBS = {
     "bert TP2 x DP": ("bert", [(2, 2, 0, False)] * 4, 2),
     "bert SP-TP2 x ZeRO-3+CKPT": ("bert", [(2, 2, 3, True, True)] * 4, 2),
 }
+# Pipelined (model, layers, micro-batches, partition, schedule)
+PIPELINED = {
+    "llama PP2 x ZeRO-3+CKPT, ZeRO-1 (1F1B)": ("llama", [(1, 2, 3, True)] * 2 + [(1, 2, 1, False)] * 2, 4, [2, 2], "1f1b"),
+    "llama PP4 (GPipe)": ("llama", [(1, 1, 0, False)] * 4, 4, [1, 1, 1, 1], "gpipe"),
+    "qwen2 PP2 x SP-TP2+CKPT, TP2+SEL (1F1B)": ("qwen2", [(2, 1, 0, True, True)] + [(2, 1, 0, False, False, True)] * 3,
+                                               2, [1, 3], "1f1b"),
+}
+
+
+def _pipelined(layers, micro_batches, partition, schedule):
+    p = h.plan(layers, micro_batches)
+    p["layer"].update(pp_degree=len(partition), pp_partition=partition, pipeline=schedule)
+    return p
 
 
 @pytest.fixture(scope="module")
@@ -64,17 +77,32 @@ def _config_plan(llama_config, layers, micro_batches=2):
 
 
 @pytest.fixture(scope="module")
-def runs(llama_config, kiwi_plan):
+def main_job_plan(llama_config, tmp_path_factory):
+    """kiwi plan's (the main job's) best plan of the Llama config for 4 CPU processes: it pipelines."""
+    out = str(tmp_path_factory.mktemp("plan") / "plan.json")
+    r = kiwi.cli("plan", "--hf-config", llama_config, "--cluster", CLUSTER, "--batch", str(h.BATCH), "--seq",
+                 str(h.SEQ), "--dtype", "fp32", "--optimizer", "sgd", "--no-refine", "--quiet", "--out", out)
+    assert r.returncode == 0, r.stderr
+    return out
+
+
+KIWI_PLANS = ["kiwi hybrid's plan of a Llama config", "kiwi plan's plan of a Llama config"]
+
+
+@pytest.fixture(scope="module")
+def runs(llama_config, kiwi_plan, main_job_plan):
     from kiwi.torch.parallel.local_run import run_local
     jobs = [(model, h.plan(layers, micro_batches=m)) for model, layers, m in JOBS.values()]
-    jobs.append((f"config:{llama_config}", json.load(open(kiwi_plan))))
+    jobs += [(model, _pipelined(*rest)) for model, *rest in PIPELINED.values()]
+    jobs += [(f"config:{llama_config}", json.load(open(path))) for path in (kiwi_plan, main_job_plan)]
     jobs += [(f"config:{llama_config}", _config_plan(llama_config, layers)) for layers in COUNTED.values()]
-    results = run_local(h.train, WORLD, jobs)[0]
-    names = list(JOBS) + ["kiwi hybrid's plan of a Llama config"] + list(COUNTED)
-    return {name: (model, plan, result) for name, (model, plan), result in zip(names, jobs, results)}
+    per_rank = run_local(h.train, WORLD, jobs)
+    names = list(JOBS) + list(PIPELINED) + KIWI_PLANS + list(COUNTED)
+    return {name: (model, plan, h.merged([r[k] for r in per_rank]))
+            for k, (name, (model, plan)) in enumerate(zip(names, jobs))}
 
 
-@pytest.mark.parametrize("name", list(JOBS) + ["kiwi hybrid's plan of a Llama config"])
+@pytest.mark.parametrize("name", list(JOBS) + list(PIPELINED) + KIWI_PLANS)
 def test_trains_as_one_process(runs, name):
     model, _, (losses, params, _) = runs[name]
     ref_losses, ref_params, initial = h.reference(model)
@@ -92,7 +120,8 @@ def test_collective_bytes_are_kiwis(runs, name):
     TP all-reduces equal it for the layers and the embedding, plus the head's input gradient (its logits are
     all-gathered for HuggingFace's own loss, where kiwi prices Megatron's vocabulary-parallel loss)."""
     from kiwi import _kiwi
-    _, plan, (_, _, measured) = runs[name]
+    _, plan, (_, _, per_rank) = runs[name]
+    measured = per_rank[0]
     traffic = json.loads(_kiwi.layer_plan_report(json.dumps(plan), "", ""))["traffic"]
     units = traffic["layers"] + [traffic["embedding"], traffic["head"]]
 
@@ -108,6 +137,28 @@ def test_collective_bytes_are_kiwis(runs, name):
     assert (kiwi("dp_all_reduce_bytes") + kiwi("sdp_reduce_scatter_bytes")) > 0  # a count that could differ
 
 
+def test_pipeline_sends_and_stage_bytes_are_kiwis(runs):
+    """kiwi plan's pipelined plan: each stage's point-to-point bytes and its DP/ZeRO collectives equal
+    kiwi's count for that stage's units."""
+    from kiwi import _kiwi
+    _, plan, (_, _, per_rank) = runs["kiwi plan's plan of a Llama config"]
+    layer = plan["layer"]
+    assert layer["pp_degree"] > 1  # the main job pipelines on this cluster: what this test is about
+    traffic = json.loads(_kiwi.layer_plan_report(json.dumps(plan), "", ""))["traffic"]
+    ranks_per_stage = WORLD // layer["pp_degree"]
+    for stage in range(layer["pp_degree"]):
+        measured = per_rank[stage * ranks_per_stage]
+        sent = traffic["send_forward_bytes"][stage] + traffic["send_backward_bytes"][stage]
+        assert measured.get(("pp", "send"), 0) == sent > 0
+        first = sum(layer["pp_partition"][:stage])
+        units = traffic["layers"][first:first + layer["pp_partition"][stage]]
+        units += [traffic["embedding"]] if stage == 0 else []
+        units += [traffic["head"]] if stage == layer["pp_degree"] - 1 else []
+        for kind, fields in ((("dp", "reduce_scatter"), ("sdp_reduce_scatter_bytes",)),
+                             (("dp", "all_reduce"), ("dp_all_reduce_bytes",))):
+            assert measured.get(kind, 0) == sum(u[f] for u in units for f in fields), (stage, kind)
+
+
 def test_the_job_command_prints_measured_beside_kiwi(kiwi_plan, tmp_path, capsys):
     from kiwi.torch.parallel.__main__ import main
     out = str(tmp_path / "run.json")
@@ -116,18 +167,18 @@ def test_the_job_command_prints_measured_beside_kiwi(kiwi_plan, tmp_path, capsys
     assert "bytes, dp all_reduce" in printed and "iteration (median after the first)" in printed
     run = json.load(open(out))
     assert len(run["ranks"]) == WORLD and run["kiwi"]["iteration_seconds"] > 0
-    assert run["ranks"][0]["bytes"]["dp all_reduce"] == run["kiwi"]["bytes"]["dp all_reduce"]
+    assert run["ranks"][0]["bytes"]["dp all_reduce"] == run["kiwi"]["stages"][0]["bytes"]["dp all_reduce"] > 0
 
 
 def test_the_job_command_refuses_what_it_cannot_run(kiwi_plan, tmp_path, capsys):
     from kiwi.torch.parallel.__main__ import main
-    pp = json.load(open(kiwi_plan))
-    pp["layer"].update(pp_degree=2, pp_partition=[2, 2], layers=[dict(tp=1, dp=2, zero=0, checkpoint=False)] * 4)
-    path = tmp_path / "pp.json"
-    path.write_text(json.dumps(pp))
+    mixed = json.load(open(kiwi_plan))
+    mixed["layer"]["layers"][3] = dict(tp=1, dp=4, zero=0, checkpoint=False)
+    path = tmp_path / "mixed.json"
+    path.write_text(json.dumps(mixed))
     assert main(["--plan", str(path), "--nproc", str(WORLD)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "pp_degree" in err
+    assert err.count("\n") == 1 and "layers[3].tp" in err
     no_config = json.load(open(kiwi_plan))
     del no_config["hf_config"]
     no_config["model"] = "gpt"
@@ -186,11 +237,13 @@ def test_what_cannot_run_as_planned_names_the_module_or_field():
     from kiwi.torch.distributed.plan import PlanError
     with pytest.raises(PlanError, match="no such submodule"):
         _check("llama", [(1, 4, 0, False)] * 4, blocks="model.blocks")
-    pp = h.plan([(1, 2, 0, False)] * 4)
-    pp["layer"].update(pp_degree=2, pp_partition=[2, 2])
     from kiwi.torch.parallel import check_plan
-    with pytest.raises(PlanError, match="pp_degree"):
-        check_plan(h.build("llama"), pp, WORLD)
+    with pytest.raises(PlanError, match="layer.pp_degree: .*Llama family"):  # GPT-2's stages are not split
+        check_plan(h.build("gpt2"), _pipelined([(1, 2, 0, False)] * 4, 2, [2, 2], "1f1b"), WORLD)
+    interleaved = _pipelined([(1, 2, 0, False)] * 4, 2, [1, 1, 1, 1], "1f1b")
+    interleaved["layer"].update(pp_degree=2, virtual_stages=2)
+    with pytest.raises(PlanError, match="virtual_stages"):
+        check_plan(h.build("llama"), interleaved, WORLD)
 
 
 def test_a_linear_kiwi_cannot_place_is_named_and_the_user_can_place_it():

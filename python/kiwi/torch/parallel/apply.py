@@ -1,8 +1,8 @@
 """kiwi.torch.parallelize: applies a layer-level kiwi plan (`kiwi plan --out`, `kiwi hybrid --out`) to
-a user's model with PyTorch 2's own building blocks (docs/distributed.md): a DeviceMesh of (dp, tp)
-ranks, DTensor tensor and sequence parallelism per block (tensor_parallel.py), activation
-checkpointing (checkpointing.py) and FSDP2 per block by its ZeRO stage (data_parallel.py), in
-torchtitan's order (TP, then checkpointing, then FSDP)."""
+a user's model with PyTorch 2's own building blocks (docs/distributed.md): a DeviceMesh of (pp, dp, 1,
+tp) ranks, pipeline stages (pipeline.py), DTensor tensor and sequence parallelism per block
+(tensor_parallel.py), activation checkpointing (checkpointing.py) and FSDP2 per block by its ZeRO stage
+(data_parallel.py), in torchtitan's order (stages, TP, then checkpointing, then FSDP)."""
 import dataclasses
 from typing import Any, Dict, List, Optional, Union
 
@@ -15,6 +15,7 @@ from kiwi.torch.distributed.plan import HybridPlan, LayerStrategy, PlanError, lo
 from kiwi.torch.parallel.blocks import block_names, find_blocks
 from kiwi.torch.parallel.checkpointing import checkpoint_block
 from kiwi.torch.parallel.data_parallel import shard_layer, syncs_every_micro_batch
+from kiwi.torch.parallel.pipeline import DecoderStage, check_pipeline, decoder_parts, loss_function, make_schedule
 from kiwi.torch.parallel.tensor_parallel import (apply_tensor_parallel, apply_vocabulary_parallel, check_block_splits,
                                                  sequence_boundaries, vocabulary_modules)
 
@@ -25,7 +26,7 @@ class ParallelModel:
     its layers does; `step` (training.py) runs one training step of the plan's micro-batches."""
     model: torch.nn.Module
     plan: HybridPlan
-    mesh: Optional[DeviceMesh]          # ("dp", "one", "tp"); None on one process
+    mesh: Optional[DeviceMesh]          # ("pp", "dp", "one", "tp"); None on one process
     blocks_path: str
     dp: int
     tp: int
@@ -34,6 +35,9 @@ class ParallelModel:
     accumulating: List[FSDPModule] = dataclasses.field(default_factory=list)  # DP / ZeRO-1: sync on the last micro-batch
     unsharded: List[FSDPModule] = dataclasses.field(default_factory=list)  # ZeRO-1/2: gathered once per step
     root: Optional[FSDPModule] = None
+    stage: int = 0                      # this rank's pipeline stage
+    stage_layers: List[int] = dataclasses.field(default_factory=list)
+    schedule: Any = None                # torch.distributed.pipelining's, with pp_degree > 1
     groups: Dict[str, List[Any]] = dataclasses.field(default_factory=dict)  # "dp" / "tp": their process groups
 
     @property
@@ -52,8 +56,7 @@ def _as_plan(plan: Union[HybridPlan, Dict[str, Any], str]) -> HybridPlan:
 
 def _check_layers(plan: HybridPlan, blocks_path: str, count: int, world: int) -> LayerStrategy:
     if plan.pp_degree > 1:
-        raise PlanError(f"{plan.source}: layer.pp_degree: {plan.pp_degree} pipeline stages are not applied by "
-                        "kiwi.torch.parallelize yet (kiwi.torch.distributed runs them on kiwi's GPT)")
+        check_pipeline(plan)
     if len(plan.layers) != count:
         raise PlanError(f"{plan.source}: layer.layers: {len(plan.layers)} layers planned, the model has {count} "
                         f"blocks at {blocks_path!r}")
@@ -92,6 +95,8 @@ def check_plan(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], s
         for name, block in zip(block_names(path, found), found):
             check_block_splits(block, name, first.tp, tp_plan, **heads)
         vocabulary_modules(model, first.tp)
+    if plan.pp_degree > 1:
+        decoder_parts(model, found, plan.source)
     return plan
 
 
@@ -101,8 +106,9 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
     """Applies `plan` (a HybridPlan, its JSON object, or a plan file) to `model` on this process's rank
     of the default process group: its blocks (found, or the nn.ModuleList at `blocks`) get their layer's
     TP (+ SP), checkpointing and ZeRO stage; with TP the input embedding and the head split by vocabulary
-    (unless tied), the final norm is replicated, and all of these are data-parallel as the first layer. `mesh`: a ("dp", "one", "tp") mesh to reuse (one is made
-    otherwise); `tp_plan`: {linear's name in a block: "colwise" | "rowwise" | "replicate"} where kiwi
+    (unless tied), the embedding and the final norm are data-parallel as the first layer, the head as the
+    last; with pp_degree > 1 this rank keeps its stage's part and `ParallelModel.schedule` runs it. `mesh`: a
+    ("pp", "dp", "one", "tp") mesh to reuse (one is made otherwise); `tp_plan`: {linear's name in a block: "colwise" | "rowwise" | "replicate"} where kiwi
     cannot tell from the name. Errors are PlanErrors naming the plan field or the module."""
     world = dist.get_world_size() if dist.is_initialized() else 1
     plan = check_plan(model, plan, world, blocks=blocks, tp_plan=tp_plan)  # nothing changes before this passes
@@ -113,22 +119,30 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
     device_type = _device_type()
     if device_type == "cuda":
         model.to(torch.device("cuda", torch.cuda.current_device()))
+    pp = plan.pp_degree
     if world > 1 and mesh is None:
-        mesh = init_device_mesh(device_type, (dp, 1, tp), mesh_dim_names=("dp", "one", "tp"))
+        mesh = init_device_mesh(device_type, (pp, dp, 1, tp), mesh_dim_names=("pp", "dp", "one", "tp"))
+    stage = mesh["pp"].get_local_rank() if pp > 1 else 0
+    mine = plan.stage_layers(stage) if pp > 1 else list(range(len(found)))
     out = ParallelModel(model=model, plan=plan, mesh=mesh, blocks_path=path, dp=dp, tp=tp,
-                        dp_rank=mesh["dp"].get_local_rank() if mesh is not None else 0)
+                        dp_rank=mesh["dp"].get_local_rank() if mesh is not None else 0, stage=stage, stage_layers=mine)
+    root: torch.nn.Module = model
+    if pp > 1:  # this rank keeps its stage's blocks (and the embedding or the head)
+        root = DecoderStage(model, found, mine, stage == 0, stage == pp - 1, plan.source)
     heads = _heads(model)
     if tp > 1:
         apply_vocabulary_parallel(model, mesh["tp"])
     for i, (block, strategy) in enumerate(zip(found, plan.layers)):
+        if i not in mine:
+            continue
         sp = tp > 1 and strategy.sequence_split
         if tp > 1:
             apply_tensor_parallel(block, names[i], mesh["tp"], sp, tp_plan=tp_plan, **heads)
         if strategy.checkpoint or strategy.recomputes_core:
             checkpoint_block(block, selective=not strategy.checkpoint)
         if sp:
-            before = i > 0 and plan.layers[i - 1].sequence_split
-            after = i + 1 < len(plan.layers) and plan.layers[i + 1].sequence_split
+            before = i - 1 in mine and plan.layers[i - 1].sequence_split  # stages send whole sequences
+            after = i + 1 in mine and plan.layers[i + 1].sequence_split
             sequence_boundaries(block, mesh["tp"], first_of_run=not before, last_of_run=not after)
     if dp > 1:
         replicate_mesh = mesh["dp", "one"]
@@ -137,10 +151,11 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
         embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
         separate_head = isinstance(head, torch.nn.Module) and not (
             embed is not None and getattr(head, "weight", None) is getattr(embed, "weight", None))
-        units = list(zip(found, plan.layers)) + ([(head, plan.layers[-1])] if separate_head else [])
-        for module, strategy in units + [(model, first)]:
+        units = [(found[i], plan.layers[i]) for i in mine]
+        units += [(head, plan.layers[-1])] if separate_head and head is not None else []
+        for module, strategy in units + [(root, plan.layers[mine[0]])]:
             wrapped = shard_layer(module, strategy, mesh["dp"], replicate_mesh)
-            if module is model:
+            if module is root:
                 out.root = wrapped
             elif module is not head:
                 out.layers.append(wrapped)
@@ -151,4 +166,8 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
         out.groups = {"dp": [mesh.get_group("dp"), replicate_mesh.get_group("dp")]}
     if tp > 1:
         out.groups["tp"] = [mesh.get_group("tp")]
+    if pp > 1:
+        out.groups["pp"] = [mesh.get_group("pp")]
+        device = torch.device("cuda", torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
+        out.schedule = make_schedule(plan, root, stage, mesh, loss_function(model), device)
     return out

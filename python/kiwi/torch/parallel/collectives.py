@@ -15,7 +15,7 @@ _KINDS = {"all_reduce": "all_reduce", "allreduce_": "all_reduce", "allreduce_coa
           "allgather_into_tensor_coalesced_": "all_gather", "all_gather_into_tensor_coalesced": "all_gather",
           "reduce_scatter_tensor": "reduce_scatter", "_reduce_scatter_base_": "reduce_scatter",
           "reduce_scatter_": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
-          "reduce_scatter_tensor_coalesced_": "reduce_scatter"}
+          "reduce_scatter_tensor_coalesced_": "reduce_scatter", "send": "send"}
 
 
 def _tensor_bytes(x) -> int:
@@ -64,6 +64,8 @@ class CollectiveBytes(TorchDispatchMode):
                 dim, size = self._dims.get(ranks, "other"), max(1, len(ranks))
                 if namespace == "_c10d_functional":  # (input, ...): an all-gather's input is one rank's share
                     payload = _tensor_bytes(args[0]) * (size if kind == "all_gather" else 1)
+                elif kind == "send":  # c10d.send(tensors, peer, tag): the message
+                    payload, dim = _tensor_bytes(args[0]), "pp"
                 else:  # c10d: (tensors, ...) or (outputs, inputs, ...): a reduce-scatter counts its input
                     payload = _tensor_bytes(args[1] if kind == "reduce_scatter" else args[0])
                 key = (dim, kind)

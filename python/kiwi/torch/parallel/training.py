@@ -4,6 +4,7 @@ only after the last one, ZeRO-2/3 layers after every one), then the optimizer st
 from typing import Any, Callable, Dict, Optional, Union
 
 import torch
+import torch.distributed as dist
 
 from kiwi.torch.distributed.plan import PlanError
 from kiwi.torch.parallel.apply import ParallelModel
@@ -63,6 +64,8 @@ def step(pm: ParallelModel, optimizer: torch.optim.Optimizer, batch: Batch,
         raise PlanError(f"batch: {_samples(batch)} samples on this rank where the plan gives each of its {pm.dp} "
                         f"data-parallel ranks {pm.plan.global_batch // pm.dp} (kiwi.torch.parallel.local_batch)")
     _check_sequence(pm, batch)
+    if pm.schedule is not None:
+        return _pipeline_step(pm, optimizer, batch)
     size = pm.micro_batch
     total = 0.0
     for k in range(m):
@@ -79,3 +82,23 @@ def step(pm: ParallelModel, optimizer: torch.optim.Optimizer, batch: Batch,
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return total / m
+
+
+def _pipeline_step(pm: ParallelModel, optimizer: torch.optim.Optimizer, batch: Batch) -> float:
+    """One step of the plan's pipeline schedule: the first stage feeds the token ids, the last computes
+    the model's loss per micro-batch; every rank returns the last stage's mean loss."""
+    if not isinstance(batch, dict) or "input_ids" not in batch or "labels" not in batch:
+        raise PlanError("batch: a pipelined plan takes {'input_ids': ..., 'labels': ...}")
+    first, last = pm.stage == 0, pm.stage == pm.plan.pp_degree - 1
+    losses: list = []
+    kwargs = {"target": batch["labels"], "losses": losses} if last else {}
+    if first:
+        pm.schedule.step(batch["input_ids"], **kwargs)
+    else:
+        pm.schedule.step(**kwargs)
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    loss = torch.stack([l.detach().float() for l in losses]).mean() if last else torch.zeros(())
+    group = pm.mesh.get_group("pp")
+    dist.broadcast(loss, group=group, group_src=pm.plan.pp_degree - 1)
+    return float(loss)
