@@ -65,60 +65,76 @@ def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
     raise PlanError(f"optimizer: '{name}': expected sgd, adam or fused_adam")
 
 
+def _local_tensors(tensors) -> List[torch.Tensor]:
+    from torch.distributed.tensor import DTensor
+    return [t.to_local() if isinstance(t, DTensor) else t for t in tensors if isinstance(t, torch.Tensor)]
+
+
 def run_rank(rank: int, world: int, plan: HybridPlan, steps: int, optimizer: str, lr: float) -> Dict[str, Any]:
-    """This rank's job: `steps` steps; the time of each, the peak device memory (CUDA) and the bytes of
-    every collective of the last step."""
+    """This rank's job: `steps` steps; the time of each but the last, and of the last its peak memory
+    (kiwi.torch.measure: CUDA's peak, or the CPU profiler's allocations above what is resident when it
+    starts: this rank's parameter shards, optimizer state and batch) and the bytes of every collective."""
     model = build_model(plan)
     model.train()
     device = "cuda" if torch.cuda.is_available() and dist.get_backend() == "nccl" else "cpu"
     pm = parallelize(model, plan)
     opt = make_optimizer(optimizer, model.parameters(), lr)
-    batches = token_batches(plan, model.get_input_embeddings().num_embeddings, steps)
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    seconds, losses, counted = [], [], None
-    for k, batch in enumerate(batches):
+    batches = token_batches(plan, model.config.vocab_size, steps)  # a later stage has no embedding
+    from kiwi.torch.measure import measure_step, optimizer_tensors
+    seconds, losses = [], []
+    for batch in batches[:-1]:
         dist.barrier()
         start = time.perf_counter()
-        if k == len(batches) - 1:
-            with CollectiveBytes(pm.groups) as counter:
-                losses.append(step(pm, opt, local_batch(pm, batch)))
-            counted = counter
-        else:
-            losses.append(step(pm, opt, local_batch(pm, batch)))
+        losses.append(step(pm, opt, local_batch(pm, batch)))
         if device == "cuda":
             torch.cuda.synchronize()
         seconds.append(time.perf_counter() - start)
-    return {"rank": rank, "seconds": seconds, "losses": losses,
-            "peak_memory_bytes": torch.cuda.max_memory_allocated() if device == "cuda" else None,
+    last = local_batch(pm, batches[-1])
+    resident = _local_tensors(list(model.parameters()) + list(model.buffers()) + optimizer_tensors(opt) +
+                              list(last.values()))
+    dist.barrier()
+    with CollectiveBytes(pm.groups) as counted:
+        measured = measure_step(lambda: losses.append(step(pm, opt, last)), resident, device)
+    return {"rank": rank, "seconds": seconds or [measured.seconds], "losses": losses,
+            "peak_memory_bytes": measured.peak_bytes,
             "bytes": {f"{dim} {kind}": n for (dim, kind), n in sorted(counted.bytes.items())}}
 
 
 def predicted(plan: HybridPlan, cluster: Optional[str] = None, profile: Optional[str] = None) -> Dict[str, Any]:
-    """kiwi's layer simulator on the plan: iteration seconds, peak memory per stage and, per (mesh
-    dimension, collective), the bytes one device sends per iteration (sim::LayerPlanTraffic)."""
+    """kiwi's layer simulator on the plan: iteration seconds, and per pipeline stage its peak memory and,
+    per "dimension collective", the bytes one of its devices sends per iteration (sim::LayerPlanTraffic:
+    the stage's layers, the embedding on the first stage, the head on the last, its sends)."""
     from kiwi import _kiwi
     report = json.loads(_kiwi.layer_plan_report(json.dumps(plan.to_kiwi_plan()), cluster or "", profile or ""))
-    traffic = report["traffic"]
-    units = traffic["layers"] + [traffic["embedding"], traffic["head"]]
-    simulated = report["simulated"]
-    return {"iteration_seconds": simulated["iteration_seconds"], "peak_memory_bytes": simulated["peak_memory_bytes"],
-            "bytes": {f"{dim} {kind}": sum(u.get(f, 0) for u in units for f in fields)
-                      for (dim, kind), fields in TRAFFIC.items()}}
+    simulated, traffic = report["simulated"], report["traffic"]
+    stages = []
+    for s in range(plan.pp_degree):
+        units = [traffic["layers"][i] for i in plan.stage_layers(s)]
+        units += [traffic["embedding"]] if s == 0 else []
+        units += [traffic["head"]] if s == plan.pp_degree - 1 else []
+        counted = {f"{dim} {kind}": sum(u.get(f, 0) for u in units for f in fields)
+                   for (dim, kind), fields in TRAFFIC.items()}
+        counted["pp send"] = traffic["send_forward_bytes"][s] + traffic["send_backward_bytes"][s]
+        stages.append({"peak_memory_bytes": simulated["stage_peak_memory_bytes"][s], "bytes": counted})
+    return {"iteration_seconds": simulated["iteration_seconds"], "stages": stages}
 
 
 def table(results: List[Dict[str, Any]], kiwi: Dict[str, Any]) -> str:
-    """Measured (rank 0's bytes, the median step after the first) beside kiwi's predictions."""
+    """Measured (the median step after the first but the last; each stage's first rank's bytes) beside kiwi's
+    predictions."""
     rest = results[0]["seconds"][1:] or results[0]["seconds"]
     rows: List[Tuple[str, str, str]] = [("iteration (median after the first)", f"{statistics.median(rest) * 1e3:.2f} ms",
-                                         f"{kiwi['iteration_seconds'] * 1e3:.2f} ms" if kiwi.get("iteration_seconds") else "-")]
+                                         f"{kiwi['iteration_seconds'] * 1e3:.2f} ms")]
+    per_stage = len(results) // len(kiwi["stages"])
     for r in results:
-        peak = r["peak_memory_bytes"]
-        rows.append((f"peak memory, rank {r['rank']}", f"{peak / 2**20:.1f} MiB" if peak is not None else "not measured (CPU)",
-                     f"{kiwi['peak_memory_bytes'] / 2**20:.1f} MiB" if kiwi.get("peak_memory_bytes") else "-"))
-    measured = results[0]["bytes"]
-    for key in sorted(set(measured) | {k for k, v in kiwi["bytes"].items() if v}):
-        rows.append((f"bytes, {key}", str(measured.get(key, 0)), str(kiwi["bytes"].get(key, 0))))
+        peak, predicted_peak = r["peak_memory_bytes"], kiwi["stages"][r["rank"] // per_stage]["peak_memory_bytes"]
+        rows.append((f"peak memory, rank {r['rank']}", f"{peak / 2**20:.3f} MiB ({peak / predicted_peak - 1:+.1%})",
+                     f"{predicted_peak / 2**20:.3f} MiB"))
+    for s, stage in enumerate(kiwi["stages"]):
+        measured = results[s * per_stage]["bytes"]
+        where = f"stage {s}, " if len(kiwi["stages"]) > 1 else ""
+        for key in sorted(set(measured) | {k for k, v in stage["bytes"].items() if v}):
+            rows.append((f"bytes, {where}{key}", str(measured.get(key, 0)), str(stage["bytes"].get(key, 0))))
     width = max(len(r[0]) for r in rows)
     lines = [f"{'':{width}}  {'measured':>22}  {'kiwi':>14}"]
     lines += [f"{a:{width}}  {b:>22}  {c:>14}" for a, b, c in rows]
