@@ -499,11 +499,29 @@ TEST(Cli, PlanComparesToFrameworkConfigsAndWritesThem) {
   ASSERT_EQ(tight.exit_code, 0) << tight.err;
   EXPECT_FALSE(tight.Json()["candidates"].back()["fits"].get<bool>());
   EXPECT_GT(tight.Json()["candidates"].back()["smallest_peak_bytes"].get<int64_t>(), int64_t{900} << 20);
+  // kiwi simulate replays a configuration on the same model and cluster to the numbers of its row, and
+  // each written file to its planner's.
+  auto replay = RunKiwi("simulate " + yours + " --json");
+  ASSERT_EQ(replay.exit_code, 0) << replay.err;
+  EXPECT_DOUBLE_EQ(replay.Json()["throughput_samples_per_second"].get<double>(),
+                   mine["throughput_samples_per_second"].get<double>());
+  EXPECT_EQ(replay.Json()["level"], "layer");
+  for (const nlohmann::json& e : j["exports"]) {
+    auto again = RunKiwi("simulate " + e["file"].get<std::string>() + " --json");
+    ASSERT_EQ(again.exit_code, 0) << again.err;
+    for (const auto& c : j["candidates"]) {
+      if (c["name"] == e["planner"]) {
+        EXPECT_DOUBLE_EQ(again.Json()["throughput_samples_per_second"].get<double>(),
+                         c["throughput_samples_per_second"].get<double>()) << e;
+      }
+    }
+  }
   const std::string three = (TempDir() / "tp3.sh").string();
   std::ofstream(three) << "--tensor-model-parallel-size 3 --micro-batch-size 1 --global-batch-size 8\n";
   for (const std::string& bad : std::vector<std::string>{"plan --compare-to " + yours + " --batch 16",
                                                          "plan --compare-to " + yours + " --batch auto",
-                                                         "plan --compare-to " + three, "plan --compare-to /no/such.sh"}) {
+                                                         "plan --compare-to " + three, "plan --compare-to /no/such.sh",
+                                                         "simulate " + three, "simulate " + toml + " --cluster a100-nvlink-ib-16"}) {
     auto refused = RunKiwi(bad);
     EXPECT_EQ(refused.exit_code, 2) << bad;
     EXPECT_EQ(CountLines(refused.err), 1) << bad << ": " << refused.err;

@@ -17,7 +17,9 @@
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/file_io.h"
 #include "kiwi/io/graph_json.h"
+#include "kiwi/io/megatron_args.h"
 #include "kiwi/io/plan_json.h"
+#include "kiwi/io/torchtitan_config.h"
 #include "kiwi/models/hf_config.h"
 #include "kiwi/util/elapsed.h"
 #include "kiwi/util/one_line.h"
@@ -237,6 +239,19 @@ std::string DescribeCluster(const cost::Cluster& cluster) {
                  : fmt::format(", {} {:.1f} GB/s between nodes", cluster.inter_node.name, cluster.inter_node.bandwidth / 1e9);
   return fmt::format("{}: {} x {} ({}), {}", cluster.name, cluster.NumDevices(), cluster.device.name,
                      FormatBytes(cluster.device.memory_bytes), links);
+}
+
+Result<plan::LayerPlan> ReadFrameworkConfig(const std::string& path, int devices, int layers) {
+  return std::filesystem::path(path).extension() == ".toml" ? io::ReadTorchtitanConfigFile(path, devices, layers)
+                                                            : io::ReadMegatronArgsFile(path, devices, layers);
+}
+
+bool IsFrameworkConfig(const std::string& path) {
+  if (std::filesystem::path(path).extension() == ".toml") return true;
+  Result<std::string> text = io::ReadFileText(path);
+  if (!text) return false;  // the plan reader names the file
+  const size_t first = text->find_first_not_of(" \t\r\n");
+  return first != std::string::npos && (*text)[first] != '{';
 }
 
 Result<models::ModelSpec> LoadPlanModelSpec(const plan::Plan& plan) {

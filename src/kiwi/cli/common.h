@@ -94,6 +94,12 @@ std::string AbsolutePath(const std::string& given);
 Status WriteLayerPlanFile(const std::string& path, const ModelFlags& model, const std::string& hf_config,
                           const std::string& cluster, const std::string& solver, const plan::LayerPlan& plan,
                           const sim::LayerSimResult& simulated);
+// A framework's configuration as a layer plan of `layers` layers on `devices` devices: a torchtitan job
+// config (.toml) or Megatron-LM arguments (anything else). Errors name the file and the option.
+Result<plan::LayerPlan> ReadFrameworkConfig(const std::string& path, int devices, int layers);
+// Whether `path` is such a configuration rather than plan JSON: a .toml file, or a file whose first
+// non-blank character does not open a JSON object (a plan is one).
+bool IsFrameworkConfig(const std::string& path);
 // The model a plan file was made for: its HuggingFace config (hf_config) or its preset, with its flags.
 Result<models::ModelSpec> LoadPlanModelSpec(const plan::Plan& plan);
 // An operator-level plan's JSON for `kiwi simulate` with `graph`: io::WritePlanJson's, except that a

@@ -483,9 +483,7 @@ int RunPlan(const PlanOptions& options) {
   std::optional<plan::LayerPlan> yours;
   if (!o.compare_to.empty()) {
     const int layers = static_cast<int>(layer_model->layers.size());
-    Result<plan::LayerPlan> read = std::filesystem::path(o.compare_to).extension() == ".toml"
-                                       ? io::ReadTorchtitanConfigFile(o.compare_to, cluster->NumDevices(), layers)
-                                       : io::ReadMegatronArgsFile(o.compare_to, cluster->NumDevices(), layers);
+    Result<plan::LayerPlan> read = ReadFrameworkConfig(o.compare_to, cluster->NumDevices(), layers);
     if (!read) return ReportError(read.error());
     if (*given_batch && **given_batch != read->global_batch)
       return ReportError(BadInput(fmt::format("--compare-to: {} has a global batch of {}, not --batch {}",

@@ -31,12 +31,20 @@ struct SimulateOptions {
 };
 
 struct Inputs {
-  plan::Plan plan;
+  plan::Plan plan;  // a framework config's layer section is read once the model is built
+  bool framework_config = false;
   cost::Cluster cluster;
   report::SimReportOptions report;
 };
 
 Result<Inputs> LoadInputs(const SimulateOptions& o) {
+  if (IsFrameworkConfig(o.plan_path)) {  // torchtitan TOML or Megatron-LM arguments: --model, --cluster
+    Result<cost::Cluster> cluster = io::LoadCluster(o.cluster.empty() ? "v100-nvlink-8" : o.cluster, "--cluster");
+    if (!cluster) return cluster.error();
+    Inputs in{plan::Plan{}, true, std::move(*cluster), {}};
+    in.report.timeline = o.timeline;
+    return in;
+  }
   Result<plan::Plan> p = io::ReadPlanFile(o.plan_path);
   if (!p) return p.error();
   if (!p->op && !p->layer) return BadInput(o.plan_path + ": the plan has neither an \"operator\" nor a \"layer\" section");
@@ -44,7 +52,7 @@ Result<Inputs> LoadInputs(const SimulateOptions& o) {
   const std::string cluster_name = !o.cluster.empty() ? o.cluster : from_plan ? p->cluster : "v100-nvlink-8";
   Result<cost::Cluster> cluster = io::LoadCluster(cluster_name, from_plan ? o.plan_path + ": cluster" : "--cluster");
   if (!cluster) return cluster.error();
-  Inputs in{std::move(*p), std::move(*cluster), {}};
+  Inputs in{std::move(*p), false, std::move(*cluster), {}};
   in.report.timeline = o.timeline;
   if (!o.memory.empty()) {
     Result<int64_t> budget = ParseBytes(o.memory, "--memory");
@@ -129,7 +137,7 @@ int SimulateOperator(const SimulateOptions& o, const CLI::App& app, const Inputs
   return 0;
 }
 
-int SimulateLayer(const SimulateOptions& o, const CLI::App& app, const Inputs& in) {
+int SimulateLayer(const SimulateOptions& o, const CLI::App& app, Inputs in) {
   Result<models::ModelSpec> spec = LoadPlanModel(o, app, in.plan);
   if (!spec) return ReportError(spec.error());
   Result<cost::CostModel> made = o.cost.Make(in.cluster);
@@ -137,6 +145,12 @@ int SimulateLayer(const SimulateOptions& o, const CLI::App& app, const Inputs& i
   const cost::CostModel& cm = *made;
   Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, cm);
   if (!model) return ReportError(model.error());
+  if (in.framework_config) {
+    Result<plan::LayerPlan> read =
+        ReadFrameworkConfig(o.plan_path, in.cluster.NumDevices(), static_cast<int>(model->layers.size()));
+    if (!read) return ReportError(read.error());
+    in.plan.layer = *std::move(read);
+  }
   Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(*model, *in.plan.layer, in.cluster, cm);
   if (!r) return ReportError(InPlanFile(o.plan_path, r.error()));
   if (o.json) {
@@ -155,7 +169,7 @@ int SimulateLayer(const SimulateOptions& o, const CLI::App& app, const Inputs& i
 int RunSimulate(const SimulateOptions& o, const CLI::App& app) {
   Result<Inputs> in = LoadInputs(o);
   if (!in) return ReportError(in.error());
-  return in->plan.op ? SimulateOperator(o, app, *in) : SimulateLayer(o, app, *in);
+  return in->plan.op ? SimulateOperator(o, app, *in) : SimulateLayer(o, app, *std::move(in));
 }
 
 }  // namespace
@@ -163,7 +177,10 @@ int RunSimulate(const SimulateOptions& o, const CLI::App& app) {
 Command AddSimulateCommand(CLI::App& root) {
   auto o = std::make_shared<SimulateOptions>();
   CLI::App* app = root.add_subcommand("simulate", "replay a plan: peak memory per device and time breakdown");
-  app->add_option("PLAN", o->plan_path, "plan JSON (docs/plan-format.md)")->required();
+  app->add_option("PLAN", o->plan_path,
+                  "plan JSON (docs/plan-format.md), or a torchtitan job config (.toml) or Megatron-LM arguments "
+                  "to replay on --model and --cluster")
+      ->required();
   app->add_option("GRAPH", o->graph_path, "graph file an operator-level plan refers to");
   o->model.Add(app, "gpt");
   app->add_option("--cluster", o->cluster, ClusterHelp() + " (default: the plan's, else v100-nvlink-8)");
