@@ -282,3 +282,20 @@ def test_the_step_checks_its_batch():
     with pytest.raises(PlanError, match="samples on this rank"):
         step(pm, opt, {k: v[:3] for k, v in batch.items()})
     assert step(pm, opt, local_batch(pm, batch)) == pytest.approx(h.reference("llama")[0][0], rel=1e-6)
+
+
+def test_the_job_builds_the_planned_model_in_its_precision(kiwi_plan):
+    from kiwi.torch.distributed.plan import PlanError, load_plan
+    from kiwi.torch.parallel.job import build_model
+    plan = load_plan(kiwi_plan)
+    plan.model_flags["dtype"] = "bf16"
+    model = build_model(plan)
+    assert {p.dtype for p in model.parameters()} == {torch.bfloat16}
+    assert model.config.num_hidden_layers == len(plan.layers)
+    plan.model_flags["dtype"] = "fp8"
+    with pytest.raises(PlanError, match="model_flags.dtype"):
+        build_model(plan)
+    plan.hf_config = "/no/such/config.json"
+    plan.model_flags["dtype"] = "fp32"
+    with pytest.raises(PlanError, match="hf_config"):
+        build_model(plan)

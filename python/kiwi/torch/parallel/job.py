@@ -23,6 +23,9 @@ TRAFFIC = {("dp", "all_reduce"): ("dp_all_reduce_bytes",),
            ("tp", "reduce_scatter"): ("sp_reduce_scatter_bytes",)}
 
 
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
 def build_model(plan: HybridPlan) -> torch.nn.Module:
     """The plan's HuggingFace model from its config (hf_config), with random weights (seed 0)."""
     if not plan.hf_config:
@@ -34,9 +37,13 @@ def build_model(plan: HybridPlan) -> torch.nn.Module:
     except (OSError, ValueError) as e:
         raise PlanError(f"{plan.source}: hf_config: {plan.hf_config}: {str(e).splitlines()[0]}") from None
     torch.manual_seed(0)
+    dtype = DTYPES.get(plan.model_flags.get("dtype", "fp32"))
+    if dtype is None:
+        raise PlanError(f"{plan.source}: model_flags.dtype: '{plan.model_flags['dtype']}': expected one of "
+                        f"{', '.join(DTYPES)}")
     for auto in (tf.AutoModelForCausalLM, tf.AutoModelForMaskedLM):
         try:
-            return auto.from_config(config)
+            return auto.from_config(config).to(dtype)  # the precision kiwi planned
         except ValueError:
             continue
     raise PlanError(f"{plan.source}: hf_config: {plan.hf_config}: a {config.model_type} model is neither a causal "
@@ -79,7 +86,9 @@ def run_rank(rank: int, world: int, plan: HybridPlan, steps: int, optimizer: str
     device = "cuda" if torch.cuda.is_available() and dist.get_backend() == "nccl" else "cpu"
     pm = parallelize(model, plan)
     opt = make_optimizer(optimizer, model.parameters(), lr)
-    batches = token_batches(plan, model.config.vocab_size, steps)  # a later stage has no embedding
+    where = torch.device("cuda", torch.cuda.current_device()) if device == "cuda" else torch.device("cpu")
+    batches = [{k: v.to(where) for k, v in b.items()}  # a later stage has no embedding: the config's vocabulary
+               for b in token_batches(plan, model.config.vocab_size, steps)]
     from kiwi.torch.measure import measure_step, optimizer_tensors
     seconds, losses = [], []
     for batch in batches[:-1]:
