@@ -41,7 +41,7 @@ def main(argv=None) -> int:
         check_plan(build_model(plan), plan, world)  # one line before any process starts
         kiwi = predicted(plan, args.cluster, args.profile)
     except PlanError as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(f"kiwi: error: {e}", file=sys.stderr)
         return 2
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         import torch.distributed as dist
