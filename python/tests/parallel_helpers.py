@@ -17,6 +17,8 @@ def build(name: str) -> torch.nn.Module:
                  vocab_size=VOCAB, max_position_embeddings=2 * SEQ)
     if name == "llama":
         return tf.LlamaForCausalLM(tf.LlamaConfig(**small, num_key_value_heads=2))
+    if name == "mistral":
+        return tf.MistralForCausalLM(tf.MistralConfig(**small, num_key_value_heads=2))
     if name == "qwen2":
         return tf.Qwen2ForCausalLM(tf.Qwen2Config(**small, num_key_value_heads=2))
     if name == "gpt2":

@@ -31,6 +31,7 @@ JOBS = {
 PIPELINED = {
     "llama PP2 x ZeRO-3+CKPT, ZeRO-1 (1F1B)": ("llama", [(1, 2, 3, True)] * 2 + [(1, 2, 1, False)] * 2, 4, [2, 2], "1f1b"),
     "llama PP4 (GPipe)": ("llama", [(1, 1, 0, False)] * 4, 4, [1, 1, 1, 1], "gpipe"),
+    "mistral PP2 x SP-TP2 (GPipe)": ("mistral", [(2, 1, 0, False, True)] * 4, 2, [2, 2], "gpipe"),
     "qwen2 PP2 x SP-TP2+CKPT, TP2+SEL (1F1B)": ("qwen2", [(2, 1, 0, True, True)] + [(2, 1, 0, False, False, True)] * 3,
                                                2, [1, 3], "1f1b"),
 }
