@@ -219,6 +219,7 @@ TEST(Cli, PlanTakesAHuggingFaceConfig) {
   const std::string path = (TempDir() / "hf_plan.json").string();
   auto out = RunKiwi("plan --hf-config " + config + " --batch 16 --cluster dgx-a100-80gb:1 --no-refine --quiet --out " + path);
   ASSERT_EQ(out.exit_code, 0) << out.err;
+  EXPECT_NE(out.out.find("python -m kiwi.torch.parallel --plan " + path), std::string::npos) << out.out;
   const nlohmann::json file = nlohmann::json::parse(testing::Slurp(path));
   EXPECT_EQ(file["model"], "");
   EXPECT_EQ(std::filesystem::path(file["hf_config"].get<std::string>()), std::filesystem::absolute(config).lexically_normal());

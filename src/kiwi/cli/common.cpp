@@ -254,6 +254,12 @@ bool IsFrameworkConfig(const std::string& path) {
   return first != std::string::npos && (*text)[first] != '{';
 }
 
+std::string PlanWrittenLine(const std::string& path, const std::string& hf_config) {
+  if (hf_config.empty()) return fmt::format("Plan written to {} (replay it with `kiwi simulate {}`).\n", path, path);
+  return fmt::format("Plan written to {} (replay it with `kiwi simulate {}`; run it on the model with "
+                     "`python -m kiwi.torch.parallel --plan {}`).\n", path, path, path);
+}
+
 Result<models::ModelSpec> LoadPlanModelSpec(const plan::Plan& plan) {
   const ModelFlags flags{plan.model, plan.model_flags};
   return plan.hf_config.empty() ? flags.Load() : flags.LoadHfConfig(plan.hf_config, /*with_batch=*/true);

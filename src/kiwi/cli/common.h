@@ -100,6 +100,8 @@ Result<plan::LayerPlan> ReadFrameworkConfig(const std::string& path, int devices
 // Whether `path` is such a configuration rather than plan JSON: a .toml file, or a file whose first
 // non-blank character does not open a JSON object (a plan is one).
 bool IsFrameworkConfig(const std::string& path);
+// The line after a plan file is written: how to replay it and, for a HuggingFace config's plan, run it.
+std::string PlanWrittenLine(const std::string& path, const std::string& hf_config);
 // The model a plan file was made for: its HuggingFace config (hf_config) or its preset, with its flags.
 Result<models::ModelSpec> LoadPlanModelSpec(const plan::Plan& plan);
 // An operator-level plan's JSON for `kiwi simulate` with `graph`: io::WritePlanJson's, except that a

@@ -225,7 +225,7 @@ int RunHybrid(const HybridOptions& o) {
     PrintJson(ResultJson(*r, o, described, cluster->name, search->memory_budget_bytes));
   } else {
     std::cout << ResultText(*r, described, *cluster, search->memory_budget_bytes);
-    if (!o.out.empty()) std::cout << "Plan written to " << o.out << " (replay it with `kiwi simulate`).\n";
+    if (!o.out.empty()) std::cout << PlanWrittenLine(o.out, o.hf_config);
   }
   return 0;
 }

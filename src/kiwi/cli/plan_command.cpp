@@ -599,7 +599,7 @@ int RunPlan(const PlanOptions& options) {
                  "replica, priced by the operator-level simulator\n"
               << t.Render() << RefinementVerdict(refinements);
   }
-  if (!o.out.empty()) std::cout << "\nPlan written to " << o.out << " (replay it with `kiwi simulate`).\n";
+  if (!o.out.empty()) std::cout << "\n" << PlanWrittenLine(o.out, o.hf_config);
   if (!o.report.empty()) std::cout << "Report written to " << o.report << ".\n";
   for (const FrameworkExport& e : exports)
     std::cout << fmt::format("{}: {}'s plan written to {}{}.\n", e.flag,

@@ -123,7 +123,7 @@ int RunUniformPlans(const UniformPlansRequest& o) {
   std::cout << fmt::format("Best plan that fits: {} at {:.1f} samples/s, {} per device.\n", best.name,
                            best.result.throughput_samples_per_second,
                            FormatBytes(best.result.summary.peak_memory_bytes));
-  if (!o.out.empty()) std::cout << "Plan written to " << o.out << " (replay it with `kiwi simulate`).\n";
+  if (!o.out.empty()) std::cout << PlanWrittenLine(o.out, o.hf_config);
   return 0;
 }
 
