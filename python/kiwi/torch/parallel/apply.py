@@ -117,8 +117,8 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
     dp, tp = first.dp, first.tp
     names = block_names(path, found)
     device_type = _device_type()
-    if device_type == "cuda":
-        model.to(torch.device("cuda", torch.cuda.current_device()))
+    device = torch.device("cuda", torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
+    model.to(device)
     pp = plan.pp_degree
     if world > 1 and mesh is None:
         mesh = init_device_mesh(device_type, (pp, dp, 1, tp), mesh_dim_names=("pp", "dp", "one", "tp"))
@@ -152,7 +152,7 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
         separate_head = isinstance(head, torch.nn.Module) and not (
             embed is not None and getattr(head, "weight", None) is getattr(embed, "weight", None))
         units = [(found[i], plan.layers[i]) for i in mine]
-        units += [(head, plan.layers[-1])] if separate_head and head is not None else []
+        units += [(head, plan.layers[-1])] if separate_head else []
         for module, strategy in units + [(root, plan.layers[mine[0]])]:
             wrapped = shard_layer(module, strategy, mesh["dp"], replicate_mesh)
             if module is root:
@@ -163,11 +163,10 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
                 out.accumulating.append(wrapped)
             if strategy.zero_stage in (1, 2):
                 out.unsharded.append(wrapped)
-        out.groups = {"dp": [mesh.get_group("dp"), replicate_mesh.get_group("dp")]}
+        out.groups = {"dp": [mesh.get_group("dp")]}  # the (dp, 1) mesh's groups have the same ranks
     if tp > 1:
         out.groups["tp"] = [mesh.get_group("tp")]
     if pp > 1:
         out.groups["pp"] = [mesh.get_group("pp")]
-        device = torch.device("cuda", torch.cuda.current_device()) if device_type == "cuda" else torch.device("cpu")
         out.schedule = make_schedule(plan, root, stage, mesh, loss_function(model), device)
     return out
