@@ -27,19 +27,25 @@ JOBS = {
     "bert TP2 x DP": ("bert", [(2, 2, 0, False)] * 4, 2),
     "bert SP-TP2 x ZeRO-3+CKPT": ("bert", [(2, 2, 3, True, True)] * 4, 2),
 }
-# Pipelined (model, layers, micro-batches, partition, schedule)
+# Pipelined (model, layers, micro-batches, partition, schedule[, virtual stages])
+INTERLEAVED = "llama PP2 x 2 chunks, ZeRO-1+CKPT, DP, DP, ZeRO-1 (interleaved 1F1B)"
 PIPELINED = {
     "llama PP2 x ZeRO-3+CKPT, ZeRO-1 (1F1B)": ("llama", [(1, 2, 3, True)] * 2 + [(1, 2, 1, False)] * 2, 4, [2, 2], "1f1b"),
     "llama PP4 (GPipe)": ("llama", [(1, 1, 0, False)] * 4, 4, [1, 1, 1, 1], "gpipe"),
     "mistral PP2 x SP-TP2 (GPipe)": ("mistral", [(2, 1, 0, False, True)] * 4, 2, [2, 2], "gpipe"),
     "qwen2 PP2 x SP-TP2+CKPT, TP2+SEL (1F1B)": ("qwen2", [(2, 1, 0, True, True)] + [(2, 1, 0, False, False, True)] * 3,
                                                2, [1, 3], "1f1b"),
+    # chunks 0, 2 (layers 0, 2) on stage 0 and 1, 3 on stage 1: each stage sends 3 boundaries per micro-batch
+    INTERLEAVED: ("llama", [(1, 2, 1, True), (1, 2, 0, False), (1, 2, 0, False), (1, 2, 1, False)], 4, [1, 1, 1, 1],
+                  "1f1b", 2),
 }
 
 
-def _pipelined(layers, micro_batches, partition, schedule):
+def _pipelined(layers, micro_batches, partition, schedule, virtual_stages=1):
     p = h.plan(layers, micro_batches)
-    p["layer"].update(pp_degree=len(partition), pp_partition=partition, pipeline=schedule)
+    p["layer"].update(pp_degree=len(partition) // virtual_stages, pp_partition=partition, pipeline=schedule)
+    if virtual_stages > 1:
+        p["layer"]["virtual_stages"] = virtual_stages
     return p
 
 
@@ -71,10 +77,12 @@ COUNTED = {
 }
 
 
+def _config_fields(llama_config):
+    return dict(hf_config=llama_config, cluster=CLUSTER, model_flags={"seq": h.SEQ, "batch": h.BATCH, "dtype": "fp32"})
+
+
 def _config_plan(llama_config, layers, micro_batches=2):
-    p = h.plan(layers, micro_batches)
-    p.update(hf_config=llama_config, cluster=CLUSTER, model_flags={"seq": h.SEQ, "batch": h.BATCH, "dtype": "fp32"})
-    return p
+    return {**h.plan(layers, micro_batches), **_config_fields(llama_config)}
 
 
 @pytest.fixture(scope="module")
@@ -138,25 +146,31 @@ def test_collective_bytes_are_kiwis(runs, name):
     assert (kiwi("dp_all_reduce_bytes") + kiwi("sdp_reduce_scatter_bytes")) > 0  # a count that could differ
 
 
-def test_pipeline_sends_and_stage_bytes_are_kiwis(runs):
-    """kiwi plan's pipelined plan: each stage's point-to-point bytes and its DP/ZeRO collectives equal
-    kiwi's count for that stage's units."""
+@pytest.mark.parametrize("name", ["kiwi plan's plan of a Llama config", INTERLEAVED])
+def test_pipeline_sends_and_stage_bytes_are_kiwis(runs, llama_config, name):
+    """kiwi plan's pipelined plan, and an interleaved 1F1B plan of the same model (priced with its config):
+    each stage's point-to-point bytes and its DP/ZeRO collectives equal kiwi's count for that stage's units
+    (with interleaving, its chunks' layers and every chunk's sends)."""
     from kiwi import _kiwi
-    _, plan, (_, _, per_rank) = runs["kiwi plan's plan of a Llama config"]
+    from kiwi.torch.distributed.plan import parse_plan
+    _, plan, (_, _, per_rank) = runs[name]
+    if "hf_config" not in plan:  # PIPELINED's plan ran h.build("llama"): the model of llama_config
+        plan = {**plan, **_config_fields(llama_config)}
     layer = plan["layer"]
     assert layer["pp_degree"] > 1  # the main job pipelines on this cluster: what this test is about
     traffic = json.loads(_kiwi.layer_plan_report(json.dumps(plan), "", ""))["traffic"]
+    parsed = parse_plan(plan, name)
     ranks_per_stage = WORLD // layer["pp_degree"]
     for stage in range(layer["pp_degree"]):
         measured = per_rank[stage * ranks_per_stage]
         sent = traffic["send_forward_bytes"][stage] + traffic["send_backward_bytes"][stage]
         assert measured.get(("pp", "send"), 0) == sent > 0
-        first = sum(layer["pp_partition"][:stage])
-        units = traffic["layers"][first:first + layer["pp_partition"][stage]]
+        units = [traffic["layers"][i] for i in parsed.stage_layers(stage)]
         units += [traffic["embedding"]] if stage == 0 else []
         units += [traffic["head"]] if stage == layer["pp_degree"] - 1 else []
         for kind, fields in ((("dp", "reduce_scatter"), ("sdp_reduce_scatter_bytes",)),
-                             (("dp", "all_reduce"), ("dp_all_reduce_bytes",))):
+                             (("dp", "all_reduce"), ("dp_all_reduce_bytes",)),
+                             (("dp", "all_gather"), ("sdp_all_gather_bytes", "step_all_gather_bytes"))):
             assert measured.get(kind, 0) == sum(u[f] for u in units for f in fields), (stage, kind)
 
 
@@ -241,10 +255,10 @@ def test_what_cannot_run_as_planned_names_the_module_or_field():
     from kiwi.torch.parallel import check_plan
     with pytest.raises(PlanError, match="layer.pp_degree: .*Llama family"):  # GPT-2's stages are not split
         check_plan(h.build("gpt2"), _pipelined([(1, 2, 0, False)] * 4, 2, [2, 2], "1f1b"), WORLD)
-    interleaved = _pipelined([(1, 2, 0, False)] * 4, 2, [1, 1, 1, 1], "1f1b")
-    interleaved["layer"].update(pp_degree=2, virtual_stages=2)
-    with pytest.raises(PlanError, match="virtual_stages"):
-        check_plan(h.build("llama"), interleaved, WORLD)
+    interleaved = _pipelined([(1, 2, 0, False)] * 4, 4, [1, 1, 1, 1], "1f1b", virtual_stages=2)
+    check_plan(h.build("llama"), interleaved, WORLD)                             # runs (PIPELINED)
+    with pytest.raises(PlanError, match=r"virtual_stages: .*need pipeline \"1f1b\""):  # interleaving is 1F1B only
+        check_plan(h.build("llama"), _pipelined([(1, 2, 0, False)] * 4, 4, [1, 1, 1, 1], "gpipe", 2), WORLD)
 
 
 def test_a_linear_kiwi_cannot_place_is_named_and_the_user_can_place_it():

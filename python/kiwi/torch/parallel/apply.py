@@ -15,7 +15,7 @@ from kiwi.torch.distributed.plan import HybridPlan, LayerStrategy, PlanError, lo
 from kiwi.torch.parallel.blocks import block_names, find_blocks
 from kiwi.torch.parallel.checkpointing import checkpoint_block
 from kiwi.torch.parallel.data_parallel import shard_layer, syncs_every_micro_batch
-from kiwi.torch.parallel.pipeline import DecoderStage, check_pipeline, decoder_parts, loss_function, make_schedule
+from kiwi.torch.parallel.pipeline import decoder_parts, loss_function, make_schedule, stage_chunks
 from kiwi.torch.parallel.tensor_parallel import (apply_tensor_parallel, apply_vocabulary_parallel, check_block_splits,
                                                  sequence_boundaries, vocabulary_modules)
 
@@ -34,9 +34,9 @@ class ParallelModel:
     layers: List[FSDPModule] = dataclasses.field(default_factory=list)  # the blocks that FSDP2 wraps
     accumulating: List[FSDPModule] = dataclasses.field(default_factory=list)  # DP / ZeRO-1: sync on the last micro-batch
     unsharded: List[FSDPModule] = dataclasses.field(default_factory=list)  # ZeRO-1/2: gathered once per step
-    root: Optional[FSDPModule] = None
+    roots: List[FSDPModule] = dataclasses.field(default_factory=list)  # the model's, or each pipeline chunk's
     stage: int = 0                      # this rank's pipeline stage
-    stage_layers: List[int] = dataclasses.field(default_factory=list)
+    stage_layers: List[int] = dataclasses.field(default_factory=list)  # of all its chunks (virtual_stages)
     schedule: Any = None                # torch.distributed.pipelining's, with pp_degree > 1
     groups: Dict[str, List[Any]] = dataclasses.field(default_factory=dict)  # "dp" / "tp": their process groups
 
@@ -55,8 +55,6 @@ def _as_plan(plan: Union[HybridPlan, Dict[str, Any], str]) -> HybridPlan:
 
 
 def _check_layers(plan: HybridPlan, blocks_path: str, count: int, world: int) -> LayerStrategy:
-    if plan.pp_degree > 1:
-        check_pipeline(plan)
     if len(plan.layers) != count:
         raise PlanError(f"{plan.source}: layer.layers: {len(plan.layers)} layers planned, the model has {count} "
                         f"blocks at {blocks_path!r}")
@@ -107,8 +105,9 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
     of the default process group: its blocks (found, or the nn.ModuleList at `blocks`) get their layer's
     TP (+ SP), checkpointing and ZeRO stage; with TP the input embedding and the head split by vocabulary
     (unless tied), the embedding and the final norm are data-parallel as the first layer, the head as the
-    last; with pp_degree > 1 this rank keeps its stage's part and `ParallelModel.schedule` runs it. `mesh`: a
-    ("pp", "dp", "one", "tp") mesh to reuse (one is made otherwise); `tp_plan`: {linear's name in a block: "colwise" | "rowwise" | "replicate"} where kiwi
+    last; with pp_degree > 1 this rank keeps its stage's chunks (one, or `virtual_stages`) and
+    `ParallelModel.schedule` runs them. `mesh`: a ("pp", "dp", "one", "tp") mesh to reuse (one is made
+    otherwise); `tp_plan`: {linear's name in a block: "colwise" | "rowwise" | "replicate"} where kiwi
     cannot tell from the name. Errors are PlanErrors naming the plan field or the module."""
     world = dist.get_world_size() if dist.is_initialized() else 1
     plan = check_plan(model, plan, world, blocks=blocks, tp_plan=tp_plan)  # nothing changes before this passes
@@ -126,9 +125,9 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
     mine = plan.stage_layers(stage) if pp > 1 else list(range(len(found)))
     out = ParallelModel(model=model, plan=plan, mesh=mesh, blocks_path=path, dp=dp, tp=tp,
                         dp_rank=mesh["dp"].get_local_rank() if mesh is not None else 0, stage=stage, stage_layers=mine)
-    root: torch.nn.Module = model
-    if pp > 1:  # this rank keeps its stage's blocks (and the embedding or the head)
-        root = DecoderStage(model, found, mine, stage == 0, stage == pp - 1, plan.source)
+    roots: List[torch.nn.Module] = [model]
+    if pp > 1:  # this rank keeps its stage's chunks of blocks (and the embedding or the head)
+        roots = stage_chunks(model, found, plan, stage)
     heads = _heads(model)
     if tp > 1:
         apply_vocabulary_parallel(model, mesh["tp"])
@@ -141,7 +140,8 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
         if strategy.checkpoint or strategy.recomputes_core:
             checkpoint_block(block, selective=not strategy.checkpoint)
         if sp:
-            before = i - 1 in mine and plan.layers[i - 1].sequence_split  # stages send whole sequences
+            # stages send whole sequences (a stage's chunks are never adjacent: i - 1 in mine is this chunk)
+            before = i - 1 in mine and plan.layers[i - 1].sequence_split
             after = i + 1 in mine and plan.layers[i + 1].sequence_split
             sequence_boundaries(block, mesh["tp"], first_of_run=not before, last_of_run=not after)
     if dp > 1:
@@ -153,10 +153,12 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
             embed is not None and getattr(head, "weight", None) is getattr(embed, "weight", None))
         units = [(found[i], plan.layers[i]) for i in mine]
         units += [(head, plan.layers[-1])] if separate_head else []
-        for module, strategy in units + [(root, plan.layers[mine[0]])]:
+        # each root (the model, or a chunk: the embedding or the final norm) with its first layer's strategy
+        firsts = [mine[0]] if pp == 1 else [plan.chunk_layers(c)[0] for c in plan.stage_chunks(stage)]
+        for module, strategy in units + [(r, plan.layers[i]) for r, i in zip(roots, firsts)]:
             wrapped = shard_layer(module, strategy, mesh["dp"], replicate_mesh)
-            if module is root:
-                out.root = wrapped
+            if any(module is r for r in roots):
+                out.roots.append(wrapped)
             elif module is not head:
                 out.layers.append(wrapped)
             if not syncs_every_micro_batch(strategy):
@@ -168,5 +170,5 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
         out.groups["tp"] = [mesh.get_group("tp")]
     if pp > 1:
         out.groups["pp"] = [mesh.get_group("pp")]
-        out.schedule = make_schedule(plan, root, stage, mesh, loss_function(model), device)
+        out.schedule = make_schedule(plan, roots, stage, mesh, loss_function(model), device)
     return out

@@ -1,7 +1,9 @@
 """Pipeline stages of a HuggingFace decoder language model with torch.distributed.pipelining: each stage
-keeps its plan layers' blocks (the embedding on the first, the final norm and the head on the last) and
-runs them as the model's own forward does (rotary position embeddings per stage, causal attention);
-1F1B or GPipe over the plan's micro-batches, the model's own loss on the last stage."""
+keeps its plan layers' blocks (the embedding on the first, the final norm and the head on the last) in
+one model chunk, or with interleaved 1F1B (`virtual_stages` v > 1) in v chunks placed as kiwi places them
+(chunk c on stage c % pp_degree), each run as the model's own forward does (rotary position embeddings
+per chunk, causal attention); 1F1B, GPipe or interleaved 1F1B over the plan's micro-batches, the model's
+own loss on the last stage."""
 from typing import Callable, List
 
 import torch
@@ -24,36 +26,54 @@ def decoder_parts(model: torch.nn.Module, blocks: torch.nn.ModuleList, source: s
     return base, base.embed_tokens, getattr(base, "rotary_emb", None), base.norm, head
 
 
-class DecoderStage(torch.nn.Module):
-    """One pipeline stage of a decoder model: token ids (first stage) or hidden states in, hidden states
-    or logits (last stage) out. The other stages' blocks are dropped; parameter names stay the model's."""
+class DecoderChunk(torch.nn.Module):
+    """One model chunk of a pipeline stage (the whole stage without interleaving): token ids (the first
+    chunk) or hidden states in, hidden states or logits (the last chunk) out. It holds only its own blocks
+    (and the embedding, or the final norm and the head), so each chunk's PipelineStage scales and
+    synchronises only its own gradients; the model keeps them under their own names."""
 
-    def __init__(self, model: torch.nn.Module, blocks: torch.nn.ModuleList, layers: List[int], first: bool,
-                 last: bool, source: str):
+    def __init__(self, parts, blocks: torch.nn.ModuleList, layers: List[int], first: bool, last: bool):
         super().__init__()
-        base, embed, rotary, norm, head = decoder_parts(model, blocks, source)
-        for i in range(len(blocks)):
-            if i not in layers:
-                blocks[i] = torch.nn.Identity()
-        if not first:
-            base.embed_tokens = None
-        if not last:
-            base.norm = None
-            for name, module in model.named_children():
-                if module is head:
-                    setattr(model, name, None)
-        self.model = model
-        self._parts = (base, rotary, blocks, list(layers), first, last, head if last else None)
+        _, embed, rotary, norm, head = parts
+        self.embed = embed if first else None
+        self.blocks = torch.nn.ModuleList([blocks[i] for i in layers])
+        self.norm = norm if last else None
+        self.head = head if last else None
+        self._rotary = (rotary,)  # buffers only: shared by the chunks, not registered
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        base, rotary, blocks, layers, first, last, head = self._parts
-        hidden = base.embed_tokens(x) if first else x
+        hidden = self.embed(x) if self.embed is not None else x
         positions = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
+        rotary = self._rotary[0]
         rope = rotary(hidden, positions) if rotary is not None else None
-        for i in layers:  # no mask: the attention is causal (HuggingFace's SDPA path)
-            out = blocks[i](hidden, attention_mask=None, position_ids=positions, position_embeddings=rope)
+        for block in self.blocks:  # no mask: the attention is causal (HuggingFace's SDPA path)
+            out = block(hidden, attention_mask=None, position_ids=positions, position_embeddings=rope)
             hidden = out[0] if isinstance(out, tuple) else out
-        return head(base.norm(hidden)) if last else hidden
+        return self.head(self.norm(hidden)) if self.head is not None else hidden
+
+
+def stage_chunks(model: torch.nn.Module, blocks: torch.nn.ModuleList, plan: HybridPlan,
+                 stage: int) -> List[DecoderChunk]:
+    """This stage's model chunks in model order (chunk c of the plan runs on stage c % pp_degree, as kiwi's
+    simulator and Megatron-LM place them); the model drops the other stages' blocks (nn.Identity), and the
+    embedding, the final norm and the head unless the stage runs the first or the last chunk."""
+    parts = decoder_parts(model, blocks, plan.source)
+    base, _, _, _, head = parts
+    indices = plan.stage_chunks(stage)
+    last_chunk = len(plan.pp_partition) - 1
+    chunks = [DecoderChunk(parts, blocks, plan.chunk_layers(c), c == 0, c == last_chunk) for c in indices]
+    mine = plan.stage_layers(stage)
+    for i in range(len(blocks)):
+        if i not in mine:
+            blocks[i] = torch.nn.Identity()
+    if 0 not in indices:
+        base.embed_tokens = None
+    if last_chunk not in indices:
+        base.norm = None
+        for name, module in model.named_children():
+            if module is head:
+                setattr(model, name, None)
+    return chunks
 
 
 def loss_function(model: torch.nn.Module) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
@@ -65,16 +85,15 @@ def loss_function(model: torch.nn.Module) -> Callable[[torch.Tensor, torch.Tenso
     return loss
 
 
-def make_schedule(plan: HybridPlan, stage_module: torch.nn.Module, stage: int, mesh: DeviceMesh,
+def make_schedule(plan: HybridPlan, chunks: List[torch.nn.Module], stage: int, mesh: DeviceMesh,
                   loss: Callable, device: torch.device):
-    """The plan's schedule (1F1B or GPipe) of this rank's stage over the plan's micro-batches."""
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-    pipeline_stage = PipelineStage(stage_module, stage, plan.pp_degree, device, group=mesh.get_group("pp"))
-    kind = Schedule1F1B if plan.pipeline == "1f1b" else ScheduleGPipe
-    return kind(pipeline_stage, n_microbatches=plan.micro_batches, loss_fn=loss)
-
-
-def check_pipeline(plan: HybridPlan) -> None:
+    """The plan's schedule of this rank's chunks over the plan's micro-batches: 1F1B or GPipe of its one
+    stage, or interleaved 1F1B of its `virtual_stages` chunks (one PipelineStage each, stage index = chunk)."""
+    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+    group, count = mesh.get_group("pp"), len(plan.pp_partition)
+    stages = [PipelineStage(module, c, count, device, group=group)
+              for module, c in zip(chunks, plan.stage_chunks(stage))]
     if plan.virtual_stages > 1:
-        raise PlanError(f"{plan.source}: layer.virtual_stages: interleaved 1F1B ({plan.virtual_stages} chunks per "
-                        "stage) is not applied by kiwi.torch.parallelize yet")
+        return ScheduleInterleaved1F1B(stages, n_microbatches=plan.micro_batches, loss_fn=loss)
+    kind = Schedule1F1B if plan.pipeline == "1f1b" else ScheduleGPipe
+    return kind(stages[0], n_microbatches=plan.micro_batches, loss_fn=loss)
