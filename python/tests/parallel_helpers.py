@@ -5,6 +5,8 @@ from typing import Any, Dict, List, Tuple
 import torch
 
 SEQ, BATCH, VOCAB, STEPS, LR = 16, 8, 128, 3, 0.05
+GPT2 = dict(n_layer=4, n_embd=64, n_head=4, vocab_size=VOCAB, n_positions=2 * SEQ, resid_pdrop=0.0, embd_pdrop=0.0,
+            attn_pdrop=0.0)
 
 
 def build(name: str) -> torch.nn.Module:
@@ -22,8 +24,7 @@ def build(name: str) -> torch.nn.Module:
     if name == "qwen2":
         return tf.Qwen2ForCausalLM(tf.Qwen2Config(**small, num_key_value_heads=2))
     if name == "gpt2":
-        return tf.GPT2LMHeadModel(tf.GPT2Config(n_layer=4, n_embd=64, n_head=4, vocab_size=VOCAB, n_positions=2 * SEQ,
-                                                resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+        return tf.GPT2LMHeadModel(tf.GPT2Config(**GPT2))
     if name == "bert":
         return tf.BertForMaskedLM(tf.BertConfig(**small, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
     raise ValueError(name)

@@ -24,6 +24,8 @@ JOBS = {
     "qwen2 SP-TP2 x ZeRO-2+CKPT": ("qwen2", [(2, 2, 2, True, True)] * 4, 2),
     "gpt2 DP+CKPT, then ZeRO-3+SEL": ("gpt2", [(1, 4, 0, True)] * 2 + [(1, 4, 3, False, False, True)] * 2, 2),
     "gpt2 ZeRO-2": ("gpt2", [(1, 4, 2, False)] * 4, 1),
+    "gpt2 TP2 x ZeRO-2": ("gpt2", [(2, 2, 2, False)] * 4, 2),      # Conv1D, fused q/k/v split by heads
+    "gpt2 SP-TP4+CKPT": ("gpt2", [(4, 1, 0, True, True)] * 4, 2),   # one head per rank, no FSDP
     "bert TP2 x DP": ("bert", [(2, 2, 0, False)] * 4, 2),
     "bert SP-TP2 x ZeRO-3+CKPT": ("bert", [(2, 2, 3, True, True)] * 4, 2),
 }
@@ -146,6 +148,21 @@ def test_collective_bytes_are_kiwis(runs, name):
     assert (kiwi("dp_all_reduce_bytes") + kiwi("sdp_reduce_scatter_bytes")) > 0  # a count that could differ
 
 
+def test_gpt2_tp_all_reduces_are_kiwis(runs, tmp_path):
+    """GPT-2 under TP2: the layers' TP all-reduces (Megatron's f and g around the fused q/k/v and the MLP)
+    equal kiwi's count for a GPT-2 config of the same sizes; its tied embedding and head stay replicated, so
+    they all-reduce nothing where kiwi prices them vocabulary-parallel."""
+    import transformers as tf
+    from kiwi import _kiwi
+    _, plan, (_, _, per_rank) = runs["gpt2 TP2 x ZeRO-2"]
+    config = str(tmp_path / "gpt2.json")
+    tf.GPT2Config(**h.GPT2).to_json_file(config)
+    plan = dict(plan, hf_config=config, cluster=CLUSTER, model_flags={"seq": h.SEQ, "batch": h.BATCH, "dtype": "fp32"})
+    traffic = json.loads(_kiwi.layer_plan_report(json.dumps(plan), "", ""))["traffic"]
+    layers = sum(u["tp_all_reduce_bytes"] for u in traffic["layers"])
+    assert per_rank[0].get(("tp", "all_reduce"), 0) == layers > 0
+
+
 @pytest.mark.parametrize("name", ["kiwi plan's plan of a Llama config", INTERLEAVED])
 def test_pipeline_sends_and_stage_bytes_are_kiwis(runs, llama_config, name):
     """kiwi plan's pipelined plan, and an interleaved 1F1B plan of the same model (priced with its config):
@@ -237,6 +254,9 @@ def test_tensor_parallel_splits_by_the_linears_names():
     assert llama == {"self_attn.q_proj": "colwise", "self_attn.k_proj": "colwise", "self_attn.v_proj": "colwise",
                      "self_attn.o_proj": "rowwise", "mlp.gate_proj": "colwise", "mlp.up_proj": "colwise",
                      "mlp.down_proj": "rowwise"}
+    gpt2 = classify_linears(h.build("gpt2").transformer.h[0], "transformer.h.0")  # Conv1D: weight [in, out]
+    assert gpt2 == {"attn.c_attn": "colwise", "attn.c_proj": "rowwise", "mlp.c_fc": "colwise",
+                    "mlp.c_proj": "rowwise"}
     bert = classify_linears(h.build("bert").bert.encoder.layer[0], "bert.encoder.layer.0")
     assert bert["attention.output.dense"] == "rowwise" and bert["intermediate.dense"] == "colwise"
 
@@ -244,8 +264,8 @@ def test_tensor_parallel_splits_by_the_linears_names():
 def test_what_cannot_run_as_planned_names_the_module_or_field():
     assert "key/value heads" in _error("llama", [(4, 1, 0, False)] * 4)          # 2 KV heads over 4 ranks
     assert "model.layers.0.self_attn.k_proj" in _error("llama", [(4, 1, 0, False)] * 4)
-    conv = _error("gpt2", [(2, 2, 0, False)] * 4)                                # fused q/k/v in a Conv1D
-    assert "transformer.h.0.attn.c_attn" in conv and "Conv1D" in conv
+    fused = _error("gpt2", [(8, 1, 0, False)] * 4, world=8)                      # 4 heads over 8 ranks
+    assert "transformer.h.0.attn.c_attn" in fused and "4 attention heads" in fused
     assert "layers[2].tp" in _error("llama", [(2, 2, 0, False)] * 2 + [(1, 4, 0, False)] * 2)
     assert "4 blocks" in _error("llama", [(1, 4, 0, False)] * 3)
     assert "tp 1 x dp 2" in _error("llama", [(1, 2, 0, False)] * 4)              # 2 ranks' plan on 4
@@ -283,6 +303,16 @@ def test_a_linear_kiwi_cannot_place_is_named_and_the_user_can_place_it():
     check_plan(Net(), plan, WORLD, tp_plan={"attn.mix": "colwise"})
     with pytest.raises(PlanError, match="tp_plan"):
         check_plan(Net(), plan, WORLD, tp_plan={"attn.mix": "diagonal"})
+
+    class Mixer(torch.nn.Module):  # a 2-D weight that is neither an nn.Linear nor a transposed one (Conv1D)
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.zeros(8, 8))
+
+    net = Net()
+    net.blocks[1].attn.q_proj = Mixer()
+    with pytest.raises(PlanError, match=r"blocks\.1\.attn\.q_proj: a Mixer"):
+        check_plan(net, plan, WORLD, tp_plan={"attn.mix": "colwise"})
 
 
 def test_the_step_checks_its_batch():

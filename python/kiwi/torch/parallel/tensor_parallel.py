@@ -1,7 +1,8 @@
 """Megatron tensor (and sequence) parallelism of one block with DTensor's styles (ColwiseParallel,
-RowwiseParallel, SequenceParallel): which linear is split how comes from its name in the block (q/k/v,
-gate/up and fc1-like column-parallel, o/down and fc2-like row-parallel), or from the user's
-`tp_plan`; anything the block cannot split as the plan says is a PlanError naming the module."""
+RowwiseParallel, SequenceParallel, and linear_styles.py's for transposed and fused linears): which linear
+is split how comes from its name in the block (q/k/v, fused q/k/v, gate/up and fc1-like column-parallel,
+o/down and fc2-like row-parallel), or from the user's `tp_plan`; anything the block cannot split as the
+plan says is a PlanError naming the module."""
 import re
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -12,11 +13,19 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                parallelize_module)
 
 from kiwi.torch.distributed.plan import PlanError
+from kiwi.torch.parallel.linear_styles import ColumnParallel, RowParallel, features, is_transposed
 
 # Column-parallel linears read the block's (gathered) input; row-parallel ones end a column-parallel group.
-_COLWISE = re.compile(r"(^|\.)(q_proj|k_proj|v_proj|query|key|value|gate_proj|up_proj|fc1|w1|w3|wq|wk|wv|c_fc|"
+_COLWISE = re.compile(r"(^|\.)(q_proj|k_proj|v_proj|query|key|value|gate_proj|up_proj|fc1|w1|w3|wq|wk|wv|c_fc|c_attn|"
                       r"intermediate\.dense|dense_h_to_4h|query_key_value)$")
-_ROWWISE = re.compile(r"(^|\.)(o_proj|out_proj|down_proj|fc2|w2|wo|output\.dense|dense_4h_to_h|attention\.dense)$")
+_ROWWISE = re.compile(r"(^|\.)(o_proj|out_proj|down_proj|fc2|w2|wo|output\.dense|dense_4h_to_h|attention\.dense|"
+                      r"attn\.c_proj|mlp\.c_proj)$")
+# Fused projections of equal parts side by side (GPT-2's c_attn: q, k, v of the hidden size each, its
+# cross-attention's k, v): each part splits by heads, so the parts are its outputs over its inputs.
+_FUSED = re.compile(r"(^|\.)c_attn$")
+# What the module around a fused projection cuts its output and heads by (GPT2Attention's split_size and
+# num_heads): the rank's share once the projection is split.
+_LOCAL_COUNTS = ("split_size", "num_heads")
 _KEY_VALUE = re.compile(r"(^|\.)(k_proj|v_proj|key|value|wk|wv)$")
 _NORM = re.compile(r"(norm|layernorm|ln_\d|ln)$", re.IGNORECASE)
 
@@ -35,10 +44,10 @@ def classify_linears(block: torch.nn.Module, where: str,
             continue
         if _NORM.search(name.split(".")[-1]) or module.weight is None or module.weight.dim() != 2:
             continue  # norms stay replicated (sequence-parallel with SP)
-        if not isinstance(module, torch.nn.Linear):
-            raise PlanError(f"{where}.{name}: a {type(module).__name__} (weight {tuple(module.weight.shape)}), not an "
-                            "nn.Linear: DTensor's column/row styles cannot split it (GPT-2's Conv1D fuses q/k/v); "
-                            "plan this model without tensor parallelism (tp 1)")
+        if not isinstance(module, torch.nn.Linear) and not is_transposed(module):
+            raise PlanError(f"{where}.{name}: a {type(module).__name__} (weight {tuple(module.weight.shape)}), neither "
+                            "an nn.Linear nor a transposed one (Conv1D): kiwi cannot split it; name it "
+                            "in parallelize(..., tp_plan={'" + name + "': 'replicate'}) or plan tp 1")
         if _COLWISE.search(name):
             styles[name] = "colwise"
         elif _ROWWISE.search(name):
@@ -51,6 +60,14 @@ def classify_linears(block: torch.nn.Module, where: str,
     return styles
 
 
+def fused_parts(name: str, module: torch.nn.Module) -> int:
+    """How many equal parts a column-parallel linear's outputs are (1 unless a fused projection)."""
+    if not _FUSED.search(name):
+        return 1
+    inputs, outputs = features(module)
+    return outputs // inputs if outputs % inputs == 0 else 1
+
+
 def check_block_splits(block: torch.nn.Module, where: str, tp: int, tp_plan: Optional[Dict[str, str]] = None,
                        key_value_heads: Optional[int] = None, heads: Optional[int] = None) -> Dict[str, str]:
     """The block's linears' styles (classify_linears) once every split is known to divide evenly over
@@ -58,10 +75,15 @@ def check_block_splits(block: torch.nn.Module, where: str, tp: int, tp_plan: Opt
     styles = classify_linears(block, where, tp_plan)
     for name, style in styles.items():
         linear = block.get_submodule(name)
-        size, what = (linear.out_features, "output features") if style == "colwise" else \
-                     (linear.in_features, "input features")
+        inputs, outputs = features(linear)
+        parts = fused_parts(name, linear) if style == "colwise" else 1
+        size, what = (outputs // parts, "output features" + (f" per part (of {parts})" if parts > 1 else "")) \
+            if style == "colwise" else (inputs, "input features")
         if style != "replicate" and size % tp:
             raise PlanError(f"{where}.{name}: tp {tp} does not divide its {size} {what}")
+        if parts > 1 and heads and heads % tp:  # each rank computes whole heads of q, k and v
+            raise PlanError(f"{where}.{name}: tp {tp} does not divide its {heads} attention heads (a fused "
+                            f"projection of {parts} parts splits each by heads)")
         if style == "colwise" and _KEY_VALUE.search(name) and key_value_heads and key_value_heads % tp:
             raise PlanError(f"{where}.{name}: tp {tp} does not divide its {key_value_heads} key/value heads "
                             "(grouped-query attention splits whole heads)")
@@ -110,11 +132,18 @@ def apply_tensor_parallel(block: torch.nn.Module, where: str, mesh: DeviceMesh, 
     Returns the split linears' names."""
     styles = check_block_splits(block, where, mesh.size(), tp_plan, key_value_heads, heads)
     plan: Dict[str, Any] = {}
+    fused: List[str] = []
     for name, style in styles.items():
-        if style == "colwise":
+        linear = block.get_submodule(name)
+        parts = fused_parts(name, linear)
+        if style == "colwise" and (parts > 1 or is_transposed(linear)):  # torch's splits nn.Linear only
+            plan[name] = ColumnParallel(parts)
+            fused += [name] if parts > 1 else []
+        elif style == "colwise":
             plan[name] = ColwiseParallel()
         elif style == "rowwise":
-            plan[name] = RowwiseParallel(output_layouts=Shard(1)) if sequence_parallel else RowwiseParallel()
+            row = RowParallel if is_transposed(linear) else RowwiseParallel
+            plan[name] = row(output_layouts=Shard(1)) if sequence_parallel else row()
     if sequence_parallel:
         for name, module in block.named_modules():
             if name and _NORM.search(name.split(".")[-1]) and any(True for _ in module.parameters(recurse=False)):
@@ -130,6 +159,11 @@ def apply_tensor_parallel(block: torch.nn.Module, where: str, mesh: DeviceMesh, 
         block.get_submodule(parent).register_forward_pre_hook(
             _on_hidden_states(_relayout(mesh, source, Replicate(), local=False)), with_kwargs=True)
     parallelize_module(block, mesh, plan)
+    for name in fused:  # the module around it now splits the rank's q_r, k_r, v_r into its heads
+        parent = block.get_submodule(name.rpartition(".")[0])
+        for attribute in _LOCAL_COUNTS:
+            if isinstance(getattr(parent, attribute, None), int):
+                setattr(parent, attribute, getattr(parent, attribute) // mesh.size())
     return sorted(n for n, s in styles.items() if s != "replicate")
 
 
