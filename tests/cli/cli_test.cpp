@@ -793,6 +793,8 @@ TEST(Cli, SimulateNamesThePlanFileAndField) {
        ": cluster: unknown cluster 'v100'"},
       {R"({"kiwi_plan_version": 1, "model": "gpt", "model_flags": {"layers": 2}, "cluster": "dgx-h100:0", )" + layers + rest,
        ": cluster: 'dgx-h100:0': the node count"},
+      {R"({"kiwi_plan_version": 1, "model": "gpt", "model_flags": {"layers": 2, "runtime": "fsdp1"}, )" + layers + rest,
+       ": model_flags.runtime: 'fsdp1' is not one of kiwi, fsdp2"},
   };
   for (size_t i = 0; i < cases.size(); ++i) {
     const std::string path = WriteTemp("named_plan_" + std::to_string(i) + ".json", cases[i].first);
@@ -819,6 +821,38 @@ TEST(Cli, SimulateNamesThePlanFileAndField) {
   auto flag = RunKiwi("simulate " + WriteTemp("flag_plan.json", head + layers + rest) + " --cluster v100");
   EXPECT_EQ(flag.exit_code, 2);
   EXPECT_NE(flag.err.find("kiwi: error: --cluster: unknown cluster 'v100'"), std::string::npos) << flag.err;
+}
+
+// --runtime fsdp2 prices ZeRO-3 layers as PyTorch's FSDP2 holds them (cost::ZeroRuntime): the flag on a
+// plan file, the plan's own model_flags.runtime (what kiwi plan --runtime writes) and a plan of kiwi's
+// runtime agree on everything but the ZeRO-3 layers' buffers; a runtime kiwi does not know is refused.
+TEST(Cli, RuntimeFsdp2PricesZeroThreeAsFullyShardHoldsIt) {
+  const std::string layers = R"("layer": {"layers": [{"dp": 8, "zero": 3}, {"dp": 8, "zero": 3}], "pp_degree": 1,
+      "pp_partition": [2], "global_batch": 16, "micro_batches": 1}})";
+  auto plan_with = [&](const std::string& flags) {
+    return R"({"kiwi_plan_version": 1, "model": "gpt", "model_flags": {"layers": 2)" + flags +
+           R"(}, "cluster": "v100-nvlink-8", )" + layers;
+  };
+  const std::string kiwi_plan = WriteTemp("zero3_plan.json", plan_with(""));
+  auto peak = [](const testing::RunResult& r) { return r.Json()["peak_memory_bytes"].get<int64_t>(); };
+  const testing::RunResult own = RunKiwi("simulate " + kiwi_plan + " --json");
+  const testing::RunResult flag = RunKiwi("simulate " + kiwi_plan + " --runtime fsdp2 --json");
+  const testing::RunResult recorded = RunKiwi("simulate " + WriteTemp("zero3_fsdp2_plan.json", plan_with(R"(, "runtime": "fsdp2")")) + " --json");
+  ASSERT_EQ(own.exit_code, 0) << own.err;
+  ASSERT_EQ(flag.exit_code, 0) << flag.err;
+  ASSERT_EQ(recorded.exit_code, 0) << recorded.err;
+  EXPECT_GT(peak(flag), peak(own));
+  EXPECT_EQ(peak(recorded), peak(flag));
+  EXPECT_EQ(flag.Json()["iteration_seconds"], own.Json()["iteration_seconds"]);
+  // The stage's split says where the difference is: its buffers.
+  auto buffers = [](const testing::RunResult& r) {
+    return r.Json()["stages"][0]["memory_bytes"]["buffers"].get<int64_t>();
+  };
+  EXPECT_EQ(buffers(flag) - buffers(own), peak(flag) - peak(own));
+  const testing::RunResult bad = RunKiwi("simulate " + kiwi_plan + " --runtime fsdp1");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_EQ(CountLines(bad.err), 1) << bad.err;
+  EXPECT_NE(bad.err.find("--runtime: 'fsdp1' is not one of kiwi, fsdp2"), std::string::npos) << bad.err;
 }
 
 }  // namespace

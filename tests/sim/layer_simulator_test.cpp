@@ -376,6 +376,29 @@ TEST(SimulateLayerPlan, ZeroStagesShardStatesAsTheZeroPaperCounts) {
             Simulate(FourLayers(), UniformPlan({.tp = 1, .dp = 1}, 16, 1), one).summary.iteration_seconds);
 }
 
+// Under PyTorch's FSDP2 a ZeRO-3 layer running its backward pass also holds the next layer's prefetched
+// all-gather output and the previous layer's reduce-scatter input (cost::ZeroRuntime::kFsdp2): 1 MB of
+// parameters twice and 1 MB of gradient, where kiwi's runtime holds the larger of its own two. The
+// other stages gather nothing, so the runtime changes none of them.
+TEST(SimulateLayerPlan, Fsdp2HoldsThePrefetchedLayerAndThePendingReduceScatter) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  LayerModel fsdp2 = FourLayers();
+  fsdp2.zero_runtime = cost::ZeroRuntime::kFsdp2;
+  auto peak = [&](const LayerModel& m, plan::Zero zero) {
+    return Simulate(m, UniformPlan({.tp = 1, .dp = 4, .zero = zero}, 16, 1), cluster).summary.peak_memory_bytes;
+  };
+  const int64_t activations = 4 * 4 * 10'000;
+  EXPECT_EQ(peak(fsdp2, plan::Zero::kParameters), 4'000'000 + 3'000'000 + activations);
+  EXPECT_EQ(peak(fsdp2, plan::Zero::kParameters) - peak(FourLayers(), plan::Zero::kParameters), 2'000'000);
+  for (plan::Zero zero : {plan::Zero::kNone, plan::Zero::kOptimizerStates, plan::Zero::kGradients})
+    EXPECT_EQ(peak(fsdp2, zero), peak(FourLayers(), zero));
+  // Time is the runtime's concern no more than the ZeRO stage's traffic: unchanged.
+  EXPECT_EQ(Simulate(fsdp2, UniformPlan({.tp = 1, .dp = 4, .zero = plan::Zero::kParameters}, 16, 1), cluster)
+                .summary.iteration_seconds,
+            Simulate(FourLayers(), UniformPlan({.tp = 1, .dp = 4, .zero = plan::Zero::kParameters}, 16, 1), cluster)
+                .summary.iteration_seconds);
+}
+
 // ZeRO-1 reduce-scatters the accumulated gradients once, in the last micro-batch (as DP all-reduces
 // them); ZeRO-2 every micro-batch (it keeps no whole gradients). Both all-gather the updated
 // parameters after the step: 1 MB over 4 ranks, 0.75 ms a layer, after every stage's last micro-batch.

@@ -54,6 +54,10 @@ void ModelFlags::Add(CLI::App* app, const std::string& default_model) {
                   "capacity factor; default 1: dropless with an even load; above 1 also an uneven load's busiest expert)");
   app->add_option("--dtype", flags.dtype, "fp32 | bf16 | fp16 (default: the preset's)");
   app->add_option("--optimizer", flags.optimizer, "adam | fused_adam | sgd (default: the preset's)");
+  app->add_option("--runtime", flags.runtime,
+                  "kiwi | fsdp2: what will run ZeRO-3 layers, priced by what it holds beside its shards (default "
+                  "kiwi: one layer's gathered parameters; fsdp2: PyTorch's fully_shard, as kiwi.torch.parallelize "
+                  "runs, also the next layer's prefetched parameters and the last reduce-scatter's input)");
   app->add_option("--attention", flags.attention,
                   "auto | fused | materialized: FlashAttention-style fused attention or [s, s] scores "
                   "(default auto: fused for bf16/fp16 models but t5 and swin)");
@@ -99,6 +103,11 @@ Result<models::ModelOverrides> ModelFlags::Overrides() const {
     std::optional<models::AttentionKernel> a = models::ParseAttentionKernel(flags.attention);
     if (!a) return BadInput(fmt::format("--attention: '{}' is not one of auto, fused, materialized", flags.attention));
     o.attention = a;
+  }
+  if (!flags.runtime.empty()) {
+    o.zero_runtime = cost::ParseZeroRuntime(flags.runtime);
+    if (!o.zero_runtime)
+      return BadInput(fmt::format("--runtime: '{}' is not one of {}", flags.runtime, cost::kZeroRuntimeNames));
   }
   if (!flags.optimizer.empty()) {
     Result<ir::Optimizer> opt = ParseOptimizer(flags.optimizer);

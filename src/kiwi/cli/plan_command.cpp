@@ -32,6 +32,7 @@
 #include "kiwi/report/layer_plan_table.h"
 #include "kiwi/report/plan_breakdown.h"
 #include "kiwi/report/plan_report.h"
+#include "kiwi/report/sim_report.h"
 #include "kiwi/report/table.h"
 #include "kiwi/sim/layer_simulator.h"
 #include "kiwi/sim/pipeline_timeline.h"
@@ -155,7 +156,6 @@ nlohmann::json LayerRunsJson(const plan::LayerPlan& p) {
 
 nlohmann::json BreakdownJson(const report::PlanBreakdown& b) {
   const sim::TimeBreakdown& t = b.simulated.summary.time;
-  const sim::StageMemorySplit& m = b.LargestStage().memory;
   return {{"time_seconds",
            {{"compute", t.compute}, {"recompute", t.recompute}, {"communication", t.communication},
             {"resharding", t.resharding}, {"pipeline_bubble", b.simulated.pipeline_bubble_seconds},
@@ -170,10 +170,7 @@ nlohmann::json BreakdownJson(const report::PlanBreakdown& b) {
            {{"tensor_parallel", b.traffic.tensor_parallel}, {"data_parallel", b.traffic.data_parallel},
             {"expert_parallel", b.traffic.expert_parallel}, {"context_parallel", b.traffic.context_parallel},
             {"pipeline", b.traffic.pipeline}, {"resharding", b.traffic.resharding}}},
-          {"memory_bytes",
-           {{"parameters", m.parameters}, {"gradients", m.gradients}, {"optimizer_states", m.optimizer_states},
-            {"activations", m.activations}, {"buffers", m.buffers}, {"reserved", m.reserved},
-            {"peak", b.LargestStage().peak_memory_bytes}}}};
+          {"memory_bytes", report::ToJson(b.LargestStage().memory, b.LargestStage().peak_memory_bytes)}};
 }
 
 nlohmann::json CandidateJson(const hybrid::PlanCandidate& c, const cost::TrainingThroughput& u) {

@@ -76,8 +76,14 @@ Error InPlanFile(const std::string& plan_path, Error e) {
 
 // The model a plan refers to: --model with its flags, else the plan's model with the plan's flags;
 // the plan's are named as its fields ("model", "model_flags.layers"), not as flags.
-Result<models::ModelSpec> LoadPlanModel(const SimulateOptions& o, const CLI::App& app, const plan::Plan& p) {
+Result<models::ModelSpec> LoadPlanModel(const SimulateOptions& o, const CLI::App& app, plan::Plan p) {
   if (app.count("--model") > 0 || (p.model.empty() && p.hf_config.empty())) return o.model.Load();
+  // --runtime prices the plan's own model as another runtime would run it (the plan's is the default).
+  if (app.count("--runtime") > 0) {
+    Result<models::ModelOverrides> given = o.model.Overrides();  // a bad --runtime is the flag's fault
+    if (!given) return given.error();
+    p.model_flags.runtime = o.model.flags.runtime;
+  }
   Result<models::ModelSpec> spec = LoadPlanModelSpec(p);  // a config file's errors name the file
   if (spec || spec.error().code != ErrorCode::kBadInput || spec.error().message.rfind("--", 0) != 0) return spec;
   Error e = spec.error();

@@ -315,11 +315,13 @@ StageMemory LayerMemory(const PlacedLayer& l, const LayerModel& model) {
                                                               set.dropped_gathered_bytes_per_sample, 0));
   m.transient = TransientBytes(l);
   // ZeRO-3 holds a layer's whole parameters while it runs, then its whole gradient until the
-  // reduce-scatter (the gathered copy freed first); ZeRO-2 that gradient only.
+  // reduce-scatter (the gathered copy freed first); ZeRO-2 that gradient only. FSDP2 also holds the
+  // next layer's prefetched parameters and the previous layer's reduce-scatter input (ZeroRuntime).
   const int64_t whole_gradient = static_cast<int64_t>(
       std::ceil(static_cast<double>(TpShardParameterBytes(l)) * model.GradientBytesPerParameterByte()));
   if (l.strategy.Shards(plan::Zero::kParameters))
-    m.gathered = std::max(TpShardParameterBytes(l), whole_gradient);
+    m.gathered = model.zero_runtime == ZeroRuntime::kFsdp2 ? 2 * TpShardParameterBytes(l) + whole_gradient
+                                                           : std::max(TpShardParameterBytes(l), whole_gradient);
   else if (l.strategy.Shards(plan::Zero::kGradients))
     m.gathered = whole_gradient;
   return m;

@@ -665,6 +665,12 @@ void FillOther(const ir::Graph& graph, const ir::LayerView& view, const std::vec
 
 }  // namespace
 
+std::optional<ZeroRuntime> ParseZeroRuntime(std::string_view name) {
+  if (name == "kiwi") return ZeroRuntime::kOneLayer;
+  if (name == "fsdp2") return ZeroRuntime::kFsdp2;
+  return std::nullopt;
+}
+
 bool SameButName(LayerProfile a, const LayerProfile& b) {
   a.name = b.name;
   return a == b;

@@ -3,7 +3,9 @@
 // operator-level training graph (ir/layers.h) and the cost model, so both levels share one source.
 #include <algorithm>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kiwi/cost/cost_model.h"
@@ -122,6 +124,16 @@ struct LayerProfile {
 // Two profiles equal but for their names: one layer type of a model.
 bool SameButName(LayerProfile a, const LayerProfile& b);
 
+// What runs sharded data parallelism, by what a ZeRO-3 layer holds beside its shards while it runs:
+// kOneLayer ("kiwi": kiwi.torch.distributed, DeepSpeed/Galvatron-BMW Eq. 1) its whole parameters, then
+// its whole gradient; kFsdp2 (PyTorch's fully_shard, what kiwi.torch.parallelize runs) in the backward
+// pass also the next layer's all-gather output, prefetched, and the previous layer's reduce-scatter
+// input, freed only at this layer's post-backward (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py:
+// backward prefetch, post_backward's wait on the last reduce-scatter; measured in docs/distributed.md).
+enum class ZeroRuntime { kOneLayer, kFsdp2 };
+inline constexpr std::string_view kZeroRuntimeNames = "kiwi, fsdp2";
+std::optional<ZeroRuntime> ParseZeroRuntime(std::string_view name);
+
 struct LayerModel {
   std::string name;
   std::vector<LayerProfile> layers;
@@ -146,6 +158,7 @@ struct LayerModel {
   // The optimizer step run once per iteration over every device's parameters ("adam", "fused_adam", "sgd"; empty:
   // none, as in models read from Galvatron's profiles, which time no optimizer step).
   std::string optimizer;
+  ZeroRuntime zero_runtime = ZeroRuntime::kOneLayer;
 
   // The most experts a layer has (0: a dense model): what expert parallelism can split.
   int64_t MaxExperts() const {

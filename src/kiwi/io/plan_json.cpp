@@ -271,7 +271,7 @@ Result<plan::ModelFlags> ReadModelFlags(const Json& value, const JsonPath& at) {
   KIWI_RETURN_IF_ERROR(
       CheckKnownKeys(value, at,
                      {"layers", "hidden", "heads", "seq", "batch", "ffn", "vocab", "dropout", "capacity_factor",
-                      "dtype", "optimizer", "attention"}));
+                      "dtype", "optimizer", "attention", "runtime"}));
   plan::ModelFlags f;
   for (std::string_view key : kModelSizeFlags) {
     if (FindField(value, key) == nullptr) continue;
@@ -297,6 +297,9 @@ Result<plan::ModelFlags> ReadModelFlags(const Json& value, const JsonPath& at) {
   if (!optimizer) return optimizer.error();
   Result<std::string> attention = StringFieldOr(value, at, "attention", "");
   if (!attention) return attention.error();
+  Result<std::string> runtime = StringFieldOr(value, at, "runtime", "");
+  if (!runtime) return runtime.error();
+  f.runtime = std::move(*runtime);
   f.dtype = std::move(*dtype);
   f.optimizer = std::move(*optimizer);
   f.attention = std::move(*attention);
@@ -313,6 +316,7 @@ OrderedJson ModelFlagsJson(const plan::ModelFlags& flags) {
   if (!f.dtype.empty()) j["dtype"] = f.dtype;
   if (!f.optimizer.empty()) j["optimizer"] = f.optimizer;
   if (!f.attention.empty()) j["attention"] = f.attention;
+  if (!f.runtime.empty()) j["runtime"] = f.runtime;
   return j;
 }
 

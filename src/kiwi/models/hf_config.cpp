@@ -312,6 +312,7 @@ Status ApplyPrecision(const Config& c, const ModelOverrides& o, ModelSpec& spec)
   if (o.dtype) t.dtype = *o.dtype;
   spec.training = {ir::Optimizer::kAdam, t.dtype != ir::DType::kF32};  // 16-bit: fp32 master weights
   if (o.optimizer) spec.training.optimizer = *o.optimizer;
+  if (o.zero_runtime) spec.zero_runtime = *o.zero_runtime;
   // transformers' attention implementation: "eager" materializes the scores, "sdpa" (PyTorch's
   // scaled_dot_product_attention, flash kernels on GPUs) and "flash_attention_2" fuse them.
   const std::string impl = c.String("_attn_implementation", c.String("attn_implementation", ""));

@@ -22,6 +22,9 @@ Result<cost::LayerModel> BuildWhole(const ModelSpec& spec, const cost::CostModel
   return cost::BuildLayerModel(*graph, SpecBatch(spec), cost_model);
 }
 
+// The layers priced as BuildSpecLayerModel says, without what the spec says of the runtime.
+Result<cost::LayerModel> BuildPricedLayers(const ModelSpec& spec, const cost::CostModel& cost_model);
+
 }  // namespace
 
 int64_t SpecBatch(const ModelSpec& spec) {
@@ -30,6 +33,14 @@ int64_t SpecBatch(const ModelSpec& spec) {
 }
 
 Result<cost::LayerModel> BuildSpecLayerModel(const ModelSpec& spec, const cost::CostModel& cost_model) {
+  Result<cost::LayerModel> model = BuildPricedLayers(spec, cost_model);
+  if (model) model->zero_runtime = spec.zero_runtime;
+  return model;
+}
+
+namespace {
+
+Result<cost::LayerModel> BuildPricedLayers(const ModelSpec& spec, const cost::CostModel& cost_model) {
   const auto* t = std::get_if<TransformerConfig>(&spec.config);
   // DeepSeek's dense first layers are priced each, then kPricedLayers of the rest.
   const int priced_layers = t == nullptr ? 0 : t->dense_layers + kPricedLayers;
@@ -53,5 +64,7 @@ Result<cost::LayerModel> BuildSpecLayerModel(const ModelSpec& spec, const cost::
   }
   return model;
 }
+
+}  // namespace
 
 }  // namespace kiwi::models

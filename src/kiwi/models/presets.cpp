@@ -299,6 +299,7 @@ Result<ModelSpec> LoadModel(const std::string& name, const ModelOverrides& overr
     KIWI_RETURN_IF_ERROR(ApplyMlp(name, overrides, std::get<MlpConfig>(spec.config)));
   }
   if (overrides.optimizer) spec.training.optimizer = *overrides.optimizer;
+  if (overrides.zero_runtime) spec.zero_runtime = *overrides.zero_runtime;
   // 16-bit training keeps fp32 master weights (mixed precision); fp32 training needs none.
   if (overrides.dtype) spec.training.master_weights = Is16Bit(SpecDType(spec));
   return spec;

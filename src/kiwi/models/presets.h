@@ -8,6 +8,7 @@
 #include <variant>
 #include <vector>
 
+#include "kiwi/cost/layer_profile.h"
 #include "kiwi/ir/backward.h"
 #include "kiwi/models/mlp.h"
 #include "kiwi/models/transformer.h"
@@ -18,6 +19,7 @@ struct ModelSpec {
   std::string name;
   std::variant<TransformerConfig, MlpConfig> config;
   ir::TrainingOptions training;  // optimizer and master weights the preset's paper trains with
+  cost::ZeroRuntime zero_runtime = cost::ZeroRuntime::kOneLayer;  // what will run its ZeRO-3 layers
 };
 
 // The largest capacity factor kiwi builds (an expert with 64 times its share of the tokens: beyond any
@@ -37,6 +39,7 @@ struct ModelOverrides {
   std::optional<int64_t> hidden = {}, heads = {}, seq = {}, batch = {}, ffn = {}, vocab = {};
   std::optional<ir::DType> dtype = {};
   std::optional<ir::Optimizer> optimizer = {};
+  std::optional<cost::ZeroRuntime> zero_runtime = {};
   std::optional<AttentionKernel> attention = {};  // transformers only
   std::optional<double> dropout = {};  // transformers only: the probability at every site, 0 for none
   std::optional<double> capacity_factor = {};  // mixtures of experts only (TransformerConfig::capacity_factor)

@@ -157,6 +157,7 @@ struct ModelFlags {
   std::string dtype;      // "" = the preset's
   std::string optimizer;  // "" = the preset's
   std::string attention;  // "" = auto (models::AttentionKernel)
+  std::string runtime;    // what runs ZeRO-3 (cost::ZeroRuntime): "" = kiwi's own, "fsdp2"
   bool operator==(const ModelFlags&) const = default;
 };
 

@@ -70,6 +70,11 @@ nlohmann::json ToJson(const sim::SimResult& r, const SimReportOptions& o) {
   return j;
 }
 
+nlohmann::json ToJson(const sim::StageMemorySplit& m, int64_t peak_bytes) {
+  return {{"parameters", m.parameters}, {"gradients", m.gradients}, {"optimizer_states", m.optimizer_states},
+          {"activations", m.activations}, {"buffers", m.buffers}, {"reserved", m.reserved}, {"peak", peak_bytes}};
+}
+
 nlohmann::json ToJson(const sim::LayerSimResult& r, const SimReportOptions& o) {
   nlohmann::json j = ToJson(r.summary, o);
   j["throughput_samples_per_second"] = r.throughput_samples_per_second;
@@ -77,6 +82,7 @@ nlohmann::json ToJson(const sim::LayerSimResult& r, const SimReportOptions& o) {
   for (const sim::StageResult& s : r.stages)
     stages.push_back({{"layers", s.layers},
                       {"peak_memory_bytes", s.peak_memory_bytes},
+                      {"memory_bytes", ToJson(s.memory, s.peak_memory_bytes)},
                       {"microbatch_seconds", s.microbatch_seconds},
                       {"gradient_sync_seconds", s.gradient_sync_seconds}});
   j["stages"] = std::move(stages);

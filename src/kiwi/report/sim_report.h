@@ -19,6 +19,8 @@ struct SimReportOptions {
 
 nlohmann::json ToJson(const sim::SimResult& result, const SimReportOptions& options = {});
 nlohmann::json ToJson(const sim::LayerSimResult& result, const SimReportOptions& options = {});
+// A stage's peak by what holds it ("memory_bytes" of kiwi simulate's stages and kiwi plan's breakdown).
+nlohmann::json ToJson(const sim::StageMemorySplit& memory, int64_t peak_bytes);
 
 // Human text: peak memory, time split, and the ops resident at the peak for operator plans.
 std::string ToText(const sim::SimResult& result, const ir::Graph* graph, const SimReportOptions& options = {});

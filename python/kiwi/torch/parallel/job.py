@@ -114,7 +114,9 @@ def predicted(plan: HybridPlan, cluster: Optional[str] = None, profile: Optional
     per "dimension collective", the bytes one of its devices sends per iteration (sim::LayerPlanTraffic:
     the stage's layers, the embedding on the first stage, the head on the last, its sends)."""
     from kiwi import _kiwi
-    report = json.loads(_kiwi.layer_plan_report(json.dumps(plan.to_kiwi_plan()), cluster or "", profile or ""))
+    priced = plan.to_kiwi_plan()  # as parallelize runs it: ZeRO-3 by FSDP2 (kiwi plan --runtime fsdp2)
+    priced["model_flags"] = {**priced["model_flags"], "runtime": "fsdp2"}
+    report = json.loads(_kiwi.layer_plan_report(json.dumps(priced), cluster or "", profile or ""))
     simulated, traffic = report["simulated"], report["traffic"]
     stages = []
     for s in range(plan.pp_degree):
