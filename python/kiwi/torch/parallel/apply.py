@@ -12,7 +12,7 @@ from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import FSDPModule
 
 from kiwi.torch.distributed.plan import HybridPlan, LayerStrategy, PlanError, load_plan, parse_plan
-from kiwi.torch.parallel.blocks import block_names, find_blocks
+from kiwi.torch.parallel.blocks import block_names, find_blocks, vocabulary_ends
 from kiwi.torch.parallel.checkpointing import checkpoint_block
 from kiwi.torch.parallel.data_parallel import shard_layer, syncs_every_micro_batch
 from kiwi.torch.parallel.pipeline import decoder_parts, loss_function, make_schedule, stage_chunks
@@ -147,10 +147,8 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
     if dp > 1:
         replicate_mesh = mesh["dp", "one"]
         # the head goes with the last layer's strategy (as kiwi prices it), the rest with the first's
-        head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-        embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-        separate_head = isinstance(head, torch.nn.Module) and not (
-            embed is not None and getattr(head, "weight", None) is getattr(embed, "weight", None))
+        _, head, tied = vocabulary_ends(model)
+        separate_head = isinstance(head, torch.nn.Module) and not tied
         units = [(found[i], plan.layers[i]) for i in mine]
         units += [(head, plan.layers[-1])] if separate_head else []
         # each root (the model, or a chunk: the embedding or the final norm) with its first layer's strategy

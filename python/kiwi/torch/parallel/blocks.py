@@ -7,6 +7,15 @@ import torch
 from kiwi.torch.distributed.plan import PlanError
 
 
+def vocabulary_ends(model: torch.nn.Module) -> Tuple[Optional[torch.nn.Module], Optional[torch.nn.Module], bool]:
+    """(input embedding, output head, tied) as the model names them (HuggingFace's get_input_embeddings /
+    get_output_embeddings; None where it names none); tied: both share one weight."""
+    embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    weight = getattr(head, "weight", None)
+    return embed, head, weight is not None and weight is getattr(embed, "weight", None)
+
+
 def _parameters(module: torch.nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 

@@ -10,18 +10,19 @@ import torch
 from torch.distributed.device_mesh import DeviceMesh
 
 from kiwi.torch.distributed.plan import HybridPlan, PlanError
+from kiwi.torch.parallel.blocks import vocabulary_ends
 
 
 def decoder_parts(model: torch.nn.Module, blocks: torch.nn.ModuleList, source: str):
     """(base model, its embedding, rotary embedding or None, final norm, head) of a Llama-family decoder
     (embed_tokens, layers, norm, rotary_emb: Llama, Mistral, Qwen2, ...); a PlanError otherwise."""
     base = next((m for m in model.modules() if any(c is blocks for c in m.children())), None)
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    _, head, tied = vocabulary_ends(model)
     if base is None or not all(hasattr(base, n) for n in ("embed_tokens", "norm")) or head is None:
         raise PlanError(f"{source}: layer.pp_degree: kiwi.torch.parallelize splits pipeline stages of decoder "
                         f"language models of the Llama family (embed_tokens, layers, norm, lm_head); "
                         f"{type(model).__name__} is not one")
-    if head.weight is base.embed_tokens.weight:
+    if tied:
         raise PlanError(f"{source}: layer.pp_degree: tied input and output embeddings cannot sit on two stages")
     return base, base.embed_tokens, getattr(base, "rotary_emb", None), base.norm, head
 

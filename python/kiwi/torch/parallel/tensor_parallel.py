@@ -13,6 +13,7 @@ from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel,
                                                parallelize_module)
 
 from kiwi.torch.distributed.plan import PlanError
+from kiwi.torch.parallel.blocks import vocabulary_ends
 from kiwi.torch.parallel.linear_styles import ColumnParallel, RowParallel, features, is_transposed
 
 # Column-parallel linears read the block's (gathered) input; row-parallel ones end a column-parallel group.
@@ -183,9 +184,8 @@ def vocabulary_modules(model: torch.nn.Module, tp: int) -> Dict[str, torch.nn.Mo
     names none, or ties them (one weight: both stay replicated). A vocabulary `tp` does not divide is a
     PlanError naming the module."""
     found: Dict[str, torch.nn.Module] = {}
-    embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if isinstance(head, torch.nn.Linear) and isinstance(embed, torch.nn.Embedding) and head.weight is embed.weight:
+    embed, head, tied = vocabulary_ends(model)
+    if tied:
         return found
     names = {id(m): n for n, m in model.named_modules()}
     for module, kind, size in ((embed, torch.nn.Embedding, "num_embeddings"), (head, torch.nn.Linear, "out_features")):
