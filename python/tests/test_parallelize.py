@@ -30,9 +30,10 @@ JOBS = {
     "bert SP-TP2 x ZeRO-3+CKPT": ("bert", [(2, 2, 3, True, True)] * 4, 2),
 }
 # Pipelined (model, layers, micro-batches, partition, schedule[, virtual stages])
+ZERO3_PIPELINED = "llama PP2 x ZeRO-3+CKPT, ZeRO-1 (1F1B)"
 INTERLEAVED = "llama PP2 x 2 chunks, ZeRO-1+CKPT, DP, DP, ZeRO-1 (interleaved 1F1B)"
 PIPELINED = {
-    "llama PP2 x ZeRO-3+CKPT, ZeRO-1 (1F1B)": ("llama", [(1, 2, 3, True)] * 2 + [(1, 2, 1, False)] * 2, 4, [2, 2], "1f1b"),
+    ZERO3_PIPELINED: ("llama", [(1, 2, 3, True)] * 2 + [(1, 2, 1, False)] * 2, 4, [2, 2], "1f1b"),
     "llama PP4 (GPipe)": ("llama", [(1, 1, 0, False)] * 4, 4, [1, 1, 1, 1], "gpipe"),
     "mistral PP2 x SP-TP2 (GPipe)": ("mistral", [(2, 1, 0, False, True)] * 4, 2, [2, 2], "gpipe"),
     "qwen2 PP2 x SP-TP2+CKPT, TP2+SEL (1F1B)": ("qwen2", [(2, 1, 0, True, True)] + [(2, 1, 0, False, False, True)] * 3,
@@ -163,11 +164,12 @@ def test_gpt2_tp_all_reduces_are_kiwis(runs, tmp_path):
     assert per_rank[0].get(("tp", "all_reduce"), 0) == layers > 0
 
 
-@pytest.mark.parametrize("name", ["kiwi plan's plan of a Llama config", INTERLEAVED])
+@pytest.mark.parametrize("name", ["kiwi plan's plan of a Llama config", INTERLEAVED, ZERO3_PIPELINED])
 def test_pipeline_sends_and_stage_bytes_are_kiwis(runs, llama_config, name):
-    """kiwi plan's pipelined plan, and an interleaved 1F1B plan of the same model (priced with its config):
-    each stage's point-to-point bytes and its DP/ZeRO collectives equal kiwi's count for that stage's units
-    (with interleaving, its chunks' layers and every chunk's sends)."""
+    """kiwi plan's pipelined plan, an interleaved 1F1B plan and a ZeRO-3 then ZeRO-1 pipeline of the same
+    model (priced with its config): each stage's point-to-point bytes and its DP/ZeRO collectives equal
+    kiwi's count for that stage's units (with interleaving, its chunks' layers and every chunk's sends; ZeRO-3
+    reduce-scatters every micro-batch, where torch.distributed.pipelining alone would once a step)."""
     from kiwi import _kiwi
     from kiwi.torch.distributed.plan import parse_plan
     _, plan, (_, _, per_rank) = runs[name]

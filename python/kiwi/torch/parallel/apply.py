@@ -168,5 +168,6 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
         out.groups["tp"] = [mesh.get_group("tp")]
     if pp > 1:
         out.groups["pp"] = [mesh.get_group("pp")]
-        out.schedule = make_schedule(plan, roots, stage, mesh, loss_function(model), device)
+        out.schedule = make_schedule(plan, roots, stage, mesh, loss_function(model), device, out.accumulating,
+                                     out.unsharded)
     return out

@@ -86,13 +86,56 @@ def loss_function(model: torch.nn.Module) -> Callable[[torch.Tensor, torch.Tenso
     return loss
 
 
+def _plan_stage():
+    """PipelineStage whose FSDP2 layers synchronise as their ZeRO stages say, as outside a pipeline
+    (training.step): DP/ZeRO-1 after the last micro-batch, ZeRO-2/3 reduce-scatter every micro-batch's
+    gradient, ZeRO-1/2 keep their parameters gathered until the step. torch.distributed.pipelining
+    instead defers every FSDP2 layer's gradient sync and resharding to the end of the step (whole
+    gradients and gathered parameters of every layer held meanwhile), which is neither what the plan
+    says nor what kiwi prices."""
+    from torch.distributed.fsdp import FSDPModule
+    from torch.distributed.pipelining import PipelineStage
+    from torch.distributed.pipelining._backward import stage_backward
+
+    class PlanStage(PipelineStage):
+        def __init__(self, *args, accumulating=(), unsharded=(), **kwargs):
+            super().__init__(*args, **kwargs)
+            self.accumulating, self.unsharded = list(accumulating), list(unsharded)
+
+        def backward_maybe_with_nosync(self, backward_type, bwd_kwargs, last_backward=False):
+            if backward_type != "full" or not isinstance(self.submod, FSDPModule):
+                return super().backward_maybe_with_nosync(backward_type, bwd_kwargs, last_backward)
+            for module in self.accumulating:
+                module.set_requires_gradient_sync(last_backward, recurse=False)
+            for module in self.unsharded:
+                module.set_reshard_after_backward(last_backward, recurse=False)
+            return stage_backward(bwd_kwargs["stage_output"], bwd_kwargs["output_grads"], bwd_kwargs["input_values"]), None
+
+        def perform_reduce_grad(self, grad_scale_factor: int):
+            if not isinstance(self.submod, FSDPModule):
+                return super().perform_reduce_grad(grad_scale_factor)
+            # every layer synchronised in its own backward pass (above): only the 1 / micro-batches is left
+            if grad_scale_factor != 1:
+                self.scale_grads(grad_scale_factor)
+
+    return PlanStage
+
+
 def make_schedule(plan: HybridPlan, chunks: List[torch.nn.Module], stage: int, mesh: DeviceMesh,
-                  loss: Callable, device: torch.device):
+                  loss: Callable, device: torch.device, accumulating=(), unsharded=()):
     """The plan's schedule of this rank's chunks over the plan's micro-batches: 1F1B or GPipe of its one
-    stage, or interleaved 1F1B of its `virtual_stages` chunks (one PipelineStage each, stage index = chunk)."""
-    from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
+    stage, or interleaved 1F1B of its `virtual_stages` chunks (one PipelineStage each, stage index = chunk).
+    `accumulating` / `unsharded`: the FSDP2 modules that sync after the last micro-batch only / stay
+    gathered until the step (training.step's lists), each handed to its chunk's stage."""
+    from torch.distributed.pipelining import Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B
     group, count = mesh.get_group("pp"), len(plan.pp_partition)
-    stages = [PipelineStage(module, c, count, device, group=group)
+    stage_kind = _plan_stage()
+
+    def within(modules, chunk):
+        inside = {id(m) for m in chunk.modules()}
+        return [m for m in modules if id(m) in inside]
+    stages = [stage_kind(module, c, count, device, group=group, accumulating=within(accumulating, module),
+                         unsharded=within(unsharded, module))
               for module, c in zip(chunks, plan.stage_chunks(stage))]
     if plan.virtual_stages > 1:
         return ScheduleInterleaved1F1B(stages, n_microbatches=plan.micro_batches, loss_fn=loss)
