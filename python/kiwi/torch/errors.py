@@ -15,7 +15,8 @@ class UnsupportedOpError(CaptureError):
 
 
 class PlanError(BadInputError):
-    """A plan does not match the captured model or cannot be applied."""
+    """A plan does not match the captured model or cannot be applied: malformed, a missing or wrong field,
+    a world size or a model it does not fit."""
 
 
 __all__ = ["CaptureError", "TraceError", "UnsupportedOpError", "PlanError", "InfeasibleError"]

@@ -6,9 +6,7 @@ import json
 import os
 from typing import Any, Dict, List, Optional
 
-
-class PlanError(ValueError):
-    """A plan that cannot run: malformed JSON, a missing or wrong field, or a world size that does not fit."""
+from kiwi.torch.errors import PlanError  # one class for every plan kiwi.torch cannot run (bad input: exit 2)
 
 
 @dataclasses.dataclass(frozen=True)
