@@ -39,6 +39,8 @@ class ParallelModel:
     stage_layers: List[int] = dataclasses.field(default_factory=list)  # of all its chunks (virtual_stages)
     schedule: Any = None                # torch.distributed.pipelining's, with pp_degree > 1
     groups: Dict[str, List[Any]] = dataclasses.field(default_factory=dict)  # "dp" / "tp": their process groups
+    # the head's logits stay split by vocabulary: kp.step runs the loss under torch's loss_parallel
+    vocabulary_parallel_loss: bool = False
 
     @property
     def micro_batch(self) -> int:
@@ -129,8 +131,10 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
     if pp > 1:  # this rank keeps its stage's chunks of blocks (and the embedding or the head)
         roots = stage_chunks(model, found, plan, stage)
     heads = _heads(model)
-    if tp > 1:
-        apply_vocabulary_parallel(model, mesh["tp"])
+    if tp > 1:  # a pipeline's last stage hands plain logits to its loss: gathered there
+        out.vocabulary_parallel_loss = pp == 1 and any(isinstance(m, torch.nn.Linear) for m in
+                                                       vocabulary_modules(model, tp).values())
+        apply_vocabulary_parallel(model, mesh["tp"], parallel_loss=out.vocabulary_parallel_loss)
     for i, (block, strategy) in enumerate(zip(found, plan.layers)):
         if i not in mine:
             continue

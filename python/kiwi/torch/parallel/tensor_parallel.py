@@ -197,15 +197,19 @@ def vocabulary_modules(model: torch.nn.Module, tp: int) -> Dict[str, torch.nn.Mo
     return found
 
 
-def apply_vocabulary_parallel(model: torch.nn.Module, mesh: DeviceMesh) -> List[str]:
+def apply_vocabulary_parallel(model: torch.nn.Module, mesh: DeviceMesh, parallel_loss: bool = False) -> List[str]:
     """Megatron's vocabulary-parallel embedding (each rank looks up its share of the table, the outputs
-    all-reduced) and a column-parallel head whose logits are all-gathered for the model's own loss.
-    Returns the split modules' names."""
+    all-reduced) and a column-parallel head whose logits are all-gathered for the model's own loss or,
+    with `parallel_loss`, left split by vocabulary (a DTensor) for the loss to run under torch's
+    loss_parallel (Megatron's vocabulary-parallel cross-entropy: three all-reduces of one value per
+    token instead of gathering the logits). Returns the split modules' names."""
     split = vocabulary_modules(model, mesh.size())
     plan: Dict[str, Any] = {}
     for name, module in split.items():
         if isinstance(module, torch.nn.Embedding):
             plan[name] = RowwiseParallel(input_layouts=Replicate(), output_layouts=Replicate())
+        elif parallel_loss:
+            plan[name] = ColwiseParallel(output_layouts=Shard(-1), use_local_output=False)
         else:
             plan[name] = ColwiseParallel(output_layouts=Replicate())
     if plan:

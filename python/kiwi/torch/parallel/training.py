@@ -1,6 +1,7 @@
 """One training step of a parallelized model as its plan says: this DP rank's share of the global
 batch in the plan's micro-batches, gradients accumulated over them (DP and ZeRO-1 layers synchronise
 only after the last one, ZeRO-2/3 layers after every one), then the optimizer step."""
+import contextlib
 from typing import Any, Callable, Dict, Optional, Union
 
 import torch
@@ -44,6 +45,16 @@ def _loss_of_output(output: Any) -> torch.Tensor:
     return loss
 
 
+def _vocabulary_parallel_loss():
+    from torch.distributed.tensor.parallel import loss_parallel
+    return loss_parallel()
+
+
+def _full(t: torch.Tensor) -> torch.Tensor:
+    from torch.distributed.tensor import DTensor
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
 def _check_sequence(pm: ParallelModel, batch: Batch) -> None:
     if pm.tp < 2 or not any(s.sequence_split for s in pm.plan.layers):
         return
@@ -68,6 +79,7 @@ def step(pm: ParallelModel, optimizer: torch.optim.Optimizer, batch: Batch,
         return _pipeline_step(pm, optimizer, batch)
     size = pm.micro_batch
     total = 0.0
+    vocabulary_parallel = _vocabulary_parallel_loss if pm.vocabulary_parallel_loss else contextlib.nullcontext
     for k in range(m):
         last = k == m - 1
         for module in pm.accumulating:
@@ -75,10 +87,11 @@ def step(pm: ParallelModel, optimizer: torch.optim.Optimizer, batch: Batch,
         for module in pm.unsharded:  # ZeRO-1/2 keep whole parameters until the step
             module.set_reshard_after_backward(last, recurse=False)
         micro = _rows(batch, k * size, (k + 1) * size)
-        output = pm.model(**micro) if isinstance(micro, dict) else pm.model(micro)
-        loss = loss_fn(output, micro) if loss_fn else _loss_of_output(output)
-        (loss / m).backward()
-        total += float(loss.detach())
+        with vocabulary_parallel():  # forward and backward, as torch's loss_parallel requires
+            output = pm.model(**micro) if isinstance(micro, dict) else pm.model(micro)
+            loss = loss_fn(output, micro) if loss_fn else _loss_of_output(output)
+            (loss / m).backward()
+        total += float(_full(loss.detach()))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return total / m
