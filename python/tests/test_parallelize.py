@@ -31,6 +31,7 @@ JOBS = {
 }
 # Pipelined (model, layers, micro-batches, partition, schedule[, virtual stages])
 ZERO3_PIPELINED = "llama PP2 x ZeRO-3+CKPT, ZeRO-1 (1F1B)"
+GPT2_PIPELINED = ["gpt2 PP2 x ZeRO-2 (1F1B)", "gpt2 PP2 x ZeRO-3, DP (1F1B)", "gpt2 PP4 (GPipe)"]
 INTERLEAVED = "llama PP2 x 2 chunks, ZeRO-1+CKPT, DP, DP, ZeRO-1 (interleaved 1F1B)"
 PIPELINED = {
     ZERO3_PIPELINED: ("llama", [(1, 2, 3, True)] * 2 + [(1, 2, 1, False)] * 2, 4, [2, 2], "1f1b"),
@@ -41,6 +42,11 @@ PIPELINED = {
     # chunks 0, 2 (layers 0, 2) on stage 0 and 1, 3 on stage 1: each stage sends 3 boundaries per micro-batch
     INTERLEAVED: ("llama", [(1, 2, 1, True), (1, 2, 0, False), (1, 2, 0, False), (1, 2, 1, False)], 4, [1, 1, 1, 1],
                   "1f1b", 2),
+    # tied wte / lm_head: the last stage's copy and the first's sum their gradients (same ZeRO-2 rows; ZeRO-3
+    # rows and DP's whole weight; a pair of stages 0 and 3 that is not the pp group)
+    GPT2_PIPELINED[0]: ("gpt2", [(1, 2, 2, False)] * 4, 4, [2, 2], "1f1b"),
+    GPT2_PIPELINED[1]: ("gpt2", [(1, 2, 3, False)] * 2 + [(1, 2, 0, False)] * 2, 2, [2, 2], "1f1b"),
+    GPT2_PIPELINED[2]: ("gpt2", [(1, 1, 0, False)] * 4, 4, [1, 1, 1, 1], "gpipe"),
 }
 
 
@@ -155,15 +161,19 @@ def test_gpt2_tp_all_reduces_are_kiwis(runs, tmp_path):
     """GPT-2 under TP2: the layers' TP all-reduces (Megatron's f and g around the fused q/k/v and the MLP)
     equal kiwi's count for a GPT-2 config of the same sizes; its tied embedding and head stay replicated, so
     they all-reduce nothing where kiwi prices them vocabulary-parallel."""
-    import transformers as tf
     from kiwi import _kiwi
     _, plan, (_, _, per_rank) = runs["gpt2 TP2 x ZeRO-2"]
-    config = str(tmp_path / "gpt2.json")
-    tf.GPT2Config(**h.GPT2).to_json_file(config)
-    plan = dict(plan, hf_config=config, cluster=CLUSTER, model_flags={"seq": h.SEQ, "batch": h.BATCH, "dtype": "fp32"})
+    plan = dict(plan, **_gpt2_fields(tmp_path))
     traffic = json.loads(_kiwi.layer_plan_report(json.dumps(plan), "", ""))["traffic"]
     layers = sum(u["tp_all_reduce_bytes"] for u in traffic["layers"])
     assert per_rank[0].get(("tp", "all_reduce"), 0) == layers > 0
+
+
+def _gpt2_fields(tmp_path):
+    import transformers as tf
+    config = str(tmp_path / "gpt2.json")
+    tf.GPT2Config(**h.GPT2).to_json_file(config)
+    return dict(hf_config=config, cluster=CLUSTER, model_flags={"seq": h.SEQ, "batch": h.BATCH, "dtype": "fp32"})
 
 
 @pytest.mark.parametrize("name", ["kiwi plan's plan of a Llama config", INTERLEAVED, ZERO3_PIPELINED])
@@ -193,6 +203,29 @@ def test_pipeline_sends_and_stage_bytes_are_kiwis(runs, llama_config, name):
                              (("dp", "all_reduce"), ("dp_all_reduce_bytes",)),
                              (("dp", "all_gather"), ("sdp_all_gather_bytes", "step_all_gather_bytes"))):
             assert measured.get(kind, 0) == sum(u[f] for u in units for f in fields), (stage, kind)
+
+
+@pytest.mark.parametrize("name", GPT2_PIPELINED)
+def test_gpt2_pipeline_sends_are_kiwis_and_the_tied_copies_sum_once(runs, tmp_path, name):
+    """GPT-2's stages send what kiwi counts for a GPT-2 config of the same sizes; the first and the last stage
+    (only they) each all-reduce the tied weight's gradient (its rows on this rank) once a step, which kiwi
+    does not price (it counts the tied weight once, on the embedding)."""
+    from kiwi import _kiwi
+    _, plan, (_, _, per_rank) = runs[name]
+    layer = plan["layer"]
+    traffic = json.loads(_kiwi.layer_plan_report(json.dumps(dict(plan, **_gpt2_fields(tmp_path))), "", ""))["traffic"]
+    ranks_per_stage = WORLD // layer["pp_degree"]
+    dp = layer["layers"][0]["dp"]
+    for stage in range(layer["pp_degree"]):
+        measured = per_rank[stage * ranks_per_stage]
+        sent = traffic["send_forward_bytes"][stage] + traffic["send_backward_bytes"][stage]
+        assert measured.get(("pp", "send"), 0) == sent > 0
+        strategy = layer["layers"][0 if stage == 0 else -1]
+        rows = h.VOCAB // dp if strategy["zero"] and dp > 1 else h.VOCAB
+        if name == GPT2_PIPELINED[1]:  # ZeRO-3 rows beside DP's whole weight: whole gradients add up
+            rows = h.VOCAB
+        ends = stage in (0, layer["pp_degree"] - 1)
+        assert measured.get(("tied", "all_reduce"), 0) == (rows * 64 * 4 if ends else 0), stage
 
 
 def test_the_job_command_prints_measured_beside_kiwi(kiwi_plan, tmp_path, capsys):
@@ -277,8 +310,14 @@ def test_what_cannot_run_as_planned_names_the_module_or_field():
     with pytest.raises(PlanError, match="no such submodule"):
         _check("llama", [(1, 4, 0, False)] * 4, blocks="model.blocks")
     from kiwi.torch.parallel import check_plan
-    with pytest.raises(PlanError, match="layer.pp_degree: .*Llama family"):  # GPT-2's stages are not split
-        check_plan(h.build("gpt2"), _pipelined([(1, 2, 0, False)] * 4, 2, [2, 2], "1f1b"), WORLD)
+    pipelined = _pipelined([(1, 2, 0, False)] * 4, 2, [2, 2], "1f1b")
+    check_plan(h.build("gpt2"), pipelined, WORLD)                                # tied, learned positions: runs
+    with pytest.raises(PlanError, match=r"layer.pp_degree: .*BertForMaskedLM has no final norm .*no positions"):
+        check_plan(h.build("bert"), pipelined, WORLD)                            # an encoder: no stages
+    eager = h.build("gpt2")
+    eager.config._attn_implementation = "eager"
+    with pytest.raises(PlanError, match="layer.pp_degree: .*not 'eager'"):      # unmasked eager is not causal
+        check_plan(eager, pipelined, WORLD)
     interleaved = _pipelined([(1, 2, 0, False)] * 4, 4, [1, 1, 1, 1], "1f1b", virtual_stages=2)
     check_plan(h.build("llama"), interleaved, WORLD)                             # runs (PIPELINED)
     with pytest.raises(PlanError, match=r"virtual_stages: .*need pipeline \"1f1b\""):  # interleaving is 1F1B only

@@ -16,6 +16,7 @@ from kiwi.torch.parallel.blocks import block_names, find_blocks, vocabulary_ends
 from kiwi.torch.parallel.checkpointing import checkpoint_block
 from kiwi.torch.parallel.data_parallel import shard_layer, syncs_every_micro_batch
 from kiwi.torch.parallel.pipeline import decoder_parts, loss_function, make_schedule, stage_chunks
+from kiwi.torch.parallel.tied_embedding import TiedEmbedding, tie_across_stages, tied_embedding
 from kiwi.torch.parallel.tensor_parallel import (apply_tensor_parallel, apply_vocabulary_parallel, check_block_splits,
                                                  sequence_boundaries, vocabulary_modules)
 
@@ -41,6 +42,7 @@ class ParallelModel:
     groups: Dict[str, List[Any]] = dataclasses.field(default_factory=dict)  # "dp" / "tp": their process groups
     # the head's logits stay split by vocabulary: kp.step runs the loss under torch's loss_parallel
     vocabulary_parallel_loss: bool = False
+    tied: Optional[TiedEmbedding] = None  # a tied embedding's copy on the first or last pipeline stage
 
     @property
     def micro_batch(self) -> int:
@@ -128,7 +130,11 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
     out = ParallelModel(model=model, plan=plan, mesh=mesh, blocks_path=path, dp=dp, tp=tp,
                         dp_rank=mesh["dp"].get_local_rank() if mesh is not None else 0, stage=stage, stage_layers=mine)
     roots: List[torch.nn.Module] = [model]
+    tied_group = None
     if pp > 1:  # this rank keeps its stage's chunks of blocks (and the embedding or the head)
+        parts = decoder_parts(model, found, plan.source)
+        if parts.tied:  # the last stage keeps a copy of the shared weight, equal to the first stage's
+            tied_group = tie_across_stages(mesh, parts.embed.weight)
         roots = stage_chunks(model, found, plan, stage)
     heads = _heads(model)
     if tp > 1:  # a pipeline's last stage hands plain logits to its loss: gathered there
@@ -172,6 +178,10 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
         out.groups["tp"] = [mesh.get_group("tp")]
     if pp > 1:
         out.groups["pp"] = [mesh.get_group("pp")]
+        if tied_group is not None:  # after "pp": with 2 stages the pair's ranks are the pp group's
+            embed, _, _ = vocabulary_ends(model)
+            out.tied = tied_embedding(plan, tied_group, embed.weight)
+            out.groups["tied"] = [tied_group]
         out.schedule = make_schedule(plan, roots, stage, mesh, loss_function(model), device, out.accumulating,
                                      out.unsharded)
     return out

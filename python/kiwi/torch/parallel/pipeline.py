@@ -2,9 +2,9 @@
 keeps its plan layers' blocks (the embedding on the first, the final norm and the head on the last) in
 one model chunk, or with interleaved 1F1B (`virtual_stages` v > 1) in v chunks placed as kiwi places them
 (chunk c on stage c % pp_degree), each run as the model's own forward does (rotary position embeddings
-per chunk, causal attention); 1F1B, GPipe or interleaved 1F1B over the plan's micro-batches, the model's
+per chunk, or GPT-2's learned positions on the first; causal attention); 1F1B, GPipe or interleaved 1F1B over the plan's micro-batches, the model's
 own loss on the last stage."""
-from typing import Callable, List
+from typing import Callable, List, NamedTuple, Optional
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh
@@ -13,53 +13,96 @@ from kiwi.torch.distributed.plan import HybridPlan, PlanError
 from kiwi.torch.parallel.blocks import vocabulary_ends
 
 
-def decoder_parts(model: torch.nn.Module, blocks: torch.nn.ModuleList, source: str):
-    """(base model, its embedding, rotary embedding or None, final norm, head) of a Llama-family decoder
-    (embed_tokens, layers, norm, rotary_emb: Llama, Mistral, Qwen2, ...); a PlanError otherwise."""
+class DecoderParts(NamedTuple):
+    """What a pipeline splits around the blocks of a HuggingFace decoder: its base model (the blocks'
+    parent), token embedding, learned positions and their dropout (GPT-2's wpe, drop) or rotary embedding
+    (Llama's), final norm and head; tied: the head's weight is the embedding's."""
+    base: torch.nn.Module
+    embed: torch.nn.Module
+    positions: Optional[torch.nn.Module]
+    dropout: Optional[torch.nn.Module]
+    rotary: Optional[torch.nn.Module]
+    norm: torch.nn.Module
+    head: torch.nn.Module
+    tied: bool
+
+
+_NORMS = ("norm", "ln_f")  # Llama, Mistral, Qwen2 / GPT-2, GPT-J, GPT-Neo
+
+
+def decoder_parts(model: torch.nn.Module, blocks: torch.nn.ModuleList, source: str) -> DecoderParts:
+    """The DecoderParts of a decoder language model: embedding and head by get_input_embeddings /
+    get_output_embeddings, the final norm, positions and rotary embedding by the base model's attributes;
+    a PlanError naming layer.pp_degree and what is missing otherwise."""
     base = next((m for m in model.modules() if any(c is blocks for c in m.children())), None)
-    _, head, tied = vocabulary_ends(model)
-    if base is None or not all(hasattr(base, n) for n in ("embed_tokens", "norm")) or head is None:
+    embed, head, tied = vocabulary_ends(model)
+    norm = next((getattr(base, n) for n in _NORMS if isinstance(getattr(base, n, None), torch.nn.Module)), None)
+    rotary, positions = getattr(base, "rotary_emb", None), getattr(base, "wpe", None)
+    missing = [what for what, found in (("module holding the blocks", base), ("input embedding", embed),
+                                        ("output embedding (head)", head), ("final norm (norm, ln_f)", norm),
+                                        ("positions (rotary_emb or wpe)", rotary or positions)) if found is None]
+    if missing:
         raise PlanError(f"{source}: layer.pp_degree: kiwi.torch.parallelize splits pipeline stages of decoder "
-                        f"language models of the Llama family (embed_tokens, layers, norm, lm_head); "
-                        f"{type(model).__name__} is not one")
-    if tied:
-        raise PlanError(f"{source}: layer.pp_degree: tied input and output embeddings cannot sit on two stages")
-    return base, base.embed_tokens, getattr(base, "rotary_emb", None), base.norm, head
+                        f"language models; {type(model).__name__} has no {', no '.join(missing)}")
+    attention = getattr(getattr(model, "config", None), "_attn_implementation", None)
+    if attention == "eager":  # the chunks pass no mask: only SDPA / flash attention are then causal
+        raise PlanError(f"{source}: layer.pp_degree: pipeline stages run attention without a mask, causal with "
+                        f"attn_implementation 'sdpa' or 'flash_attention_2', not 'eager'")
+    return DecoderParts(base, embed, positions, getattr(base, "drop", None), rotary, norm, head, tied)
 
 
 class DecoderChunk(torch.nn.Module):
     """One model chunk of a pipeline stage (the whole stage without interleaving): token ids (the first
     chunk) or hidden states in, hidden states or logits (the last chunk) out. It holds only its own blocks
     (and the embedding, or the final norm and the head), so each chunk's PipelineStage scales and
-    synchronises only its own gradients; the model keeps them under their own names."""
+    synchronises only its own gradients; the model keeps them under their own names. The last chunk of
+    a tied model also holds the embedding module (never run) so FSDP2 sees both users of the weight."""
 
-    def __init__(self, parts, blocks: torch.nn.ModuleList, layers: List[int], first: bool, last: bool):
+    def __init__(self, parts: DecoderParts, blocks: torch.nn.ModuleList, layers: List[int], first: bool, last: bool):
         super().__init__()
-        _, embed, rotary, norm, head = parts
-        self.embed = embed if first else None
+        self.embed = parts.embed if first else None
+        self.positions = parts.positions if first else None
+        self.dropout = parts.dropout if first else None
         self.blocks = torch.nn.ModuleList([blocks[i] for i in layers])
-        self.norm = norm if last else None
-        self.head = head if last else None
-        self._rotary = (rotary,)  # buffers only: shared by the chunks, not registered
+        self.norm = parts.norm if last else None
+        self.head = parts.head if last else None
+        self.tied_embed = parts.embed if last and parts.tied and not first else None
+        self._rotary = (parts.rotary,)  # buffers only: shared by the chunks, not registered
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        hidden = self.embed(x) if self.embed is not None else x
-        positions = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
+        positions = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
+        hidden = x
+        if self.embed is not None:
+            hidden = self.embed(x)
+            if self.positions is not None:
+                hidden = hidden + self.positions(positions)
+            if self.dropout is not None:
+                hidden = self.dropout(hidden)
         rotary = self._rotary[0]
         rope = rotary(hidden, positions) if rotary is not None else None
         for block in self.blocks:  # no mask: the attention is causal (HuggingFace's SDPA path)
-            out = block(hidden, attention_mask=None, position_ids=positions, position_embeddings=rope)
+            if rotary is None:  # learned positions (GPT-2): the blocks take the hidden states only
+                out = block(hidden)
+            else:
+                out = block(hidden, attention_mask=None, position_ids=positions, position_embeddings=rope)
             hidden = out[0] if isinstance(out, tuple) else out
         return self.head(self.norm(hidden)) if self.head is not None else hidden
+
+
+def _drop(owner: torch.nn.Module, module: Optional[torch.nn.Module]) -> None:
+    """Sets owner's child `module` (found by identity) to None."""
+    for name, child in list(owner.named_children()):
+        if module is not None and child is module:
+            setattr(owner, name, None)
 
 
 def stage_chunks(model: torch.nn.Module, blocks: torch.nn.ModuleList, plan: HybridPlan,
                  stage: int) -> List[DecoderChunk]:
     """This stage's model chunks in model order (chunk c of the plan runs on stage c % pp_degree, as kiwi's
     simulator and Megatron-LM place them); the model drops the other stages' blocks (nn.Identity), and the
-    embedding, the final norm and the head unless the stage runs the first or the last chunk."""
+    embedding (with its positions), the final norm and the head unless the stage runs the first or the
+    last chunk. A tied embedding stays on the last stage too, as its head's copy (tied_embedding.py)."""
     parts = decoder_parts(model, blocks, plan.source)
-    base, _, _, _, head = parts
     indices = plan.stage_chunks(stage)
     last_chunk = len(plan.pp_partition) - 1
     chunks = [DecoderChunk(parts, blocks, plan.chunk_layers(c), c == 0, c == last_chunk) for c in indices]
@@ -68,12 +111,13 @@ def stage_chunks(model: torch.nn.Module, blocks: torch.nn.ModuleList, plan: Hybr
         if i not in mine:
             blocks[i] = torch.nn.Identity()
     if 0 not in indices:
-        base.embed_tokens = None
+        _drop(parts.base, parts.positions)
+        _drop(parts.base, parts.dropout)
+        if not (parts.tied and last_chunk in indices):
+            _drop(parts.base, parts.embed)
     if last_chunk not in indices:
-        base.norm = None
-        for name, module in model.named_children():
-            if module is head:
-                setattr(model, name, None)
+        _drop(parts.base, parts.norm)
+        _drop(model, parts.head)
     return chunks
 
 

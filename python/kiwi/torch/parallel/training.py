@@ -109,6 +109,8 @@ def _pipeline_step(pm: ParallelModel, optimizer: torch.optim.Optimizer, batch: B
         pm.schedule.step(batch["input_ids"], **kwargs)
     else:
         pm.schedule.step(**kwargs)
+    if pm.tied is not None:  # the first and the last stage's copies of a tied embedding take one step
+        pm.tied.sum_gradients()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     loss = torch.stack([l.detach().float() for l in losses]).mean() if last else torch.zeros(())
