@@ -1,5 +1,6 @@
 """Bytes of every collective a step runs, by kind and mesh dimension, counted where they are dispatched
-(a TorchDispatchMode sees DTensor's functional collectives and FSDP2's c10d ones alike), in the
+(a TorchDispatchMode sees DTensor's functional collectives, those inside its ops included, and FSDP2's
+c10d ones alike), in the
 convention kiwi's cost model states them: all-reduce the buffer, all-gather the gathered result,
 reduce-scatter the input (sim::LayerPlanTraffic)."""
 from typing import Dict, List, Optional
@@ -7,6 +8,7 @@ from typing import Dict, List, Optional
 import torch
 import torch.distributed as dist
 from torch.distributed.distributed_c10d import _resolve_process_group
+from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 # op name (without overload) -> kind; the gathered result is the input times the group size
@@ -54,6 +56,10 @@ class CollectiveBytes(TorchDispatchMode):
         self._dims = {frozenset(dist.get_process_group_ranks(g)): dim for dim, gs in groups.items() for g in gs}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(issubclass(t, DTensor) for t in types):
+            # let DTensor run the op first (a mode runs before subclasses): the collectives it issues inside
+            # (the vocabulary-parallel loss's, a norm's gradient under SP) come back here as plain ops
+            return NotImplemented
         kwargs = kwargs or {}
         namespace = func.namespace
         if namespace in ("c10d", "_c10d_functional"):
