@@ -102,6 +102,64 @@ TEST(PlanAll, NeverSlowerThanAnyMethodAndItsBestFits) {
   }
 }
 
+// Planned for FSDP2 (--runtime fsdp2), every planner's plan is one kiwi.torch.parallelize runs: one TP
+// degree for all layers, no recompute sets, offloading, context or expert parallelism; kiwi's is the
+// fastest of its searches with the TP degree fixed (brute force over the degrees, same restrictions) and
+// no faster than its unrestricted search.
+TEST(PlanAll, Fsdp2PlansAreWhatParallelizeRuns) {
+  const std::vector<Case> cases = {
+      {"llama", {.layers = 4, .hidden = 1024, .heads = 8, .seq = 512, .batch = 16, .zero_runtime = cost::ZeroRuntime::kFsdp2},
+       "dgx-a100-80gb:2", 0.05},
+      {"gpt", {.layers = 8, .hidden = 2048, .heads = 16, .seq = 1024, .batch = 32, .zero_runtime = cost::ZeroRuntime::kFsdp2},
+       "dgx-a100-80gb:2", 0.075},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(fmt::format("{} on {} at {}", c.model, c.cluster, c.budget_fraction));
+    const std::optional<Built> b = Build(c.model, c.overrides, c.cluster);
+    ASSERT_TRUE(b);
+    ASSERT_EQ(b->model.zero_runtime, cost::ZeroRuntime::kFsdp2);
+    const int64_t budget = static_cast<int64_t>(c.budget_fraction * static_cast<double>(b->cluster.device.memory_bytes));
+    const int64_t batch = *c.overrides.batch;
+    Result<PlanAllResult> all = PlanAll(b->model, b->cluster, b->cost_model,
+                                        {.memory_budget_bytes = budget, .global_batch = batch, .time_limit_seconds = 60});
+    ASSERT_TRUE(all) << all.error().message;
+    for (const PlanCandidate& candidate : all->candidates) {
+      if (!candidate.found) continue;
+      for (const plan::LayerStrategy& s : candidate.plan.layers) {
+        EXPECT_EQ(s.tp, candidate.plan.layers.front().tp) << candidate.name;
+        EXPECT_FALSE(s.RecomputesSet()) << candidate.name;
+        EXPECT_FALSE(s.offload) << candidate.name;
+        EXPECT_EQ(s.cp, 1) << candidate.name;
+        EXPECT_EQ(s.ep, 1) << candidate.name;
+      }
+    }
+    Result<PlanCandidate> kiwi = PlanWithKiwi({.model = b->model, .cluster = b->cluster, .cost_model = b->cost_model,
+                                               .memory_budget_bytes = budget, .global_batch = batch});
+    ASSERT_TRUE(kiwi) << kiwi.error().message;
+    ASSERT_TRUE(kiwi->found);
+    double fastest = 0.0;
+    for (int tp = 1; tp <= b->cluster.NumDevices(); tp *= 2) {
+      HybridSearchOptions o;
+      o.memory_budget_bytes = budget;
+      o.global_batch = batch;
+      o.tp = tp;
+      o.offload = o.context_parallel = o.expert_parallel = false;
+      o.recompute_sets = 0;
+      Result<HybridSearchResult> r = SearchHybridPlan(b->model, b->cluster, b->cost_model, o);
+      ASSERT_TRUE(r) << r.error().message;
+      if (r->feasible) fastest = std::max(fastest, r->simulated.throughput_samples_per_second);
+    }
+    EXPECT_DOUBLE_EQ(kiwi->simulated.throughput_samples_per_second, fastest);
+    HybridSearchOptions any;
+    any.memory_budget_bytes = budget;
+    any.global_batch = batch;
+    Result<HybridSearchResult> unrestricted = SearchHybridPlan(b->model, b->cluster, b->cost_model, any);
+    ASSERT_TRUE(unrestricted && unrestricted->feasible);
+    EXPECT_LE(kiwi->simulated.throughput_samples_per_second,
+              unrestricted->simulated.throughput_samples_per_second * (1 + 1e-12));
+  }
+}
+
 // Unseeded, kiwi's search runs on its own and answers what `kiwi hybrid` answers at the batch; seeded,
 // where the alternatives tie it (llama2-7b at batch 64, one node: Megatron-LM's plan), it finds none
 // faster, proven (not timed out), and the best is the alternative's at the same throughput.

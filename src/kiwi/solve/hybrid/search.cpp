@@ -60,7 +60,8 @@ class Search {
     if (searching && cluster.num_nodes > 1) space_.strategies.max_tp = cluster.devices_per_node;
     // Selective recomputation of a model without an attention core would only repeat "no recomputation".
     space_.strategies.allow_selective_recompute &= model.HasAttentionCore();
-    space_.strategies.experts = model.MaxExperts();
+    space_.strategies.experts = options.expert_parallel ? model.MaxExperts() : 0;
+    if (options.tp > 0) space_.tp = options.tp;
     space_.strategies.context_sequence = model.ContextParallelSequence();
     space_.strategies.allow_context_parallel &= options.context_parallel;
     space_.strategies.allow_offload = options.offload && options.method == Method::kKiwi && cluster.device.HasHost() &&

@@ -87,6 +87,11 @@ struct HybridSearchOptions {
   // whole layers only, such as kiwi.torch.distributed).
   int recompute_sets = kDefaultRecomputeSets;
   static constexpr int kDefaultRecomputeSets = 2;
+  // false: no expert parallelism in kiwi's space (plans for a runtime without it).
+  bool expert_parallel = true;
+  // Every layer's TP degree (0: any, per layer): plans for a runtime with one TP mesh, such as
+  // kiwi.torch.parallelize; overrides the method's own (MethodSpace::tp).
+  int tp = 0;
   std::optional<PartitionMode> partitions;   // overrides the method's (tests use kExhaustive)
   double time_limit_seconds = 60.0;
   // Samples/s of a plan known from elsewhere (another planner's, on the same cost model): the search
