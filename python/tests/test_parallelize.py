@@ -96,10 +96,12 @@ def _config_plan(llama_config, layers, micro_batches=2):
 
 @pytest.fixture(scope="module")
 def main_job_plan(llama_config, tmp_path_factory):
-    """kiwi plan's (the main job's) best plan of the Llama config for 4 CPU processes: it pipelines."""
+    """kiwi plan's (the main job's) best plan of the Llama config for 4 CPU processes, planned for FSDP2
+    (--runtime fsdp2: only what parallelize runs, memory as FSDP2 holds it): it pipelines."""
     out = str(tmp_path_factory.mktemp("plan") / "plan.json")
     r = kiwi.cli("plan", "--hf-config", llama_config, "--cluster", CLUSTER, "--batch", str(h.BATCH), "--seq",
-                 str(h.SEQ), "--dtype", "fp32", "--optimizer", "sgd", "--no-refine", "--quiet", "--out", out)
+                 str(h.SEQ), "--dtype", "fp32", "--optimizer", "sgd", "--runtime", "fsdp2", "--no-refine", "--quiet",
+                 "--out", out)
     assert r.returncode == 0, r.stderr
     return out
 
