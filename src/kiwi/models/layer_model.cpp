@@ -23,23 +23,6 @@ Result<cost::LayerModel> BuildWhole(const ModelSpec& spec, const cost::CostModel
 }
 
 // The layers priced as BuildSpecLayerModel says, without what the spec says of the runtime.
-Result<cost::LayerModel> BuildPricedLayers(const ModelSpec& spec, const cost::CostModel& cost_model);
-
-}  // namespace
-
-int64_t SpecBatch(const ModelSpec& spec) {
-  if (const auto* t = std::get_if<TransformerConfig>(&spec.config)) return t->batch;
-  return std::get<MlpConfig>(spec.config).batch;
-}
-
-Result<cost::LayerModel> BuildSpecLayerModel(const ModelSpec& spec, const cost::CostModel& cost_model) {
-  Result<cost::LayerModel> model = BuildPricedLayers(spec, cost_model);
-  if (model) model->zero_runtime = spec.zero_runtime;
-  return model;
-}
-
-namespace {
-
 Result<cost::LayerModel> BuildPricedLayers(const ModelSpec& spec, const cost::CostModel& cost_model) {
   const auto* t = std::get_if<TransformerConfig>(&spec.config);
   // DeepSeek's dense first layers are priced each, then kPricedLayers of the rest.
@@ -66,5 +49,16 @@ Result<cost::LayerModel> BuildPricedLayers(const ModelSpec& spec, const cost::Co
 }
 
 }  // namespace
+
+int64_t SpecBatch(const ModelSpec& spec) {
+  if (const auto* t = std::get_if<TransformerConfig>(&spec.config)) return t->batch;
+  return std::get<MlpConfig>(spec.config).batch;
+}
+
+Result<cost::LayerModel> BuildSpecLayerModel(const ModelSpec& spec, const cost::CostModel& cost_model) {
+  Result<cost::LayerModel> model = BuildPricedLayers(spec, cost_model);
+  if (model) model->zero_runtime = spec.zero_runtime;
+  return model;
+}
 
 }  // namespace kiwi::models

@@ -5,6 +5,7 @@
 
 #include "kiwi/solve/hybrid/layer_planners.h"
 #include "kiwi/solve/hybrid/search.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::hybrid {
 namespace {
@@ -54,8 +55,7 @@ Result<PlanCandidate> SearchForParallelize(Method method, const PlanRequest& r) 
     s.tp = tp;
     s.offload = s.context_parallel = s.expert_parallel = false;
     s.recompute_sets = 0;
-    const double spent = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    s.time_limit_seconds = std::max(r.time_limit_seconds - spent, 0.01);
+    s.time_limit_seconds = std::max(r.time_limit_seconds - SecondsSince(start), 0.01);
     if (best.found) s.beat_throughput = std::max(s.beat_throughput, best.simulated.throughput_samples_per_second);
     Result<HybridSearchResult> found = SearchHybridPlan(r.model, r.cluster, r.cost_model, s);
     if (!found) return found.error();
@@ -75,7 +75,7 @@ Result<PlanCandidate> SearchForParallelize(Method method, const PlanRequest& r) 
   best.proven = all_proven && !best.timed_out;
   best.none_faster = !best.found && all_none_faster;
   if (best.found || best.none_faster) best.smallest_peak_bytes = 0;
-  best.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  best.seconds = SecondsSince(start);
   return best;
 }
 
