@@ -135,7 +135,7 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
         parts = decoder_parts(model, found, plan.source)
         if parts.tied:  # the last stage keeps a copy of the shared weight, equal to the first stage's
             tied_group = tie_across_stages(mesh, parts.embed.weight)
-        roots = stage_chunks(model, found, plan, stage)
+        roots = stage_chunks(model, parts, found, plan, stage)
     heads = _heads(model)
     if tp > 1:  # a pipeline's last stage hands plain logits to its loss: gathered there
         out.vocabulary_parallel_loss = pp == 1 and any(isinstance(m, torch.nn.Linear) for m in
@@ -179,8 +179,7 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
     if pp > 1:
         out.groups["pp"] = [mesh.get_group("pp")]
         if tied_group is not None:  # after "pp": with 2 stages the pair's ranks are the pp group's
-            embed, _, _ = vocabulary_ends(model)
-            out.tied = tied_embedding(plan, tied_group, embed.weight)
+            out.tied = tied_embedding(plan, tied_group, parts.embed.weight)  # the parameter FSDP2 put there
             out.groups["tied"] = [tied_group]
         out.schedule = make_schedule(plan, roots, stage, mesh, loss_function(model), device, out.accumulating,
                                      out.unsharded)

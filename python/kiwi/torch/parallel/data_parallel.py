@@ -4,7 +4,7 @@ keeps them unsharded from the first forward pass to the step (all-gathered once 
 as ZeRO-2 but reduce-scatters the gradients once per step (after the last micro-batch, training.py),
 and plain DP is FSDP2 over a
 (dp, 1) mesh: replicated parameters, gradients all-reduced (HSDP with shards of one rank)."""
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh
@@ -21,6 +21,15 @@ def shard_layer(module: torch.nn.Module, strategy: LayerStrategy, dp_mesh: Devic
     if stage == 0 and replicate_mesh is not None:
         return fully_shard(module, mesh=replicate_mesh, reshard_after_forward=False)
     return fully_shard(module, mesh=dp_mesh, reshard_after_forward=stage == 3)
+
+
+def set_micro_batch_sync(accumulating: Sequence[FSDPModule], unsharded: Sequence[FSDPModule], last: bool) -> None:
+    """Before a micro-batch's backward pass: DP/ZeRO-1 layers (`accumulating`) synchronise only in the last
+    one, ZeRO-1/2 layers (`unsharded`) keep their parameters gathered until then; ZeRO-3 as FSDP2 does."""
+    for module in accumulating:
+        module.set_requires_gradient_sync(last, recurse=False)
+    for module in unsharded:
+        module.set_reshard_after_backward(last, recurse=False)
 
 
 def syncs_every_micro_batch(strategy: LayerStrategy) -> bool:

@@ -11,6 +11,7 @@ from torch.distributed.device_mesh import DeviceMesh
 
 from kiwi.torch.distributed.plan import HybridPlan, PlanError
 from kiwi.torch.parallel.blocks import vocabulary_ends
+from kiwi.torch.parallel.data_parallel import set_micro_batch_sync
 
 
 class DecoderParts(NamedTuple):
@@ -96,13 +97,12 @@ def _drop(owner: torch.nn.Module, module: Optional[torch.nn.Module]) -> None:
             setattr(owner, name, None)
 
 
-def stage_chunks(model: torch.nn.Module, blocks: torch.nn.ModuleList, plan: HybridPlan,
+def stage_chunks(model: torch.nn.Module, parts: DecoderParts, blocks: torch.nn.ModuleList, plan: HybridPlan,
                  stage: int) -> List[DecoderChunk]:
     """This stage's model chunks in model order (chunk c of the plan runs on stage c % pp_degree, as kiwi's
     simulator and Megatron-LM place them); the model drops the other stages' blocks (nn.Identity), and the
     embedding (with its positions), the final norm and the head unless the stage runs the first or the
     last chunk. A tied embedding stays on the last stage too, as its head's copy (tied_embedding.py)."""
-    parts = decoder_parts(model, blocks, plan.source)
     indices = plan.stage_chunks(stage)
     last_chunk = len(plan.pp_partition) - 1
     chunks = [DecoderChunk(parts, blocks, plan.chunk_layers(c), c == 0, c == last_chunk) for c in indices]
@@ -149,10 +149,7 @@ def _plan_stage():
         def backward_maybe_with_nosync(self, backward_type, bwd_kwargs, last_backward=False):
             if backward_type != "full" or not isinstance(self.submod, FSDPModule):
                 return super().backward_maybe_with_nosync(backward_type, bwd_kwargs, last_backward)
-            for module in self.accumulating:
-                module.set_requires_gradient_sync(last_backward, recurse=False)
-            for module in self.unsharded:
-                module.set_reshard_after_backward(last_backward, recurse=False)
+            set_micro_batch_sync(self.accumulating, self.unsharded, last_backward)
             return stage_backward(bwd_kwargs["stage_output"], bwd_kwargs["output_grads"], bwd_kwargs["input_values"]), None
 
         def perform_reduce_grad(self, grad_scale_factor: int):

@@ -6,9 +6,12 @@ from typing import Any, Callable, Dict, Optional, Union
 
 import torch
 import torch.distributed as dist
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import loss_parallel
 
 from kiwi.torch.distributed.plan import PlanError
 from kiwi.torch.parallel.apply import ParallelModel
+from kiwi.torch.parallel.data_parallel import set_micro_batch_sync
 
 Batch = Union[torch.Tensor, Dict[str, Any]]
 
@@ -45,13 +48,7 @@ def _loss_of_output(output: Any) -> torch.Tensor:
     return loss
 
 
-def _vocabulary_parallel_loss():
-    from torch.distributed.tensor.parallel import loss_parallel
-    return loss_parallel()
-
-
 def _full(t: torch.Tensor) -> torch.Tensor:
-    from torch.distributed.tensor import DTensor
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
@@ -79,13 +76,10 @@ def step(pm: ParallelModel, optimizer: torch.optim.Optimizer, batch: Batch,
         return _pipeline_step(pm, optimizer, batch)
     size = pm.micro_batch
     total = 0.0
-    vocabulary_parallel = _vocabulary_parallel_loss if pm.vocabulary_parallel_loss else contextlib.nullcontext
+    vocabulary_parallel = loss_parallel if pm.vocabulary_parallel_loss else contextlib.nullcontext
     for k in range(m):
         last = k == m - 1
-        for module in pm.accumulating:
-            module.set_requires_gradient_sync(last, recurse=False)
-        for module in pm.unsharded:  # ZeRO-1/2 keep whole parameters until the step
-            module.set_reshard_after_backward(last, recurse=False)
+        set_micro_batch_sync(pm.accumulating, pm.unsharded, last)
         micro = _rows(batch, k * size, (k + 1) * size)
         with vocabulary_parallel():  # forward and backward, as torch's loss_parallel requires
             output = pm.model(**micro) if isinstance(micro, dict) else pm.model(micro)
