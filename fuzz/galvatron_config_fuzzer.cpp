@@ -4,6 +4,6 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   return kiwi::fuzz::FuzzOneFile(data, size, [](std::string_view text, const std::string& source) {
-    return kiwi::io::ParseGalvatronConfig(text, source, 8);
+    return kiwi::io::ParseGalvatronConfig(text, source, {.num_devices = 8});
   });
 }

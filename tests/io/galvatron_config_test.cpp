@@ -37,12 +37,12 @@ TEST(GalvatronConfig, RoundTripsKiwiPlans) {
   EXPECT_EQ(j["pp_division"], "3,2");
   EXPECT_EQ(j["pipeline_type"], "pipedream_flush");
   EXPECT_EQ(j["chunks"], 8);
-  Result<plan::LayerPlan> back = ParseGalvatronConfig(text, "c.json", 8);
+  Result<plan::LayerPlan> back = ParseGalvatronConfig(text, "c.json", {.num_devices = 8});
   ASSERT_TRUE(back.ok()) << back.error().message;
   testing::ExpectSameLayerPlan(*back, p);
   plan::LayerPlan gpipe = p;
   gpipe.pipeline = plan::PipelineSchedule::kGPipe;
-  testing::ExpectSameLayerPlan(*ParseGalvatronConfig(*WriteGalvatronConfig(gpipe), "c.json", 8), gpipe);
+  testing::ExpectSameLayerPlan(*ParseGalvatronConfig(*WriteGalvatronConfig(gpipe), "c.json", {.num_devices = 8}), gpipe);
 }
 
 // Galvatron's zero2 is kiwi's ZeRO-1 under gradient accumulation (whole gradients until the last
@@ -59,7 +59,7 @@ TEST(GalvatronConfig, WritesZero2AndRefusesWhatGalvatronCannotExpress) {
     Result<std::string> text = WriteGalvatronConfig(p);
     ASSERT_TRUE(text.ok()) << text.error().message;
     EXPECT_EQ(nlohmann::json::parse(*text)["default_dp_type"], "zero2");
-    Result<plan::LayerPlan> back = ParseGalvatronConfig(*text, "c.json", 8);
+    Result<plan::LayerPlan> back = ParseGalvatronConfig(*text, "c.json", {.num_devices = 8});
     ASSERT_TRUE(back.ok()) << back.error().message;
     for (size_t i = 0; i < p.layers.size(); ++i) EXPECT_EQ(back->layers[i].ZeroStage(), p.layers[i].ZeroStage()) << i;
 
@@ -115,7 +115,7 @@ TEST(GalvatronConfig, WritesZero2AndRefusesWhatGalvatronCannotExpress) {
 }
 
 TEST(GalvatronConfig, ReadsGalvatronsOwnFormat) {
-  Result<plan::LayerPlan> p = ReadGalvatronConfigFile(kData + "galvatron_config_bert_example.json", 8);
+  Result<plan::LayerPlan> p = ReadGalvatronConfigFile(kData + "galvatron_config_bert_example.json", {.num_devices = 8});
   ASSERT_TRUE(p.ok()) << p.error().message;
   const std::vector<plan::LayerStrategy> expected = {
       {1, 4, plan::Zero::kOptimizerStates, false}, {1, 4, plan::Zero::kParameters, true},
@@ -126,7 +126,7 @@ TEST(GalvatronConfig, ReadsGalvatronsOwnFormat) {
   EXPECT_EQ(p->global_batch, 32);
   EXPECT_EQ(p->micro_batches, 4);
   Result<plan::LayerPlan> zero3 = ParseGalvatronConfig(
-      R"({"pp_deg": 1, "tp_sizes_enc": "1,8", "global_bsz": 8, "default_dp_type": "zero3"})", "z.json", 8);
+      R"({"pp_deg": 1, "tp_sizes_enc": "1,8", "global_bsz": 8, "default_dp_type": "zero3"})", "z.json", {.num_devices = 8});
   ASSERT_TRUE(zero3.ok()) << zero3.error().message;
   EXPECT_EQ(zero3->layers, (std::vector<plan::LayerStrategy>{{1, 8, plan::Zero::kParameters, false}, {8, 1, plan::Zero::kNone, false}}));
   EXPECT_EQ(zero3->pp_partition, (std::vector<int>{2}));
@@ -135,7 +135,7 @@ TEST(GalvatronConfig, ReadsGalvatronsOwnFormat) {
 TEST(GalvatronConfig, RejectsWhatKiwiCannotModelNamingTheField) {
   const std::string base = R"("pp_deg": 1, "tp_sizes_enc": "1,2", "global_bsz": 8)";
   auto error = [&](const std::string& extra) {
-    Result<plan::LayerPlan> r = ParseGalvatronConfig("{" + base + extra + "}", "g.json", 8);
+    Result<plan::LayerPlan> r = ParseGalvatronConfig("{" + base + extra + "}", "g.json", {.num_devices = 8});
     return r.ok() ? std::string("ok") : r.error().message;
   };
   EXPECT_EQ(error(""), "ok");
@@ -147,13 +147,74 @@ TEST(GalvatronConfig, RejectsWhatKiwiCannotModelNamingTheField) {
   EXPECT_NE(error(R"(, "pp_division": "1,1")").find("pp_division"), std::string::npos);
   EXPECT_NE(error(R"(, "default_dp_type": "zero9")").find("default_dp_type"), std::string::npos);
   Result<plan::LayerPlan> bad_tp = ParseGalvatronConfig(R"({"pp_deg": 2, "tp_sizes_enc": "8", "global_bsz": 8,
-      "pp_division": "1"})", "g.json", 8);
+      "pp_division": "1"})", "g.json", {.num_devices = 8});
   ASSERT_FALSE(bad_tp.ok());
   EXPECT_NE(bad_tp.error().message.find("tp_sizes_enc"), std::string::npos);
-  EXPECT_FALSE(ParseGalvatronConfig("[1, 2]", "g.json", 8).ok());
-  EXPECT_FALSE(ParseGalvatronConfig("{", "g.json", 8).ok());
-  EXPECT_FALSE(ParseGalvatronConfig(R"({"pp_deg": 3, "tp_sizes_enc": "1", "global_bsz": 8})", "g.json", 8).ok());
-  EXPECT_FALSE(ReadGalvatronConfigFile(kData + "missing.json", 8).ok());
+  EXPECT_FALSE(ParseGalvatronConfig("[1, 2]", "g.json", {.num_devices = 8}).ok());
+  EXPECT_FALSE(ParseGalvatronConfig("{", "g.json", {.num_devices = 8}).ok());
+  EXPECT_FALSE(ParseGalvatronConfig(R"({"pp_deg": 3, "tp_sizes_enc": "1", "global_bsz": 8})", "g.json", {.num_devices = 8}).ok());
+  EXPECT_FALSE(ReadGalvatronConfigFile(kData + "missing.json", {.num_devices = 8}).ok());
+}
+
+// The fields Galvatron's search writes and its runtime reads (core/search_engine/search_engine.py
+// save_results; utils/config_utils.py config2strategy, core/runtime/hybrid_parallel_config.py): its
+// shipped Llama-2-7B config, with the embeddings at TP 2 (vtp) and Ulysses (vsp), is read but for vsp.
+TEST(GalvatronConfig, ReadsTheEmbeddingsFieldsAndSaysWhatKiwiPricesOtherwise) {
+  const std::string layers = R"("pp_deg": 1, "tp_sizes_enc": "1,1", "dp_types_enc": "1,1", "global_bsz": 16,
+      "chunks": 1, "pp_division": "2", "pipeline_type": "pipedream_flush", "default_dp_type": "zero2")";
+  std::vector<std::string> notes;
+  Result<plan::LayerPlan> p =
+      ParseGalvatronConfig("{" + layers + R"(, "vtp": 2, "vsp": 0, "embed_sdp": 1})", "g.json", {.num_devices = 8}, &notes);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->layers[0], (plan::LayerStrategy{1, 8, plan::Zero::kParameters, false}));
+  ASSERT_EQ(notes.size(), 1u);  // embed_sdp 1 is the first layer's ZeRO-3: only vtp is priced otherwise
+  EXPECT_NE(notes[0].find("g.json: vtp 2 is priced as the first layer's TP 1"), std::string::npos) << notes[0];
+  notes.clear();
+  ASSERT_TRUE(ParseGalvatronConfig("{" + layers + R"(, "vtp": 1, "vocab_sdp": 0})", "g.json", {.num_devices = 8}, &notes).ok());
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("embed_sdp 0 is priced as the first layer's SDP"), std::string::npos) << notes[0];
+  const auto error = [&](const std::string& extra) {
+    Result<plan::LayerPlan> r = ParseGalvatronConfig("{" + layers + extra + "}", "g.json", {.num_devices = 8});
+    return r.ok() ? std::string("ok") : r.error().message;
+  };
+  EXPECT_NE(error(R"(, "vsp": 1)").find("g.json: vsp: Ulysses"), std::string::npos);
+  EXPECT_NE(error(R"(, "vtp": 3)").find("g.json: vtp"), std::string::npos);
+  EXPECT_NE(error(R"(, "vcp": 2)").find("g.json: vcp"), std::string::npos);
+  EXPECT_NE(error(R"(, "cp_sizes_enc": "1,2")").find("g.json: cp_sizes_enc[1]"), std::string::npos);
+  EXPECT_NE(error(R"(, "embed_sdp": 1, "vocab_sdp": 0)").find("g.json: vocab_sdp"), std::string::npos);
+  // Galvatron's run-wide sequence_parallel makes its TP layers Megatron TP + SP.
+  Result<plan::LayerPlan> sp = ParseGalvatronConfig(
+      R"({"pp_deg": 1, "tp_sizes_enc": "1,4", "global_bsz": 16})", "g.json", {.num_devices = 8, .sequence_parallel = true});
+  ASSERT_TRUE(sp.ok()) << sp.error().message;
+  EXPECT_FALSE(sp->layers[0].SequenceParallel());
+  EXPECT_TRUE(sp->layers[1].SequenceParallel());
+}
+
+// What kiwi writes is what Galvatron's runtime reads: every field of its config reader, with the
+// embeddings' strategy as kiwi runs it (the first layer's TP and ZeRO-3).
+TEST(GalvatronConfig, WritesEveryFieldGalvatronReads) {
+  plan::LayerPlan plan;
+  plan.layers = {{2, 4, plan::Zero::kParameters, true}, {2, 4, plan::Zero::kNone, false}};
+  plan.pp_degree = 1;
+  plan.pp_partition = {2};
+  plan.global_batch = 16;
+  plan.micro_batches = 2;
+  Result<std::string> text = WriteGalvatronConfig(plan);
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  const nlohmann::json j = nlohmann::json::parse(*text);
+  // utils/config_utils.py config2strategy and core/runtime/hybrid_parallel_config.py, Galvatron v3
+  for (const char* field : {"pp_deg", "tp_sizes_enc", "tp_consecutive_flags", "dp_types_enc", "use_sp", "checkpoint",
+                            "global_bsz", "chunks", "pp_division", "pipeline_type", "default_dp_type", "vtp", "vsp",
+                            "vcp", "vocab_sdp", "embed_sdp"})
+    EXPECT_TRUE(j.contains(field)) << field;
+  EXPECT_EQ(j["vtp"], 2);
+  EXPECT_EQ(j["embed_sdp"], 1);
+  EXPECT_EQ(j["vocab_sdp"], 1);
+  std::vector<std::string> notes;
+  Result<plan::LayerPlan> back = ParseGalvatronConfig(*text, "k.json", {.num_devices = 8}, &notes);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->layers, plan.layers);
+  EXPECT_TRUE(notes.empty());  // its own embeddings' strategy reads back without a note
 }
 
 // The example in docs/hybrid.md is a valid config describing what the text says.
@@ -165,7 +226,7 @@ TEST(GalvatronConfig, DocsExampleReads) {
   const size_t start = text.find("```json\n");
   ASSERT_NE(start, std::string::npos);
   const std::string example = text.substr(start + 8, text.find("```", start + 8) - start - 8);
-  Result<plan::LayerPlan> p = ParseGalvatronConfig(example, "docs/hybrid.md", 8);
+  Result<plan::LayerPlan> p = ParseGalvatronConfig(example, "docs/hybrid.md", {.num_devices = 8});
   ASSERT_TRUE(p.ok()) << p.error().message;
   EXPECT_EQ(p->layers, (std::vector<plan::LayerStrategy>{
                            {1, 4, plan::Zero::kNone, false}, {1, 4, plan::Zero::kParameters, true},

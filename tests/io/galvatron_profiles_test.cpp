@@ -2,6 +2,9 @@
 // with hand-computed values (MB = 2^20 bytes, ms per sample, GB/s = 10^9 bytes/s).
 #include "kiwi/io/galvatron_profiles.h"
 
+#include "kiwi/cost/cost_model.h"
+#include "kiwi/cost/pipeline.h"
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -22,21 +25,81 @@ TEST(GalvatronProfiles, ReadLayerTypesAndEmbeddings) {
   ASSERT_TRUE(m.ok()) << m.error().message;
   ASSERT_EQ(m->layers.size(), 5u);
   const cost::LayerProfile& enc = m->layers[0];
-  EXPECT_EQ(enc.parameter_bytes, 48 * 1048576);
+  EXPECT_EQ(enc.parameter_bytes, 48 * 1048576);  // fp32 (the file name says): parameter_size as it is
   EXPECT_EQ(enc.activation_bytes_per_sample, 160 * 1048576);
+  EXPECT_EQ(enc.replicated_activation_bytes_per_sample, 20 * 1048576);  // 160 at TP 1, 90 at TP 2: 20 + 140 / tp
   EXPECT_EQ(enc.boundary_bytes_per_sample, 5 * 1048576);
   EXPECT_EQ(enc.tp_comm_bytes_per_sample, 10 * 1048576);
-  EXPECT_DOUBLE_EQ(enc.forward_seconds_per_sample, 0.0105);  // the bsz8 entry, not bsz1
-  EXPECT_DOUBLE_EQ(enc.backward_seconds_per_sample, 0.021);
+  // Galvatron's batch mode: 1 x 12 ms and 8 x 10.5 ms on a line: 72/7 ms per sample + 12/7 ms per micro-batch
+  EXPECT_NEAR(enc.forward_seconds_per_sample, 72.0 / 7 / 1e3, 1e-15);
+  EXPECT_NEAR(enc.forward_overhead_seconds, 12.0 / 7 / 1e3, 1e-15);
+  EXPECT_NEAR(enc.backward_seconds_per_sample, 2 * 72.0 / 7 / 1e3, 1e-15);
+  EXPECT_NEAR(enc.backward_overhead_seconds, 2 * 12.0 / 7 / 1e3, 1e-15);
   const cost::LayerProfile& dec = m->layers[4];
   EXPECT_EQ(dec.parameter_bytes, 64 * 1048576);
   EXPECT_EQ(dec.boundary_bytes_per_sample, 2621440);  // 2.5 MB
-  EXPECT_DOUBLE_EQ(dec.forward_seconds_per_sample, 0.007);
-  EXPECT_EQ(m->embedding.parameter_bytes, 160 * 1048576);  // 640 MB of fp32 Adam model states / 4
-  EXPECT_EQ(m->embedding.activation_bytes_per_sample, 20 * 1048576);
-  EXPECT_DOUBLE_EQ(m->embedding.forward_seconds_per_sample, 0.002);
+  EXPECT_DOUBLE_EQ(dec.forward_seconds_per_sample, 0.007);  // one micro-batch size: no line, no intercept
+  EXPECT_DOUBLE_EQ(dec.forward_overhead_seconds, 0.0);
+  // The pipeline entries: the first stage's to the embeddings, the last's to the head, half the time each
+  EXPECT_EQ(m->embedding.parameter_bytes, 80 * 1048576);  // 320 MB of fp32 Adam model states / 4
+  EXPECT_EQ(m->embedding.activation_bytes_per_sample, 10 * 1048576);
+  EXPECT_DOUBLE_EQ(m->embedding.forward_seconds_per_sample, 0.001);
+  EXPECT_EQ(m->head.parameter_bytes, 80 * 1048576);
+  EXPECT_DOUBLE_EQ(m->head.forward_seconds_per_sample, 0.001);
   EXPECT_DOUBLE_EQ(m->state_bytes_per_parameter_byte, 3.0);
   EXPECT_TRUE(Fixture({2, 3}, 512).ok());
+}
+
+// Galvatron's shipped Llama-2-7B profiles have only sequence-parallel memory entries, in bf16, and
+// a fixed time per micro-batch: read as its estimator reads them (search_engine.py, layer_cost.py).
+TEST(GalvatronProfiles, SixteenBitSequenceParallelProfilesAsGalvatronReadsThem) {
+  const std::string computation = R"({"layertype_0_bsz1_seq2048": 5.0, "layertype_0_bsz2_seq2048": 4.5,
+    "layertype_0_bsz4_seq2048": 4.25, "layertype_other_bsz1_seq2048": 3.0, "layertype_other_bsz2_seq2048": 2.5,
+    "layernum[2]_bsz1_seq2048": 15.0})";
+  const std::string memory = R"({"1_1_8_sp": {"layernum[1]_bsz8_seq2048_rank0_ms": 904.3},
+    "layertype_0_sp": {"2048": {"parameter_size": 800.0,
+      "tp_activation_per_bsz_dict": {"1": 512.0, "2": 260.0, "4": 134.0, "8": 71.0, "checkpoint": 32.0}}},
+    "other_memory_pp_off_sp": {"2048": {"model_states": {"1": 4096.0, "8": 848.0}, "activation": {"1": 800.0, "8": 100.0}}}})";
+  GalvatronModelOptions o;
+  o.layers_per_type = {32};
+  o.hidden = 4096;
+  Result<cost::LayerModel> m = ParseGalvatronModel(
+      {computation, memory, "configs/computation_profiling_bf16_llama2-7b_all.json", "m.json"}, o);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  ASSERT_EQ(m->layers.size(), 32u);
+  const cost::LayerProfile& l = m->layers[0];
+  EXPECT_EQ(l.parameter_bytes, 400 * 1048576);              // 800 MB of fp32 parameters in bf16
+  EXPECT_DOUBLE_EQ(m->state_bytes_per_parameter_byte, 7.0);  // 16 bytes of model states per parameter
+  EXPECT_EQ(l.activation_bytes_per_sample, 512 * 1048576);
+  EXPECT_EQ(l.replicated_activation_bytes_per_sample, 8 * 1048576);  // 512 at TP 1, 71 at TP 8: 8 + 504 / tp
+  EXPECT_EQ(l.boundary_bytes_per_sample, 32 * 1048576);
+  EXPECT_EQ(l.tp_comm_bytes_per_sample, 2 * 2048 * 4096 * 2);  // [seq, hidden] in bf16, twice (kiwi's convention)
+  EXPECT_NEAR(l.forward_seconds_per_sample, 4e-3, 1e-15);      // b x ms = 4 b + 1
+  EXPECT_NEAR(l.forward_overhead_seconds, 1e-3, 1e-15);
+  EXPECT_NEAR(m->embedding.forward_seconds_per_sample, 2e-3, 1e-15);  // b x ms = 2 b + 1, all of it
+  EXPECT_NEAR(m->embedding.forward_overhead_seconds, 1e-3, 1e-15);
+  EXPECT_EQ(m->embedding.parameter_bytes, 512 * 1048576);             // 4096 MB of states / 8 per parameter byte
+  EXPECT_EQ(m->embedding.replicated_parameter_bytes, 48 * 1048576);   // (8 x 848 - 4096) / 7 / 8
+  EXPECT_EQ(m->embedding.replicated_activation_bytes_per_sample, 0);  // (8 x 100 - 800) / 7
+  EXPECT_EQ(m->head.parameter_bytes, 0);                               // no pipeline entries: all on the embeddings
+  // An explicit precision wins over the file name; the plain entries are read where there are no _sp ones.
+  o.precision = GalvatronPrecision::kFp32;
+  Result<cost::LayerModel> fp32 = ParseGalvatronModel({computation, memory, "computation_profiling_bf16_x.json", "m.json"}, o);
+  ASSERT_TRUE(fp32.ok()) << fp32.error().message;
+  EXPECT_EQ(fp32->layers[0].parameter_bytes, 800 * 1048576);
+  EXPECT_DOUBLE_EQ(fp32->state_bytes_per_parameter_byte, 3.0);
+  EXPECT_EQ(fp32->layers[0].tp_comm_bytes_per_sample, 2 * 2048 * 4096 * 4);
+  // Both kinds present: the plain ones unless sequence parallelism is asked for.
+  const std::string both = R"({"layertype_0": {"parameter_size": 10.0, "tp_activation_per_bsz_dict": {"1": 4.0, "checkpoint": 1.0}},
+    "layertype_0_sp": {"parameter_size": 10.0, "tp_activation_per_bsz_dict": {"1": 2.0, "checkpoint": 1.0}}})";
+  o.hidden = 0;
+  Result<cost::LayerModel> plain = ParseGalvatronModel({computation, both, "c.json", "m.json"}, o);
+  ASSERT_TRUE(plain.ok()) << plain.error().message;
+  EXPECT_EQ(plain->layers[0].activation_bytes_per_sample, 4 * 1048576);
+  o.sequence_parallel = true;
+  Result<cost::LayerModel> sp = ParseGalvatronModel({computation, both, "c.json", "m.json"}, o);
+  ASSERT_TRUE(sp.ok()) << sp.error().message;
+  EXPECT_EQ(sp->layers[0].activation_bytes_per_sample, 2 * 1048576);
 }
 
 TEST(GalvatronProfiles, ErrorsNameTheFileAndEntry) {
@@ -86,6 +149,50 @@ TEST(GalvatronProfiles, HardwareSetsLinkBandwidthsAndOverlap) {
       ReadGalvatronHardware(kData + "allreduce_bandwidth_1nodes_8gpus_per_node.json", "", "", *two_nodes);
   ASSERT_FALSE(missing.ok());  // 16 devices: needs allreduce_size_16_consec_1
   EXPECT_NE(missing.error().message.find("allreduce_size_16_consec_1"), std::string::npos);
+}
+
+// Galvatron's sp_time file: collectives timed over message sizes; all-gathers and reduce-scatters are
+// half an all-reduce (config_utils.py remap_config_for_latency), all-to-alls their own entries.
+TEST(GalvatronProfiles, CollectiveTimesFromTheSpTimeFile) {
+  Result<cost::Cluster> base = cost::ClusterPreset("rtx-titan-pcie-8");
+  ASSERT_TRUE(base.ok());
+  Result<GalvatronHardware> h =
+      ReadGalvatronHardware("", "", "", *base, kData + "sp_time_1nodes_8gpus_per_node.json");
+  ASSERT_TRUE(h.ok()) << h.error().message;
+  EXPECT_EQ(h->collectives.size(), 4u * 3 + 1);  // 4 all-reduces, each with its all-gather and reduce-scatter
+  const auto seconds = [&](cost::Collective op, int devices, int64_t mib) {
+    return cost::InterpolatedCollectiveSeconds(h->collectives, op, devices, mib << 20);
+  };
+  EXPECT_DOUBLE_EQ(*seconds(cost::Collective::kAllReduce, 8, 16), 2e-3);
+  EXPECT_DOUBLE_EQ(*seconds(cost::Collective::kAllGather, 8, 16), 1e-3);
+  EXPECT_DOUBLE_EQ(*seconds(cost::Collective::kReduceScatter, 8, 64), 4e-3);
+  EXPECT_DOUBLE_EQ(*seconds(cost::Collective::kAllGather, 8, 40), 2.5e-3);  // between 16 and 64 MB, linear
+  EXPECT_DOUBLE_EQ(*seconds(cost::Collective::kAllToAll, 8, 16), 1.5e-3);
+  EXPECT_DOUBLE_EQ(*seconds(cost::Collective::kAllReduce, 2, 16), 1e-3);
+  EXPECT_FALSE(seconds(cost::Collective::kAllReduce, 4, 16).has_value());  // not timed at 4 devices
+  // The time reaches the cost model: an all-gather over 8 devices of the node
+  cost::Profile profile;
+  profile.device.collectives = h->collectives;
+  const cost::CostModel cm(h->cluster.device, {}, profile);
+  Result<ir::DeviceMesh> mesh = h->cluster.MakeMesh({8});
+  ASSERT_TRUE(mesh.ok());
+  EXPECT_DOUBLE_EQ(cm.CollectiveTime(cost::Collective::kAllGather, int64_t{16} << 20, *mesh, ir::AxisBit(0)), 1e-3);
+  // No entry at all, and a bad time, are refused naming the file and key
+  Result<GalvatronHardware> none = ParseGalvatronHardware({"", "", "", R"({"x": 1})", "", "", "", "s.json"}, *base);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.error().message.find("s.json"), std::string::npos) << none.error().message;
+  Result<GalvatronHardware> bad = ParseGalvatronHardware(
+      {"", "", "", R"({"allreduce_size_8_1MB_time": -1})", "", "", "", "s.json"}, *base);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("s.json: allreduce_size_8_1MB_time"), std::string::npos) << bad.error().message;
+}
+
+TEST(GalvatronProfiles, ReserveIsTwentyPercentOverTwentyGibPlusContext) {
+  constexpr int64_t kMiB = 1 << 20;
+  EXPECT_EQ(cost::GalvatronReservedBytes(36LL << 30), (7372 + 1024) * kMiB);  // int(36864 x 0.2) MB + 1 GB
+  EXPECT_EQ(cost::GalvatronReservedBytes(21LL << 30), (4300 + 1024) * kMiB);
+  EXPECT_EQ(cost::GalvatronReservedBytes(20LL << 30), 1024 * kMiB);  // max_mem // 1024 > 20 is false at 20 GiB
+  EXPECT_EQ(cost::GalvatronReservedBytes(8LL << 30), 1024 * kMiB);
 }
 
 }  // namespace

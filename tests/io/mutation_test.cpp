@@ -104,7 +104,7 @@ TEST(Mutations, HuggingFaceConfigs) {
 
 TEST(Mutations, GalvatronConfigAndProfiles) {
   FuzzText(Galvatron("galvatron_config_bert_example.json"), [](const std::string& text) {
-    ExpectAcceptedOrOneLineError(ParseGalvatronConfig(text, "m.json", 8), "m.json", text);
+    ExpectAcceptedOrOneLineError(ParseGalvatronConfig(text, "m.json", {.num_devices = 8}), "m.json", text);
   });
   const std::string computation = Galvatron("computation_profiling_fp32_test.json");
   const std::string memory = Galvatron("memory_profiling_fp32_test.json");

@@ -16,6 +16,7 @@ void ExpectSamePlan(const plan::Plan& a, const plan::Plan& b) {
   EXPECT_EQ(a.model, b.model);
   EXPECT_EQ(a.hf_config, b.hf_config);
   EXPECT_EQ(a.model_flags, b.model_flags);
+  EXPECT_EQ(a.galvatron, b.galvatron);
   EXPECT_EQ(a.cluster, b.cluster);
   EXPECT_EQ(a.solver, b.solver);
   ASSERT_EQ(a.op.has_value(), b.op.has_value());
@@ -96,6 +97,33 @@ TEST(PlanJson, RoundTripsExactly) {
   ASSERT_TRUE(back.ok()) << back.error().message << "\n" << text;
   ExpectSamePlan(*p, *back);
   EXPECT_EQ(WritePlanJson(*back), text);
+}
+
+// A plan made from Galvatron's profiles records them, and their reading options, so it replays on them.
+TEST(PlanJson, GalvatronSourceRoundTripsAndIsCheckedByName) {
+  plan::Plan p;
+  p.solver = "hybrid:bmw";
+  p.galvatron = plan::GalvatronSource{{"/p/computation_profiling_bf16_x.json", "/p/memory_profiling_bf16_x.json"},
+                                      {"/h/allreduce.json", "", "/h/overlap.json", "/h/sp_time.json"},
+                                      {24, 8},
+                                      2048,
+                                      "bf16",
+                                      true,
+                                      4096,
+                                      int64_t{36} << 30};
+  const std::string text = WritePlanJson(p);
+  Result<plan::Plan> back = ParsePlanJson(text, "g.json");
+  ASSERT_TRUE(back.ok()) << back.error().message << "\n" << text;
+  ExpectSamePlan(p, *back);
+  EXPECT_EQ(WritePlanJson(*back), text);
+  const auto with = [](const std::string& galvatron) {
+    return ParsePlanJson(R"({"kiwi_plan_version": 1, "galvatron": )" + galvatron + "}", "g.json");
+  };
+  ExpectBadInput(with(R"({"profiles": ["c.json"], "layers": [2]})"), {"g.json: galvatron.profiles:"});
+  ExpectBadInput(with(R"({"profiles": ["c.json", "m.json"], "layers": []})"), {"g.json: galvatron.layers:"});
+  ExpectBadInput(with(R"({"profiles": ["c.json", "m.json"], "layers": [0]})"), {"g.json: galvatron.layers[0]"});
+  ExpectBadInput(with(R"({"profiles": ["c.json", "m.json"], "layers": [2], "hiden": 8})"), {"g.json: galvatron", "hiden"});
+  ExpectBadInput(with(R"({"profiles": ["c.json", "m.json"], "layers": [2], "seq": -1})"), {"g.json: galvatron.seq"});
 }
 
 TEST(PlanJson, CapacityFactorMustBePositive) {

@@ -35,7 +35,7 @@ TEST(GalvatronInterop, ExportedPlanReadsBackWithTheSameThroughput) {
     ASSERT_TRUE(r.ok() && r->feasible) << gib;
     Result<std::string> exported = io::WriteGalvatronConfig(r->plan);
     ASSERT_TRUE(exported.ok()) << exported.error().message;
-    Result<plan::LayerPlan> back = io::ParseGalvatronConfig(*exported, "exported.json", 8);
+    Result<plan::LayerPlan> back = io::ParseGalvatronConfig(*exported, "exported.json", {.num_devices = 8});
     ASSERT_TRUE(back.ok()) << back.error().message;
     EXPECT_EQ(back->layers, r->plan.layers);
     Result<sim::LayerSimResult> replay = sim::SimulateLayerPlan(*model, *back, hw->cluster, cm);

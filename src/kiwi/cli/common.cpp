@@ -148,13 +148,15 @@ void CostFlags::Add(CLI::App* app) {
                   "measured per-operator times (profile JSON): used instead of the roofline for the operators it names");
 }
 
-Result<cost::CostModel> CostFlags::Make(const cost::Cluster& cluster, const cost::CostModelOptions& options) const {
+Result<cost::CostModel> CostFlags::Make(const cost::Cluster& cluster, const cost::CostModelOptions& options,
+                                        const std::vector<cost::CollectiveSample>& collectives) const {
   cost::Profile measured;
   if (!profile.empty()) {
     Result<cost::Profile> read = io::ReadProfileFile(profile);
     if (!read) return read.error();
     measured = *std::move(read);
   }
+  measured.device.collectives.insert(measured.device.collectives.end(), collectives.begin(), collectives.end());
   return MakeCostModel(cluster, options, std::move(measured), profile);
 }
 
@@ -228,11 +230,15 @@ Result<std::optional<int64_t>> ParseBatch(const std::string& text) {
 
 Status WriteLayerPlanFile(const std::string& path, const ModelFlags& model, const std::string& hf_config,
                           const std::string& cluster, const std::string& solver, const plan::LayerPlan& layer_plan,
-                          const sim::LayerSimResult& simulated) {
+                          const sim::LayerSimResult& simulated, const plan::GalvatronSource* galvatron) {
   plan::Plan p;
-  p.model = hf_config.empty() ? model.model : "";
-  if (!hf_config.empty()) p.hf_config = AbsolutePath(hf_config);
-  p.model_flags = model.flags;
+  if (galvatron != nullptr) {
+    p.galvatron = *galvatron;
+  } else {
+    p.model = hf_config.empty() ? model.model : "";
+    if (!hf_config.empty()) p.hf_config = AbsolutePath(hf_config);
+    p.model_flags = model.flags;
+  }
   p.cluster = ClusterReference(cluster);
   p.solver = solver;
   p.layer = layer_plan;

@@ -53,7 +53,9 @@ struct CostFlags {
   std::string profile;
 
   void Add(CLI::App* app);
-  Result<cost::CostModel> Make(const cost::Cluster& cluster, const cost::CostModelOptions& options = {}) const;
+  // `collectives`: measured collective times beside --profile's (Galvatron's sp_time file).
+  Result<cost::CostModel> Make(const cost::Cluster& cluster, const cost::CostModelOptions& options = {},
+                               const std::vector<cost::CollectiveSample>& collectives = {}) const;
 };
 
 // Integer flags: CLI11 2.1 saturates an out-of-range value silently (--hidden 99999999999999999999
@@ -91,9 +93,10 @@ std::string AbsolutePath(const std::string& given);
 // Writes a layer-level plan file atomically: the model it was made for (`model`'s flags, and the
 // HuggingFace config file by its absolute path when `hf_config` is given), the cluster as given on the
 // command line (ClusterReference), the solver's name, the simulator's numbers as claims.
+// A plan made from Galvatron's profiles records them (`galvatron`) instead of a model.
 Status WriteLayerPlanFile(const std::string& path, const ModelFlags& model, const std::string& hf_config,
                           const std::string& cluster, const std::string& solver, const plan::LayerPlan& plan,
-                          const sim::LayerSimResult& simulated);
+                          const sim::LayerSimResult& simulated, const plan::GalvatronSource* galvatron = nullptr);
 // A framework's configuration as a layer plan of `layers` layers on `devices` devices: a torchtitan job
 // config (.toml) or Megatron-LM arguments (anything else). Errors name the file and the option.
 Result<plan::LayerPlan> ReadFrameworkConfig(const std::string& path, int devices, int layers);

@@ -10,11 +10,11 @@
 
 #include "kiwi/cli/command.h"
 #include "kiwi/cli/common.h"
+#include "kiwi/cli/galvatron_flags.h"
 #include "kiwi/cost/layer_profile.h"
 #include "kiwi/io/cluster_json.h"
 #include "kiwi/io/file_io.h"
 #include "kiwi/io/galvatron_config.h"
-#include "kiwi/io/galvatron_profiles.h"
 #include "kiwi/io/plan_json.h"
 #include "kiwi/models/layer_model.h"
 #include "kiwi/report/layer_plan_table.h"
@@ -37,10 +37,7 @@ struct HybridOptions {
   std::string out;
   std::string hf_config;                        // a HuggingFace config.json instead of --model
   std::string galvatron_out;                    // plan as Galvatron strategy config
-  std::vector<std::string> galvatron_profiles;  // COMPUTATION.json,MEMORY.json instead of --model
-  std::vector<int> galvatron_layers;            // layers per Galvatron layer type
-  int64_t galvatron_seq = 0;
-  std::vector<std::string> galvatron_hardware;  // ALLREDUCE.json[,P2P.json[,OVERLAP.json]]
+  GalvatronFlags galvatron;                     // Galvatron's profiles instead of --model
   SearchFlags search;
   CostFlags cost;
   bool no_accumulation = false;
@@ -147,67 +144,40 @@ Error NoPlan(const hybrid::HybridSearchResult& r, const hybrid::HybridSearchOpti
 }
 
 // What the search runs on: a model-zoo model priced by the cost model, or Galvatron's profiles with
-// its measured hardware.
-struct Problem {
-  cost::LayerModel model;
-  cost::Cluster cluster;
-  cost::CostModelOptions cost_options;
-  std::string description;
-};
-
-Result<Problem> LoadGalvatronProblem(const HybridOptions& o, cost::Cluster cluster) {
-  if (o.galvatron_profiles.size() != 2)
-    return BadInput("--galvatron-profiles: give COMPUTATION.json,MEMORY.json");
-  io::GalvatronModelOptions mo;
-  mo.layers_per_type = o.galvatron_layers;
-  mo.seq = o.galvatron_seq;
-  Result<cost::LayerModel> model = io::ReadGalvatronModel(o.galvatron_profiles[0], o.galvatron_profiles[1], mo);
-  if (!model) return model.error();
-  Problem p{std::move(*model), std::move(cluster), {}, ""};
-  if (!o.galvatron_hardware.empty()) {
-    const auto file = [&](size_t i) { return i < o.galvatron_hardware.size() ? o.galvatron_hardware[i] : ""; };
-    Result<io::GalvatronHardware> hw = io::ReadGalvatronHardware(file(0), file(1), file(2), p.cluster);
-    if (!hw) return hw.error();
-    p.cluster = std::move(hw->cluster);
-    p.cost_options.overlap_slowdown = hw->overlap_coefficient;
-  }
-  p.description = fmt::format("Galvatron profiles {}: {} layers", o.galvatron_profiles[1], p.model.layers.size());
-  return p;
-}
-
-Result<Problem> LoadProblem(const HybridOptions& o) {
-  Result<cost::Cluster> cluster = io::LoadCluster(o.cluster);
-  if (!cluster) return cluster.error();
-  if (!o.galvatron_profiles.empty()) return LoadGalvatronProblem(o, std::move(*cluster));
+// its measured hardware and its memory reserve for the budget.
+Result<LayerProblem> LoadProblem(const HybridOptions& o, cost::Cluster cluster, int64_t memory_budget_bytes) {
+  if (o.galvatron.Given()) return o.galvatron.Load(std::move(cluster), memory_budget_bytes);
   Result<models::ModelSpec> spec = o.hf_config.empty() ? o.model.Load() : o.model.LoadHfConfig(o.hf_config, /*with_batch=*/false);  // --batch: the global batch
   if (!spec) return spec.error();
-  Result<cost::CostModel> cm = o.cost.Make(*cluster);
+  Result<cost::CostModel> cm = o.cost.Make(cluster);
   if (!cm) return cm.error();
   Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, *cm);
   if (!model) return model.error();
-  return Problem{std::move(*model), std::move(*cluster), {}, DescribeModel(*spec)};
+  return LayerProblem{std::move(*model), std::move(cluster), {}, {}, DescribeModel(*spec)};
 }
 
 // The Galvatron config is made first: a plan it cannot express leaves no file written.
-Status WriteOutputs(const HybridOptions& o, const hybrid::HybridSearchResult& r) {
+Status WriteOutputs(const HybridOptions& o, const hybrid::HybridSearchResult& r, int64_t memory_budget_bytes) {
   Result<std::string> config = o.galvatron_out.empty() ? std::string() : io::WriteGalvatronConfig(r.plan);
   if (!config)
     return BadInput(fmt::format("--galvatron-out {}: {} (search with --method bmw, Galvatron's own space)",
                                 o.galvatron_out, config.error().message));
-  if (!o.out.empty()) KIWI_RETURN_IF_ERROR(WriteLayerPlanFile(o.out, o.model, o.hf_config, o.cluster, "hybrid:" + o.method, r.plan, r.simulated));
+  const plan::GalvatronSource source = o.galvatron.Source(memory_budget_bytes);
+  if (!o.out.empty())
+    KIWI_RETURN_IF_ERROR(WriteLayerPlanFile(o.out, o.model, o.hf_config, o.cluster, "hybrid:" + o.method, r.plan,
+                                            r.simulated, o.galvatron.Given() ? &source : nullptr));
   if (!o.galvatron_out.empty()) KIWI_RETURN_IF_ERROR(io::WriteFileAtomically(o.galvatron_out, *config));
   return Status::Ok();
 }
 
 int RunHybrid(const HybridOptions& o) {
-  if (!o.galvatron_profiles.empty() && !o.out.empty())
-    return ReportError(BadInput("--out: kiwi simulate rebuilds presets and HuggingFace configs, not Galvatron "
-                                "profiles; use --galvatron-out"));
-  Result<Problem> problem = LoadProblem(o);
-  if (!problem) return ReportError(problem.error());
-  Result<hybrid::HybridSearchOptions> search = SearchOptions(o, problem->cluster);
+  Result<cost::Cluster> named = io::LoadCluster(o.cluster);
+  if (!named) return ReportError(named.error());
+  Result<hybrid::HybridSearchOptions> search = SearchOptions(o, *named);
   if (!search) return ReportError(search.error());
-  Result<cost::CostModel> cm = o.cost.Make(problem->cluster, problem->cost_options);
+  Result<LayerProblem> problem = LoadProblem(o, std::move(*named), search->memory_budget_bytes);
+  if (!problem) return ReportError(problem.error());
+  Result<cost::CostModel> cm = o.cost.Make(problem->cluster, problem->cost_options, problem->collectives);
   if (!cm) return ReportError(cm.error());
   Result<solve::SolveOutcome> solved =
       solve::RunSolver(*solve::FindSolver(solve::Family::kHybrid, o.method),
@@ -217,7 +187,7 @@ int RunHybrid(const HybridOptions& o) {
   if (!solved) return ReportError(solved.error());
   const hybrid::HybridSearchResult* r = &std::get<hybrid::HybridSearchResult>(solved->result);
   if (!r->feasible) return ReportError(NoPlan(*r, *search, o.search.time_limit_seconds));
-  Status written = WriteOutputs(o, *r);
+  Status written = WriteOutputs(o, *r, search->memory_budget_bytes);
   if (!written) return ReportError(written.error());
   const std::string& described = problem->description;
   const cost::Cluster* cluster = &problem->cluster;
@@ -271,26 +241,10 @@ Command AddHybridCommand(CLI::App& root) {
                                     "instead of --model");
   app->add_option("--galvatron-out", o->galvatron_out, "write the plan as a Galvatron strategy config (JSON)")
       ->check(OutputFile());
-  CLI::Option* profiles = app->add_option("--galvatron-profiles", o->galvatron_profiles,
-                                          "plan from Galvatron's profiles instead of --model: COMPUTATION.json,MEMORY.json")
-                              ->delimiter(',');
   // One source of the model: a preset (--model), a config or Galvatron's profiles; the profiles' own
   // options need the profiles (issue 18: contradictory flags were silently accepted).
+  CLI::Option* profiles = o->galvatron.Add(app, model);
   hf->excludes(model)->excludes(profiles);
-  profiles->excludes(model);
-  CLI::Option* layers = app->add_option("--galvatron-layers", o->galvatron_layers,
-                                        "with --galvatron-profiles (which need it): layers per layer type, e.g. 24,24")
-                             ->delimiter(',')
-                             ->check(CLI::Range(1, models::kMaxLayers))
-                             ->needs(profiles);
-  profiles->needs(layers);  // the profiles price one layer of each type; how many there are is the user's
-  app->add_option("--galvatron-seq", o->galvatron_seq, "with --galvatron-profiles: the sequence length to use")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
-      ->needs(profiles);
-  app->add_option("--galvatron-hardware", o->galvatron_hardware,
-                  "Galvatron hardware profiles: ALLREDUCE.json[,P2P.json[,OVERLAP.json]]")
-      ->delimiter(',')
-      ->needs(profiles);
   o->search.Add(app);
   o->cost.Add(app);
   app->add_flag("--quiet", o->quiet, "no progress lines on stderr");

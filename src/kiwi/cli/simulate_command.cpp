@@ -9,7 +9,9 @@
 
 #include "kiwi/cli/command.h"
 #include "kiwi/cli/common.h"
+#include "kiwi/cli/galvatron_flags.h"
 #include "kiwi/io/cluster_json.h"
+#include "kiwi/io/galvatron_config.h"
 #include "kiwi/io/graph_json.h"
 #include "kiwi/io/plan_json.h"
 #include "kiwi/models/layer_model.h"
@@ -22,6 +24,8 @@ namespace {
 struct SimulateOptions {
   std::string plan_path;
   std::string graph_path;
+  std::string galvatron_config;  // a Galvatron strategy config instead of PLAN
+  GalvatronFlags galvatron;      // its model from Galvatron's profiles instead of --model
   ModelFlags model;
   std::string cluster;
   std::string memory;
@@ -143,21 +147,39 @@ int SimulateOperator(const SimulateOptions& o, const CLI::App& app, const Inputs
   return 0;
 }
 
-int SimulateLayer(const SimulateOptions& o, const CLI::App& app, Inputs in) {
+// The model a layer plan replays on: Galvatron's profiles it records (with their hardware and reserve),
+// else its model (or --model) priced by the cost model.
+Result<LayerProblem> LoadLayerProblem(const SimulateOptions& o, const CLI::App& app, const Inputs& in) {
+  if (in.plan.galvatron) {
+    if (app.count("--model") > 0)
+      return BadInput(fmt::format("--model: {} was made from Galvatron's profiles (its \"galvatron\" section), which it "
+                                  "replays on",
+                                  o.plan_path));
+    const plan::GalvatronSource& source = *in.plan.galvatron;
+    return GalvatronFlags::FromSource(source).Load(in.cluster, source.memory_budget_bytes);
+  }
   Result<models::ModelSpec> spec = LoadPlanModel(o, app, in.plan);
-  if (!spec) return ReportError(spec.error());
-  Result<cost::CostModel> made = o.cost.Make(in.cluster);
+  if (!spec) return spec.error();
+  Result<cost::CostModel> cm = o.cost.Make(in.cluster);
+  if (!cm) return cm.error();
+  Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, *cm);
+  if (!model) return model.error();
+  return LayerProblem{std::move(*model), in.cluster, {}, {}, DescribeModel(*spec)};
+}
+
+int SimulateLayer(const SimulateOptions& o, const CLI::App& app, Inputs in) {
+  Result<LayerProblem> problem = LoadLayerProblem(o, app, in);
+  if (!problem) return ReportError(problem.error());
+  Result<cost::CostModel> made = o.cost.Make(problem->cluster, problem->cost_options, problem->collectives);
   if (!made) return ReportError(made.error());
   const cost::CostModel& cm = *made;
-  Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, cm);
-  if (!model) return ReportError(model.error());
   if (in.framework_config) {
     Result<plan::LayerPlan> read =
-        ReadFrameworkConfig(o.plan_path, in.cluster.NumDevices(), static_cast<int>(model->layers.size()));
+        ReadFrameworkConfig(o.plan_path, problem->cluster.NumDevices(), static_cast<int>(problem->model.layers.size()));
     if (!read) return ReportError(read.error());
     in.plan.layer = *std::move(read);
   }
-  Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(*model, *in.plan.layer, in.cluster, cm);
+  Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(problem->model, *in.plan.layer, problem->cluster, cm);
   if (!r) return ReportError(InPlanFile(o.plan_path, r.error()));
   if (o.json) {
     nlohmann::json j = report::ToJson(*r, in.report);
@@ -165,14 +187,76 @@ int SimulateLayer(const SimulateOptions& o, const CLI::App& app, Inputs in) {
     j["claims"] = ClaimsJson(in.plan.claims, r->summary.peak_memory_bytes, r->summary.iteration_seconds);
     PrintJson(j);
   } else {
-    std::cout << fmt::format("simulate {} (layer level): {} on {}\n", o.plan_path, DescribeModel(*spec),
-                             DescribeCluster(in.cluster))
+    std::cout << fmt::format("simulate {} (layer level): {} on {}\n", o.plan_path, problem->description,
+                             DescribeCluster(problem->cluster))
               << report::ToText(*r, in.report);
   }
   return 0;
 }
 
+// A Galvatron strategy config on Galvatron's profiles (with its hardware and memory reserve) or on
+// --model, on --cluster; what kiwi prices differently from the config (its embeddings' strategy) is said
+// on stderr.
+int SimulateGalvatronConfig(const SimulateOptions& o) {
+  Result<cost::Cluster> cluster = io::LoadCluster(o.cluster.empty() ? "v100-nvlink-8" : o.cluster, "--cluster");
+  if (!cluster) return ReportError(cluster.error());
+  report::SimReportOptions report;
+  report.timeline = o.timeline;
+  int64_t budget = cluster->device.memory_bytes;
+  if (!o.memory.empty()) {
+    Result<int64_t> given = ParseBytes(o.memory, "--memory");
+    if (!given) return ReportError(given.error());
+    budget = *given;
+    report.memory_budget = budget;
+  }
+  Result<LayerProblem> problem = LayerProblem{};
+  if (o.galvatron.Given()) {
+    problem = o.galvatron.Load(std::move(*cluster), budget);
+  } else {
+    Result<models::ModelSpec> spec = o.model.Load();
+    if (!spec) return ReportError(spec.error());
+    Result<cost::CostModel> cm = o.cost.Make(*cluster);
+    if (!cm) return ReportError(cm.error());
+    Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, *cm);
+    if (!model) return ReportError(model.error());
+    problem = LayerProblem{std::move(*model), std::move(*cluster), {}, {}, DescribeModel(*spec)};
+  }
+  if (!problem) return ReportError(problem.error());
+  std::vector<std::string> notes;
+  Result<plan::LayerPlan> plan = io::ReadGalvatronConfigFile(
+      o.galvatron_config, {.num_devices = problem->cluster.NumDevices(), .sequence_parallel = o.galvatron.sequence_parallel},
+      &notes);
+  if (!plan) return ReportError(plan.error());
+  if (plan->layers.size() != problem->model.layers.size())
+    return ReportError(BadInput(fmt::format("{}: tp_sizes_enc: has {} layers, the model {}", o.galvatron_config,
+                                            plan->layers.size(), problem->model.layers.size())));
+  Result<cost::CostModel> cm = o.cost.Make(problem->cluster, problem->cost_options, problem->collectives);
+  if (!cm) return ReportError(cm.error());
+  Result<sim::LayerSimResult> r = sim::SimulateLayerPlan(problem->model, *plan, problem->cluster, *cm);
+  if (!r) return ReportError(InPlanFile(o.galvatron_config, r.error()));
+  for (const std::string& note : notes) std::cerr << "note: " << note << "\n";
+  if (o.json) {
+    nlohmann::json j = report::ToJson(*r, report);
+    j["level"] = "layer";
+    j["notes"] = notes;
+    PrintJson(j);
+  } else {
+    std::cout << fmt::format("simulate {} (Galvatron config): {} on {}\n", o.galvatron_config, problem->description,
+                             DescribeCluster(problem->cluster))
+              << report::ToText(*r, report);
+  }
+  return 0;
+}
+
 int RunSimulate(const SimulateOptions& o, const CLI::App& app) {
+  if (!o.galvatron_config.empty()) {
+    if (!o.plan_path.empty())
+      return ReportError(BadInput("--galvatron-config: give the Galvatron config or PLAN, not both"));
+    return SimulateGalvatronConfig(o);
+  }
+  if (o.galvatron.Given())
+    return ReportError(BadInput("--galvatron-profiles: replays a Galvatron config (--galvatron-config), not PLAN"));
+  if (o.plan_path.empty()) return ReportError(BadInput("PLAN: give a plan file (or --galvatron-config CONFIG.json)"));
   Result<Inputs> in = LoadInputs(o);
   if (!in) return ReportError(in.error());
   return in->plan.op ? SimulateOperator(o, app, *in) : SimulateLayer(o, app, *std::move(in));
@@ -185,10 +269,13 @@ Command AddSimulateCommand(CLI::App& root) {
   CLI::App* app = root.add_subcommand("simulate", "replay a plan: peak memory per device and time breakdown");
   app->add_option("PLAN", o->plan_path,
                   "plan JSON (docs/plan-format.md), or a torchtitan job config (.toml) or Megatron-LM arguments "
-                  "to replay on --model and --cluster")
-      ->required();
+                  "to replay on --model and --cluster");
   app->add_option("GRAPH", o->graph_path, "graph file an operator-level plan refers to");
   o->model.Add(app, "gpt");
+  app->add_option("--galvatron-config", o->galvatron_config,
+                  "replay a Galvatron strategy config (galvatron_config_*.json) instead of PLAN, on Galvatron's "
+                  "profiles (--galvatron-profiles) or --model, on --cluster");
+  o->galvatron.Add(app, app->get_option("--model"));
   app->add_option("--cluster", o->cluster, ClusterHelp() + " (default: the plan's, else v100-nvlink-8)");
   app->add_option("--memory", o->memory, "memory budget per device to check the plan against");
   app->add_flag("--timeline", o->timeline, "include the per-step memory timeline (with --json)");

@@ -43,6 +43,13 @@ int64_t InterleavedStagePeakBytes(const std::vector<StageMemory>& chunks, int pp
 
 int64_t ReservedBytes(const DeviceSpec& device) { return std::max<int64_t>(device.reserved_bytes, 0); }
 
+int64_t GalvatronReservedBytes(int64_t budget_bytes) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  const int64_t budget_mib = budget_bytes / kMiB;  // Galvatron's max_mem, MB
+  const int64_t cache_mib = budget_mib / 1024 > 20 ? static_cast<int64_t>(static_cast<double>(budget_mib) * 0.2) : 0;
+  return (cache_mib + 1024) * kMiB;
+}
+
 double PipelineIterationSeconds(int micro_batches, double slowest_microbatch_seconds, double sum_of_stages_seconds,
                                 double slowest_optimizer_seconds) {
   return InterleavedIterationSeconds(micro_batches, 1, slowest_microbatch_seconds, sum_of_stages_seconds, 0.0,

@@ -52,6 +52,12 @@ int64_t InterleavedStagePeakBytes(const std::vector<StageMemory>& chunks, int pp
 // counted in every peak the layer simulator reports.
 int64_t ReservedBytes(const DeviceSpec& device);
 
+// What Galvatron keeps free beside its tensors on every device of a budget `budget_bytes`: 20% of a
+// budget over 20 GiB for PyTorch's caching allocator (Hetu-Galvatron core/search_engine/
+// dynamic_programming.py, mem_cache) and 1 GiB of CUDA context per stage (core/cost_model/components/
+// embedding_lmhead_cost.py, pytorch_context_mem = 1024 MB). kiwi's reserve for Galvatron's profiles.
+int64_t GalvatronReservedBytes(int64_t budget_bytes);
+
 // Galvatron-BMW Eq. 8: C = (m - 1) max_s C_s + sum_s (C_s + G_s), with C_s a stage's micro-batch and
 // G_s the gradient sync left unhidden in its last one; then the optimizer step every stage runs at once
 // after the flush (+ max_s O_s). Linear in its terms, so time buckets can each be passed through it.

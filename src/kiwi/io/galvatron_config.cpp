@@ -5,6 +5,7 @@
 
 #include <charconv>
 #include <optional>
+#include <tuple>
 
 #include "kiwi/io/file_io.h"
 #include "kiwi/io/json_fields.h"
@@ -57,8 +58,9 @@ Result<std::vector<int64_t>> IntList(const Json& object, const JsonPath& at, std
 
 struct RawConfig {
   int64_t pp = 1, batch = 1, chunks = 1;
-  std::vector<int64_t> tp, consecutive, dp_types, sp, checkpoint, division;
+  std::vector<int64_t> tp, consecutive, dp_types, sp, checkpoint, division, cp;
   std::string pipeline, default_dp_type;
+  int64_t vtp = 0, vsp = 0, vcp = 1, embed_sdp = -1;  // vtp 0, embed_sdp -1: not given
 };
 
 Result<RawConfig> ReadRaw(const Json& doc, const JsonPath& at, int num_devices) {
@@ -100,6 +102,25 @@ Result<RawConfig> ReadRaw(const Json& doc, const JsonPath& at, int num_devices) 
   Result<std::string> dp_type = StringFieldOr(doc, at, "default_dp_type", "ddp");
   if (!dp_type) return dp_type.error();
   c.default_dp_type = *dp_type;
+  if (FindField(doc, "cp_sizes_enc")) {
+    Result<std::vector<int64_t>> cp = IntList(doc, at, "cp_sizes_enc", devices);
+    if (!cp) return cp.error();
+    c.cp = *cp;
+  }
+  // The embeddings' and head's strategy (Galvatron's vocabulary-parallel parts).
+  for (auto [key, value, range] : {std::tuple{"vtp", &c.vtp, devices}, std::tuple{"vsp", &c.vsp, IntRange{0, 1}},
+                                   std::tuple{"vcp", &c.vcp, devices}}) {
+    Result<int64_t> v = IntFieldOr(doc, at, key, *value, range);
+    if (!v) return v.error();
+    *value = *v;
+  }
+  for (const char* key : {"embed_sdp", "vocab_sdp"}) {  // what Galvatron's search writes, what its runtime reads
+    if (!FindField(doc, key)) continue;
+    Result<int64_t> v = IntField(doc, at, key, {0, 1});
+    if (!v) return v.error();
+    if (c.embed_sdp >= 0 && c.embed_sdp != *v) return at.BadKey(key, "contradicts embed_sdp");
+    c.embed_sdp = *v;
+  }
   return c;
 }
 
@@ -109,7 +130,9 @@ Result<RawConfig> ReadRaw(const Json& doc, const JsonPath& at, int num_devices) 
 // 2/8 of mixed-precision model states): kiwi's ZeRO-1. With one micro-batch it is ZeRO-2.
 plan::Zero GalvatronZero2(int64_t chunks) { return chunks > 1 ? plan::Zero::kOptimizerStates : plan::Zero::kGradients; }
 
-Result<plan::LayerPlan> ToPlan(const RawConfig& c, const JsonPath& at, int num_devices) {
+Result<plan::LayerPlan> ToPlan(const RawConfig& c, const JsonPath& at, const GalvatronConfigReading& reading,
+                               std::vector<std::string>* notes) {
+  const int num_devices = reading.num_devices;
   if (num_devices % c.pp != 0)
     return at.BadKey("pp_deg", fmt::format("{} does not divide the {} devices", c.pp, num_devices));
   if (c.pipeline != "pipedream_flush" && c.pipeline != "gpipe")
@@ -123,7 +146,10 @@ Result<plan::LayerPlan> ToPlan(const RawConfig& c, const JsonPath& at, int num_d
     if (stage % c.tp[i] != 0)
       return at.Key("tp_sizes_enc").Index(i).Bad(fmt::format("{} does not divide the {} devices of a stage", c.tp[i], stage));
     const int tp = static_cast<int>(c.tp[i]), dp = static_cast<int>(stage / c.tp[i]);
-    if (c.sp[i] != 0) return at.Key("use_sp").Index(i).Bad("sequence parallelism is not supported by kiwi's estimator");
+    if (c.sp[i] != 0)
+      return at.Key("use_sp").Index(i).Bad("Ulysses sequence parallelism (all-to-all) is not modelled by kiwi's estimator");
+    if (!c.cp.empty() && c.cp[i] != 1)
+      return at.Key("cp_sizes_enc").Index(i).Bad("context parallelism in Galvatron's configs is not modelled by kiwi's estimator");
     if (c.consecutive[i] == 0 && tp > 1 && dp > 1)
       return at.Key("tp_consecutive_flags").Index(i).Bad("0 (TP across DP groups) is not supported: kiwi places TP innermost");
     // dp_types_enc 1 is ZeRO-3; 0 the default type (DDP or zero2, GalvatronZero2).
@@ -131,6 +157,25 @@ Result<plan::LayerPlan> ToPlan(const RawConfig& c, const JsonPath& at, int num_d
     if (dp > 1 && (c.dp_types[i] == 1 || c.default_dp_type == "zero3")) zero = plan::Zero::kParameters;
     else if (dp > 1 && c.default_dp_type == "zero2") zero = GalvatronZero2(c.chunks);
     p.layers.push_back({tp, dp, zero, c.checkpoint[i] == 1});
+    p.layers.back().sequence_parallel = reading.sequence_parallel && tp > 1;  // Galvatron's run-wide Megatron SP
+  }
+  if (!c.cp.empty() && c.cp.size() != c.tp.size())
+    return at.BadKey("cp_sizes_enc", fmt::format("has {} entries, tp_sizes_enc has {}", c.cp.size(), c.tp.size()));
+  if (c.vsp != 0) return at.BadKey("vsp", "Ulysses sequence parallelism of the embeddings is not modelled by kiwi's estimator");
+  if (c.vcp != 1) return at.BadKey("vcp", "context parallelism of the embeddings is not modelled by kiwi's estimator");
+  if (c.vtp > 0 && stage % c.vtp != 0)
+    return at.BadKey("vtp", fmt::format("{} does not divide the {} devices of a stage", c.vtp, stage));
+  // kiwi's embeddings go with the first layer, its head with the last (cost::LayerModel::embedding).
+  if (notes != nullptr) {
+    const plan::LayerStrategy& first = p.layers.front();
+    if (c.vtp > 0 && (c.vtp != first.tp || c.vtp != p.layers.back().tp))
+      notes->push_back(fmt::format("{}: vtp {} is priced as the first layer's TP {} (embeddings) and the last's TP {} "
+                                   "(head): kiwi runs them with those layers",
+                                   at.source(), c.vtp, first.tp, p.layers.back().tp));
+    if (c.embed_sdp >= 0 && (c.embed_sdp == 1) != first.Shards(plan::Zero::kParameters))
+      notes->push_back(fmt::format("{}: embed_sdp {} is priced as the first layer's {}: kiwi shards the embeddings as "
+                                   "that layer",
+                                   at.source(), c.embed_sdp, plan::DataParallelName(first.ZeroStage())));
   }
   p.pp_degree = static_cast<int>(c.pp);
   int64_t covered = 0;
@@ -219,28 +264,36 @@ Result<std::string> WriteGalvatronConfig(const plan::LayerPlan& plan) {
   j["pp_division"] = fmt::format("{}", fmt::join(division, ","));
   j["pipeline_type"] = plan.pipeline == plan::PipelineSchedule::kGPipe ? "gpipe" : "pipedream_flush";
   j["default_dp_type"] = *default_dp_type;
-  j["vtp"] = 1;
+  // The embeddings and head: kiwi runs them with the first layer (vocabulary-parallel at its TP degree,
+  // sharded as it is), never with Ulysses or context parallelism.
+  const plan::LayerStrategy& first = plan.layers.front();
+  j["vtp"] = first.tp;
   j["vsp"] = 0;
+  j["vcp"] = 1;
+  j["embed_sdp"] = first.Shards(plan::Zero::kParameters) ? 1 : 0;
+  j["vocab_sdp"] = first.Shards(plan::Zero::kParameters) ? 1 : 0;
   return j.dump(4) + "\n";
 }
 
-Result<plan::LayerPlan> ParseGalvatronConfig(std::string_view text, const std::string& source, int num_devices) {
-  if (num_devices < 1) return BadInput(fmt::format("{}: the cluster has no devices", source));
+Result<plan::LayerPlan> ParseGalvatronConfig(std::string_view text, const std::string& source,
+                                             const GalvatronConfigReading& reading, std::vector<std::string>* notes) {
+  if (reading.num_devices < 1) return BadInput(fmt::format("{}: the cluster has no devices", source));
   return GuardJson(source, [&]() -> Result<plan::LayerPlan> {
     Result<Json> doc = ParseJson(text, source);
     if (!doc) return doc.error();
     const JsonPath at(source);
     KIWI_RETURN_IF_ERROR(CheckObject(*doc, at));
-    Result<RawConfig> raw = ReadRaw(*doc, at, num_devices);
+    Result<RawConfig> raw = ReadRaw(*doc, at, reading.num_devices);
     if (!raw) return raw.error();
-    return ToPlan(*raw, at, num_devices);
+    return ToPlan(*raw, at, reading, notes);
   });
 }
 
-Result<plan::LayerPlan> ReadGalvatronConfigFile(const std::string& path, int num_devices) {
+Result<plan::LayerPlan> ReadGalvatronConfigFile(const std::string& path, const GalvatronConfigReading& reading,
+                                                std::vector<std::string>* notes) {
   Result<std::string> text = ReadFileText(path);
   if (!text) return text.error();
-  return ParseGalvatronConfig(*text, path, num_devices);
+  return ParseGalvatronConfig(*text, path, reading, notes);
 }
 
 }  // namespace kiwi::io

@@ -4,12 +4,17 @@
 //   {"pp_deg": 2, "tp_sizes_enc": "1,1,2,2", "tp_consecutive_flags": "1,1,1,1",
 //    "dp_types_enc": "0,0,1,1", "use_sp": "0,0,0,0", "checkpoint": "0,1,0,0", "global_bsz": 64,
 //    "chunks": 8, "pp_division": "2,2", "pipeline_type": "pipedream_flush", "default_dp_type": "ddp",
-//    "vtp": 1, "vsp": 0}
+//    "vtp": 1, "vsp": 0, "vcp": 1, "embed_sdp": 0, "vocab_sdp": 0}
 // Per-layer lists are comma-separated strings (arrays are accepted too). The DP degree of a layer
 // is world / (pp_deg x tp); dp_types_enc 1 = sharded DP (FSDP/ZeRO-3), 0 = default_dp_type.
-// "pipedream_flush" is 1F1B-flush.
+// "pipedream_flush" is 1F1B-flush. vtp/vsp/vcp are the embeddings' and head's TP degree, Ulysses flag
+// and CP degree; Galvatron's search writes their ZeRO-3 flag as embed_sdp, its runtime reads vocab_sdp
+// (core/search_engine/search_engine.py save_results, core/runtime/hybrid_parallel_config.py): kiwi
+// writes both and reads either. Galvatron's Megatron sequence parallelism is a run-wide flag
+// (sequence_parallel), not in the config.
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "kiwi/plan/plan.h"
 #include "kiwi/util/result.h"
@@ -24,12 +29,24 @@ namespace kiwi::io {
 // interleaved 1F1B plan.
 Result<std::string> WriteGalvatronConfig(const plan::LayerPlan& plan);
 
-// Reads a config for `num_devices` devices. Errors (kBadInput) name the field: lists of different
-// lengths, degrees that do not divide the devices, and what kiwi cannot model: sequence parallelism
-// (use_sp 1), TP spread across DP groups (tp_consecutive_flags 0 with tp and dp > 1). default_dp_type
-// "zero3" makes every layer ZeRO-3; "zero2" makes the layers of dp_types_enc 0 ZeRO-1 (chunks > 1) or
-// ZeRO-2 (chunks 1), as above.
-Result<plan::LayerPlan> ParseGalvatronConfig(std::string_view text, const std::string& source, int num_devices);
-Result<plan::LayerPlan> ReadGalvatronConfigFile(const std::string& path, int num_devices);
+// How a config is read: on `num_devices` devices; `sequence_parallel`: the run has Galvatron's
+// sequence_parallel on, so its TP layers are Megatron TP + SP.
+struct GalvatronConfigReading {
+  int num_devices = 0;
+  bool sequence_parallel = false;
+};
+
+// Reads a config. Errors (kBadInput) name the field: lists of different lengths, degrees that do not
+// divide the devices, and what kiwi cannot model: Ulysses sequence parallelism (use_sp 1, vsp 1),
+// context parallelism (cp_sizes_enc, vcp above 1), TP spread across DP groups (tp_consecutive_flags 0
+// with tp and dp > 1). default_dp_type "zero3" makes every layer ZeRO-3; "zero2" makes the layers of
+// dp_types_enc 0 ZeRO-1 (chunks > 1) or ZeRO-2 (chunks 1), as above. kiwi places the embeddings with
+// the first layer and the head with the last: an embeddings strategy (vtp, embed_sdp) other than
+// theirs is priced as theirs, and said so in `notes` (one line each) when given.
+Result<plan::LayerPlan> ParseGalvatronConfig(std::string_view text, const std::string& source,
+                                             const GalvatronConfigReading& reading,
+                                             std::vector<std::string>* notes = nullptr);
+Result<plan::LayerPlan> ReadGalvatronConfigFile(const std::string& path, const GalvatronConfigReading& reading,
+                                                std::vector<std::string>* notes = nullptr);
 
 }  // namespace kiwi::io

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <optional>
@@ -62,27 +63,65 @@ std::optional<TimeKey> ParseTimeKey(std::string_view key) {
   return k;
 }
 
-// Forward seconds per sample of each type (index num_types = "other"); the entry with the largest
-// batch is used, among those of the requested sequence length.
-Result<std::vector<double>> ForwardSeconds(const Json& doc, const JsonPath& at, int num_types, int64_t seq) {
-  std::vector<double> seconds(static_cast<size_t>(num_types) + 1, -1.0);
-  std::vector<int64_t> batch(seconds.size(), -1);
+// One layer type's forward time (index num_types: "other"): per sample, and fixed per micro-batch.
+struct ForwardTime {
+  double per_sample = -1.0, per_microbatch = 0.0;
+};
+
+// Galvatron's "batch" time mode: a least-squares line through (b, b x ms per sample) over the profiled
+// micro-batch sizes b (search_engine.py get_profiled_model_configs). With one size, or data a line does
+// not fit (no positive slope, a negative intercept), the largest size's per-sample time and no intercept.
+ForwardTime FitForward(const std::vector<std::pair<int64_t, double>>& points) {
+  ForwardTime t;
+  int64_t largest = -1;
+  for (const auto& [b, ms] : points)
+    if (b > largest) largest = b, t.per_sample = ms / 1e3;
+  if (points.size() < 2) return t;
+  double mx = 0.0, my = 0.0;
+  for (const auto& [b, ms] : points) mx += static_cast<double>(b), my += static_cast<double>(b) * ms;
+  mx /= static_cast<double>(points.size());
+  my /= static_cast<double>(points.size());
+  double sxy = 0.0, sxx = 0.0;
+  for (const auto& [b, ms] : points) {
+    const double dx = static_cast<double>(b) - mx;
+    sxy += dx * (static_cast<double>(b) * ms - my);
+    sxx += dx * dx;
+  }
+  if (sxx <= 0.0) return t;
+  const double slope = sxy / sxx, intercept = my - slope * mx;
+  if (!(slope > 0.0) || !(intercept >= 0.0)) return t;
+  return {slope / 1e3, intercept / 1e3};
+}
+
+// Forward times of each type (index num_types = "other"), from the entries of the requested sequence
+// length (any, when none is requested); `seq_seen` gets the sequence lengths the entries have.
+Result<std::vector<ForwardTime>> ForwardTimes(const Json& doc, const JsonPath& at, int num_types, int64_t seq,
+                                              std::vector<int64_t>& seq_seen) {
+  std::vector<std::vector<std::pair<int64_t, double>>> points(static_cast<size_t>(num_types) + 1);
   for (const auto& [key, value] : doc.items()) {
     const std::optional<TimeKey> k = ParseTimeKey(key);
     if (!k || k->type >= num_types || (seq > 0 && k->seq > 0 && k->seq != seq)) continue;
     Result<double> ms = ReadNumber(value, at.Key(key), 0.0);
     if (!ms) return ms.error();
     const size_t slot = k->type < 0 ? static_cast<size_t>(num_types) : static_cast<size_t>(k->type);
-    if (k->batch > batch[slot]) {
-      batch[slot] = k->batch;
-      seconds[slot] = *ms / 1e3;
+    std::vector<std::pair<int64_t, double>>& here = points[slot];
+    const auto same = std::find_if(here.begin(), here.end(), [&](const auto& p) { return p.first == k->batch; });
+    if (same != here.end()) {
+      if (seq == 0 && k->seq > 0)
+        return at.Bad(fmt::format("has micro-batch {} at several sequence lengths: give the sequence length", k->batch));
+      same->second = *ms;
+    } else {
+      here.emplace_back(k->batch, *ms);
     }
+    if (k->seq > 0 && std::find(seq_seen.begin(), seq_seen.end(), k->seq) == seq_seen.end()) seq_seen.push_back(k->seq);
   }
+  std::vector<ForwardTime> times;
+  for (size_t i = 0; i < points.size(); ++i) times.push_back(FitForward(points[i]));
   for (int i = 0; i < num_types; ++i)
-    if (seconds[static_cast<size_t>(i)] < 0)
+    if (times[static_cast<size_t>(i)].per_sample < 0)
       return at.Bad(fmt::format("no \"layertype_{}_bsz*{}\" entry", i, seq > 0 ? fmt::format("_seq{}", seq) : ""));
-  if (seconds.back() < 0) seconds.back() = 0.0;  // no embeddings/head profile
-  return seconds;
+  if (times.back().per_sample < 0) times.back() = {0.0, 0.0};  // no embeddings/head profile
+  return times;
 }
 
 // A memory entry given directly or keyed by sequence length: returns the object holding `marker`.
@@ -99,74 +138,168 @@ Result<const Json*> BySeq(const Json& entry, const JsonPath& at, std::string_vie
   return &entry.begin().value();
 }
 
-// A number, or an object keyed by TP degree whose "1" entry is used.
-Result<double> TpOne(const Json& object, const JsonPath& at, std::string_view key) {
-  Result<const Json*> v = RequireField(object, at, key);
-  if (!v) return v.error();
-  if ((*v)->is_object()) return NumberField(**v, at.Key(key), "1", 0.0);
-  return ReadNumber(**v, at.Key(key), 0.0);
+// The memory entry `base` or its sequence-parallel twin `base_sp`, the preferred one first; the key
+// found (empty: neither).
+std::string EntryKey(const Json& memory, const std::string& base, bool sequence_parallel) {
+  const std::string sp = base + "_sp";
+  for (const std::string& key : sequence_parallel ? std::vector{sp, base} : std::vector{base, sp})
+    if (FindField(memory, key)) return key;
+  return "";
 }
 
-Result<cost::LayerProfile> LayerProfileOf(const Json& memory, const JsonPath& at, int type, int64_t seq, double forward) {
-  const std::string key = fmt::format("layertype_{}", type);
-  Result<const Json*> entry = ObjectField(memory, at, key);
-  if (!entry) return entry.error();
-  Result<const Json*> m = BySeq(**entry, at.Key(key), "parameter_size", seq);
+// A figure by TP degree: a number (the same at every degree) or {"1": MB, "2": MB, ...}. Returns the
+// whole (degree 1) and the part TP keeps whole, fitted through degree 1 and the largest as
+// whole_part + (whole - whole_part) / tp, within [0, whole].
+struct ByTp {
+  double whole = 0.0, kept_whole = 0.0;
+};
+Result<ByTp> ByTpDegree(const Json& value, const JsonPath& at) {
+  if (!value.is_object()) {
+    Result<double> v = ReadNumber(value, at, 0.0);
+    if (!v) return v.error();
+    return ByTp{*v, 0.0};
+  }
+  Result<double> whole = NumberField(value, at, "1", 0.0);
+  if (!whole) return whole.error();
+  int64_t largest = 1;
+  double at_largest = *whole;
+  for (const auto& [key, v] : value.items()) {
+    std::optional<int64_t> tp = ParseSuffix(key, "");
+    if (!tp || *tp <= largest || *tp > 1 << 20) continue;
+    Result<double> mb = ReadNumber(v, at.Key(key), 0.0);
+    if (!mb) return mb.error();
+    largest = *tp;
+    at_largest = *mb;
+  }
+  if (largest == 1) return ByTp{*whole, 0.0};
+  const double n = static_cast<double>(largest);
+  return ByTp{*whole, std::clamp((n * at_largest - *whole) / (n - 1.0), 0.0, *whole)};
+}
+
+int DtypeBytes(GalvatronPrecision p) { return p == GalvatronPrecision::kFp32 ? 4 : 2; }
+
+struct Reading {
+  const GalvatronModelOptions& options;
+  GalvatronPrecision precision;
+  int64_t seq;  // the sequence length read (0: unknown)
+  double state_ratio() const {
+    return options.state_bytes_per_parameter_byte > 0.0 ? options.state_bytes_per_parameter_byte
+                                                        : 16.0 / DtypeBytes(precision) - 1.0;
+  }
+};
+
+Result<cost::LayerProfile> LayerProfileOf(const Json& memory, const JsonPath& at, int type, const Reading& r,
+                                          const ForwardTime& forward) {
+  const std::string key = EntryKey(memory, fmt::format("layertype_{}", type), r.options.sequence_parallel);
+  if (key.empty()) return at.Bad(fmt::format("no \"layertype_{0}\" or \"layertype_{0}_sp\" entry", type));
+  Result<const Json*> m = BySeq(*FindField(memory, key), at.Key(key), "parameter_size", r.options.seq);
   if (!m) return m.error();
   const JsonPath here = at.Key(key);
   Result<double> params = NumberField(**m, here, "parameter_size", 0.0);
   if (!params) return params.error();
   Result<const Json*> acts = ObjectField(**m, here, "tp_activation_per_bsz_dict");
   if (!acts) return acts.error();
-  Result<double> full = NumberField(**acts, here.Key("tp_activation_per_bsz_dict"), "1", 0.0);
-  if (!full) return full.error();
-  Result<double> boundary = NumberField(**acts, here.Key("tp_activation_per_bsz_dict"), "checkpoint", 0.0);
+  const JsonPath by_bsz = here.Key("tp_activation_per_bsz_dict");
+  Json by_tp = **acts;  // the degrees alone, for ByTpDegree
+  by_tp.erase("checkpoint");
+  Result<ByTp> activation = ByTpDegree(by_tp, by_bsz);
+  if (!activation) return activation.error();
+  Result<double> boundary = NumberField(**acts, by_bsz, "checkpoint", 0.0);
   if (!boundary) return boundary.error();
+  // parameter_size is fp32: the layer's weights in the training precision are dtype_bytes / 4 of it.
   Result<int64_t> parameter_bytes = MiBToBytes(*params, here, "parameter_size");
   if (!parameter_bytes) return parameter_bytes.error();
-  const JsonPath by_bsz = here.Key("tp_activation_per_bsz_dict");
-  Result<int64_t> activation_bytes = MiBToBytes(*full, by_bsz, "1");
+  Result<int64_t> activation_bytes = MiBToBytes(activation->whole, by_bsz, "1");
   if (!activation_bytes) return activation_bytes.error();
   Result<int64_t> boundary_bytes = MiBToBytes(*boundary, by_bsz, "checkpoint");
   if (!boundary_bytes) return boundary_bytes.error();
   cost::LayerProfile p;
-  p.name = key;
-  p.parameter_bytes = *parameter_bytes;
+  p.name = fmt::format("layertype_{}", type);
+  p.parameter_bytes = *parameter_bytes * DtypeBytes(r.precision) / 4;
   p.activation_bytes_per_sample = *activation_bytes;
+  p.replicated_activation_bytes_per_sample = static_cast<int64_t>(std::llround(activation->kept_whole * kMiB));
   p.boundary_bytes_per_sample = *boundary_bytes;
-  p.forward_seconds_per_sample = forward;
-  p.backward_seconds_per_sample = 2.0 * forward;  // §V: backward ~ twice the forward for matmul layers
-  p.tp_comm_bytes_per_sample = 2 * p.boundary_bytes_per_sample;
+  p.forward_seconds_per_sample = forward.per_sample;
+  p.backward_seconds_per_sample = 2.0 * forward.per_sample;  // bct_fct_coe: backward ~ twice the forward
+  p.forward_overhead_seconds = forward.per_microbatch;
+  p.backward_overhead_seconds = 2.0 * forward.per_microbatch;
+  // Galvatron's TP messages: the micro-batch's [seq, hidden] hidden states in the training precision.
+  const int64_t hidden_state = r.options.hidden * r.seq * DtypeBytes(r.precision);
+  p.tp_comm_bytes_per_sample = 2 * (r.options.hidden > 0 ? hidden_state : p.boundary_bytes_per_sample);
   return p;
 }
 
-// Galvatron profiles embeddings and head together ("other"): kiwi places all of it with the embeddings
-// on the first stage (LayerModel::embedding), split over TP like a layer, without TP communication.
-Status FillOther(const Json& memory, const JsonPath& at, const GalvatronModelOptions& o, double forward,
-                 cost::LayerModel& model) {
-  model.embedding.name = "other";
-  model.embedding.forward_seconds_per_sample = forward;
-  model.embedding.backward_seconds_per_sample = 2.0 * forward;
-  const Json* off = FindField(memory, "other_memory_pp_off");
-  if (!off) return Status::Ok();
-  const JsonPath here = at.Key("other_memory_pp_off");
-  Result<const Json*> m = BySeq(*off, here, "model_states", o.seq);
+// One of Galvatron's "other" entries (embeddings and head): model states and activation per sample,
+// each by TP degree, with `share` of the "other" forward time.
+Status FillOther(const Json& entry, const JsonPath& here, const Reading& r, const ForwardTime& forward, double share,
+                 cost::LayerProfile& part) {
+  Result<const Json*> m = BySeq(entry, here, "model_states", r.options.seq);
   if (!m) return m.error();
-  Result<double> states = TpOne(**m, here, "model_states");
+  Result<const Json*> states_field = RequireField(**m, here, "model_states");
+  if (!states_field) return states_field.error();
+  Result<ByTp> states = ByTpDegree(**states_field, here.Key("model_states"));
   if (!states) return states.error();
-  Result<double> activation = TpOne(**m, here, "activation");
+  Result<const Json*> activation_field = RequireField(**m, here, "activation");
+  if (!activation_field) return activation_field.error();
+  Result<ByTp> activation = ByTpDegree(**activation_field, here.Key("activation"));
   if (!activation) return activation.error();
   // Galvatron's model states are parameters + gradients + optimizer states.
-  Result<int64_t> parameter_bytes = MiBToBytes(*states / (1.0 + o.state_bytes_per_parameter_byte), here, "model_states");
+  const double per_state = 1.0 + r.state_ratio();
+  Result<int64_t> parameter_bytes = MiBToBytes(states->whole / per_state, here, "model_states");
   if (!parameter_bytes) return parameter_bytes.error();
-  Result<int64_t> activation_bytes = MiBToBytes(*activation, here, "activation");
+  Result<int64_t> activation_bytes = MiBToBytes(activation->whole, here, "activation");
   if (!activation_bytes) return activation_bytes.error();
-  model.embedding.parameter_bytes = *parameter_bytes;
-  model.embedding.activation_bytes_per_sample = *activation_bytes;
+  part.parameter_bytes = *parameter_bytes;
+  part.replicated_parameter_bytes = static_cast<int64_t>(std::llround(states->kept_whole / per_state * kMiB));
+  part.activation_bytes_per_sample = *activation_bytes;
+  part.replicated_activation_bytes_per_sample = static_cast<int64_t>(std::llround(activation->kept_whole * kMiB));
+  part.forward_seconds_per_sample = share * forward.per_sample;
+  part.backward_seconds_per_sample = 2.0 * part.forward_seconds_per_sample;
+  part.forward_overhead_seconds = share * forward.per_microbatch;
+  part.backward_overhead_seconds = 2.0 * part.forward_overhead_seconds;
+  return Status::Ok();
+}
+
+// Galvatron profiles embeddings and head together ("other"). With its pipeline entries (first and last
+// stage) kiwi's embeddings get the first's and its head the last's, each half of the time (Galvatron
+// splits "other" time so across a pipeline's ends); with only the single-stage entry, the embeddings get
+// all of it, split over TP like a layer, without TP communication.
+Status FillOthers(const Json& memory, const JsonPath& at, const Reading& r, const ForwardTime& forward,
+                  cost::LayerModel& model) {
+  model.embedding.name = "other";
+  model.head.name = "head";
+  const bool sp = r.options.sequence_parallel;
+  const std::string first = EntryKey(memory, "other_memory_pp_on_first", sp);
+  const std::string last = EntryKey(memory, "other_memory_pp_on_last", sp);
+  if (!first.empty() && !last.empty()) {
+    KIWI_RETURN_IF_ERROR(FillOther(*FindField(memory, first), at.Key(first), r, forward, 0.5, model.embedding));
+    return FillOther(*FindField(memory, last), at.Key(last), r, forward, 0.5, model.head);
+  }
+  const std::string off = EntryKey(memory, "other_memory_pp_off", sp);
+  if (!off.empty()) return FillOther(*FindField(memory, off), at.Key(off), r, forward, 1.0, model.embedding);
+  model.embedding.forward_seconds_per_sample = forward.per_sample;
+  model.embedding.backward_seconds_per_sample = 2.0 * forward.per_sample;
+  model.embedding.forward_overhead_seconds = forward.per_microbatch;
+  model.embedding.backward_overhead_seconds = 2.0 * forward.per_microbatch;
   return Status::Ok();
 }
 
 }  // namespace
+
+std::optional<GalvatronPrecision> ParseGalvatronPrecision(std::string_view name) {
+  if (name == "fp32") return GalvatronPrecision::kFp32;
+  if (name == "bf16") return GalvatronPrecision::kBf16;
+  if (name == "fp16") return GalvatronPrecision::kFp16;
+  return std::nullopt;
+}
+
+std::optional<GalvatronPrecision> GalvatronPrecisionOfFile(std::string_view path) {
+  const size_t slash = path.find_last_of('/');
+  const std::string_view name = slash == std::string_view::npos ? path : path.substr(slash + 1);
+  for (std::string_view p : {"fp32", "bf16", "fp16"})
+    if (name.find(fmt::format("_{}_", p)) != std::string_view::npos) return ParseGalvatronPrecision(p);
+  return std::nullopt;
+}
 
 Result<cost::LayerModel> ParseGalvatronModel(const GalvatronProfileTexts& t, const GalvatronModelOptions& o) {
   if (o.layers_per_type.empty()) return BadInput("galvatron profiles: give the number of layers of each layer type");
@@ -181,17 +314,23 @@ Result<cost::LayerModel> ParseGalvatronModel(const GalvatronProfileTexts& t, con
     KIWI_RETURN_IF_ERROR(CheckObject(*computation, ct));
     KIWI_RETURN_IF_ERROR(CheckObject(*memory, mt));
     const int types = static_cast<int>(o.layers_per_type.size());
-    Result<std::vector<double>> forward = ForwardSeconds(*computation, ct, types, o.seq);
+    std::vector<int64_t> seqs;
+    Result<std::vector<ForwardTime>> forward = ForwardTimes(*computation, ct, types, o.seq, seqs);
     if (!forward) return forward.error();
+    const std::optional<GalvatronPrecision> named = GalvatronPrecisionOfFile(t.computation_source);
+    const Reading r{o, o.precision.value_or(named.value_or(GalvatronPrecision::kFp32)),
+                    o.seq > 0 ? o.seq : (seqs.size() == 1 ? seqs[0] : 0)};
+    if (o.hidden > 0 && r.seq == 0)
+      return ct.Bad("give the sequence length: the TP messages of a hidden size need it");
     cost::LayerModel model;
     model.name = o.name;
-    model.state_bytes_per_parameter_byte = o.state_bytes_per_parameter_byte;
+    model.state_bytes_per_parameter_byte = r.state_ratio();
     for (int i = 0; i < types; ++i) {
-      Result<cost::LayerProfile> p = LayerProfileOf(*memory, mt, i, o.seq, (*forward)[static_cast<size_t>(i)]);
+      Result<cost::LayerProfile> p = LayerProfileOf(*memory, mt, i, r, (*forward)[static_cast<size_t>(i)]);
       if (!p) return p.error();
       model.layers.insert(model.layers.end(), static_cast<size_t>(o.layers_per_type[static_cast<size_t>(i)]), *p);
     }
-    KIWI_RETURN_IF_ERROR(FillOther(*memory, mt, o, forward->back(), model));
+    KIWI_RETURN_IF_ERROR(FillOthers(*memory, mt, r, forward->back(), model));
     return model;
   });
 }
@@ -227,10 +366,47 @@ Status ApplyAllReduce(const Json& doc, const std::string& path, cost::Cluster& c
   return Status::Ok();
 }
 
+// "allreduce_size_8_16MB_time" -> (all-reduce, 8 devices, 16 MB); nullopt for other keys.
+struct TimedKey {
+  cost::Collective op;
+  int devices;
+  int64_t mib;
+};
+std::optional<TimedKey> ParseTimedKey(std::string_view key) {
+  constexpr std::string_view kSuffix = "MB_time";
+  if (key.size() <= kSuffix.size() || key.substr(key.size() - kSuffix.size()) != kSuffix) return std::nullopt;
+  key.remove_suffix(kSuffix.size());
+  cost::Collective op;
+  if (key.rfind("allreduce_size_", 0) == 0) op = cost::Collective::kAllReduce, key.remove_prefix(15);
+  else if (key.rfind("all2all_size_", 0) == 0) op = cost::Collective::kAllToAll, key.remove_prefix(13);
+  else return std::nullopt;
+  const size_t underscore = key.find('_');
+  if (underscore == std::string_view::npos) return std::nullopt;
+  std::optional<int64_t> devices = ParseSuffix(key.substr(0, underscore), "");
+  std::optional<int64_t> mib = ParseSuffix(key.substr(underscore + 1), "");
+  if (!devices || !mib || *devices < 2 || *devices > 1 << 20 || *mib < 1 || *mib > kMaxMiB) return std::nullopt;
+  return TimedKey{op, static_cast<int>(*devices), *mib};
+}
+
+Status ReadCollectiveTimes(const Json& doc, const std::string& path, std::vector<cost::CollectiveSample>& out) {
+  for (const auto& [key, value] : doc.items()) {
+    const std::optional<TimedKey> k = ParseTimedKey(key);
+    if (!k) continue;
+    Result<double> ms = ReadNumber(value, JsonPath(path).Key(key), 1e-9);
+    if (!ms) return ms.error();
+    const int64_t bytes = k->mib * static_cast<int64_t>(kMiB);
+    out.push_back({k->op, k->devices, bytes, *ms / 1e3});
+    if (k->op == cost::Collective::kAllReduce)  // remap_config_for_latency: half an all-reduce each
+      for (cost::Collective half : {cost::Collective::kAllGather, cost::Collective::kReduceScatter})
+        out.push_back({half, k->devices, bytes, *ms / 2e3});
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<GalvatronHardware> ParseGalvatronHardware(const GalvatronHardwareTexts& t, cost::Cluster base) {
-  GalvatronHardware h{std::move(base), 1.3, {}};
+  GalvatronHardware h{std::move(base), 1.3, {}, {}};
   return GuardJson(t.allreduce_source, [&]() -> Result<GalvatronHardware> {
     if (!t.allreduce_source.empty()) {
       Result<Json> doc = ParseObject(t.allreduce, t.allreduce_source);
@@ -255,21 +431,30 @@ Result<GalvatronHardware> ParseGalvatronHardware(const GalvatronHardwareTexts& t
       if (!k) return k.error();
       h.overlap_coefficient = *k;
     }
+    if (!t.sp_time_source.empty()) {
+      Result<Json> doc = ParseObject(t.sp_time, t.sp_time_source);
+      if (!doc) return doc.error();
+      KIWI_RETURN_IF_ERROR(ReadCollectiveTimes(*doc, t.sp_time_source, h.collectives));
+      if (h.collectives.empty())
+        return JsonPath(t.sp_time_source).Bad("has no \"allreduce_size_{devices}_{MB}MB_time\" entry");
+    }
     return h;
   });
 }
 
 Result<GalvatronHardware> ReadGalvatronHardware(const std::string& allreduce_path, const std::string& p2p_path,
-                                                const std::string& overlap_path, cost::Cluster base) {
-  std::string texts[3];
-  const std::string* paths[3] = {&allreduce_path, &p2p_path, &overlap_path};
-  for (int i = 0; i < 3; ++i) {
+                                                const std::string& overlap_path, cost::Cluster base,
+                                                const std::string& sp_time_path) {
+  std::string texts[4];
+  const std::string* paths[4] = {&allreduce_path, &p2p_path, &overlap_path, &sp_time_path};
+  for (int i = 0; i < 4; ++i) {
     if (paths[i]->empty()) continue;
     Result<std::string> text = ReadFileText(*paths[i]);
     if (!text) return text.error();
     texts[i] = std::move(*text);
   }
-  return ParseGalvatronHardware({texts[0], texts[1], texts[2], allreduce_path, p2p_path, overlap_path}, std::move(base));
+  return ParseGalvatronHardware(
+      {texts[0], texts[1], texts[2], texts[3], allreduce_path, p2p_path, overlap_path, sp_time_path}, std::move(base));
 }
 
 }  // namespace kiwi::io

@@ -320,12 +320,75 @@ OrderedJson ModelFlagsJson(const plan::ModelFlags& flags) {
   return j;
 }
 
+Result<std::vector<std::string>> StringList(const Json& object, const JsonPath& at, std::string_view key) {
+  Result<const Json*> list = ArrayField(object, at, key);
+  if (!list) return list.error();
+  std::vector<std::string> out;
+  for (size_t i = 0; i < (*list)->size(); ++i) {
+    Result<std::string> v = ReadString((**list)[i], at.Key(key).Index(i));
+    if (!v) return v.error();
+    out.push_back(std::move(*v));
+  }
+  return out;
+}
+
+Result<plan::GalvatronSource> ReadGalvatronSource(const Json& j, const JsonPath& at) {
+  KIWI_RETURN_IF_ERROR(CheckObject(j, at));
+  KIWI_RETURN_IF_ERROR(CheckKnownKeys(j, at, {"profiles", "hardware", "layers", "seq", "precision", "sequence_parallel",
+                                              "hidden", "memory_budget_bytes"}));
+  plan::GalvatronSource g;
+  Result<std::vector<std::string>> profiles = StringList(j, at, "profiles");
+  if (!profiles) return profiles.error();
+  if (profiles->size() != 2) return at.BadKey("profiles", "must name the computation and the memory profile");
+  g.profiles = std::move(*profiles);
+  if (FindField(j, "hardware")) {
+    Result<std::vector<std::string>> hardware = StringList(j, at, "hardware");
+    if (!hardware) return hardware.error();
+    if (hardware->size() > 4) return at.BadKey("hardware", "names at most 4 files (all-reduce, p2p, overlap, sp_time)");
+    g.hardware = std::move(*hardware);
+  }
+  Result<const Json*> layers = ArrayField(j, at, "layers");
+  if (!layers) return layers.error();
+  if ((*layers)->empty()) return at.BadKey("layers", "must give the layers of each layer type");
+  for (size_t i = 0; i < (*layers)->size(); ++i) {
+    Result<int64_t> n = ReadInt((**layers)[i], at.Key("layers").Index(i), {1, 100000});
+    if (!n) return n.error();
+    g.layers.push_back(static_cast<int>(*n));
+  }
+  for (auto [key, field] : {std::pair{"seq", &g.seq}, std::pair{"hidden", &g.hidden},
+                            std::pair{"memory_budget_bytes", &g.memory_budget_bytes}}) {
+    Result<int64_t> v = IntFieldOr(j, at, key, 0, kNonNegative);
+    if (!v) return v.error();
+    *field = *v;
+  }
+  Result<std::string> precision = StringFieldOr(j, at, "precision", "");
+  if (!precision) return precision.error();
+  g.precision = std::move(*precision);
+  Result<bool> sp = BoolFieldOr(j, at, "sequence_parallel", false);
+  if (!sp) return sp.error();
+  g.sequence_parallel = *sp;
+  return g;
+}
+
+OrderedJson GalvatronSourceJson(const plan::GalvatronSource& g) {
+  OrderedJson j;
+  j["profiles"] = g.profiles;
+  if (!g.hardware.empty()) j["hardware"] = g.hardware;
+  j["layers"] = g.layers;
+  if (g.seq > 0) j["seq"] = g.seq;
+  if (!g.precision.empty()) j["precision"] = g.precision;
+  if (g.sequence_parallel) j["sequence_parallel"] = true;
+  if (g.hidden > 0) j["hidden"] = g.hidden;
+  j["memory_budget_bytes"] = g.memory_budget_bytes;
+  return j;
+}
+
 Result<plan::Plan> ReadPlan(const Json& doc, const std::string& source) {
   const JsonPath at(source);
   KIWI_RETURN_IF_ERROR(CheckObject(doc, at));
   KIWI_RETURN_IF_ERROR(CheckKnownKeys(
-      doc, at, {kVersionKey, "graph", "model", "hf_config", "model_flags", "cluster", "solver", "operator", "layer",
-               "claims"}));
+      doc, at, {kVersionKey, "graph", "model", "hf_config", "model_flags", "galvatron", "cluster", "solver", "operator",
+               "layer", "claims"}));
   KIWI_RETURN_IF_ERROR(CheckVersion(doc, at, kVersionKey, plan::kPlanVersion));
   plan::Plan p;
   const std::pair<std::string_view, std::string*> names[] = {
@@ -340,6 +403,11 @@ Result<plan::Plan> ReadPlan(const Json& doc, const std::string& source) {
     Result<plan::ModelFlags> f = ReadModelFlags(*flags, at.Key("model_flags"));
     if (!f) return f.error();
     p.model_flags = std::move(*f);
+  }
+  if (const Json* galvatron = FindField(doc, "galvatron")) {
+    Result<plan::GalvatronSource> g = ReadGalvatronSource(*galvatron, at.Key("galvatron"));
+    if (!g) return g.error();
+    p.galvatron = std::move(*g);
   }
   if (const Json* op = FindField(doc, "operator")) {
     Result<plan::OperatorPlan> o = ReadOperatorPlan(*op, at.Key("operator"));
@@ -421,6 +489,7 @@ std::string WritePlanJson(const plan::Plan& plan) {
   doc["model"] = plan.model;
   if (!plan.hf_config.empty()) doc["hf_config"] = plan.hf_config;
   if (plan.model_flags != plan::ModelFlags{}) doc["model_flags"] = ModelFlagsJson(plan.model_flags);
+  if (plan.galvatron) doc["galvatron"] = GalvatronSourceJson(*plan.galvatron);
   doc["cluster"] = plan.cluster;
   doc["solver"] = plan.solver;
   if (plan.op) doc["operator"] = OperatorJson(*plan.op);

@@ -161,12 +161,28 @@ struct ModelFlags {
   bool operator==(const ModelFlags&) const = default;
 };
 
+// Galvatron's profiles a plan was made from (kiwi hybrid --galvatron-profiles), so that it replays on
+// them: the files by absolute path, the options they were read with (io::GalvatronModelOptions) and
+// the budget Galvatron's memory reserve was sized for (cost::GalvatronReservedBytes).
+struct GalvatronSource {
+  std::vector<std::string> profiles;  // computation, memory
+  std::vector<std::string> hardware;  // all-reduce, p2p, overlap, sp_time ("" where not given); may be empty
+  std::vector<int> layers;            // per layer type
+  int64_t seq = 0;
+  std::string precision;              // "" = the file name's
+  bool sequence_parallel = false;
+  int64_t hidden = 0;
+  int64_t memory_budget_bytes = 0;
+  bool operator==(const GalvatronSource&) const = default;
+};
+
 struct Plan {
   int version = kPlanVersion;
   std::string graph;    // graph name or file the plan is for (informational)
   std::string model;    // model preset, when made for one
   std::string hf_config;  // or the HuggingFace config.json it was made for (its absolute path)
   ModelFlags model_flags;
+  std::optional<GalvatronSource> galvatron;  // or the Galvatron profiles it was made from
   std::string cluster;  // cluster preset or file
   std::string solver;   // who made it
   std::optional<OperatorPlan> op;
