@@ -54,6 +54,9 @@ TEST(HybridCli, PlanReplaysInSimulateWithTheSameNumbers) {
               1e-9 * s["throughput_samples_per_second"].get<double>());
   EXPECT_TRUE(s["claims"]["iteration_seconds_matches"].get<bool>());
   EXPECT_TRUE(s["claims"]["peak_memory_bytes_matches"].get<bool>());
+  double by_kind = 0.0;  // the communication split by kind adds up to the communication bucket
+  for (const auto& [kind, seconds] : s["communication_seconds"].items()) by_kind += seconds.get<double>();
+  EXPECT_NEAR(by_kind, s["time"]["communication_seconds"].get<double>(), 1e-12 + 1e-9 * by_kind);
 }
 
 // GPT-3 175B on 64 A100s at batch 64 (Korthikanti et al. 2023, Table 3): the search interleaves, its
@@ -344,6 +347,17 @@ TEST(HybridCli, GalvatronPlansReplayFromThePlanFileAndTheGalvatronConfig) {
                                        kGalvatron + "memory_profiling_fp32_test.json --galvatron-layers 4,4");
   EXPECT_EQ(wrong_layers.exit_code, 2);
   EXPECT_NE(wrong_layers.err.find(config + ": tp_sizes_enc: has 16 layers, the model 8"), std::string::npos) << wrong_layers.err;
+  // A run with Galvatron's sequence_parallel: every TP layer is SP-TP, and the config replays the same
+  r = testing::RunKiwi("hybrid --cluster rtx-titan-pcie-8 --memory 24GiB --max-batch 64 --quiet --json --galvatron-sp " +
+                       profiles + "--method bmw --galvatron-out " + config);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const auto& l : r.Json()["layers"]) EXPECT_EQ(l["sequence_parallel"].get<bool>(), l["tp"].get<int>() > 1);
+  replay = testing::RunKiwi("simulate --cluster rtx-titan-pcie-8 --memory 24GiB --json --galvatron-sp --galvatron-config " +
+                            config + " " + profiles);
+  ASSERT_EQ(replay.exit_code, 0) << replay.err;
+  EXPECT_EQ(replay.Json()["peak_memory_bytes"], r.Json()["peak_memory_bytes"]);
+  EXPECT_NEAR(replay.Json()["iteration_seconds"].get<double>(), r.Json()["iteration_seconds"].get<double>(),
+              1e-9 * r.Json()["iteration_seconds"].get<double>());
   auto no_plan = testing::RunKiwi("simulate");
   EXPECT_EQ(no_plan.exit_code, 2);
   EXPECT_NE(no_plan.err.find("PLAN"), std::string::npos) << no_plan.err;

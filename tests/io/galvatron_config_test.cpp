@@ -157,8 +157,8 @@ TEST(GalvatronConfig, RejectsWhatKiwiCannotModelNamingTheField) {
 }
 
 // The fields Galvatron's search writes and its runtime reads (core/search_engine/search_engine.py
-// save_results; utils/config_utils.py config2strategy, core/runtime/hybrid_parallel_config.py): its
-// shipped Llama-2-7B config, with the embeddings at TP 2 (vtp) and Ulysses (vsp), is read but for vsp.
+// save_results; utils/config_utils.py config2strategy, core/runtime/hybrid_parallel_config.py), its
+// shipped Llama-2-7B config (embeddings at Ulysses 2: vtp 2, vsp 1) among them.
 TEST(GalvatronConfig, ReadsTheEmbeddingsFieldsAndSaysWhatKiwiPricesOtherwise) {
   const std::string layers = R"("pp_deg": 1, "tp_sizes_enc": "1,1", "dp_types_enc": "1,1", "global_bsz": 16,
       "chunks": 1, "pp_division": "2", "pipeline_type": "pipedream_flush", "default_dp_type": "zero2")";
@@ -177,9 +177,15 @@ TEST(GalvatronConfig, ReadsTheEmbeddingsFieldsAndSaysWhatKiwiPricesOtherwise) {
     Result<plan::LayerPlan> r = ParseGalvatronConfig("{" + layers + extra + "}", "g.json", {.num_devices = 8});
     return r.ok() ? std::string("ok") : r.error().message;
   };
-  EXPECT_NE(error(R"(, "vsp": 1)").find("g.json: vsp: Ulysses"), std::string::npos);
   EXPECT_NE(error(R"(, "vtp": 3)").find("g.json: vtp"), std::string::npos);
-  EXPECT_NE(error(R"(, "vcp": 2)").find("g.json: vcp"), std::string::npos);
+  EXPECT_NE(error(R"(, "vsp": 2)").find("g.json: vsp"), std::string::npos);
+  // Galvatron's shipped Llama-2-7B config: embeddings at Ulysses 2 beside ZeRO-3 layers, read with notes
+  notes.clear();
+  Result<plan::LayerPlan> shipped = ParseGalvatronConfig(
+      "{" + layers + R"(, "vtp": 2, "vsp": 1, "embed_sdp": 1})", "g.json", {.num_devices = 8}, &notes);
+  ASSERT_TRUE(shipped.ok()) << shipped.error().message;
+  ASSERT_EQ(notes.size(), 2u);
+  EXPECT_NE(notes[1].find("vsp 1 / vcp 1"), std::string::npos) << notes[1];
   EXPECT_NE(error(R"(, "cp_sizes_enc": "1,2")").find("g.json: cp_sizes_enc[1]"), std::string::npos);
   EXPECT_NE(error(R"(, "embed_sdp": 1, "vocab_sdp": 0)").find("g.json: vocab_sdp"), std::string::npos);
   // Galvatron's run-wide sequence_parallel makes its TP layers Megatron TP + SP.
@@ -215,6 +221,30 @@ TEST(GalvatronConfig, WritesEveryFieldGalvatronReads) {
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(back->layers, plan.layers);
   EXPECT_TRUE(notes.empty());  // its own embeddings' strategy reads back without a note
+}
+
+// A Galvatron run with sequence_parallel on gives every TP layer Megatron SP: such a plan is written
+// (and reads back the same under that flag); a TP layer without SP is refused, as SP is without it.
+TEST(GalvatronConfig, SequenceParallelRunsWriteTpLayersWithSp) {
+  plan::LayerPlan plan;
+  plan.layers = {{1, 8, plan::Zero::kParameters, true}, {2, 4, plan::Zero::kParameters, false}};
+  plan.layers[1].sequence_parallel = true;
+  plan.pp_degree = 1;
+  plan.pp_partition = {2};
+  plan.global_batch = 16;
+  Result<std::string> text = WriteGalvatronConfig(plan, /*sequence_parallel=*/true);
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  Result<plan::LayerPlan> back = ParseGalvatronConfig(*text, "k.json", {.num_devices = 8, .sequence_parallel = true});
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->layers, plan.layers);
+  Result<std::string> off = WriteGalvatronConfig(plan);
+  ASSERT_FALSE(off.ok());
+  EXPECT_NE(off.error().message.find("layer 1 uses Megatron sequence parallelism"), std::string::npos);
+  plan.layers[1].sequence_parallel = false;
+  Result<std::string> without = WriteGalvatronConfig(plan, /*sequence_parallel=*/true);
+  ASSERT_FALSE(without.ok());
+  EXPECT_NE(without.error().message.find("layer 1 uses TP without sequence parallelism"), std::string::npos)
+      << without.error().message;
 }
 
 // The example in docs/hybrid.md is a valid config describing what the text says.

@@ -140,6 +140,25 @@ TEST(LayerStrategies, SequenceParallelOnlyWithTensorParallelism) {
   for (const plan::LayerStrategy& s : LayerStrategies(8, {})) EXPECT_FALSE(s.sequence_parallel);  // BMW's space
 }
 
+// Galvatron's run-wide sequence_parallel: every TP strategy is its SP twin, in BMW's space as in kiwi's.
+TEST(LayerStrategies, TpSequenceParallelMakesEveryTpStrategySp) {
+  for (bool kiwi_space : {false, true}) {
+    StrategySpaceOptions o;
+    o.allow_zero12 = kiwi_space;
+    o.allow_sequence_parallel = kiwi_space;
+    std::vector<plan::LayerStrategy> expected;
+    for (plan::LayerStrategy s : LayerStrategies(8, o)) {
+      if (kiwi_space && s.tp > 1 && !s.sequence_parallel) continue;  // kiwi's space: only the SP twin stays
+      if (s.tp > 1) s.sequence_parallel = true;                      // BMW's space: TP becomes SP-TP
+      expected.push_back(s);
+    }
+    o.tp_sequence_parallel = true;
+    const std::vector<plan::LayerStrategy> got = LayerStrategies(8, o);
+    EXPECT_EQ(got, expected) << kiwi_space;
+    for (const plan::LayerStrategy& s : got) EXPECT_EQ(s.sequence_parallel, s.tp > 1);
+  }
+}
+
 // Selective recomputation is a third recomputation choice of every strategy, ordered between none and
 // CKPT, never combined with CKPT; BMW's space leaves it out.
 TEST(LayerStrategies, SelectiveRecomputationBetweenNoneAndCheckpointing) {

@@ -70,6 +70,7 @@ Result<hybrid::HybridSearchOptions> SearchOptions(const HybridOptions& o, const 
   s.accumulation = !o.no_accumulation;
   s.context_parallel = !o.no_context_parallel;
   s.recompute_sets = o.no_recompute_sets ? 0 : o.recompute_sets;
+  s.tp_sequence_parallel = o.galvatron.sequence_parallel;  // Galvatron's run-wide sequence_parallel
   s.offload = o.offload;
   s.time_limit_seconds = o.search.SecondsLeft();
   if (!o.quiet) s.progress = [](const std::string& line) { std::cerr << "kiwi hybrid: " << line << '\n'; };
@@ -158,7 +159,7 @@ Result<LayerProblem> LoadProblem(const HybridOptions& o, cost::Cluster cluster, 
 
 // The Galvatron config is made first: a plan it cannot express leaves no file written.
 Status WriteOutputs(const HybridOptions& o, const hybrid::HybridSearchResult& r, int64_t memory_budget_bytes) {
-  Result<std::string> config = o.galvatron_out.empty() ? std::string() : io::WriteGalvatronConfig(r.plan);
+  Result<std::string> config = o.galvatron_out.empty() ? std::string() : io::WriteGalvatronConfig(r.plan, o.galvatron.sequence_parallel);
   if (!config)
     return BadInput(fmt::format("--galvatron-out {}: {} (search with --method bmw, Galvatron's own space)",
                                 o.galvatron_out, config.error().message));

@@ -161,8 +161,6 @@ Result<plan::LayerPlan> ToPlan(const RawConfig& c, const JsonPath& at, const Gal
   }
   if (!c.cp.empty() && c.cp.size() != c.tp.size())
     return at.BadKey("cp_sizes_enc", fmt::format("has {} entries, tp_sizes_enc has {}", c.cp.size(), c.tp.size()));
-  if (c.vsp != 0) return at.BadKey("vsp", "Ulysses sequence parallelism of the embeddings is not modelled by kiwi's estimator");
-  if (c.vcp != 1) return at.BadKey("vcp", "context parallelism of the embeddings is not modelled by kiwi's estimator");
   if (c.vtp > 0 && stage % c.vtp != 0)
     return at.BadKey("vtp", fmt::format("{} does not divide the {} devices of a stage", c.vtp, stage));
   // kiwi's embeddings go with the first layer, its head with the last (cost::LayerModel::embedding).
@@ -172,6 +170,10 @@ Result<plan::LayerPlan> ToPlan(const RawConfig& c, const JsonPath& at, const Gal
       notes->push_back(fmt::format("{}: vtp {} is priced as the first layer's TP {} (embeddings) and the last's TP {} "
                                    "(head): kiwi runs them with those layers",
                                    at.source(), c.vtp, first.tp, p.layers.back().tp));
+    if (c.vsp != 0 || c.vcp != 1)  // the embeddings' Ulysses or CP degree: vtp's, over their sequence
+      notes->push_back(fmt::format("{}: vsp {} / vcp {} (the embeddings and head split by sequence) are priced as the "
+                                   "first and last layers' strategies: kiwi runs them with those layers",
+                                   at.source(), c.vsp, c.vcp));
     if (c.embed_sdp >= 0 && (c.embed_sdp == 1) != first.Shards(plan::Zero::kParameters))
       notes->push_back(fmt::format("{}: embed_sdp {} is priced as the first layer's {}: kiwi shards the embeddings as "
                                    "that layer",
@@ -201,13 +203,18 @@ namespace {
 // ZeRO-1 under gradient accumulation, ZeRO-2 without): the default of a plan's other data-parallel
 // layers, or an error naming the first layer Galvatron cannot express (Megatron SP, selective
 // recomputation and expert parallelism among them).
-Result<std::string> DefaultDpType(const plan::LayerPlan& plan) {
+Result<std::string> DefaultDpType(const plan::LayerPlan& plan, bool sequence_parallel) {
   const plan::Zero zero2 = GalvatronZero2(plan.micro_batches);
   std::optional<plan::Zero> common;
   for (size_t i = 0; i < plan.layers.size(); ++i) {
-    if (plan.layers[i].SequenceParallel())  // Galvatron's use_sp is Ulysses' all-to-all, not Megatron's SP
+    if (sequence_parallel && plan.layers[i].tp > 1 && !plan.layers[i].SequenceParallel())
+      return BadInput(fmt::format("layer {} uses TP without sequence parallelism ({}), which a Galvatron run with "
+                                  "sequence_parallel gives every TP layer",
+                                  i, plan::StrategyName(plan.layers[i])));
+    if (!sequence_parallel && plan.layers[i].SequenceParallel())  // its use_sp is Ulysses', not Megatron's SP
       return BadInput(fmt::format("layer {} uses Megatron sequence parallelism ({}), which Galvatron's config cannot "
-                                  "express (its use_sp is Ulysses sequence parallelism)",
+                                  "express (its use_sp is Ulysses sequence parallelism; a Galvatron run with "
+                                  "sequence_parallel on, --galvatron-sp, gives every TP layer Megatron's)",
                                   i, plan::StrategyName(plan.layers[i])));
     if (plan.layers[i].SelectiveRecompute())  // its checkpoint flag is whole-layer recomputation
       return BadInput(fmt::format("layer {} uses selective recomputation ({}), which Galvatron's config cannot "
@@ -243,12 +250,12 @@ Result<std::string> DefaultDpType(const plan::LayerPlan& plan) {
 
 }  // namespace
 
-Result<std::string> WriteGalvatronConfig(const plan::LayerPlan& plan) {
+Result<std::string> WriteGalvatronConfig(const plan::LayerPlan& plan, bool sequence_parallel) {
   if (plan.virtual_stages > 1)  // its pipelines are GPipe and PipeDream-flush, one chunk per stage
     return BadInput(fmt::format("the plan interleaves {} model chunks per stage (interleaved 1F1B), which Galvatron's "
                                 "config cannot express (its pipeline_type is gpipe or pipedream_flush)",
                                 plan.virtual_stages));
-  Result<std::string> default_dp_type = DefaultDpType(plan);
+  Result<std::string> default_dp_type = DefaultDpType(plan, sequence_parallel);
   if (!default_dp_type) return default_dp_type.error();
   OrderedJson j;
   j["pp_deg"] = plan.pp_degree;

@@ -27,7 +27,9 @@ namespace kiwi::io {
 // Errors (kBadInput) name the first layer Galvatron cannot express: the other of ZeRO-1/2, or plain DP
 // beside it in one plan (Galvatron has one default data-parallel type beside per-layer ZeRO-3), or an
 // interleaved 1F1B plan.
-Result<std::string> WriteGalvatronConfig(const plan::LayerPlan& plan);
+// `sequence_parallel`: for a Galvatron run with sequence_parallel on, where every TP layer runs Megatron
+// SP (a TP layer without it is then refused, naming it); off, a layer with SP is refused.
+Result<std::string> WriteGalvatronConfig(const plan::LayerPlan& plan, bool sequence_parallel = false);
 
 // How a config is read: on `num_devices` devices; `sequence_parallel`: the run has Galvatron's
 // sequence_parallel on, so its TP layers are Megatron TP + SP.
@@ -37,12 +39,12 @@ struct GalvatronConfigReading {
 };
 
 // Reads a config. Errors (kBadInput) name the field: lists of different lengths, degrees that do not
-// divide the devices, and what kiwi cannot model: Ulysses sequence parallelism (use_sp 1, vsp 1),
-// context parallelism (cp_sizes_enc, vcp above 1), TP spread across DP groups (tp_consecutive_flags 0
-// with tp and dp > 1). default_dp_type "zero3" makes every layer ZeRO-3; "zero2" makes the layers of
+// divide the devices, and what kiwi cannot model: Ulysses sequence parallelism of a layer (use_sp 1),
+// context parallelism (cp_sizes_enc above 1), TP spread across DP groups (tp_consecutive_flags 0 with
+// tp and dp > 1). default_dp_type "zero3" makes every layer ZeRO-3; "zero2" makes the layers of
 // dp_types_enc 0 ZeRO-1 (chunks > 1) or ZeRO-2 (chunks 1), as above. kiwi places the embeddings with
 // the first layer and the head with the last: an embeddings strategy (vtp, embed_sdp) other than
-// theirs is priced as theirs, and said so in `notes` (one line each) when given.
+// theirs (vtp, vsp, vcp, embed_sdp) is priced as theirs, and said so in `notes` (one line each) when given.
 Result<plan::LayerPlan> ParseGalvatronConfig(std::string_view text, const std::string& source,
                                              const GalvatronConfigReading& reading,
                                              std::vector<std::string>* notes = nullptr);

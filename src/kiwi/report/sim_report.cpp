@@ -75,9 +75,19 @@ nlohmann::json ToJson(const sim::StageMemorySplit& m, int64_t peak_bytes) {
           {"activations", m.activations}, {"buffers", m.buffers}, {"reserved", m.reserved}, {"peak", peak_bytes}};
 }
 
+nlohmann::json ToJson(const cost::CommunicationByKind& c) {
+  return {{"tensor_parallel", c.tensor_parallel},
+          {"data_parallel", c.data_parallel},
+          {"expert_parallel", c.expert_parallel},
+          {"context_parallel", c.context_parallel},
+          {"pipeline", c.pipeline}};
+}
+
 nlohmann::json ToJson(const sim::LayerSimResult& r, const SimReportOptions& o) {
   nlohmann::json j = ToJson(r.summary, o);
   j["throughput_samples_per_second"] = r.throughput_samples_per_second;
+  j["communication_seconds"] = ToJson(r.communication);
+  j["pipeline_bubble_seconds"] = r.pipeline_bubble_seconds;
   nlohmann::json stages = nlohmann::json::array();
   for (const sim::StageResult& s : r.stages)
     stages.push_back({{"layers", s.layers},

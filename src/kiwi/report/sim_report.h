@@ -21,6 +21,9 @@ nlohmann::json ToJson(const sim::SimResult& result, const SimReportOptions& opti
 nlohmann::json ToJson(const sim::LayerSimResult& result, const SimReportOptions& options = {});
 // A stage's peak by what holds it ("memory_bytes" of kiwi simulate's stages and kiwi plan's breakdown).
 nlohmann::json ToJson(const sim::StageMemorySplit& memory, int64_t peak_bytes);
+// Seconds of communication by kind ("tensor_parallel", "data_parallel", "expert_parallel",
+// "context_parallel", "pipeline"), as a layer plan's iteration pays them.
+nlohmann::json ToJson(const cost::CommunicationByKind& communication);
 
 // Human text: peak memory, time split, and the ops resident at the peak for operator plans.
 std::string ToText(const sim::SimResult& result, const ir::Graph* graph, const SimReportOptions& options = {});

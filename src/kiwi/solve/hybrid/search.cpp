@@ -62,6 +62,7 @@ class Search {
     space_.strategies.allow_selective_recompute &= model.HasAttentionCore();
     space_.strategies.experts = options.expert_parallel ? model.MaxExperts() : 0;
     if (options.tp > 0) space_.tp = options.tp;
+    space_.strategies.tp_sequence_parallel = options.tp_sequence_parallel;
     space_.strategies.context_sequence = model.ContextParallelSequence();
     space_.strategies.allow_context_parallel &= options.context_parallel;
     space_.strategies.allow_offload = options.offload && options.method == Method::kKiwi && cluster.device.HasHost() &&

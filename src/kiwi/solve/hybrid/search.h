@@ -89,6 +89,9 @@ struct HybridSearchOptions {
   static constexpr int kDefaultRecomputeSets = 2;
   // false: no expert parallelism in kiwi's space (plans for a runtime without it).
   bool expert_parallel = true;
+  // true: every TP layer runs Megatron sequence parallelism, and only so, in every method's space
+  // (StrategySpaceOptions::tp_sequence_parallel: a Galvatron run with sequence_parallel on).
+  bool tp_sequence_parallel = false;
   // Every layer's TP degree (0: any, per layer): plans for a runtime with one TP mesh, such as
   // kiwi.torch.parallelize; overrides the method's own (MethodSpace::tp).
   int tp = 0;

@@ -135,7 +135,8 @@ std::vector<plan::LayerStrategy> LayerStrategies(int stage_devices, const Strate
     if (tp > 1 && !o.allow_tp) continue;
     if (o.max_tp > 0 && tp > o.max_tp) continue;
     for (bool sp : {false, true}) {
-      if (sp && (tp == 1 || !o.allow_sequence_parallel)) continue;
+      if (sp && (tp == 1 || !(o.allow_sequence_parallel || o.tp_sequence_parallel))) continue;
+      if (!sp && tp > 1 && o.tp_sequence_parallel) continue;
       for (plan::Zero zero : {plan::Zero::kNone, plan::Zero::kOptimizerStates, plan::Zero::kGradients, plan::Zero::kParameters}) {
         if (dp > 1 && !Allowed(zero, o)) continue;
         if (dp == 1 && zero != plan::Zero::kNone) continue;  // ZeRO over one device shards nothing: DP1

@@ -49,6 +49,9 @@ struct StrategySpaceOptions {
   // Megatron sequence parallelism beside plain TP (plan::LayerStrategy::sequence_parallel): kiwi's own
   // space, like allow_zero12. Only LayerStrategies has it.
   bool allow_sequence_parallel = false;
+  // Every TP layer runs Megatron sequence parallelism, and only so (Galvatron's run-wide
+  // sequence_parallel): TP strategies come with SP whatever allow_sequence_parallel says.
+  bool tp_sequence_parallel = false;
   bool allow_checkpoint = true;  // CKPT on or off per layer
   // Megatron's selective recomputation of the attention core (plan::LayerStrategy::selective_recompute)
   // beside none and CKPT: kiwi's own space. Only LayerStrategies has it; the search turns it off for
