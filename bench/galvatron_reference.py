@@ -30,8 +30,9 @@ import os
 import sys
 import types
 
-# Strategies: (name, pp, tp, dp, dp type name, list of chunks). Embedding / LM-head use the layers' own
-# (pp, tp, dp, dp type): LayerStrategy.to_embedding_lmhead_strategy(), as check_cost_model does.
+# Strategies: (name, pp, tp, dp, dp type name, list of chunks[, Ulysses sp degree]). Embedding / LM-head use
+# the layers' own (pp, tp, sp, dp, dp type): LayerStrategy.to_embedding_lmhead_strategy(), as
+# check_cost_model does.
 STRATEGIES = [
     ("dp8-ddp", 1, 1, 8, "DDP", [1]),
     ("dp8-zero2", 1, 1, 8, "ZERO2", [1]),
@@ -40,6 +41,8 @@ STRATEGIES = [
     ("tp4-dp2-zero2", 1, 4, 2, "ZERO2", [1]),
     ("tp8", 1, 8, 1, "DDP", [1]),
     ("pp2-tp2-dp2-zero2", 2, 2, 2, "ZERO2", [2, 4, 8]),
+    ("sp2-dp4-zero2", 1, 1, 4, "ZERO2", [1], 2),
+    ("sp8-zero2", 1, 1, 1, "ZERO2", [1], 8),
 ]
 
 
@@ -232,7 +235,7 @@ def memory_terms(se, strategy, emb, gbsz, chunks, dp_model):
     # The sequence-parallel global memory buffer DpOnModel adds to every stage (tp_sp_mode != 'sp_only');
     # global_buffer_tp_size taken as the strategy's own tp_sp_size, the smallest search task holding it.
     cfg = se.args
-    if cfg.common_train_info.sequence_parallel and cfg.common_train_info.global_memory_buffer:
+    if cfg.common_train_info.sequence_parallel and cfg.common_train_info.global_memory_buffer and strategy.sp_size == 1:
         cur_dp = se.world_size // pp // strategy.tp_sp_size
         gmem = (gbsz / chunks / cur_dp) * cfg.model_info.hidden_size * max(se.seqlen_list) * 4 / 1024 / 1024
         if cfg.parallelism_info.mixed_precision:  # a non-empty string: always halved, 'fp32' too
@@ -284,7 +287,8 @@ def galvatron_checks(se, strategy, emb, gbsz, chunks, quiet_buf):
                        pipeline_type=se.args.parallelism_info.pipeline_type, config=cfg, logger=None)
         opt = dp.fit(gbsz=gbsz, chunks=chunks, pp_size=strategy.pp_size,
                      pp_stage_list=pp_division_even(se.layernum_list, strategy.pp_size),
-                     global_buffer_tp_size=strategy.tp_sp_size, tp_sp_mode="tp_only",
+                     global_buffer_tp_size=strategy.tp_sp_size,
+                     tp_sp_mode="sp_only" if strategy.sp_size > 1 else "tp_only",
                      layer_strategy_list=[strategy], embedding_lmhead_strategy_list=[emb])
     return dict(check_cost_model_time_s=float(times[0]), check_cost_model_memory_MB=[float(m) for m in mems[0]],
                 dp_coarse_time_s=float(opt["time_cost"]), dp_coarse_memory_used_MB=plain(opt["memory_used"]),
@@ -382,11 +386,12 @@ def main():
                  f"profile has one sequence length only, 2048)")
 
     rows, dp_model = [], None
-    for name, pp, tp, dp, dpt, chunk_list in STRATEGIES:
+    for name, pp, tp, dp, dpt, chunk_list, *ulysses in STRATEGIES:
+        sp = ulysses[0] if ulysses else 1
         for chunks in chunk_list:
             for ckpt in (False, True):
                 with contextlib.redirect_stdout(quiet):
-                    s = LayerStrategy(pp_size=pp, tp_size=tp, sp_size=1, cp_size=1, dp_size=dp,
+                    s = LayerStrategy(pp_size=pp, tp_size=tp, sp_size=sp, cp_size=1, dp_size=dp,
                                       dp_type=DPType[dpt], checkpoint=ckpt)
                     emb = s.to_embedding_lmhead_strategy()
                 checks, dp_model = galvatron_checks(se, s, emb, a.gbsz, chunks, quiet)
@@ -403,7 +408,7 @@ def main():
                 assert fits == (checks["dp_coarse_time_s"] != float("inf"))
                 if fits:
                     assert abs(checks["dp_coarse_time_s"] - pt["iteration_s"]) < 1e-9
-                rows.append(dict(name=name + ("-ckpt" if ckpt else ""), pp=pp, tp=tp, dp=dp, dp_type=dpt,
+                rows.append(dict(name=name + ("-ckpt" if ckpt else ""), pp=pp, tp=tp, sp=sp, dp=dp, dp_type=dpt,
                                  checkpoint=ckpt, chunks=chunks, gbsz=a.gbsz, strategy=str(s),
                                  embedding_lmhead_strategy=str(emb), iteration_s=pt["iteration_s"],
                                  fits_dp_budget=fits,

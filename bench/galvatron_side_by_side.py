@@ -133,7 +133,7 @@ def budget_text(mb):
 
 def write_config(row, settings, path):
     """The Galvatron strategy config of a uniform reference strategy."""
-    n, pp, tp = settings["layer_num"], row["pp"], row["tp"]
+    n, pp, tp, sp = settings["layer_num"], row["pp"], row["tp"], row.get("sp", 1)
     if n % pp:
         die(f"{row['name']}: {n} layers do not split evenly over pp {pp}")
 
@@ -142,12 +142,13 @@ def write_config(row, settings, path):
 
     zero3 = row["dp_type"] == "ZERO3"
     cfg = {
-        "pp_deg": pp, "tp_sizes_enc": each(tp), "tp_consecutive_flags": each(1),
-        "dp_types_enc": each(1 if zero3 else 0), "use_sp": each(0), "checkpoint": each(int(row["checkpoint"])),
+        "pp_deg": pp, "tp_sizes_enc": each(max(tp, sp)), "tp_consecutive_flags": each(1),
+        "dp_types_enc": each(1 if zero3 else 0), "use_sp": each(1 if sp > 1 else 0),
+        "checkpoint": each(int(row["checkpoint"])),
         "global_bsz": row["gbsz"], "chunks": row["chunks"], "pp_division": ",".join([str(n // pp)] * pp),
         "pipeline_type": settings.get("pipeline_type", "pipedream_flush"),
         "default_dp_type": "ddp" if row["dp_type"] == "DDP" else "zero2",
-        "vtp": tp, "vsp": 0, "embed_sdp": 1 if zero3 else 0,
+        "vtp": max(tp, sp), "vsp": 1 if sp > 1 else 0, "embed_sdp": 1 if zero3 else 0,
     }
     with open(path, "w") as f:
         json.dump(cfg, f, indent=1)
@@ -326,6 +327,9 @@ def kiwi_split(row, settings, base, run, hardware, workdir, tables):
         if abs(split["tp_comm"] - kinds["tensor_parallel"]) > 1e-6 + 1e-3 * kinds["tensor_parallel"]:
             warn(f"{name}: isolated TP {split['tp_comm'] * 1e3:.3f} ms, kiwi's communication_seconds.tensor_parallel "
                  f"{kinds['tensor_parallel'] * 1e3:.3f} ms")
+        # Ulysses' all-to-alls (kiwi's context parallelism) sit in Galvatron's tp_comm_ms: the TP/SP column
+        # (a checkpointed layer's recomputed pair stays in kiwi's recompute, the compute column).
+        split["tp_comm"] += kinds.get("context_parallel", 0.0)
     split["compute"] = t["compute_seconds"]
     split["recompute"] = t["recompute_seconds"] - split["tp_recompute"]
     split["tp"] = split["tp_comm"] + split["tp_recompute"]
@@ -413,7 +417,7 @@ def pair(g, k, fmt="{:.1f}"):
 
 
 HEADER = ["strategy", "ch", "time G s", "time K s", "K/G", "mem G MiB", "mem K MiB", "K/G",
-          "compute G / K ms", "TP G / K ms", "DP G / K ms", "PP G / K ms",
+          "compute G / K ms", "TP/SP G / K ms", "DP G / K ms", "PP G / K ms",
           "states G / K MiB", "act G / K MiB", "buf G / K MiB", "fits G/K", "within", "G sync not charged ms"]
 
 

@@ -59,6 +59,23 @@ TEST(HybridCli, PlanReplaysInSimulateWithTheSameNumbers) {
   EXPECT_NEAR(by_kind, s["time"]["communication_seconds"].get<double>(), 1e-12 + 1e-9 * by_kind);
 }
 
+// --runtime fsdp2 plans what kiwi.torch.parallelize runs, in kiwi hybrid as in kiwi plan
+// (SearchHybridPlan on a model FSDP2 runs): one TP degree, no recompute sets, offloading, CP or EP.
+TEST(HybridCli, Fsdp2RuntimePlansWhatParallelizeRuns) {
+  auto r = RunKiwi("hybrid --model llama --layers 4 --hidden 1024 --heads 8 --seq 512 --cluster dgx-a100-80gb:2 "
+                   "--memory 4GiB --batch 16 --runtime fsdp2 --quiet --json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto layers = r.Json()["layers"];
+  ASSERT_EQ(layers.size(), 4u);
+  for (const auto& l : layers) {
+    EXPECT_EQ(l["tp"], layers[0]["tp"]);
+    EXPECT_FALSE(l.contains("recompute") && !l["recompute"].empty()) << l;
+    EXPECT_FALSE(l.value("offload", false)) << l;
+    EXPECT_EQ(l.value("cp", 1), 1) << l;
+    EXPECT_EQ(l.value("ep", 1), 1) << l;
+  }
+}
+
 // GPT-3 175B on 64 A100s at batch 64 (Korthikanti et al. 2023, Table 3): the search interleaves, its
 // plan replays with the same numbers, and it is no slower than Megatron-LM's configuration of that run
 // (TP 8 + SP + selective recomputation, 8 stages of 4 chunks, micro-batches of one sample).
@@ -361,6 +378,27 @@ TEST(HybridCli, GalvatronPlansReplayFromThePlanFileAndTheGalvatronConfig) {
   auto no_plan = testing::RunKiwi("simulate");
   EXPECT_EQ(no_plan.exit_code, 2);
   EXPECT_NE(no_plan.err.find("PLAN"), std::string::npos) << no_plan.err;
+}
+
+// A Galvatron config with Ulysses layers (use_sp 1) is scored: their all-to-alls are kiwi's context
+// parallelism, and they take the place of the TP collectives of the same degree.
+TEST(HybridCli, GalvatronUlyssesConfigsAreScored) {
+  const std::string config = (testing::TempDir() / "galvatron_ulysses.json").string();
+  const std::string profiles = "--galvatron-profiles " + kGalvatron + "computation_profiling_fp32_test.json," +
+                               kGalvatron + "memory_profiling_fp32_test.json --galvatron-layers 2,2 ";
+  const auto score = [&](const std::string& use_sp) {
+    std::ofstream(config) << R"({"pp_deg": 1, "tp_sizes_enc": "4,4,4,4", "use_sp": ")" << use_sp
+                          << R"(", "global_bsz": 16, "default_dp_type": "zero2"})";
+    return testing::RunKiwi("simulate --cluster rtx-titan-pcie-8 --json --galvatron-config " + config + " " + profiles);
+  };
+  auto ulysses = score("1,1,1,1");
+  ASSERT_EQ(ulysses.exit_code, 0) << ulysses.err;
+  EXPECT_GT(ulysses.Json()["communication_seconds"]["context_parallel"].get<double>(), 0.0);
+  EXPECT_EQ(ulysses.Json()["communication_seconds"]["tensor_parallel"].get<double>(), 0.0);
+  auto tp = score("0,0,0,0");
+  ASSERT_EQ(tp.exit_code, 0) << tp.err;
+  EXPECT_EQ(tp.Json()["communication_seconds"]["context_parallel"].get<double>(), 0.0);
+  EXPECT_GT(tp.Json()["communication_seconds"]["tensor_parallel"].get<double>(), 0.0);
 }
 
 // kiwi's own space asked for with --galvatron-out: a plan Galvatron cannot express is refused naming the

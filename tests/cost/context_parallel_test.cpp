@@ -146,3 +146,47 @@ TEST(ContextParallelism, LayersOfAnotherCpDegreeExchangeTheBoundaryAllToAll) {
 
 }  // namespace
 }  // namespace kiwi::cost
+
+namespace kiwi::cost {
+namespace {
+
+// DeepSpeed-Ulysses in place of the ring (plan::LayerStrategy::ulysses; Jacobs et al. 2023 §3.1): per
+// pass a pair of all-to-alls over the CP group, of the queries + keys + values (a device's sequence
+// block: [s/cp, h] and the keys and values as the attention reads them) and of the output [s/cp, h];
+// backward their gradients; the forward pair again when checkpointed. Nothing hides them; memory and
+// compute are CP's (a device's share of each sample).
+TEST(ContextParallelism, UlyssesAllToAllsTheHiddenStatesAroundTheAttention) {
+  const LayerProfile p = AttentionLayer();  // hidden states: 200,000 / 2 bytes per sample
+  plan::LayerStrategy s{.tp = 1, .dp = 8, .cp = 4};
+  s.ulysses = true;
+  const LayerCommunication c = LayerCommunicationOf(Place(p, s, 2));
+  EXPECT_EQ(c.ring_sends, 0);
+  EXPECT_EQ(c.ring_bytes, 0);
+  EXPECT_EQ(c.ulysses_qkv_bytes, (100'000 + 800'000) * 2 / 4);  // two samples' sequence blocks
+  EXPECT_EQ(c.ulysses_out_bytes, 100'000 * 2 / 4);
+  EXPECT_FALSE(c.ulysses_recomputed);
+  const CostModel cm(OneNode(8).device);
+  Result<StageMesh> mesh = MakeLayerMesh(OneNode(8), 1, s);
+  ASSERT_TRUE(mesh.ok());
+  const double pair = cost::CollectiveTime(Collective::kAllToAll, c.ulysses_qkv_bytes, mesh->context.mesh, mesh->context.group) +
+                      cost::CollectiveTime(Collective::kAllToAll, c.ulysses_out_bytes, mesh->context.mesh, mesh->context.group);
+  StageCost ulysses;
+  AddLayerCost(Place(p, s, 2), cm, ulysses);
+  EXPECT_NEAR(ulysses.communication_kinds.context_parallel, 2 * pair, 1e-15);
+  EXPECT_NEAR(ulysses.recompute, 0.0, 1e-15);
+  plan::LayerStrategy ring = s;
+  ring.ulysses = false;
+  StageCost ring_cost;
+  AddLayerCost(Place(p, ring, 2), cm, ring_cost);
+  EXPECT_NEAR(ulysses.compute, ring_cost.compute, 1e-15);  // the same share of the work
+  EXPECT_EQ(LayerMemory(Place(p, s, 2), MixedAdam()).activations, LayerMemory(Place(p, ring, 2), MixedAdam()).activations);
+  s.checkpoint = true;
+  EXPECT_TRUE(LayerCommunicationOf(Place(p, s, 2)).ulysses_recomputed);
+  StageCost checkpointed;
+  AddLayerCost(Place(p, s, 2), cm, checkpointed);
+  EXPECT_NEAR(checkpointed.communication_kinds.context_parallel, 2 * pair, 1e-15);
+  EXPECT_GE(checkpointed.recompute, pair);  // the forward again, with its pair
+}
+
+}  // namespace
+}  // namespace kiwi::cost

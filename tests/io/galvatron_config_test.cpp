@@ -139,7 +139,7 @@ TEST(GalvatronConfig, RejectsWhatKiwiCannotModelNamingTheField) {
     return r.ok() ? std::string("ok") : r.error().message;
   };
   EXPECT_EQ(error(""), "ok");
-  EXPECT_NE(error(R"(, "use_sp": "0,1")").find("g.json: use_sp[1]"), std::string::npos);
+  EXPECT_NE(error(R"(, "cp_sizes_enc": "1,2")").find("g.json: cp_sizes_enc[1]"), std::string::npos);
   EXPECT_NE(error(R"(, "tp_consecutive_flags": "1,0")").find("tp_consecutive_flags[1]"), std::string::npos);
   EXPECT_NE(error(R"(, "checkpoint": "0,1,1")").find("checkpoint: has 3 entries"), std::string::npos);
   EXPECT_NE(error(R"(, "checkpoint": "0,x")").find("checkpoint[1]"), std::string::npos);
@@ -245,6 +245,40 @@ TEST(GalvatronConfig, SequenceParallelRunsWriteTpLayersWithSp) {
   ASSERT_FALSE(without.ok());
   EXPECT_NE(without.error().message.find("layer 1 uses TP without sequence parallelism"), std::string::npos)
       << without.error().message;
+}
+
+// use_sp 1 is Ulysses of the layer's tp_sizes_enc degree (Galvatron's sp_size, tp 1): kiwi's CP with
+// ulysses over dp = the stage, its replicas Galvatron's dp; written back the same way.
+TEST(GalvatronConfig, UseSpIsUlysses) {
+  Result<plan::LayerPlan> p = ParseGalvatronConfig(
+      R"({"pp_deg": 1, "tp_sizes_enc": "2,4,2", "use_sp": "1,1,0", "dp_types_enc": "1,0,0", "global_bsz": 16,
+          "default_dp_type": "zero2"})", "u.json", {.num_devices = 8});
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  plan::LayerStrategy first{1, 8, plan::Zero::kParameters, false};
+  first.cp = 2;
+  first.ulysses = true;
+  plan::LayerStrategy second{1, 8, plan::Zero::kGradients, false};
+  second.cp = 4;
+  second.ulysses = true;
+  EXPECT_EQ(p->layers[0], first);
+  EXPECT_EQ(p->layers[1], second);
+  EXPECT_EQ(p->layers[2], (plan::LayerStrategy{2, 4, plan::Zero::kGradients, false}));
+  EXPECT_EQ(p->layers[0].Replicas(), 4);  // Galvatron's dp: 8 / (pp 1 x sp 2)
+  EXPECT_EQ(plan::StrategyName(p->layers[0]), "SDP8xULYSSES2");
+  Result<std::string> text = WriteGalvatronConfig(*p);
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  const nlohmann::json j = nlohmann::json::parse(*text);
+  EXPECT_EQ(j["tp_sizes_enc"], "2,4,2");
+  EXPECT_EQ(j["use_sp"], "1,1,0");
+  Result<plan::LayerPlan> back = ParseGalvatronConfig(*text, "u.json", {.num_devices = 8});
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->layers, p->layers);
+  // A ring (kiwi's CP without ulysses) is not Galvatron's
+  plan::LayerPlan ring = *p;
+  ring.layers[0].ulysses = false;
+  Result<std::string> refused = WriteGalvatronConfig(ring);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("layer 0 uses context parallelism"), std::string::npos) << refused.error().message;
 }
 
 // The example in docs/hybrid.md is a valid config describing what the text says.

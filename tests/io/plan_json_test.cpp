@@ -126,6 +126,28 @@ TEST(PlanJson, GalvatronSourceRoundTripsAndIsCheckedByName) {
   ExpectBadInput(with(R"({"profiles": ["c.json", "m.json"], "layers": [2], "seq": -1})"), {"g.json: galvatron.seq"});
 }
 
+// Ulysses (plan::LayerStrategy::ulysses) is written where true, read back, and needs cp above 1 and tp 1.
+TEST(PlanJson, UlyssesRoundTripsAndNeedsAContextGroupWithoutTp) {
+  plan::Plan p;
+  p.layer = plan::LayerPlan{};
+  plan::LayerStrategy s{.tp = 1, .dp = 8, .cp = 4};
+  s.ulysses = true;
+  p.layer->layers = {s};
+  p.layer->pp_partition = {1};
+  const std::string text = WritePlanJson(p);
+  EXPECT_NE(text.find("\"ulysses\":true"), std::string::npos) << text;
+  Result<plan::Plan> back = ParsePlanJson(text, "u.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->layer->layers, p.layer->layers);
+  const auto with = [](const std::string& layer) {
+    return ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [)" + layer + R"(], "pp_partition": [1]}})",
+                         "u.json");
+  };
+  ExpectBadInput(with(R"({"tp": 1, "dp": 8, "ulysses": true})"), {"u.json: layer.layers[0].ulysses:", "cp above 1"});
+  ExpectBadInput(with(R"({"tp": 2, "dp": 4, "cp": 2, "ulysses": true})"), {"u.json: layer.layers[0].ulysses:", "tp 1"});
+  ExpectBadInput(with(R"({"tp": 1, "dp": 8, "cp": 2, "ulysses": 1})"), {"u.json: layer.layers[0].ulysses"});
+}
+
 TEST(PlanJson, CapacityFactorMustBePositive) {
   ExpectBadInput(ParsePlanJson(R"({"kiwi_plan_version": 1, "model_flags": {"capacity_factor": 0}})", "p.json"),
                  {"p.json: model_flags.capacity_factor:", "must be positive"});

@@ -54,7 +54,7 @@ int64_t DenseShardBytes(const PlacedLayer& l) { return TpShardParameterBytes(l) 
 // One ring attention send of a context-parallel layer per device: its tokens' keys and values, the
 // heads split over TP (0 without CP or attention).
 int64_t RingBytes(const PlacedLayer& l) {
-  if (l.strategy.cp <= 1 || l.mesh.context.group == 0) return 0;
+  if (l.strategy.cp <= 1 || l.strategy.Ulysses() || l.mesh.context.group == 0) return 0;
   return CeilDiv(l.PerDevice(l.profile.attention_kv_bytes_per_sample), l.strategy.tp);
 }
 
@@ -393,7 +393,16 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
     // Recomputing the layer runs its forward all-to-alls again; a recompute set, those of its routed gathers.
     c.all_to_alls_recomputed = l.strategy.checkpoint ? kAllToAllsForward : set.routed_gathers;
   }
-  if (RingBytes(l) > 0) {
+  if (l.strategy.Ulysses() && l.mesh.context.group != 0) {
+    // The hidden states [s, h] per sample (tp_comm_bytes_per_sample: Megatron's 2 forward all-reduces of
+    // them); keys and values as the attention reads them (grouped-query: fewer), else as large as them.
+    const int64_t hidden = l.profile.tp_comm_bytes_per_sample / 2;
+    const int64_t kv = l.profile.attention_kv_bytes_per_sample > 0 ? l.profile.attention_kv_bytes_per_sample : 2 * hidden;
+    c.ulysses_qkv_bytes = l.PerDevice(hidden + kv);
+    c.ulysses_out_bytes = l.PerDevice(hidden);
+    // Recomputing the layer, or its attention core, runs the forward pair again (as the ring's sends).
+    c.ulysses_recomputed = l.strategy.checkpoint || l.strategy.SelectiveRecompute() || set.attention;
+  } else if (RingBytes(l) > 0) {
     c.ring_bytes = RingBytes(l);
     c.ring_sends = (kRingSendsForward + kRingSendsBackward) * (l.strategy.cp - 1);
     // Recomputing the layer, or its attention core (selective), runs the forward ring again.
@@ -431,6 +440,13 @@ struct RingSeconds {
   double backward = 0.0;
 };
 RingSeconds RingSecondsOf(const PlacedLayer& l, const LayerCommunication& comm, const CostModel& cost_model) {
+  if (comm.ulysses_out_bytes > 0) {  // Ulysses: a pair of all-to-alls each pass, not hidden by the attention
+    const auto all_to_all = [&](int64_t bytes) {
+      return CollectiveSeconds(cost_model, Collective::kAllToAll, bytes, l.mesh.context.mesh, l.mesh.context.group);
+    };
+    const double pair = all_to_all(comm.ulysses_qkv_bytes) + all_to_all(comm.ulysses_out_bytes);
+    return {pair, pair};
+  }
   if (comm.ring_sends == 0) return {};
   const int cp = l.strategy.cp;
   const double send =

@@ -194,6 +194,14 @@ struct LayerCommunication {
   int64_t ring_bytes = 0;
   int ring_sends = 0;
   int ring_sends_recomputed = 0;
+  // DeepSpeed-Ulysses in place of the ring (plan::LayerStrategy::Ulysses; Jacobs et al. 2023 §3.1):
+  // per micro-batch, the all-to-alls over the CP group of the queries, keys and values (to a block of
+  // the heads) and of the attention's output (back to the sequence block), forward, and of their
+  // gradients, backward, per device `ulysses_qkv_bytes` and `ulysses_out_bytes` (a device's sequence
+  // block); the forward pair again when the layer, or its attention core, is recomputed.
+  int64_t ulysses_qkv_bytes = 0;
+  int64_t ulysses_out_bytes = 0;
+  bool ulysses_recomputed = false;
   // Per micro-batch, recomputation included: TP all-reduces; sequence-parallel all-gathers and
   // reduce-scatters (their calls and bytes).
   int TpAllReduces() const;

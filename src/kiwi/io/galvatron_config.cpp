@@ -145,9 +145,10 @@ Result<plan::LayerPlan> ToPlan(const RawConfig& c, const JsonPath& at, const Gal
   for (size_t i = 0; i < c.tp.size(); ++i) {
     if (stage % c.tp[i] != 0)
       return at.Key("tp_sizes_enc").Index(i).Bad(fmt::format("{} does not divide the {} devices of a stage", c.tp[i], stage));
-    const int tp = static_cast<int>(c.tp[i]), dp = static_cast<int>(stage / c.tp[i]);
-    if (c.sp[i] != 0)
-      return at.Key("use_sp").Index(i).Bad("Ulysses sequence parallelism (all-to-all) is not modelled by kiwi's estimator");
+    // use_sp 1: the degree is Ulysses' (Galvatron's sp_size), over all of the stage's ranks in kiwi's
+    // terms: cp of dp = the stage, whose replicas are Galvatron's dp (its sdp_size = dp x sp).
+    const bool ulysses = c.sp[i] != 0 && c.tp[i] > 1;
+    const int tp = ulysses ? 1 : static_cast<int>(c.tp[i]), dp = static_cast<int>(stage / tp);
     if (!c.cp.empty() && c.cp[i] != 1)
       return at.Key("cp_sizes_enc").Index(i).Bad("context parallelism in Galvatron's configs is not modelled by kiwi's estimator");
     if (c.consecutive[i] == 0 && tp > 1 && dp > 1)
@@ -158,6 +159,10 @@ Result<plan::LayerPlan> ToPlan(const RawConfig& c, const JsonPath& at, const Gal
     else if (dp > 1 && c.default_dp_type == "zero2") zero = GalvatronZero2(c.chunks);
     p.layers.push_back({tp, dp, zero, c.checkpoint[i] == 1});
     p.layers.back().sequence_parallel = reading.sequence_parallel && tp > 1;  // Galvatron's run-wide Megatron SP
+    if (ulysses) {
+      p.layers.back().cp = static_cast<int>(c.tp[i]);
+      p.layers.back().ulysses = true;
+    }
   }
   if (!c.cp.empty() && c.cp.size() != c.tp.size())
     return at.BadKey("cp_sizes_enc", fmt::format("has {} entries, tp_sizes_enc has {}", c.cp.size(), c.tp.size()));
@@ -230,8 +235,9 @@ Result<std::string> DefaultDpType(const plan::LayerPlan& plan, bool sequence_par
     if (plan.layers[i].offload)
       return BadInput(fmt::format("layer {} offloads its optimizer ({}), which Galvatron's config cannot express",
                                   i, plan::StrategyName(plan.layers[i])));
-    if (plan.layers[i].cp > 1)  // its sequence dimension is Ulysses' all-to-all, not ring attention
-      return BadInput(fmt::format("layer {} uses context parallelism ({}), which Galvatron's config cannot express",
+    if (plan.layers[i].cp > 1 && !plan.layers[i].Ulysses())  // its sequence dimension is Ulysses', not a ring
+      return BadInput(fmt::format("layer {} uses context parallelism ({}), which Galvatron's config cannot express "
+                                  "(its use_sp is Ulysses')",
                                   i, plan::StrategyName(plan.layers[i])));
     const plan::Zero zero = plan.layers[i].ZeroStage();
     if (plan.layers[i].dp == 1 || zero == plan::Zero::kParameters) continue;
@@ -259,10 +265,10 @@ Result<std::string> WriteGalvatronConfig(const plan::LayerPlan& plan, bool seque
   if (!default_dp_type) return default_dp_type.error();
   OrderedJson j;
   j["pp_deg"] = plan.pp_degree;
-  j["tp_sizes_enc"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.tp; });
+  j["tp_sizes_enc"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.Ulysses() ? s.cp : s.tp; });
   j["tp_consecutive_flags"] = Joined(plan, [](const plan::LayerStrategy&) { return 1; });
   j["dp_types_enc"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.Shards(plan::Zero::kParameters) ? 1 : 0; });
-  j["use_sp"] = Joined(plan, [](const plan::LayerStrategy&) { return 0; });
+  j["use_sp"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.Ulysses() ? 1 : 0; });
   j["checkpoint"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.checkpoint ? 1 : 0; });
   j["global_bsz"] = plan.global_batch;
   j["chunks"] = plan.micro_batches;

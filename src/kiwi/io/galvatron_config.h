@@ -39,9 +39,9 @@ struct GalvatronConfigReading {
 };
 
 // Reads a config. Errors (kBadInput) name the field: lists of different lengths, degrees that do not
-// divide the devices, and what kiwi cannot model: Ulysses sequence parallelism of a layer (use_sp 1),
-// context parallelism (cp_sizes_enc above 1), TP spread across DP groups (tp_consecutive_flags 0 with
-// tp and dp > 1). default_dp_type "zero3" makes every layer ZeRO-3; "zero2" makes the layers of
+// divide the devices, and what kiwi cannot model: context parallelism (cp_sizes_enc above 1), TP spread
+// across DP groups (tp_consecutive_flags 0 with tp and dp > 1). A layer with use_sp 1 runs Ulysses of
+// its tp_sizes_enc degree: kiwi's cp (plan::LayerStrategy::ulysses) over dp = the stage's devices. default_dp_type "zero3" makes every layer ZeRO-3; "zero2" makes the layers of
 // dp_types_enc 0 ZeRO-1 (chunks > 1) or ZeRO-2 (chunks 1), as above. kiwi places the embeddings with
 // the first layer and the head with the last: an embeddings strategy (vtp, embed_sdp) other than
 // theirs (vtp, vsp, vcp, embed_sdp) is priced as theirs, and said so in `notes` (one line each) when given.

@@ -131,7 +131,7 @@ Result<plan::OperatorPlan> ReadOperatorPlan(const Json& op, const JsonPath& at) 
 Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath& at) {
   KIWI_RETURN_IF_ERROR(CheckObject(entry, at));
   KIWI_RETURN_IF_ERROR(CheckKnownKeys(entry, at, {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel",
-                                                "selective_recompute", "ep", "cp", "offload", "recompute"}));
+                                                "selective_recompute", "ep", "cp", "ulysses", "offload", "recompute"}));
   Result<int64_t> tp = IntFieldOr(entry, at, "tp", 1, kDegreeRange);
   if (!tp) return tp.error();
   Result<int64_t> dp = IntFieldOr(entry, at, "dp", 1, kDegreeRange);
@@ -158,6 +158,10 @@ Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath&
   if (!cp) return cp.error();
   if (*dp % *cp != 0) return at.BadKey("cp", fmt::format("{} does not divide dp {}", *cp, *dp));
   if (*cp > 1 && *ep > 1) return at.BadKey("cp", "context parallelism beside expert parallelism is not modelled");
+  Result<bool> ulysses = BoolFieldOr(entry, at, "ulysses", false);
+  if (!ulysses) return ulysses.error();
+  if (*ulysses && (*cp < 2 || *tp != 1))
+    return at.BadKey("ulysses", fmt::format("Ulysses needs cp above 1 and tp 1 (cp {}, tp {})", *cp, *tp));
   Result<bool> offload = BoolFieldOr(entry, at, "offload", false);
   if (!offload) return offload.error();
   std::vector<std::string> recompute;
@@ -176,7 +180,8 @@ Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath&
                                     "give one of them");
   }
   return plan::LayerStrategy{static_cast<int>(*tp), static_cast<int>(*dp), static_cast<plan::Zero>(*zero), *ckpt, *sp,
-                             *selective, static_cast<int>(*ep), static_cast<int>(*cp), *offload, std::move(recompute)};
+                             *selective, static_cast<int>(*ep), static_cast<int>(*cp), *offload, std::move(recompute),
+                             *ulysses};
 }
 
 Status ReadPipeline(const Json& layer, const JsonPath& at, plan::LayerPlan& p) {

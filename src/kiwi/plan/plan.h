@@ -80,6 +80,11 @@ struct LayerStrategy {
   // type by kiwi's rematerialization solver (solve/remat/recompute_frontier.h). Moot when the whole
   // layer is checkpointed; never beside selective recomputation (the attention core is one such set).
   std::vector<std::string> recompute = {};
+  // With cp > 1 (above) and tp 1: DeepSpeed-Ulysses sequence parallelism (Jacobs et al. 2023), Galvatron's
+  // use_sp, instead of a ring: the CP group all-to-alls the attention's queries, keys and values from
+  // its sequence block to a block of the heads before the attention, and the attention's output back
+  // after (their gradients back in the backward pass); the rest as CP.
+  bool ulysses = false;
   // The stage in effect: a ZeRO stage over one DP rank shards nothing.
   Zero ZeroStage() const { return dp > 1 ? zero : Zero::kNone; }
   // Sequence parallelism in effect: it needs a TP group.
@@ -91,6 +96,8 @@ struct LayerStrategy {
   bool RecomputesSet() const { return !recompute.empty() && !checkpoint; }
   // The ranks that hold the same experts and average their gradients: dp / ep.
   int ExpertDataParallel() const { return dp / ep; }
+  // Ulysses in effect: it needs a CP group.
+  bool Ulysses() const { return ulysses && cp > 1; }
   // The data-parallel replicas the batch is split over: dp / cp (each a CP group).
   int Replicas() const { return dp / cp; }
   bool operator==(const LayerStrategy&) const = default;

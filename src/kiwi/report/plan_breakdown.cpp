@@ -15,7 +15,7 @@ void Add(const sim::LayerTraffic& t, TrafficByKind& k) {
   k.data_parallel += t.dp_all_reduce_bytes + t.sdp_reduce_scatter_bytes + t.sdp_all_gather_bytes + t.step_all_gather_bytes;
   k.expert_parallel += t.all_to_all_bytes + t.expert_dp_all_reduce_bytes + t.expert_reduce_scatter_bytes +
                        t.expert_step_all_gather_bytes;
-  k.context_parallel += t.ring_bytes + t.context_reshard_bytes;
+  k.context_parallel += t.ring_bytes + t.ulysses_bytes + t.context_reshard_bytes;
   k.resharding += t.slice_gather_bytes + t.slice_gather_backward_bytes;
 }
 

@@ -77,9 +77,20 @@ Status CheckExpertParallelism(const cost::LayerProfile& layer, const LayerStrate
 // attention needs every layer's attention to be ring-splittable over one sequence length, which
 // load-balanced causal sharding (two chunks per rank) divides into 2 cp pieces.
 Status CheckContextParallelism(const cost::LayerModel& model, const LayerStrategy& s, size_t i) {
+  if (s.ulysses && (s.cp < 2 || s.tp != 1))
+    return BadInput(fmt::format("layer plan: layers[{}]: ulysses: needs cp above 1 and tp 1 (cp {}, tp {})", i, s.cp, s.tp));
   if (s.cp == 1) return Status::Ok();
   const std::string at = fmt::format("layer plan: layers[{}]: cp", i);
   if (s.cp < 1 || s.dp % s.cp != 0) return BadInput(fmt::format("{}: {} does not divide dp {}", at, s.cp, s.dp));
+  if (s.Ulysses()) {  // all-to-alls of the hidden states: no ring, any attention whose sequence cp divides
+    const cost::LayerProfile& layer = model.layers[i];
+    if (layer.tp_comm_bytes_per_sample <= 0)
+      return BadInput(fmt::format("{}: {} with ulysses, but layer {} has no hidden states to exchange", at, s.cp, layer.name));
+    if (layer.attention_sequence > 0 && layer.attention_sequence % s.cp != 0)
+      return BadInput(fmt::format("{}: {} ranks cannot split the sequence of {} tokens", at, s.cp, layer.attention_sequence));
+    if (s.ep > 1) return BadInput(fmt::format("{}: context parallelism beside expert parallelism is not modelled", at));
+    return Status::Ok();
+  }
   const int64_t sequence = model.ContextParallelSequence();
   if (sequence == 0)
     return BadInput(fmt::format("{}: {}, but the attention of model {} cannot be split by ring attention (a score "
@@ -408,6 +419,11 @@ LayerTraffic TrafficOf(const cost::PlacedLayer& layer, int micro_batches) {
   t.all_to_all_bytes = c.all_to_all_bytes * t.all_to_alls;
   t.ring_sends = (c.ring_sends + c.ring_sends_recomputed) * micro_batches;
   t.ring_bytes = c.ring_bytes * t.ring_sends;
+  if (c.ulysses_out_bytes > 0) {  // a pair each pass (the forward's again when recomputed)
+    const int pairs = (2 + (c.ulysses_recomputed ? 1 : 0)) * micro_batches;
+    t.ulysses_all_to_alls = 2 * pairs;
+    t.ulysses_bytes = (c.ulysses_qkv_bytes + c.ulysses_out_bytes) * pairs;
+  }
   return t;
 }
 

@@ -119,6 +119,9 @@ struct LayerTraffic {
   int64_t ring_bytes = 0;
   int64_t context_reshard_bytes = 0;
   int ring_sends = 0;
+  // Ulysses in place of the ring: its all-to-alls (forward + backward + recomputation) and their bytes.
+  int ulysses_all_to_alls = 0;
+  int64_t ulysses_bytes = 0;
   int tp_all_reduces = 0;                // calls per iteration
   int sp_collectives = 0;                // sequence-parallel all-gathers + reduce-scatters per iteration
   int sdp_all_gathers = 0;

@@ -161,7 +161,7 @@ def _strategy(obj: Any, where: str) -> LayerStrategy:
         raise PlanError(f"{where}.recompute: recompute sets ({obj['recompute']!r}) are not run by kiwi.torch.distributed "
                         "(plan with kiwi hybrid --no-recompute-sets)")
     unknown = set(obj) - {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel", "selective_recompute", "ep",
-                          "cp", "offload", "recompute"}
+                          "cp", "ulysses", "offload", "recompute"}
     if unknown:
         raise PlanError(f"{where}.{sorted(unknown)[0]}: unknown field")
     return LayerStrategy(_int(obj, "tp", where, 1), _int(obj, "dp", where, 1), _zero(obj, where),

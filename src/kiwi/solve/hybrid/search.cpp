@@ -486,6 +486,72 @@ Result<HybridSearchResult> Search::Run() {
   return r;
 }
 
+// One search of the method's space (with the device's reserve taken off the budget and added back).
+Result<HybridSearchResult> SearchOnce(const cost::LayerModel& model, const cost::Cluster& cluster,
+                                      const cost::CostModel& cost_model, const HybridSearchOptions& options) {
+  // The device's reserve (context, communication buffers, fragmentation) is part of every peak the
+  // simulator reports: the search plans the tensors within what is left, then adds it back.
+  const int64_t reserve = cost::ReservedBytes(cluster.device);
+  HybridSearchOptions tensors = options;
+  tensors.memory_budget_bytes = std::max<int64_t>(options.memory_budget_bytes - reserve, 1);
+  Search search(model, cluster, cost_model, tensors);
+  Result<HybridSearchResult> r = search.Run();
+  if (!r) return r;
+  if (r->feasible) r->claimed_peak_memory_bytes += reserve;
+  if (r->smallest_feasible_memory > 0) r->smallest_feasible_memory += reserve;
+  return r;
+}
+
+// A model FSDP2 runs (cost::ZeroRuntime::kFsdp2) is planned for kiwi.torch.parallelize: the space narrowed
+// to what it runs (one TP mesh: every layer's TP degree the same; no recompute sets, offloading, context
+// or expert parallelism), searched once per TP degree unless one is given, each search wanting only plans
+// faster than the best so far; the fastest wins (proven when every search is).
+Result<HybridSearchResult> SearchForParallelize(const cost::LayerModel& model, const cost::Cluster& cluster,
+                                                const cost::CostModel& cost_model, HybridSearchOptions options) {
+  options.offload = options.context_parallel = options.expert_parallel = false;
+  options.recompute_sets = 0;
+  if (options.tp > 0) return SearchOnce(model, cluster, cost_model, options);
+  const auto start = std::chrono::steady_clock::now();
+  HybridSearchResult best;
+  bool all_proven = true, all_strategies_proven = true, all_none_faster = true;
+  int64_t configurations = 0, evaluated = 0, partitions = 0, dp_runs = 0;
+  bool timed_out = false;
+  for (int tp = 1; tp <= cluster.NumDevices(); tp *= 2) {
+    HybridSearchOptions s = options;
+    s.tp = tp;
+    s.time_limit_seconds = std::max(options.time_limit_seconds - SecondsSince(start), 0.01);
+    if (best.feasible) s.beat_throughput = std::max(s.beat_throughput, best.simulated.throughput_samples_per_second);
+    Result<HybridSearchResult> r = SearchOnce(model, cluster, cost_model, s);
+    if (!r) return r;
+    all_proven &= r->proven || r->none_faster;
+    all_strategies_proven &= r->strategies_proven || r->none_faster;
+    all_none_faster &= r->none_faster;
+    timed_out |= r->timed_out;
+    configurations += r->configurations;
+    evaluated += r->evaluated;
+    partitions += r->partitions;
+    dp_runs += r->dp_runs;
+    if (r->feasible) {  // faster than every earlier degree's (it beat their best)
+      best = *std::move(r);
+    } else if (!best.feasible && r->smallest_feasible_memory > 0 &&
+               (best.smallest_feasible_memory == 0 || r->smallest_feasible_memory < best.smallest_feasible_memory)) {
+      best.smallest_feasible_memory = r->smallest_feasible_memory;
+      best.smallest_batch = r->smallest_batch;
+    }
+  }
+  best.timed_out = timed_out;
+  best.proven = all_proven && !timed_out;
+  best.strategies_proven = all_strategies_proven;
+  best.none_faster = !best.feasible && all_none_faster;
+  if (best.feasible || best.none_faster) best.smallest_feasible_memory = best.smallest_batch = 0;
+  best.configurations = configurations;
+  best.evaluated = evaluated;
+  best.partitions = partitions;
+  best.dp_runs = dp_runs;
+  best.search_seconds = SecondsSince(start);
+  return best;
+}
+
 }  // namespace
 
 Result<HybridSearchResult> SearchHybridPlan(const cost::LayerModel& model, const cost::Cluster& cluster,
@@ -502,17 +568,8 @@ Result<HybridSearchResult> SearchHybridPlan(const cost::LayerModel& model, const
   if (options.max_batch < 1 || options.batch_step < 1 || options.max_batch > kMaxSweepBatch)
     return BadInput(fmt::format("--max-batch: must be between 1 and {}, got {}", kMaxSweepBatch, options.max_batch));
   if (cluster.NumDevices() < 1) return BadInput(fmt::format("cluster {}: has no devices", cluster.name));
-  // The device's reserve (context, communication buffers, fragmentation) is part of every peak the
-  // simulator reports: the search plans the tensors within what is left, then adds it back.
-  const int64_t reserve = cost::ReservedBytes(cluster.device);
-  HybridSearchOptions tensors = options;
-  tensors.memory_budget_bytes = std::max<int64_t>(options.memory_budget_bytes - reserve, 1);
-  Search search(model, cluster, cost_model, tensors);
-  Result<HybridSearchResult> r = search.Run();
-  if (!r) return r;
-  if (r->feasible) r->claimed_peak_memory_bytes += reserve;
-  if (r->smallest_feasible_memory > 0) r->smallest_feasible_memory += reserve;
-  return r;
+  if (model.zero_runtime == cost::ZeroRuntime::kFsdp2) return SearchForParallelize(model, cluster, cost_model, options);
+  return SearchOnce(model, cluster, cost_model, options);
 }
 
 }  // namespace kiwi::solve::hybrid
