@@ -368,7 +368,8 @@ TEST(HybridCli, GalvatronPlansReplayFromThePlanFileAndTheGalvatronConfig) {
   r = testing::RunKiwi("hybrid --cluster rtx-titan-pcie-8 --memory 24GiB --max-batch 64 --quiet --json --galvatron-sp " +
                        profiles + "--method bmw --galvatron-out " + config);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const auto& l : r.Json()["layers"]) EXPECT_EQ(l["sequence_parallel"].get<bool>(), l["tp"].get<int>() > 1);
+  const auto sp_plan = r.Json();  // held: a range-for over a temporary's member would outlive it
+  for (const auto& l : sp_plan["layers"]) EXPECT_EQ(l["sequence_parallel"].get<bool>(), l["tp"].get<int>() > 1);
   replay = testing::RunKiwi("simulate --cluster rtx-titan-pcie-8 --memory 24GiB --json --galvatron-sp --galvatron-config " +
                             config + " " + profiles);
   ASSERT_EQ(replay.exit_code, 0) << replay.err;
