@@ -5,6 +5,7 @@
 #include "kiwi/cli/common.h"
 #include "kiwi/cost/pipeline.h"
 #include "kiwi/io/galvatron_profiles.h"
+#include "kiwi/models/layer_model.h"
 #include "kiwi/models/presets.h"
 
 namespace kiwi::cli {
@@ -75,6 +76,14 @@ Result<LayerProblem> GalvatronFlags::Load(cost::Cluster base, int64_t memory_bud
   p.cluster.device.reserved_bytes = cost::GalvatronReservedBytes(memory_budget_bytes);
   p.description = fmt::format("Galvatron profiles {}: {} layers", profiles[1], p.model.layers.size());
   return p;
+}
+
+Result<LayerProblem> SpecLayerProblem(const models::ModelSpec& spec, cost::Cluster cluster, const CostFlags& cost) {
+  Result<cost::CostModel> cm = cost.Make(cluster);
+  if (!cm) return cm.error();
+  Result<cost::LayerModel> model = models::BuildSpecLayerModel(spec, *cm);
+  if (!model) return model.error();
+  return LayerProblem{std::move(*model), std::move(cluster), {}, {}, DescribeModel(spec)};
 }
 
 plan::GalvatronSource GalvatronFlags::Source(int64_t memory_budget_bytes) const {

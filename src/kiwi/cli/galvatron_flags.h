@@ -10,6 +10,7 @@
 #include "kiwi/cost/cost_model.h"
 #include "kiwi/cost/layer_profile.h"
 #include "kiwi/cost/profile.h"
+#include "kiwi/models/presets.h"
 #include "kiwi/plan/plan.h"
 #include "kiwi/util/result.h"
 
@@ -23,6 +24,10 @@ struct LayerProblem {
   std::vector<cost::CollectiveSample> collectives;  // measured collective times for the cost model
   std::string description;
 };
+
+// A model-zoo or HuggingFace model as a layer problem: priced by the cost model --cost's flags make.
+struct CostFlags;
+Result<LayerProblem> SpecLayerProblem(const models::ModelSpec& spec, cost::Cluster cluster, const CostFlags& cost);
 
 struct GalvatronFlags {
   std::vector<std::string> profiles;  // COMPUTATION.json,MEMORY.json

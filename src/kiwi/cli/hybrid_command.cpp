@@ -150,11 +150,7 @@ Result<LayerProblem> LoadProblem(const HybridOptions& o, cost::Cluster cluster, 
   if (o.galvatron.Given()) return o.galvatron.Load(std::move(cluster), memory_budget_bytes);
   Result<models::ModelSpec> spec = o.hf_config.empty() ? o.model.Load() : o.model.LoadHfConfig(o.hf_config, /*with_batch=*/false);  // --batch: the global batch
   if (!spec) return spec.error();
-  Result<cost::CostModel> cm = o.cost.Make(cluster);
-  if (!cm) return cm.error();
-  Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, *cm);
-  if (!model) return model.error();
-  return LayerProblem{std::move(*model), std::move(cluster), {}, {}, DescribeModel(*spec)};
+  return SpecLayerProblem(*spec, std::move(cluster), o.cost);
 }
 
 // The Galvatron config is made first: a plan it cannot express leaves no file written.

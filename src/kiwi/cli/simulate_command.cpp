@@ -160,11 +160,7 @@ Result<LayerProblem> LoadLayerProblem(const SimulateOptions& o, const CLI::App& 
   }
   Result<models::ModelSpec> spec = LoadPlanModel(o, app, in.plan);
   if (!spec) return spec.error();
-  Result<cost::CostModel> cm = o.cost.Make(in.cluster);
-  if (!cm) return cm.error();
-  Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, *cm);
-  if (!model) return model.error();
-  return LayerProblem{std::move(*model), in.cluster, {}, {}, DescribeModel(*spec)};
+  return SpecLayerProblem(*spec, in.cluster, o.cost);
 }
 
 int SimulateLayer(const SimulateOptions& o, const CLI::App& app, Inputs in) {
@@ -215,11 +211,7 @@ int SimulateGalvatronConfig(const SimulateOptions& o) {
   } else {
     Result<models::ModelSpec> spec = o.model.Load();
     if (!spec) return ReportError(spec.error());
-    Result<cost::CostModel> cm = o.cost.Make(*cluster);
-    if (!cm) return ReportError(cm.error());
-    Result<cost::LayerModel> model = models::BuildSpecLayerModel(*spec, *cm);
-    if (!model) return ReportError(model.error());
-    problem = LayerProblem{std::move(*model), std::move(*cluster), {}, {}, DescribeModel(*spec)};
+    problem = SpecLayerProblem(*spec, std::move(*cluster), o.cost);
   }
   if (!problem) return ReportError(problem.error());
   std::vector<std::string> notes;
