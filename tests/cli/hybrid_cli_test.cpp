@@ -402,6 +402,49 @@ TEST(HybridCli, GalvatronUlyssesConfigsAreScored) {
   EXPECT_GT(tp.Json()["communication_seconds"]["tensor_parallel"].get<double>(), 0.0);
 }
 
+// Its cp_sizes_enc (ring attention) beside TP or Ulysses is scored too: a ring's sends, and under USP the
+// all-to-alls as well; the profile-mode flags are checked as they are read.
+TEST(HybridCli, GalvatronContextParallelConfigsAndProfileModes) {
+  const std::string config = (testing::TempDir() / "galvatron_cp.json").string();
+  const std::string profiles = "--galvatron-profiles " + kGalvatron + "computation_profiling_fp32_test.json," +
+                               kGalvatron + "memory_profiling_fp32_test.json --galvatron-layers 2,2 ";
+  const auto score = [&](const std::string& tp, const std::string& use_sp, const std::string& cp,
+                         const std::string& flags = "") {
+    std::ofstream(config) << R"({"pp_deg": 1, "tp_sizes_enc": ")" << tp << R"(", "use_sp": ")" << use_sp
+                          << R"(", "cp_sizes_enc": ")" << cp << R"(", "global_bsz": 16, "default_dp_type": "zero2"})";
+    return testing::RunKiwi("simulate --cluster rtx-titan-pcie-8 --json --galvatron-config " + config + " " + profiles +
+                            flags);
+  };
+  auto none = score("2,2,2,2", "0,0,0,0", "1,1,1,1");
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  EXPECT_EQ(none.Json()["communication_seconds"]["context_parallel"].get<double>(), 0.0);
+  auto ring = score("2,2,2,2", "0,0,0,0", "2,2,2,2");
+  ASSERT_EQ(ring.exit_code, 0) << ring.err;
+  EXPECT_GT(ring.Json()["communication_seconds"]["context_parallel"].get<double>(), 0.0);
+  auto ulysses = score("4,4,4,4", "1,1,1,1", "1,1,1,1");
+  auto usp = score("2,2,2,2", "1,1,1,1", "2,2,2,2");
+  ASSERT_EQ(ulysses.exit_code, 0) << ulysses.err;
+  ASSERT_EQ(usp.exit_code, 0) << usp.err;
+  EXPECT_GT(usp.Json()["communication_seconds"]["context_parallel"].get<double>(), 0.0);
+  EXPECT_NE(usp.Json()["communication_seconds"]["context_parallel"].get<double>(),
+            ulysses.Json()["communication_seconds"]["context_parallel"].get<double>());
+  auto bad_cp = score("2,2,2,2", "0,0,0,0", "8,1,1,1");
+  EXPECT_EQ(bad_cp.exit_code, 2);
+  EXPECT_NE(bad_cp.err.find(config + ": cp_sizes_enc[0]: 8 does not divide"), std::string::npos) << bad_cp.err;
+  auto bad_mode = score("1,1,1,1", "0,0,0,0", "1,1,1,1", " --galvatron-time-mode hybrid");
+  EXPECT_EQ(bad_mode.exit_code, 2);
+  EXPECT_NE(bad_mode.err.find("--galvatron-time-mode: 'hybrid' is not one of static, batch, sequence"),
+            std::string::npos) << bad_mode.err;
+  auto no_seq = score("1,1,1,1", "0,0,0,0", "1,1,1,1", " --galvatron-memory-mode sequence");
+  EXPECT_EQ(no_seq.exit_code, 2);
+  EXPECT_NE(no_seq.err.find("--galvatron-seq"), std::string::npos) << no_seq.err;
+  auto static_time = score("1,1,1,1", "0,0,0,0", "1,1,1,1", " --galvatron-time-mode static");
+  auto batch_time = score("1,1,1,1", "0,0,0,0", "1,1,1,1", " --galvatron-time-mode batch");
+  ASSERT_EQ(static_time.exit_code, 0) << static_time.err;
+  ASSERT_EQ(batch_time.exit_code, 0) << batch_time.err;
+  EXPECT_NE(static_time.Json()["iteration_seconds"].get<double>(), batch_time.Json()["iteration_seconds"].get<double>());
+}
+
 // kiwi's own space asked for with --galvatron-out: a plan Galvatron cannot express is refused naming the
 // file and the layer, and nothing is written; one it can (ZeRO-1 under accumulation: its zero2) is written.
 TEST(HybridCli, GalvatronOutRefusesWhatGalvatronCannotExpress) {

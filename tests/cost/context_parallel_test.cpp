@@ -6,6 +6,8 @@
 // attention); neighbouring layers of different CP degrees exchange the boundary in all-to-alls.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "cost_test_util.h"
 #include "kiwi/cost/layer_cost.h"
 
@@ -158,7 +160,7 @@ namespace {
 TEST(ContextParallelism, UlyssesAllToAllsTheHiddenStatesAroundTheAttention) {
   const LayerProfile p = AttentionLayer();  // hidden states: 200,000 / 2 bytes per sample
   plan::LayerStrategy s{.tp = 1, .dp = 8, .cp = 4};
-  s.ulysses = true;
+  s.ulysses = 4;
   const LayerCommunication c = LayerCommunicationOf(Place(p, s, 2));
   EXPECT_EQ(c.ring_sends, 0);
   EXPECT_EQ(c.ring_bytes, 0);
@@ -175,7 +177,7 @@ TEST(ContextParallelism, UlyssesAllToAllsTheHiddenStatesAroundTheAttention) {
   EXPECT_NEAR(ulysses.communication_kinds.context_parallel, 2 * pair, 1e-15);
   EXPECT_NEAR(ulysses.recompute, 0.0, 1e-15);
   plan::LayerStrategy ring = s;
-  ring.ulysses = false;
+  ring.ulysses = 1;
   StageCost ring_cost;
   AddLayerCost(Place(p, ring, 2), cm, ring_cost);
   EXPECT_NEAR(ulysses.compute, ring_cost.compute, 1e-15);  // the same share of the work
@@ -186,6 +188,45 @@ TEST(ContextParallelism, UlyssesAllToAllsTheHiddenStatesAroundTheAttention) {
   AddLayerCost(Place(p, s, 2), cm, checkpointed);
   EXPECT_NEAR(checkpointed.communication_kinds.context_parallel, 2 * pair, 1e-15);
   EXPECT_GE(checkpointed.recompute, pair);  // the forward again, with its pair
+}
+
+// USP (Ulysses inside the CP group, a ring across; Galvatron's use_sp beside cp_sizes_enc): the all-to-alls
+// over u consecutive ranks carry Ulysses' bytes, then the ring's cp / u - 1 hops over ranks u apart carry
+// as many bytes as a device's own keys and values, each hidden by 1 / (cp / u) of its attention.
+TEST(ContextParallelism, UspAllToAllsInsideAndARingAcross) {
+  const LayerProfile p = AttentionLayer();
+  plan::LayerStrategy s{.tp = 1, .dp = 8, .cp = 4};
+  s.ulysses = 2;
+  EXPECT_EQ(s.RingDegree(), 2);
+  const LayerCommunication c = LayerCommunicationOf(Place(p, s, 2));
+  EXPECT_EQ(c.ulysses_qkv_bytes, (100'000 + 800'000) * 2 / 4);
+  EXPECT_EQ(c.ulysses_out_bytes, 100'000 * 2 / 4);
+  EXPECT_EQ(c.ring_bytes, 800'000 * 2 / 4);
+  EXPECT_EQ(c.ring_sends, 3 * (2 - 1));  // one hop: forward, and backward with the gradients
+  Result<StageMesh> mesh = MakeLayerMesh(OneNode(8), 1, s);
+  ASSERT_TRUE(mesh.ok());
+  EXPECT_EQ(mesh->context.mesh.GroupSize(mesh->ulysses), 2);
+  EXPECT_EQ(mesh->context.mesh.GroupSize(mesh->ring), 2);
+  EXPECT_EQ(mesh->ring & mesh->ulysses, 0u);
+  EXPECT_EQ(mesh->ring | mesh->ulysses, mesh->context.group);  // the CP group: both
+  EXPECT_EQ(mesh->context.mesh.GroupSize(mesh->context.group), 4);
+  const CostModel cm(OneNode(8).device);
+  const double pair =
+      cost::CollectiveTime(Collective::kAllToAll, c.ulysses_qkv_bytes, mesh->context.mesh, mesh->ulysses) +
+      cost::CollectiveTime(Collective::kAllToAll, c.ulysses_out_bytes, mesh->context.mesh, mesh->ulysses);
+  const double send = cost::CollectiveTime(Collective::kPointToPoint, c.ring_bytes, mesh->context.mesh, mesh->ring);
+  const double block = 2.0 / 4 / 2;  // a device's samples (2 / cp 4), 1 / ring of them per hop
+  const double ring = std::max(send - 4e-4 * block, 0.0) + std::max(2 * send - 8e-4 * block, 0.0);
+  StageCost usp;
+  AddLayerCost(Place(p, s, 2), cm, usp);
+  EXPECT_NEAR(usp.communication_kinds.context_parallel, 2 * pair + ring, 1e-12);
+  // Between the pure forms: more than Ulysses over 2 ranks alone would be, and the ring half as long.
+  plan::LayerStrategy pure = s;
+  pure.ulysses = 4;
+  StageCost ulysses;
+  AddLayerCost(Place(p, pure, 2), cm, ulysses);
+  EXPECT_NEAR(usp.compute, ulysses.compute, 1e-15);
+  EXPECT_EQ(LayerMemory(Place(p, s, 2), MixedAdam()).activations, LayerMemory(Place(p, pure, 2), MixedAdam()).activations);
 }
 
 }  // namespace

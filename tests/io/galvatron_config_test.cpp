@@ -92,13 +92,12 @@ TEST(GalvatronConfig, WritesZero2AndRefusesWhatGalvatronCannotExpress) {
   ASSERT_FALSE(refused.ok());
   EXPECT_NE(refused.error().message.find("layer 2 uses selective recomputation (TP2xSDP2+SEL)"), std::string::npos)
       << refused.error().message;
-  // Its configs have no ring attention and no offloading of the optimizer.
+  // Ring attention is its cp_sizes_enc; its configs have no offloading of the optimizer.
   plan::LayerPlan context = MixedPlan();
   context.layers[2].cp = 2;
-  refused = WriteGalvatronConfig(context);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.error().message.find("layer 2 uses context parallelism (TP2xSDP2xCP2)"), std::string::npos)
-      << refused.error().message;
+  Result<std::string> ring = WriteGalvatronConfig(context);
+  ASSERT_TRUE(ring.ok()) << ring.error().message;
+  EXPECT_EQ(nlohmann::json::parse(*ring)["cp_sizes_enc"], "1,1,2,1,1");
   plan::LayerPlan offload = MixedPlan();
   offload.layers[2].offload = true;
   refused = WriteGalvatronConfig(offload);
@@ -139,7 +138,7 @@ TEST(GalvatronConfig, RejectsWhatKiwiCannotModelNamingTheField) {
     return r.ok() ? std::string("ok") : r.error().message;
   };
   EXPECT_EQ(error(""), "ok");
-  EXPECT_NE(error(R"(, "cp_sizes_enc": "1,2")").find("g.json: cp_sizes_enc[1]"), std::string::npos);
+  EXPECT_NE(error(R"(, "cp_sizes_enc": "1,8")").find("g.json: cp_sizes_enc[1]"), std::string::npos);
   EXPECT_NE(error(R"(, "tp_consecutive_flags": "1,0")").find("tp_consecutive_flags[1]"), std::string::npos);
   EXPECT_NE(error(R"(, "checkpoint": "0,1,1")").find("checkpoint: has 3 entries"), std::string::npos);
   EXPECT_NE(error(R"(, "checkpoint": "0,x")").find("checkpoint[1]"), std::string::npos);
@@ -186,7 +185,7 @@ TEST(GalvatronConfig, ReadsTheEmbeddingsFieldsAndSaysWhatKiwiPricesOtherwise) {
   ASSERT_TRUE(shipped.ok()) << shipped.error().message;
   ASSERT_EQ(notes.size(), 2u);
   EXPECT_NE(notes[1].find("vsp 1 / vcp 1"), std::string::npos) << notes[1];
-  EXPECT_NE(error(R"(, "cp_sizes_enc": "1,2")").find("g.json: cp_sizes_enc[1]"), std::string::npos);
+  EXPECT_NE(error(R"(, "cp_sizes_enc": "1,3")").find("g.json: cp_sizes_enc[1]"), std::string::npos);
   EXPECT_NE(error(R"(, "embed_sdp": 1, "vocab_sdp": 0)").find("g.json: vocab_sdp"), std::string::npos);
   // Galvatron's run-wide sequence_parallel makes its TP layers Megatron TP + SP.
   Result<plan::LayerPlan> sp = ParseGalvatronConfig(
@@ -256,10 +255,10 @@ TEST(GalvatronConfig, UseSpIsUlysses) {
   ASSERT_TRUE(p.ok()) << p.error().message;
   plan::LayerStrategy first{1, 8, plan::Zero::kParameters, false};
   first.cp = 2;
-  first.ulysses = true;
+  first.ulysses = 2;
   plan::LayerStrategy second{1, 8, plan::Zero::kGradients, false};
   second.cp = 4;
-  second.ulysses = true;
+  second.ulysses = 4;
   EXPECT_EQ(p->layers[0], first);
   EXPECT_EQ(p->layers[1], second);
   EXPECT_EQ(p->layers[2], (plan::LayerStrategy{2, 4, plan::Zero::kGradients, false}));
@@ -273,12 +272,44 @@ TEST(GalvatronConfig, UseSpIsUlysses) {
   Result<plan::LayerPlan> back = ParseGalvatronConfig(*text, "u.json", {.num_devices = 8});
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(back->layers, p->layers);
-  // A ring (kiwi's CP without ulysses) is not Galvatron's
-  plan::LayerPlan ring = *p;
-  ring.layers[0].ulysses = false;
-  Result<std::string> refused = WriteGalvatronConfig(ring);
-  ASSERT_FALSE(refused.ok());
-  EXPECT_NE(refused.error().message.find("layer 0 uses context parallelism"), std::string::npos) << refused.error().message;
+  EXPECT_EQ(j["cp_sizes_enc"], "1,1,1");
+}
+
+// cp_sizes_enc is Galvatron's ring attention (zigzag) beside TP or Ulysses: kiwi's cp = sp x ring, its
+// Ulysses degree the use_sp layer's tp_sizes_enc (USP); written back as it was read.
+TEST(GalvatronConfig, CpSizesAreARingBesideTpOrUlysses) {
+  Result<plan::LayerPlan> p = ParseGalvatronConfig(
+      R"({"pp_deg": 1, "tp_sizes_enc": "2,2,1,8", "use_sp": "1,0,0,1", "cp_sizes_enc": "2,2,8,1", "global_bsz": 16,
+          "world_size": 8})", "c.json", {.num_devices = 8});
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  plan::LayerStrategy usp{.tp = 1, .dp = 8, .cp = 4};
+  usp.ulysses = 2;
+  EXPECT_EQ(p->layers[0], usp);
+  EXPECT_EQ(p->layers[0].Replicas(), 2);  // Galvatron's dp: 8 / (sp 2 x cp 2)
+  EXPECT_EQ(plan::StrategyName(p->layers[0]), "DP8xULYSSES2xCP2");
+  EXPECT_EQ(p->layers[1], (plan::LayerStrategy{.tp = 2, .dp = 4, .cp = 2}));
+  EXPECT_EQ(p->layers[2], (plan::LayerStrategy{.tp = 1, .dp = 8, .cp = 8}));
+  plan::LayerStrategy ulysses{.tp = 1, .dp = 8, .cp = 8};
+  ulysses.ulysses = 8;
+  EXPECT_EQ(p->layers[3], ulysses);
+  Result<std::string> text = WriteGalvatronConfig(*p);
+  ASSERT_TRUE(text.ok()) << text.error().message;
+  const nlohmann::json j = nlohmann::json::parse(*text);
+  EXPECT_EQ(j["tp_sizes_enc"], "2,2,1,8");
+  EXPECT_EQ(j["use_sp"], "1,0,0,1");
+  EXPECT_EQ(j["cp_sizes_enc"], "2,2,8,1");
+  Result<plan::LayerPlan> back = ParseGalvatronConfig(*text, "c.json", {.num_devices = 8});
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->layers, p->layers);
+
+  const auto read = [](const std::string& fields) {
+    return ParseGalvatronConfig(R"({"pp_deg": 1, "tp_sizes_enc": "4,4", "global_bsz": 16, )" + fields + "}", "c.json",
+                                {.num_devices = 8});
+  };
+  testing::ExpectBadInput(read(R"("cp_sizes_enc": "1,4")"), {"c.json: cp_sizes_enc[1]:", "4 does not divide the 8 devices"});
+  testing::ExpectBadInput(read(R"("cp_sizes_enc": "1")"), {"c.json: cp_sizes_enc:", "has 1 entries, tp_sizes_enc has 2"});
+  testing::ExpectBadInput(read(R"("cp_sizes_enc": "1,3")"), {"c.json: cp_sizes_enc[1]:"});
+  testing::ExpectBadInput(read(R"("world_size": 16)"), {"c.json: world_size:", "16 devices, but the cluster has 8"});
 }
 
 // The example in docs/hybrid.md is a valid config describing what the text says.

@@ -102,6 +102,82 @@ TEST(GalvatronProfiles, SixteenBitSequenceParallelProfilesAsGalvatronReadsThem) 
   EXPECT_EQ(sp->layers[0].activation_bytes_per_sample, 2 * 1048576);
 }
 
+// Galvatron's static and sequence profile modes (search_engine.py get_profiled_model_configs): static
+// takes the profiled per-sample time; sequence fits micro-batch-1 times over sequence lengths (a
+// quadratic for a layer, a line for "other") at the length asked for, and scales the longest length's
+// activations to it with the shortest length's parameters.
+TEST(GalvatronProfiles, StaticAndSequenceModes) {
+  // Layer: 1 + 2 (s/1024) + 3 (s/1024)^2 ms at micro-batch 1; other: 0.5 + s/1024 ms.
+  const auto layer_ms = [](double s) { return 1.0 + 2.0 * s / 1024 + 3.0 * (s / 1024) * (s / 1024); };
+  const auto other_ms = [](double s) { return 0.5 + s / 1024; };
+  std::string computation = "{";
+  for (int s : {512, 1024, 2048, 4096})
+    computation += fmt::format(R"("layertype_0_bsz1_seq{0}": {1}, "layertype_other_bsz1_seq{0}": {2}, )", s,
+                               layer_ms(s), other_ms(s));
+  computation += R"("layertype_0_bsz4_seq1024": 5.0, "layertype_other_bsz4_seq1024": 1.0})";
+  const std::string memory = R"({
+    "layertype_0": {"1024": {"parameter_size": 100.0, "tp_activation_per_bsz_dict": {"1": 40.0, "2": 24.0, "checkpoint": 4.0}},
+                    "4096": {"parameter_size": 101.0, "tp_activation_per_bsz_dict": {"1": 160.0, "2": 96.0, "checkpoint": 16.0}}},
+    "other_memory_pp_off": {"1024": {"model_states": 64.0, "activation": 2.0},
+                            "4096": {"model_states": 65.0, "activation": {"1": 8.0, "2": 6.0}}}})";
+  GalvatronModelOptions o;
+  o.layers_per_type = {2};
+  o.seq = 3072;
+  o.time_mode = GalvatronTimeMode::kSequence;
+  o.memory_mode = GalvatronMemoryMode::kSequence;
+  Result<cost::LayerModel> m = ParseGalvatronModel({computation, memory, "c.json", "m.json"}, o);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const cost::LayerProfile& layer = m->layers[0];
+  EXPECT_NEAR(layer.forward_seconds_per_sample, layer_ms(3072) / 1e3, 1e-12);  // the quadratic, exactly
+  EXPECT_DOUBLE_EQ(layer.forward_overhead_seconds, 0.0);
+  EXPECT_NEAR(m->embedding.forward_seconds_per_sample, other_ms(3072) / 1e3, 1e-12);
+  EXPECT_EQ(layer.parameter_bytes, 100 * 1048576);  // the shortest length's
+  EXPECT_EQ(layer.activation_bytes_per_sample, 120 * 1048576);  // 160 MB at 4096, x 3072 / 4096
+  EXPECT_EQ(layer.boundary_bytes_per_sample, 12 * 1048576);
+  EXPECT_EQ(m->embedding.activation_bytes_per_sample, 6 * 1048576);  // 8 MB at 4096, scaled
+  EXPECT_EQ(m->embedding.parameter_bytes, 65 * 1048576 / 4);          // the longest length's states
+  // The sequence the profiles are read at is the attention's, which CP splits.
+  EXPECT_EQ(layer.attention_sequence, 3072);
+  EXPECT_EQ(layer.attention_kv_bytes_per_sample, layer.tp_comm_bytes_per_sample);
+  EXPECT_EQ(m->ContextParallelSequence(), 3072);
+
+  // Static: the profiled per-sample time (the largest micro-batch's), no line; memory at the length.
+  o.seq = 1024;
+  o.time_mode = GalvatronTimeMode::kStatic;
+  o.memory_mode = GalvatronMemoryMode::kStatic;
+  Result<cost::LayerModel> st = ParseGalvatronModel({computation, memory, "c.json", "m.json"}, o);
+  ASSERT_TRUE(st.ok()) << st.error().message;
+  EXPECT_DOUBLE_EQ(st->layers[0].forward_seconds_per_sample, 5.0 / 1e3);
+  EXPECT_DOUBLE_EQ(st->layers[0].forward_overhead_seconds, 0.0);
+  EXPECT_EQ(st->layers[0].activation_bytes_per_sample, 40 * 1048576);
+  o.time_mode = GalvatronTimeMode::kBatch;  // the line through micro-batches 1 and 4
+  Result<cost::LayerModel> batch = ParseGalvatronModel({computation, memory, "c.json", "m.json"}, o);
+  ASSERT_TRUE(batch.ok()) << batch.error().message;
+  EXPECT_GT(batch->layers[0].forward_overhead_seconds, 0.0);
+
+  // The sequence modes need a length, and the time mode enough of them.
+  o.seq = 0;
+  o.time_mode = GalvatronTimeMode::kSequence;
+  Result<cost::LayerModel> no_seq = ParseGalvatronModel({computation, memory, "c.json", "m.json"}, o);
+  ASSERT_FALSE(no_seq.ok());
+  EXPECT_NE(no_seq.error().message.find("c.json: the sequence time mode needs the sequence length"), std::string::npos)
+      << no_seq.error().message;
+  o.seq = 2048;
+  Result<cost::LayerModel> too_few = ParseGalvatronModel(
+      {R"({"layertype_0_bsz1_seq1024": 2.0, "layertype_0_bsz1_seq2048": 3.0})", memory, "c.json", "m.json"}, o);
+  ASSERT_FALSE(too_few.ok());
+  EXPECT_NE(too_few.error().message.find("at least 3 sequence lengths"), std::string::npos) << too_few.error().message;
+  o.time_mode = GalvatronTimeMode::kStatic;
+  o.memory_mode = GalvatronMemoryMode::kSequence;
+  Result<cost::LayerModel> bad = ParseGalvatronModel(
+      {computation, R"({"layertype_0": {"1024": {"parameter_size": 1.0, "tp_activation_per_bsz_dict": {"1": "x"}}}})",
+       "c.json", "m.json"},
+      o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("m.json: layertype_0.1024.tp_activation_per_bsz_dict.1"), std::string::npos)
+      << bad.error().message;
+}
+
 TEST(GalvatronProfiles, ErrorsNameTheFileAndEntry) {
   Result<cost::LayerModel> three = Fixture({1, 1, 1});
   ASSERT_FALSE(three.ok());

@@ -1,5 +1,6 @@
 #include "kiwi/io/plan_json.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include "io_test_util.h"
@@ -110,7 +111,9 @@ TEST(PlanJson, GalvatronSourceRoundTripsAndIsCheckedByName) {
                                       "bf16",
                                       true,
                                       4096,
-                                      int64_t{36} << 30};
+                                      int64_t{36} << 30,
+                                      "sequence",
+                                      "sequence"};
   const std::string text = WritePlanJson(p);
   Result<plan::Plan> back = ParsePlanJson(text, "g.json");
   ASSERT_TRUE(back.ok()) << back.error().message << "\n" << text;
@@ -124,28 +127,46 @@ TEST(PlanJson, GalvatronSourceRoundTripsAndIsCheckedByName) {
   ExpectBadInput(with(R"({"profiles": ["c.json", "m.json"], "layers": [0]})"), {"g.json: galvatron.layers[0]"});
   ExpectBadInput(with(R"({"profiles": ["c.json", "m.json"], "layers": [2], "hiden": 8})"), {"g.json: galvatron", "hiden"});
   ExpectBadInput(with(R"({"profiles": ["c.json", "m.json"], "layers": [2], "seq": -1})"), {"g.json: galvatron.seq"});
+  ExpectBadInput(with(R"({"profiles": ["c.json", "m.json"], "layers": [2], "time_mode": "hybrid"})"),
+                 {"g.json: galvatron.time_mode:", "'hybrid'"});
+  ExpectBadInput(with(R"({"profiles": ["c.json", "m.json"], "layers": [2], "memory_mode": "batch"})"),
+                 {"g.json: galvatron.memory_mode:"});
+  ExpectBadInput(with(R"({"profiles": ["c.json", "m.json"], "layers": [2], "precision": "fp8"})"),
+                 {"g.json: galvatron.precision:"});
 }
 
-// Ulysses (plan::LayerStrategy::ulysses) is written where true, read back, and needs cp above 1 and tp 1.
+// Ulysses (plan::LayerStrategy::ulysses) is written as its degree where above 1 (all of cp, or part of
+// it under USP), read back ("true": all of cp, the first spelling), and needs cp above 1, tp 1 and a
+// degree dividing cp.
 TEST(PlanJson, UlyssesRoundTripsAndNeedsAContextGroupWithoutTp) {
-  plan::Plan p;
-  p.layer = plan::LayerPlan{};
-  plan::LayerStrategy s{.tp = 1, .dp = 8, .cp = 4};
-  s.ulysses = true;
-  p.layer->layers = {s};
-  p.layer->pp_partition = {1};
-  const std::string text = WritePlanJson(p);
-  EXPECT_NE(text.find("\"ulysses\":true"), std::string::npos) << text;
-  Result<plan::Plan> back = ParsePlanJson(text, "u.json");
-  ASSERT_TRUE(back.ok()) << back.error().message;
-  EXPECT_EQ(back->layer->layers, p.layer->layers);
+  for (int degree : {4, 2}) {
+    plan::Plan p;
+    p.layer = plan::LayerPlan{};
+    plan::LayerStrategy s{.tp = 1, .dp = 8, .cp = 4};
+    s.ulysses = degree;
+    p.layer->layers = {s};
+    p.layer->pp_partition = {1};
+    const std::string text = WritePlanJson(p);
+    EXPECT_NE(text.find(fmt::format("\"ulysses\":{}", degree)), std::string::npos) << text;
+    Result<plan::Plan> back = ParsePlanJson(text, "u.json");
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(back->layer->layers, p.layer->layers);
+  }
   const auto with = [](const std::string& layer) {
     return ParsePlanJson(R"({"kiwi_plan_version": 1, "layer": {"layers": [)" + layer + R"(], "pp_partition": [1]}})",
                          "u.json");
   };
+  Result<plan::Plan> spelled = with(R"({"tp": 1, "dp": 8, "cp": 4, "ulysses": true})");
+  ASSERT_TRUE(spelled.ok()) << spelled.error().message;
+  EXPECT_EQ(spelled->layer->layers[0].UlyssesDegree(), 4);
+  EXPECT_EQ(spelled->layer->layers[0].RingDegree(), 1);
+  Result<plan::Plan> none = with(R"({"tp": 1, "dp": 8, "cp": 2, "ulysses": 1})");
+  ASSERT_TRUE(none.ok()) << none.error().message;
+  EXPECT_FALSE(none->layer->layers[0].Ulysses());
   ExpectBadInput(with(R"({"tp": 1, "dp": 8, "ulysses": true})"), {"u.json: layer.layers[0].ulysses:", "cp above 1"});
   ExpectBadInput(with(R"({"tp": 2, "dp": 4, "cp": 2, "ulysses": true})"), {"u.json: layer.layers[0].ulysses:", "tp 1"});
-  ExpectBadInput(with(R"({"tp": 1, "dp": 8, "cp": 2, "ulysses": 1})"), {"u.json: layer.layers[0].ulysses"});
+  ExpectBadInput(with(R"({"tp": 1, "dp": 8, "cp": 4, "ulysses": 3})"), {"u.json: layer.layers[0].ulysses:", "divide cp 4"});
+  ExpectBadInput(with(R"({"tp": 1, "dp": 8, "cp": 4, "ulysses": "2"})"), {"u.json: layer.layers[0].ulysses:"});
 }
 
 TEST(PlanJson, CapacityFactorMustBePositive) {

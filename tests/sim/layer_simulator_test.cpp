@@ -1005,6 +1005,28 @@ TEST(SimulateLayerPlan, RejectsContextParallelismItCannotRun) {
   ExpectBadInput(model, plan, cluster, "layers[0]: cp: 2 ranks cannot split the sequence of 6 tokens into 2 x 2 equal chunks");
 }
 
+// Ulysses needs a CP group without TP and a degree dividing it; under USP (a ring beside it) the ring's
+// sequence rules hold too, with pure Ulysses only cp dividing the sequence.
+TEST(SimulateLayerPlan, RejectsUlyssesItCannotRun) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  LayerModel model = FourAttentionLayers();
+  LayerPlan plan = UniformPlan({.tp = 1, .dp = 4, .cp = 4}, 4, 1);
+  for (LayerStrategy& s : plan.layers) s.ulysses = 2;
+  EXPECT_TRUE(SimulateLayerPlan(model, plan, cluster, TestCostModel(cluster)).ok());
+  plan.layers[1].ulysses = 3;
+  ExpectBadInput(model, plan, cluster, "layers[1]: ulysses: 3 does not divide cp 4");
+  plan.layers[1].ulysses = 0;
+  ExpectBadInput(model, plan, cluster, "layers[1]: ulysses: 0 needs cp above 1 and tp 1");
+  plan.layers[1] = {.tp = 2, .dp = 2, .cp = 2};
+  plan.layers[1].ulysses = 2;
+  ExpectBadInput(model, plan, cluster, "layers[1]: ulysses: 2 needs cp above 1 and tp 1 (cp 2, tp 2)");
+  plan.layers[1] = plan.layers[0];
+  for (LayerProfile& p : model.layers) p.attention_sequence = 12;  // 4 ranks split 12 tokens, not into 2 x 4 chunks
+  ExpectBadInput(model, plan, cluster, "layers[0]: cp: 4 ranks cannot split the sequence of 12 tokens into 2 x 4");
+  for (LayerStrategy& s : plan.layers) s.ulysses = 4;  // Ulysses alone: heads, no ring chunks
+  EXPECT_TRUE(SimulateLayerPlan(model, plan, cluster, TestCostModel(cluster)).ok());
+}
+
 TEST(SimulateLayerPlan, RejectsOffloadingWithoutAHostOrAnOptimizer) {
   cost::Cluster cluster = TestCluster(1, 4);
   LayerModel model = FourLayers();

@@ -37,6 +37,15 @@ CLI::Option* GalvatronFlags::Add(CLI::App* app, CLI::Option* model) {
                               "default: what the computation profile's file name says, else fp32)",
                               io::kGalvatronPrecisionNames))
       ->needs(given);
+  app->add_option("--galvatron-time-mode", time_mode,
+                  fmt::format("with --galvatron-profiles: how the computation profile was taken, Galvatron's "
+                              "time_profile_mode ({}; default batch: a line over micro-batch sizes where several)",
+                              io::kGalvatronTimeModeNames))
+      ->needs(given);
+  app->add_option("--galvatron-memory-mode", memory_mode,
+                  fmt::format("with --galvatron-profiles: how the memory profile was taken, Galvatron's "
+                              "memory_profile_mode ({}; default static)", io::kGalvatronMemoryModeNames))
+      ->needs(given);
   app->add_flag("--galvatron-sp", sequence_parallel,
                 "with --galvatron-profiles: read their sequence-parallel memory entries (\"layertype_0_sp\", ...) "
                 "first, as Galvatron does with sequence_parallel on")
@@ -61,6 +70,22 @@ Result<LayerProblem> GalvatronFlags::Load(cost::Cluster base, int64_t memory_bud
     if (!mo.precision)
       return BadInput(fmt::format("--galvatron-precision: '{}' is not one of {}", precision, io::kGalvatronPrecisionNames));
   }
+  if (!time_mode.empty()) {
+    const std::optional<io::GalvatronTimeMode> mode = io::ParseGalvatronTimeMode(time_mode);
+    if (!mode)
+      return BadInput(fmt::format("--galvatron-time-mode: '{}' is not one of {}", time_mode, io::kGalvatronTimeModeNames));
+    mo.time_mode = *mode;
+  }
+  if (!memory_mode.empty()) {
+    const std::optional<io::GalvatronMemoryMode> mode = io::ParseGalvatronMemoryMode(memory_mode);
+    if (!mode)
+      return BadInput(fmt::format("--galvatron-memory-mode: '{}' is not one of {}", memory_mode,
+                                  io::kGalvatronMemoryModeNames));
+    mo.memory_mode = *mode;
+  }
+  if ((mo.time_mode == io::GalvatronTimeMode::kSequence || mo.memory_mode == io::GalvatronMemoryMode::kSequence) &&
+      seq <= 0)
+    return BadInput("--galvatron-seq: the sequence profile modes evaluate the profiles at a sequence length: give it");
   Result<cost::LayerModel> model = io::ReadGalvatronModel(profiles[0], profiles[1], mo);
   if (!model) return model.error();
   LayerProblem p{std::move(*model), std::move(base), {}, {}, ""};
@@ -97,6 +122,8 @@ plan::GalvatronSource GalvatronFlags::Source(int64_t memory_budget_bytes) const 
   s.layers = layers;
   s.seq = seq;
   s.precision = precision;
+  s.time_mode = time_mode;
+  s.memory_mode = memory_mode;
   s.sequence_parallel = sequence_parallel;
   s.hidden = hidden;
   s.memory_budget_bytes = memory_budget_bytes;
@@ -114,6 +141,8 @@ GalvatronFlags GalvatronFlags::FromSource(const plan::GalvatronSource& source) {
     f.hardware.resize(3);
   }
   f.precision = source.precision;
+  f.time_mode = source.time_mode;
+  f.memory_mode = source.memory_mode;
   f.sequence_parallel = source.sequence_parallel;
   f.hidden = source.hidden;
   return f;

@@ -36,6 +36,7 @@ struct GalvatronFlags {
   std::vector<std::string> hardware;  // ALLREDUCE.json[,P2P.json[,OVERLAP.json]]
   std::string sp_time;                // SP_TIME.json: measured collective times
   std::string precision;              // fp32 | bf16 | fp16 (empty: the profiles' file name says)
+  std::string time_mode, memory_mode;  // io::GalvatronTimeMode, io::GalvatronMemoryMode (empty: batch, static)
   bool sequence_parallel = false;
   int64_t hidden = 0;
 

@@ -52,9 +52,10 @@ int64_t ExpertShardBytes(const PlacedLayer& l) {
 int64_t DenseShardBytes(const PlacedLayer& l) { return TpShardParameterBytes(l) - ExpertShardBytes(l); }
 
 // One ring attention send of a context-parallel layer per device: its tokens' keys and values, the
-// heads split over TP (0 without CP or attention).
+// heads split over TP (0 without a ring or attention). Under USP a device holds u times its own tokens
+// for 1 / u of the heads after the all-to-alls: as many bytes as its own tokens' keys and values.
 int64_t RingBytes(const PlacedLayer& l) {
-  if (l.strategy.cp <= 1 || l.strategy.Ulysses() || l.mesh.context.group == 0) return 0;
+  if (l.strategy.RingDegree() <= 1 || l.mesh.ring == 0) return 0;
   return CeilDiv(l.PerDevice(l.profile.attention_kv_bytes_per_sample), l.strategy.tp);
 }
 
@@ -252,6 +253,16 @@ Result<StageMesh> MakeLayerMesh(const Cluster& cluster, int pp, const plan::Laye
     if (!split) return split.error();
     *groups = {std::move(split->mesh), split->masks[2], split->masks[1]};
   }
+  const int u = s.UlyssesDegree(), ring = s.RingDegree();
+  if (u > 1 && ring > 1 && s.dp % s.cp == 0) {  // USP: the ring's ranks u apart, the all-to-alls' consecutive
+    Result<StageMesh> split = MakeStageMesh(cluster, {pp, s.dp / s.cp, ring, u, s.tp});
+    if (!split) return split.error();
+    m->context = {std::move(split->mesh), split->masks[2] | split->masks[3], split->masks[1]};
+    m->ring = split->masks[2];
+    m->ulysses = split->masks[3];
+  } else {
+    (u > 1 ? m->ulysses : m->ring) = m->context.group;
+  }
   return m;
 }
 
@@ -393,7 +404,7 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
     // Recomputing the layer runs its forward all-to-alls again; a recompute set, those of its routed gathers.
     c.all_to_alls_recomputed = l.strategy.checkpoint ? kAllToAllsForward : set.routed_gathers;
   }
-  if (l.strategy.Ulysses() && l.mesh.context.group != 0) {
+  if (l.strategy.Ulysses() && l.mesh.ulysses != 0) {
     // The hidden states [s, h] per sample (tp_comm_bytes_per_sample: Megatron's 2 forward all-reduces of
     // them); keys and values as the attention reads them (grouped-query: fewer), else as large as them.
     const int64_t hidden = l.profile.tp_comm_bytes_per_sample / 2;
@@ -402,12 +413,14 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
     c.ulysses_out_bytes = l.PerDevice(hidden);
     // Recomputing the layer, or its attention core, runs the forward pair again (as the ring's sends).
     c.ulysses_recomputed = l.strategy.checkpoint || l.strategy.SelectiveRecompute() || set.attention;
-  } else if (RingBytes(l) > 0) {
+  }
+  if (RingBytes(l) > 0) {  // the ring alone, or after Ulysses' all-to-alls (USP)
+    const int hops = l.strategy.RingDegree() - 1;
     c.ring_bytes = RingBytes(l);
-    c.ring_sends = (kRingSendsForward + kRingSendsBackward) * (l.strategy.cp - 1);
+    c.ring_sends = (kRingSendsForward + kRingSendsBackward) * hops;
     // Recomputing the layer, or its attention core (selective), runs the forward ring again.
     const bool again = l.strategy.checkpoint || l.strategy.SelectiveRecompute() || set.attention;
-    c.ring_sends_recomputed = again ? kRingSendsForward * (l.strategy.cp - 1) : 0;
+    c.ring_sends_recomputed = again ? kRingSendsForward * hops : 0;
   }
   const int64_t shard = experts ? DenseShardBytes(l) : TpShardParameterBytes(l);
   const int64_t expert_shard = experts && l.mesh.experts.across != 0 ? ExpertShardBytes(l) : 0;
@@ -440,22 +453,25 @@ struct RingSeconds {
   double backward = 0.0;
 };
 RingSeconds RingSecondsOf(const PlacedLayer& l, const LayerCommunication& comm, const CostModel& cost_model) {
+  RingSeconds out;
   if (comm.ulysses_out_bytes > 0) {  // Ulysses: a pair of all-to-alls each pass, not hidden by the attention
     const auto all_to_all = [&](int64_t bytes) {
-      return CollectiveSeconds(cost_model, Collective::kAllToAll, bytes, l.mesh.context.mesh, l.mesh.context.group);
+      return CollectiveSeconds(cost_model, Collective::kAllToAll, bytes, l.mesh.context.mesh, l.mesh.ulysses);
     };
     const double pair = all_to_all(comm.ulysses_qkv_bytes) + all_to_all(comm.ulysses_out_bytes);
-    return {pair, pair};
+    out = {pair, pair};
   }
-  if (comm.ring_sends == 0) return {};
-  const int cp = l.strategy.cp;
+  if (comm.ring_sends == 0) return out;
+  const int ring = l.strategy.RingDegree();
   const double send =
-      CollectiveSeconds(cost_model, Collective::kPointToPoint, comm.ring_bytes, l.mesh.context.mesh, l.mesh.context.group);
-  const double share = l.Samples() / l.strategy.tp / cp;  // one block: a device's queries, one rank's keys
+      CollectiveSeconds(cost_model, Collective::kPointToPoint, comm.ring_bytes, l.mesh.context.mesh, l.mesh.ring);
+  // One block: a device's queries and one ring rank's keys, 1 / ring of the device's attention.
+  const double share = l.Samples() / l.strategy.tp / ring;
   const double forward_block = l.profile.attention_forward_seconds_per_sample * share;
   const double backward_block = l.profile.attention_backward_seconds_per_sample * share;
-  return {(cp - 1) * std::max(kRingSendsForward * send - forward_block, 0.0),
-          (cp - 1) * std::max(kRingSendsBackward * send - backward_block, 0.0)};
+  out.forward += (ring - 1) * std::max(kRingSendsForward * send - forward_block, 0.0);
+  out.backward += (ring - 1) * std::max(kRingSendsBackward * send - backward_block, 0.0);
+  return out;
 }
 
 }  // namespace

@@ -33,6 +33,12 @@ struct StageMesh {
   std::vector<ir::AxisMask> masks;  // one per requested axis
   DpGroups experts;                 // layer meshes (MakeLayerMesh) with ep > 1: g = ep
   DpGroups context;                 // layer meshes with cp > 1: g = cp
+  // The groups in context.mesh of ring attention's sends and of Ulysses' all-to-alls
+  // (plan::LayerStrategy::ulysses): each context.group when it spans the CP group, 0 when absent. Under
+  // USP context.mesh is {pp, dp / cp, cp / u, u, tp}: the ring over its cp / u ranks u apart, the
+  // all-to-alls over the u consecutive ones, context.group both axes.
+  ir::AxisMask ring = 0;
+  ir::AxisMask ulysses = 0;
 };
 
 // Layer meshes are {pp, dp, tp}: TP on the innermost (fastest) links, DP outside it, stages outermost.
@@ -42,7 +48,8 @@ inline constexpr int kTpAxis = 2;
 
 Result<StageMesh> MakeStageMesh(const Cluster& cluster, const std::vector<int>& sizes);
 // The mesh of a layer placed with `s` on a stage of a pp-stage pipeline: {pp, s.dp, s.tp}, with its
-// DpGroups {pp, dp / ep, ep, tp} when s.ep > 1 and {pp, dp / cp, cp, tp} when s.cp > 1.
+// DpGroups {pp, dp / ep, ep, tp} when s.ep > 1 and {pp, dp / cp, cp, tp} when s.cp > 1 ({pp, dp / cp,
+// cp / u, u, tp} under USP, StageMesh::ulysses).
 Result<StageMesh> MakeLayerMesh(const Cluster& cluster, int pp, const plan::LayerStrategy& s);
 
 struct PlacedLayer {

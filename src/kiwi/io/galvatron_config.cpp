@@ -61,6 +61,7 @@ struct RawConfig {
   std::vector<int64_t> tp, consecutive, dp_types, sp, checkpoint, division, cp;
   std::string pipeline, default_dp_type;
   int64_t vtp = 0, vsp = 0, vcp = 1, embed_sdp = -1;  // vtp 0, embed_sdp -1: not given
+  int64_t world_size = 0;                             // as Galvatron's search writes it (0: not given)
 };
 
 Result<RawConfig> ReadRaw(const Json& doc, const JsonPath& at, int num_devices) {
@@ -102,6 +103,9 @@ Result<RawConfig> ReadRaw(const Json& doc, const JsonPath& at, int num_devices) 
   Result<std::string> dp_type = StringFieldOr(doc, at, "default_dp_type", "ddp");
   if (!dp_type) return dp_type.error();
   c.default_dp_type = *dp_type;
+  Result<int64_t> world = IntFieldOr(doc, at, "world_size", 0, IntRange{0, 1 << 24});
+  if (!world) return world.error();
+  c.world_size = *world;
   if (FindField(doc, "cp_sizes_enc")) {
     Result<std::vector<int64_t>> cp = IntList(doc, at, "cp_sizes_enc", devices);
     if (!cp) return cp.error();
@@ -140,17 +144,25 @@ Result<plan::LayerPlan> ToPlan(const RawConfig& c, const JsonPath& at, const Gal
   if (c.default_dp_type != "ddp" && c.default_dp_type != "zero2" && c.default_dp_type != "zero3")
     return at.BadKey("default_dp_type", fmt::format("'{}' is not ddp, zero2 or zero3", c.default_dp_type));
   if (c.tp.empty()) return at.BadKey("tp_sizes_enc", "has no layers");
+  if (!c.cp.empty() && c.cp.size() != c.tp.size())
+    return at.BadKey("cp_sizes_enc", fmt::format("has {} entries, tp_sizes_enc has {}", c.cp.size(), c.tp.size()));
+  if (c.world_size > 0 && c.world_size != num_devices)
+    return at.BadKey("world_size", fmt::format("{} devices, but the cluster has {}", c.world_size, num_devices));
   plan::LayerPlan p;
   const int64_t stage = num_devices / c.pp;
   for (size_t i = 0; i < c.tp.size(); ++i) {
     if (stage % c.tp[i] != 0)
       return at.Key("tp_sizes_enc").Index(i).Bad(fmt::format("{} does not divide the {} devices of a stage", c.tp[i], stage));
     // use_sp 1: the degree is Ulysses' (Galvatron's sp_size), over all of the stage's ranks in kiwi's
-    // terms: cp of dp = the stage, whose replicas are Galvatron's dp (its sdp_size = dp x sp).
+    // terms: cp of dp = the stage, whose replicas are Galvatron's dp (its sdp_size = dp x sp x cp). Its
+    // cp_sizes_enc is a ring (zigzag ring attention) beside them: kiwi's cp = sp x ring, ulysses = sp.
     const bool ulysses = c.sp[i] != 0 && c.tp[i] > 1;
     const int tp = ulysses ? 1 : static_cast<int>(c.tp[i]), dp = static_cast<int>(stage / tp);
-    if (!c.cp.empty() && c.cp[i] != 1)
-      return at.Key("cp_sizes_enc").Index(i).Bad("context parallelism in Galvatron's configs is not modelled by kiwi's estimator");
+    const int ring = c.cp.empty() ? 1 : static_cast<int>(c.cp[i]);
+    if (dp % ring != 0)
+      return at.Key("cp_sizes_enc").Index(i).Bad(fmt::format("{} does not divide the {} devices of a stage over "
+                                                             "{} {}", ring, stage, ulysses ? "use_sp's" : "TP's",
+                                                             c.tp[i]));
     if (c.consecutive[i] == 0 && tp > 1 && dp > 1)
       return at.Key("tp_consecutive_flags").Index(i).Bad("0 (TP across DP groups) is not supported: kiwi places TP innermost");
     // dp_types_enc 1 is ZeRO-3; 0 the default type (DDP or zero2, GalvatronZero2).
@@ -159,13 +171,9 @@ Result<plan::LayerPlan> ToPlan(const RawConfig& c, const JsonPath& at, const Gal
     else if (dp > 1 && c.default_dp_type == "zero2") zero = GalvatronZero2(c.chunks);
     p.layers.push_back({tp, dp, zero, c.checkpoint[i] == 1});
     p.layers.back().sequence_parallel = reading.sequence_parallel && tp > 1;  // Galvatron's run-wide Megatron SP
-    if (ulysses) {
-      p.layers.back().cp = static_cast<int>(c.tp[i]);
-      p.layers.back().ulysses = true;
-    }
+    p.layers.back().cp = (ulysses ? static_cast<int>(c.tp[i]) : 1) * ring;
+    if (ulysses) p.layers.back().ulysses = static_cast<int>(c.tp[i]);
   }
-  if (!c.cp.empty() && c.cp.size() != c.tp.size())
-    return at.BadKey("cp_sizes_enc", fmt::format("has {} entries, tp_sizes_enc has {}", c.cp.size(), c.tp.size()));
   if (c.vtp > 0 && stage % c.vtp != 0)
     return at.BadKey("vtp", fmt::format("{} does not divide the {} devices of a stage", c.vtp, stage));
   // kiwi's embeddings go with the first layer, its head with the last (cost::LayerModel::embedding).
@@ -235,10 +243,6 @@ Result<std::string> DefaultDpType(const plan::LayerPlan& plan, bool sequence_par
     if (plan.layers[i].offload)
       return BadInput(fmt::format("layer {} offloads its optimizer ({}), which Galvatron's config cannot express",
                                   i, plan::StrategyName(plan.layers[i])));
-    if (plan.layers[i].cp > 1 && !plan.layers[i].Ulysses())  // its sequence dimension is Ulysses', not a ring
-      return BadInput(fmt::format("layer {} uses context parallelism ({}), which Galvatron's config cannot express "
-                                  "(its use_sp is Ulysses')",
-                                  i, plan::StrategyName(plan.layers[i])));
     const plan::Zero zero = plan.layers[i].ZeroStage();
     if (plan.layers[i].dp == 1 || zero == plan::Zero::kParameters) continue;
     if (zero != plan::Zero::kNone && zero != zero2)
@@ -265,10 +269,11 @@ Result<std::string> WriteGalvatronConfig(const plan::LayerPlan& plan, bool seque
   if (!default_dp_type) return default_dp_type.error();
   OrderedJson j;
   j["pp_deg"] = plan.pp_degree;
-  j["tp_sizes_enc"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.Ulysses() ? s.cp : s.tp; });
+  j["tp_sizes_enc"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.Ulysses() ? s.UlyssesDegree() : s.tp; });
   j["tp_consecutive_flags"] = Joined(plan, [](const plan::LayerStrategy&) { return 1; });
   j["dp_types_enc"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.Shards(plan::Zero::kParameters) ? 1 : 0; });
   j["use_sp"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.Ulysses() ? 1 : 0; });
+  j["cp_sizes_enc"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.RingDegree(); });
   j["checkpoint"] = Joined(plan, [](const plan::LayerStrategy& s) { return s.checkpoint ? 1 : 0; });
   j["global_bsz"] = plan.global_batch;
   j["chunks"] = plan.micro_batches;

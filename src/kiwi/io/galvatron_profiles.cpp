@@ -69,14 +69,15 @@ struct ForwardTime {
 };
 
 // Galvatron's "batch" time mode: a least-squares line through (b, b x ms per sample) over the profiled
-// micro-batch sizes b (search_engine.py get_profiled_model_configs). With one size, or data a line does
-// not fit (no positive slope, a negative intercept), the largest size's per-sample time and no intercept.
-ForwardTime FitForward(const std::vector<std::pair<int64_t, double>>& points) {
+// micro-batch sizes b (search_engine.py get_profiled_model_configs). Without `fit_line`, with one size,
+// or data a line does not fit (no positive slope, a negative intercept), the largest size's per-sample
+// time and no intercept.
+ForwardTime FitForward(const std::vector<std::pair<int64_t, double>>& points, bool fit_line) {
   ForwardTime t;
   int64_t largest = -1;
   for (const auto& [b, ms] : points)
     if (b > largest) largest = b, t.per_sample = ms / 1e3;
-  if (points.size() < 2) return t;
+  if (!fit_line || points.size() < 2) return t;  // Galvatron's "static" mode: the profiled per-sample time
   double mx = 0.0, my = 0.0;
   for (const auto& [b, ms] : points) mx += static_cast<double>(b), my += static_cast<double>(b) * ms;
   mx /= static_cast<double>(points.size());
@@ -96,7 +97,7 @@ ForwardTime FitForward(const std::vector<std::pair<int64_t, double>>& points) {
 // Forward times of each type (index num_types = "other"), from the entries of the requested sequence
 // length (any, when none is requested); `seq_seen` gets the sequence lengths the entries have.
 Result<std::vector<ForwardTime>> ForwardTimes(const Json& doc, const JsonPath& at, int num_types, int64_t seq,
-                                              std::vector<int64_t>& seq_seen) {
+                                              std::vector<int64_t>& seq_seen, bool fit_line) {
   std::vector<std::vector<std::pair<int64_t, double>>> points(static_cast<size_t>(num_types) + 1);
   for (const auto& [key, value] : doc.items()) {
     const std::optional<TimeKey> k = ParseTimeKey(key);
@@ -116,12 +117,140 @@ Result<std::vector<ForwardTime>> ForwardTimes(const Json& doc, const JsonPath& a
     if (k->seq > 0 && std::find(seq_seen.begin(), seq_seen.end(), k->seq) == seq_seen.end()) seq_seen.push_back(k->seq);
   }
   std::vector<ForwardTime> times;
-  for (size_t i = 0; i < points.size(); ++i) times.push_back(FitForward(points[i]));
+  for (size_t i = 0; i < points.size(); ++i) times.push_back(FitForward(points[i], fit_line));
   for (int i = 0; i < num_types; ++i)
     if (times[static_cast<size_t>(i)].per_sample < 0)
       return at.Bad(fmt::format("no \"layertype_{}_bsz*{}\" entry", i, seq > 0 ? fmt::format("_seq{}", seq) : ""));
   if (times.back().per_sample < 0) times.back() = {0.0, 0.0};  // no embeddings/head profile
   return times;
+}
+
+// Least squares of y over the powers x^0..x^degree (x scaled by its largest value), evaluated at `at`;
+// nullopt when the points do not determine the curve.
+std::optional<double> FitAt(const std::vector<std::pair<int64_t, double>>& points, int degree, double at) {
+  const size_t n = static_cast<size_t>(degree) + 1;
+  if (points.size() < n) return std::nullopt;
+  double scale = 1.0;
+  for (const auto& [x, y] : points) scale = std::max(scale, static_cast<double>(x));
+  std::vector<std::vector<double>> a(n, std::vector<double>(n + 1, 0.0));  // normal equations | right side
+  for (const auto& [x, y] : points) {
+    std::vector<double> pw(n, 1.0);
+    for (size_t k = 1; k < n; ++k) pw[k] = pw[k - 1] * static_cast<double>(x) / scale;
+    for (size_t r = 0; r < n; ++r) {
+      for (size_t c = 0; c < n; ++c) a[r][c] += pw[r] * pw[c];
+      a[r][n] += pw[r] * y;
+    }
+  }
+  for (size_t c = 0; c < n; ++c) {  // Gaussian elimination, partial pivoting
+    size_t pivot = c;
+    for (size_t r = c + 1; r < n; ++r)
+      if (std::abs(a[r][c]) > std::abs(a[pivot][c])) pivot = r;
+    if (!(std::abs(a[pivot][c]) > 1e-12)) return std::nullopt;
+    std::swap(a[c], a[pivot]);
+    for (size_t r = 0; r < n; ++r) {
+      if (r == c) continue;
+      const double f = a[r][c] / a[c][c];
+      for (size_t k = c; k <= n; ++k) a[r][k] -= f * a[c][k];
+    }
+  }
+  double value = 0.0, pw = 1.0;
+  for (size_t k = 0; k < n; ++k, pw *= at / scale) value += a[k][n] / a[k][k] * pw;
+  return value;
+}
+
+// Galvatron's "sequence" time mode (search_engine.py get_profiled_model_configs): the micro-batch-1
+// entries over several sequence lengths, a layer type's forward time a quadratic in the length and the
+// "other" time a line, each evaluated at `seq`; per sample, nothing fixed per micro-batch.
+Result<std::vector<ForwardTime>> SequenceForwardTimes(const Json& doc, const JsonPath& at, int num_types, int64_t seq) {
+  if (seq <= 0) return at.Bad("the sequence time mode needs the sequence length to evaluate at: give it");
+  std::vector<std::vector<std::pair<int64_t, double>>> points(static_cast<size_t>(num_types) + 1);
+  for (const auto& [key, value] : doc.items()) {
+    const std::optional<TimeKey> k = ParseTimeKey(key);
+    if (!k || k->type >= num_types || k->batch != 1 || k->seq <= 0) continue;
+    Result<double> ms = ReadNumber(value, at.Key(key), 0.0);
+    if (!ms) return ms.error();
+    const size_t slot = k->type < 0 ? static_cast<size_t>(num_types) : static_cast<size_t>(k->type);
+    points[slot].emplace_back(k->seq, *ms);
+  }
+  std::vector<ForwardTime> times;
+  for (size_t i = 0; i < points.size(); ++i) {
+    const bool other = i == static_cast<size_t>(num_types);
+    const int degree = other ? 1 : 2;
+    if (other && points[i].empty()) {  // no embeddings/head profile
+      times.push_back({0.0, 0.0});
+      continue;
+    }
+    std::vector<int64_t> lengths;
+    for (const auto& [x, y] : points[i])
+      if (std::find(lengths.begin(), lengths.end(), x) == lengths.end()) lengths.push_back(x);
+    const std::string name = other ? "other" : std::to_string(i);
+    const std::optional<double> ms = static_cast<int>(lengths.size()) > degree
+                                         ? FitAt(points[i], degree, static_cast<double>(seq))
+                                         : std::nullopt;
+    if (!ms)
+      return at.Bad(fmt::format("the sequence time mode fits layertype_{}'s micro-batch-1 times over at least {} "
+                                "sequence lengths (\"layertype_{}_bsz1_seq*\"), the profile has {}",
+                                name, degree + 1, name, lengths.size()));
+    if (!(*ms > 0.0))
+      return at.Bad(fmt::format("the sequence time mode's fit of layertype_{} gives {:g} ms at sequence length {}: "
+                                "profile lengths around it", name, *ms, seq));
+    times.push_back({*ms / 1e3, 0.0});
+  }
+  return times;
+}
+
+// Galvatron's "sequence" memory mode (search_engine.py get_profiled_model_configs): every entry keyed by
+// sequence length becomes the entry at `seq`: a layer type's parameter_size from its shortest profiled
+// length and its activations per sample from its longest, scaled by seq / longest; the "other" entries'
+// model states at their longest and their activations scaled likewise.
+Result<Json> SequenceModeMemory(const Json& memory, const JsonPath& at, int64_t seq) {
+  if (seq <= 0) return at.Bad("the sequence memory mode needs the sequence length to scale to: give it");
+  Json out = memory;
+  for (auto& [key, entry] : out.items()) {
+    if (!entry.is_object() || entry.empty()) continue;
+    int64_t shortest = 0, longest = 0;
+    bool by_length = true;
+    for (const auto& [length, v] : entry.items()) {
+      const std::optional<int64_t> n = ParseSuffix(length, "");
+      if (!n || *n < 1 || !v.is_object()) {
+        by_length = false;
+        break;
+      }
+      shortest = shortest == 0 ? *n : std::min(shortest, *n);
+      longest = std::max(longest, *n);
+    }
+    if (!by_length) continue;
+    const JsonPath here = at.Key(key);
+    const double scale = static_cast<double>(seq) / static_cast<double>(longest);
+    Json at_seq = entry[std::to_string(longest)];
+    const auto scaled = [&](Json& v, const JsonPath& where) -> Status {
+      if (v.is_object()) {
+        for (auto& [k, x] : v.items()) {
+          Result<double> mb = ReadNumber(x, where.Key(k), 0.0);
+          if (!mb) return mb.error();
+          x = *mb * scale;
+        }
+        return Status::Ok();
+      }
+      Result<double> mb = ReadNumber(v, where, 0.0);
+      if (!mb) return mb.error();
+      v = *mb * scale;
+      return Status::Ok();
+    };
+    const JsonPath longest_at = here.Key(std::to_string(longest));
+    if (at_seq.contains("tp_activation_per_bsz_dict")) {
+      KIWI_RETURN_IF_ERROR(scaled(at_seq["tp_activation_per_bsz_dict"], longest_at.Key("tp_activation_per_bsz_dict")));
+      const Json& first = entry[std::to_string(shortest)];
+      if (!first.contains("parameter_size"))
+        return here.Key(std::to_string(shortest)).Bad("no \"parameter_size\" (the sequence memory mode reads it at the "
+                                                      "shortest length)");
+      at_seq["parameter_size"] = first["parameter_size"];
+    } else if (at_seq.contains("activation")) {
+      KIWI_RETURN_IF_ERROR(scaled(at_seq["activation"], longest_at.Key("activation")));
+    }
+    entry = std::move(at_seq);
+  }
+  return out;
 }
 
 // A memory entry given directly or keyed by sequence length: returns the object holding `marker`.
@@ -226,6 +355,13 @@ Result<cost::LayerProfile> LayerProfileOf(const Json& memory, const JsonPath& at
   // Galvatron's TP messages: the micro-batch's [seq, hidden] hidden states in the training precision.
   const int64_t hidden_state = r.options.hidden * r.seq * DtypeBytes(r.precision);
   p.tp_comm_bytes_per_sample = 2 * (r.options.hidden > 0 ? hidden_state : p.boundary_bytes_per_sample);
+  // Galvatron's layers are transformer layers over the profiled sequence, which its cp_sizes_enc splits
+  // with a (zigzag) ring: keys and values as large as two of those hidden states (its profiles say neither
+  // the heads nor the attention's own time, so no key-value grouping and nothing hides the ring's sends).
+  if (r.seq > 0) {
+    p.attention_sequence = r.seq;
+    p.attention_kv_bytes_per_sample = p.tp_comm_bytes_per_sample;
+  }
   return p;
 }
 
@@ -313,6 +449,19 @@ std::optional<GalvatronPrecision> ParseGalvatronPrecision(std::string_view name)
   return std::nullopt;
 }
 
+std::optional<GalvatronTimeMode> ParseGalvatronTimeMode(std::string_view name) {
+  if (name == "static") return GalvatronTimeMode::kStatic;
+  if (name == "batch") return GalvatronTimeMode::kBatch;
+  if (name == "sequence") return GalvatronTimeMode::kSequence;
+  return std::nullopt;
+}
+
+std::optional<GalvatronMemoryMode> ParseGalvatronMemoryMode(std::string_view name) {
+  if (name == "static") return GalvatronMemoryMode::kStatic;
+  if (name == "sequence") return GalvatronMemoryMode::kSequence;
+  return std::nullopt;
+}
+
 std::optional<GalvatronPrecision> GalvatronPrecisionOfFile(std::string_view path) {
   const size_t slash = path.find_last_of('/');
   const std::string_view name = slash == std::string_view::npos ? path : path.substr(slash + 1);
@@ -335,8 +484,16 @@ Result<cost::LayerModel> ParseGalvatronModel(const GalvatronProfileTexts& t, con
     KIWI_RETURN_IF_ERROR(CheckObject(*memory, mt));
     const int types = static_cast<int>(o.layers_per_type.size());
     std::vector<int64_t> seqs;
-    Result<std::vector<ForwardTime>> forward = ForwardTimes(*computation, ct, types, o.seq, seqs);
+    Result<std::vector<ForwardTime>> forward = o.time_mode == GalvatronTimeMode::kSequence
+                                                   ? SequenceForwardTimes(*computation, ct, types, o.seq)
+                                                   : ForwardTimes(*computation, ct, types, o.seq, seqs,
+                                                                  o.time_mode == GalvatronTimeMode::kBatch);
     if (!forward) return forward.error();
+    if (o.memory_mode == GalvatronMemoryMode::kSequence) {
+      Result<Json> scaled = SequenceModeMemory(*memory, mt, o.seq);
+      if (!scaled) return scaled.error();
+      *memory = std::move(*scaled);
+    }
     const std::optional<GalvatronPrecision> named = GalvatronPrecisionOfFile(t.computation_source);
     const Reading r{o, o.precision.value_or(named.value_or(GalvatronPrecision::kFp32)),
                     o.seq > 0 ? o.seq : (seqs.size() == 1 ? seqs[0] : 0)};

@@ -5,7 +5,8 @@
 //  - computation profile (computation_profiling_{fp32,bf16,fp16}_*.json): "layertype_{i}_bsz{b}_seq{s}" ->
 //    forward milliseconds of one layer of type i per sample at micro-batch b; "layertype_other_..." for
 //    embeddings + head. Galvatron's "batch" mode fits b x ms = slope x b + intercept: a per-sample time and
-//    a fixed time per micro-batch (kiwi's LayerProfile::forward_overhead_seconds, not split by TP);
+//    a fixed time per micro-batch (kiwi's LayerProfile::forward_overhead_seconds, not split by TP); its
+//    "static" and "sequence" modes as GalvatronTimeMode says;
 //  - memory profile (memory_profiling_*.json): "layertype_{i}" (or "layertype_{i}_sp", taken with
 //    sequence parallelism) -> {"parameter_size": MB, "tp_activation_per_bsz_dict": {"1": MB per sample,
 //    ..., "checkpoint": MB per sample}}, directly or keyed by sequence length; "other_memory_pp_off",
@@ -42,6 +43,19 @@ std::optional<GalvatronPrecision> ParseGalvatronPrecision(std::string_view name)
 // What a profile's file name says (computation_profiling_bf16_llama2-7b_all.json: bf16), if anything.
 std::optional<GalvatronPrecision> GalvatronPrecisionOfFile(std::string_view path);
 
+// How the profiles were taken and are read (Galvatron's time_profile_mode and memory_profile_mode):
+// time: "static" (the profiled per-sample time), "batch" (a line over micro-batch sizes: per sample and
+// per micro-batch), "sequence" (micro-batch 1 over sequence lengths: a quadratic in the length for a
+// layer, a line for the "other" time, at the sequence length asked for); memory: "static" (the entries
+// at the sequence length) or "sequence" (parameters at the shortest profiled length, activations at the
+// longest scaled linearly to the one asked for).
+enum class GalvatronTimeMode { kStatic, kBatch, kSequence };
+enum class GalvatronMemoryMode { kStatic, kSequence };
+inline constexpr std::string_view kGalvatronTimeModeNames = "static, batch, sequence";
+inline constexpr std::string_view kGalvatronMemoryModeNames = "static, sequence";
+std::optional<GalvatronTimeMode> ParseGalvatronTimeMode(std::string_view name);
+std::optional<GalvatronMemoryMode> ParseGalvatronMemoryMode(std::string_view name);
+
 struct GalvatronModelOptions {
   std::string name = "galvatron";
   std::vector<int> layers_per_type;        // Galvatron's layer_num list, e.g. {24, 24} for T5
@@ -56,6 +70,10 @@ struct GalvatronModelOptions {
   int64_t hidden = 0;
   // Gradients + optimizer states per parameter byte; 0: Galvatron's (3 in fp32, 7 in 16 bits).
   double state_bytes_per_parameter_byte = 0.0;
+  // kBatch fits a line where several micro-batch sizes are profiled (one: their per-sample time). The
+  // sequence modes need `seq`.
+  GalvatronTimeMode time_mode = GalvatronTimeMode::kBatch;
+  GalvatronMemoryMode memory_mode = GalvatronMemoryMode::kStatic;
 };
 
 struct GalvatronProfileTexts {

@@ -3,7 +3,10 @@
 
 #include <fmt/format.h>
 
+#include <tuple>
+
 #include "kiwi/io/file_io.h"
+#include "kiwi/io/galvatron_profiles.h"
 #include "kiwi/io/json_fields.h"
 
 namespace kiwi::io {
@@ -158,10 +161,22 @@ Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath&
   if (!cp) return cp.error();
   if (*dp % *cp != 0) return at.BadKey("cp", fmt::format("{} does not divide dp {}", *cp, *dp));
   if (*cp > 1 && *ep > 1) return at.BadKey("cp", "context parallelism beside expert parallelism is not modelled");
-  Result<bool> ulysses = BoolFieldOr(entry, at, "ulysses", false);
-  if (!ulysses) return ulysses.error();
-  if (*ulysses && (*cp < 2 || *tp != 1))
-    return at.BadKey("ulysses", fmt::format("Ulysses needs cp above 1 and tp 1 (cp {}, tp {})", *cp, *tp));
+  // "ulysses": the Ulysses degree within the CP group; true (the first spelling) is all of it.
+  int64_t ulysses = 1;
+  if (const Json* u = FindField(entry, "ulysses")) {
+    if (u->is_boolean()) {
+      if (u->get<bool>() && *cp < 2)
+        return at.BadKey("ulysses", fmt::format("Ulysses needs cp above 1 and tp 1 (cp {}, tp {})", *cp, *tp));
+      ulysses = u->get<bool>() ? *cp : 1;
+    } else {
+      Result<int64_t> degree = ReadInt(*u, at.Key("ulysses"), kDegreeRange);
+      if (!degree) return at.BadKey("ulysses", "must be the Ulysses degree (an integer dividing cp) or true (all of cp)");
+      ulysses = *degree;
+    }
+    if (ulysses > 1 && (*cp < 2 || *tp != 1))
+      return at.BadKey("ulysses", fmt::format("Ulysses needs cp above 1 and tp 1 (cp {}, tp {})", *cp, *tp));
+    if (*cp % ulysses != 0) return at.BadKey("ulysses", fmt::format("{} does not divide cp {}", ulysses, *cp));
+  }
   Result<bool> offload = BoolFieldOr(entry, at, "offload", false);
   if (!offload) return offload.error();
   std::vector<std::string> recompute;
@@ -181,7 +196,7 @@ Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath&
   }
   return plan::LayerStrategy{static_cast<int>(*tp), static_cast<int>(*dp), static_cast<plan::Zero>(*zero), *ckpt, *sp,
                              *selective, static_cast<int>(*ep), static_cast<int>(*cp), *offload, std::move(recompute),
-                             *ulysses};
+                             static_cast<int>(ulysses)};
 }
 
 Status ReadPipeline(const Json& layer, const JsonPath& at, plan::LayerPlan& p) {
@@ -340,7 +355,7 @@ Result<std::vector<std::string>> StringList(const Json& object, const JsonPath& 
 Result<plan::GalvatronSource> ReadGalvatronSource(const Json& j, const JsonPath& at) {
   KIWI_RETURN_IF_ERROR(CheckObject(j, at));
   KIWI_RETURN_IF_ERROR(CheckKnownKeys(j, at, {"profiles", "hardware", "layers", "seq", "precision", "sequence_parallel",
-                                              "hidden", "memory_budget_bytes"}));
+                                              "hidden", "memory_budget_bytes", "time_mode", "memory_mode"}));
   plan::GalvatronSource g;
   Result<std::vector<std::string>> profiles = StringList(j, at, "profiles");
   if (!profiles) return profiles.error();
@@ -366,9 +381,17 @@ Result<plan::GalvatronSource> ReadGalvatronSource(const Json& j, const JsonPath&
     if (!v) return v.error();
     *field = *v;
   }
-  Result<std::string> precision = StringFieldOr(j, at, "precision", "");
-  if (!precision) return precision.error();
-  g.precision = std::move(*precision);
+  // The names the Galvatron flags take ("": their default), checked as they are.
+  for (auto [key, field, known] :
+       {std::tuple{"precision", &g.precision, +[](std::string_view n) { return ParseGalvatronPrecision(n).has_value(); }},
+        std::tuple{"time_mode", &g.time_mode, +[](std::string_view n) { return ParseGalvatronTimeMode(n).has_value(); }},
+        std::tuple{"memory_mode", &g.memory_mode,
+                   +[](std::string_view n) { return ParseGalvatronMemoryMode(n).has_value(); }}}) {
+    Result<std::string> v = StringFieldOr(j, at, key, "");
+    if (!v) return v.error();
+    if (!v->empty() && !known(*v)) return at.BadKey(key, fmt::format("'{}' is not a Galvatron {}", *v, key));
+    *field = std::move(*v);
+  }
   Result<bool> sp = BoolFieldOr(j, at, "sequence_parallel", false);
   if (!sp) return sp.error();
   g.sequence_parallel = *sp;
@@ -382,6 +405,8 @@ OrderedJson GalvatronSourceJson(const plan::GalvatronSource& g) {
   j["layers"] = g.layers;
   if (g.seq > 0) j["seq"] = g.seq;
   if (!g.precision.empty()) j["precision"] = g.precision;
+  if (!g.time_mode.empty()) j["time_mode"] = g.time_mode;
+  if (!g.memory_mode.empty()) j["memory_mode"] = g.memory_mode;
   if (g.sequence_parallel) j["sequence_parallel"] = true;
   if (g.hidden > 0) j["hidden"] = g.hidden;
   j["memory_budget_bytes"] = g.memory_budget_bytes;

@@ -22,7 +22,7 @@ std::string WritePlanJson(const plan::Plan& plan);  // ParsePlanJson(WritePlanJs
 
 // One layer strategy as the plan's "layer.layers" entries (Json = nlohmann::ordered_json) and `kiwi
 // hybrid/plan --json` (nlohmann::json) write it: tp, dp, zero, checkpoint, sequence_parallel,
-// selective_recompute, ep and cp where they are above 1, ulysses where true, offload where true, recompute where not empty; with `contract_sdp`, also CONTRACT.md's "sdp"
+// selective_recompute, ep and cp where they are above 1, ulysses (its degree) where above 1, offload where true, recompute where not empty; with `contract_sdp`, also CONTRACT.md's "sdp"
 // (whether ZeRO-3 is in effect).
 template <typename Json>
 Json LayerStrategyJson(const plan::LayerStrategy& s, bool contract_sdp = false) {
@@ -36,7 +36,7 @@ Json LayerStrategyJson(const plan::LayerStrategy& s, bool contract_sdp = false) 
   j["selective_recompute"] = s.selective_recompute;
   if (s.ep > 1) j["ep"] = s.ep;
   if (s.cp > 1) j["cp"] = s.cp;
-  if (s.ulysses) j["ulysses"] = true;
+  if (s.Ulysses()) j["ulysses"] = s.UlyssesDegree();
   if (s.offload) j["offload"] = true;
   if (!s.recompute.empty()) j["recompute"] = s.recompute;
   return j;

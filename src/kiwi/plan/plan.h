@@ -81,10 +81,13 @@ struct LayerStrategy {
   // layer is checkpointed; never beside selective recomputation (the attention core is one such set).
   std::vector<std::string> recompute = {};
   // With cp > 1 (above) and tp 1: DeepSpeed-Ulysses sequence parallelism (Jacobs et al. 2023), Galvatron's
-  // use_sp, instead of a ring: the CP group all-to-alls the attention's queries, keys and values from
-  // its sequence block to a block of the heads before the attention, and the attention's output back
-  // after (their gradients back in the backward pass); the rest as CP.
-  bool ulysses = false;
+  // use_sp, over groups of this many consecutive ranks of the CP group: each all-to-alls the attention's
+  // queries, keys and values from its sequence block to a block of the heads before the attention, and
+  // the attention's output back after (their gradients back in the backward pass). ulysses = cp: no ring;
+  // 1 < ulysses < cp: unified sequence parallelism (Fang & Zhao 2024, USP; Galvatron's use_sp beside its
+  // cp_sizes_enc), a ring over the cp / ulysses groups (ranks ulysses apart) after the all-to-alls;
+  // 1: the ring alone. The rest as CP.
+  int ulysses = 1;
   // The stage in effect: a ZeRO stage over one DP rank shards nothing.
   Zero ZeroStage() const { return dp > 1 ? zero : Zero::kNone; }
   // Sequence parallelism in effect: it needs a TP group.
@@ -96,8 +99,11 @@ struct LayerStrategy {
   bool RecomputesSet() const { return !recompute.empty() && !checkpoint; }
   // The ranks that hold the same experts and average their gradients: dp / ep.
   int ExpertDataParallel() const { return dp / ep; }
-  // Ulysses in effect: it needs a CP group.
-  bool Ulysses() const { return ulysses && cp > 1; }
+  // The Ulysses degree in effect (1: none): it needs a CP group.
+  int UlyssesDegree() const { return cp > 1 && ulysses > 1 ? ulysses : 1; }
+  bool Ulysses() const { return UlyssesDegree() > 1; }
+  // The ranks one ring attention passes keys and values around: cp / ulysses (1: no ring).
+  int RingDegree() const { return cp / UlyssesDegree(); }
   // The data-parallel replicas the batch is split over: dp / cp (each a CP group).
   int Replicas() const { return dp / cp; }
   bool operator==(const LayerStrategy&) const = default;
@@ -180,6 +186,7 @@ struct GalvatronSource {
   bool sequence_parallel = false;
   int64_t hidden = 0;
   int64_t memory_budget_bytes = 0;
+  std::string time_mode, memory_mode;  // Galvatron's profile modes ("" = batch, static)
   bool operator==(const GalvatronSource&) const = default;
 };
 

@@ -17,7 +17,8 @@ std::string Name(const LayerStrategy& s, int pp, bool short_sets) {
   else if (s.dp > 1)
     parts.push_back(fmt::format("{}{}", DataParallelName(zero), s.dp));
   if (s.ep > 1) parts.push_back(fmt::format("EP{}", s.ep));
-  if (s.cp > 1) parts.push_back(fmt::format("{}{}", s.Ulysses() ? "ULYSSES" : "CP", s.cp));
+  if (s.Ulysses()) parts.push_back(fmt::format("ULYSSES{}", s.UlyssesDegree()));
+  if (s.RingDegree() > 1) parts.push_back(fmt::format("CP{}", s.RingDegree()));  // the ring's ranks
   std::string name = parts.empty() ? "single" : fmt::format("{}", fmt::join(parts, "x"));
   if (s.offload) name += "+OFFLOAD";
   if (s.checkpoint) return name + "+CKPT";

@@ -77,19 +77,22 @@ Status CheckExpertParallelism(const cost::LayerProfile& layer, const LayerStrate
 // attention needs every layer's attention to be ring-splittable over one sequence length, which
 // load-balanced causal sharding (two chunks per rank) divides into 2 cp pieces.
 Status CheckContextParallelism(const cost::LayerModel& model, const LayerStrategy& s, size_t i) {
-  if (s.ulysses && (s.cp < 2 || s.tp != 1))
-    return BadInput(fmt::format("layer plan: layers[{}]: ulysses: needs cp above 1 and tp 1 (cp {}, tp {})", i, s.cp, s.tp));
+  if (s.ulysses < 1 || (s.ulysses > 1 && (s.cp < 2 || s.tp != 1)))
+    return BadInput(fmt::format("layer plan: layers[{}]: ulysses: {} needs cp above 1 and tp 1 (cp {}, tp {})", i,
+                                s.ulysses, s.cp, s.tp));
   if (s.cp == 1) return Status::Ok();
   const std::string at = fmt::format("layer plan: layers[{}]: cp", i);
   if (s.cp < 1 || s.dp % s.cp != 0) return BadInput(fmt::format("{}: {} does not divide dp {}", at, s.cp, s.dp));
-  if (s.Ulysses()) {  // all-to-alls of the hidden states: no ring, any attention whose sequence cp divides
+  if (s.cp % s.UlyssesDegree() != 0)
+    return BadInput(fmt::format("layer plan: layers[{}]: ulysses: {} does not divide cp {}", i, s.ulysses, s.cp));
+  if (s.Ulysses()) {  // all-to-alls of the hidden states, any attention whose sequence cp divides
     const cost::LayerProfile& layer = model.layers[i];
     if (layer.tp_comm_bytes_per_sample <= 0)
       return BadInput(fmt::format("{}: {} with ulysses, but layer {} has no hidden states to exchange", at, s.cp, layer.name));
     if (layer.attention_sequence > 0 && layer.attention_sequence % s.cp != 0)
       return BadInput(fmt::format("{}: {} ranks cannot split the sequence of {} tokens", at, s.cp, layer.attention_sequence));
     if (s.ep > 1) return BadInput(fmt::format("{}: context parallelism beside expert parallelism is not modelled", at));
-    return Status::Ok();
+    if (s.RingDegree() == 1) return Status::Ok();  // no ring (else USP: a ring after the all-to-alls)
   }
   const int64_t sequence = model.ContextParallelSequence();
   if (sequence == 0)
