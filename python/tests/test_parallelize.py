@@ -207,8 +207,9 @@ def test_pipeline_sends_and_stage_bytes_are_kiwis(runs, llama_config, name):
 @pytest.mark.parametrize("name", GPT2_PIPELINED)
 def test_gpt2_pipeline_sends_are_kiwis_and_the_tied_copies_sum_once(runs, tmp_path, name):
     """GPT-2's stages send what kiwi counts for a GPT-2 config of the same sizes; the first and the last stage
-    (only they) each all-reduce the tied weight's gradient (its rows on this rank) once a step, which kiwi
-    does not price (it counts the tied weight once, on the embedding)."""
+    (only they) each all-reduce the tied weight's gradient (its rows on this rank) once a step, as kiwi counts
+    it (tied_all_reduce_bytes), except where one end shards the weight and the other does not: there the
+    run sums whole gradients, kiwi each end's own rows."""
     from kiwi import _kiwi
     _, plan, (_, _, per_rank) = runs[name]
     layer = plan["layer"]
@@ -225,6 +226,14 @@ def test_gpt2_pipeline_sends_are_kiwis_and_the_tied_copies_sum_once(runs, tmp_pa
             rows = h.VOCAB
         ends = stage in (0, layer["pp_degree"] - 1)
         assert measured.get(("tied", "all_reduce"), 0) == (rows * 64 * 4 if ends else 0), stage
+        units = ([traffic["embedding"]] if stage == 0 else []) + \
+                ([traffic["head"]] if stage == layer["pp_degree"] - 1 else [])
+        counted = sum(u["tied_all_reduce_bytes"] for u in units)
+        if name == GPT2_PIPELINED[1]:  # kiwi: this end's own rows (ZeRO-3 over dp on stage 0, whole on DP's)
+            own = h.VOCAB // dp if strategy["zero"] else h.VOCAB
+            assert counted == (own * 64 * 4 if ends else 0), stage
+        else:
+            assert counted == measured.get(("tied", "all_reduce"), 0), stage
 
 
 def test_the_job_command_prints_measured_beside_kiwi(kiwi_plan, tmp_path, capsys):

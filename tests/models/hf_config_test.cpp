@@ -28,6 +28,14 @@ TEST(HfConfig, Gpt2) {
   EXPECT_EQ(t.ffn, 0);  // n_inner null: 4 x hidden
   EXPECT_EQ(t.seq, 1024);
   EXPECT_EQ(t.dtype, ir::DType::kF32);
+  // GPT2LMHeadModel's lm_head is its wte (tie_word_embeddings, true by default): 124,439,808 parameters,
+  // as HuggingFace counts GPT-2; an untied config adds the head's 50257 x 768.
+  EXPECT_TRUE(t.tied_embeddings);
+  EXPECT_EQ(ClosedFormParameterCount(t), 124'439'808);
+  const std::string untied = std::string(kGpt2).replace(std::string(kGpt2).find('}'), 1, R"(, "tie_word_embeddings": false})");
+  const TransformerConfig u = Transformer(ParseHfConfig(untied, "gpt2.json"));
+  EXPECT_FALSE(u.tied_embeddings);
+  EXPECT_EQ(ClosedFormParameterCount(u), 124'439'808 + 50257 * 768);
 }
 
 TEST(HfConfig, LlamaTwoSevenBIsThePreset) {

@@ -226,8 +226,8 @@ TEST(ConfigErrors, NameTheField) {
   c = Gpt(2, 8, 1, 32, 4);
   c.qkv_bias = true;
   ExpectConfigError(c, "qkv_bias: only llama-style models take it, not gpt");
-  c.qkv_bias = false, c.tied_embeddings = true;
-  ExpectConfigError(c, "tied_embeddings: only llama-style models take it, not gpt");
+  c.qkv_bias = false, c.family = Family::kBert, c.tied_embeddings = true;
+  ExpectConfigError(c, "tied_embeddings: only GPT- and llama-style models take it, not bert");
   Result<ir::Graph> mlp = BuildMlpForward({.widths = {8}});
   ASSERT_FALSE(mlp.ok());
   EXPECT_THAT(mlp.error().message, ::testing::HasSubstr("widths"));

@@ -10,6 +10,7 @@
 #include "kiwi/cost/pass_work.h"
 #include "kiwi/ir/backward.h"
 #include "kiwi/ir/layers.h"
+#include "kiwi/models/hf_config.h"
 #include "kiwi/models/presets.h"
 #include "kiwi/sim/layer_simulator.h"
 
@@ -656,6 +657,66 @@ TEST(BuildLayerModel, OneDeviceSimulationHoldsEveryParameterStateAndActivation) 
             4 * TotalParameterBytes(g) + ir::SavedActivationBytes(g, -1) + transient * batch);
   EXPECT_GT(r->summary.time.compute, 0.0);
   EXPECT_DOUBLE_EQ(r->summary.time.communication, 0.0);
+}
+
+// A tied word embedding (HuggingFace's GPT-2) is counted once, on the embeddings; in a pipeline the last
+// stage holds a copy beside the head, and each end all-reduces its gradient with the other once per step
+// (Megatron-LM's embedding group, kiwi.torch's tied_embedding.py), as that end holds it: split over TP,
+// and over DP under ZeRO.
+TEST(BuildLayerModel, TiedEmbeddingHasACopyOnTheLastStageAndSumsItsGradient) {
+  Result<models::ModelSpec> spec = models::ParseHfConfig(
+      R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "n_positions": 32, "vocab_size": 96})",
+      "gpt2.json", {.batch = 4});
+  ASSERT_TRUE(spec.ok()) << spec.error().message;
+  Result<ir::Graph> g = models::BuildTrainingGraph(*spec);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  cost::Cluster cluster;
+  cluster.name = "four";
+  cluster.device = TestDevice();
+  cluster.devices_per_node = 4;
+  cluster.intra_node = {"fast", 1e10, 0.0};
+  const cost::CostModel cm(cluster.device);
+  Result<LayerModel> m = BuildLayerModel(*g, 4, cm);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const int64_t word = 96 * 64 * 4;  // fp32 [vocab, hidden]
+  EXPECT_EQ(m->tied_embedding_bytes, word);
+  EXPECT_EQ(m->embedding.parameter_bytes, word + 32 * 64 * 4);  // with the positions
+  EXPECT_EQ(PipelinedHead(*m, 1), m->head);
+  EXPECT_EQ(PipelinedHead(*m, 2).parameter_bytes, m->head.parameter_bytes + word);
+
+  plan::LayerPlan pipelined;
+  pipelined.layers.assign(2, plan::LayerStrategy{.dp = 2, .zero = plan::Zero::kGradients});
+  pipelined.pp_degree = 2;
+  pipelined.pp_partition = {1, 1};
+  pipelined.global_batch = 4;
+  pipelined.micro_batches = 2;
+  Result<PlanTraffic> t = LayerPlanTraffic(*m, pipelined, cluster);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->embedding.tied_all_reduce_bytes, word / 2);  // ZeRO-2 over 2: this rank's rows
+  EXPECT_EQ(t->head.tied_all_reduce_bytes, word / 2);
+  plan::LayerPlan replicated = pipelined;
+  for (plan::LayerStrategy& s : replicated.layers) s.zero = plan::Zero::kNone;
+  t = LayerPlanTraffic(*m, replicated, cluster);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->head.tied_all_reduce_bytes, word);  // DP: the whole weight
+  // The copy costs the last stage memory and the step a sync; without stages there is none.
+  Result<LayerSimResult> tied = SimulateLayerPlan(*m, pipelined, cluster, cm);
+  LayerModel untied = *m;
+  untied.tied_embedding_bytes = 0;
+  Result<LayerSimResult> once = SimulateLayerPlan(untied, pipelined, cluster, cm);
+  ASSERT_TRUE(tied.ok()) << tied.error().message;
+  ASSERT_TRUE(once.ok()) << once.error().message;
+  EXPECT_GT(tied->stages[1].peak_memory_bytes, once->stages[1].peak_memory_bytes + word);  // weights + states
+  EXPECT_EQ(tied->stages[0].peak_memory_bytes, once->stages[0].peak_memory_bytes);
+  EXPECT_GT(tied->summary.iteration_seconds, once->summary.iteration_seconds);
+  plan::LayerPlan single = pipelined;
+  single.pp_degree = 1;
+  single.pp_partition = {2};
+  single.micro_batches = 1;
+  single.layers.assign(2, plan::LayerStrategy{.dp = 4, .zero = plan::Zero::kGradients});
+  t = LayerPlanTraffic(*m, single, cluster);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->embedding.tied_all_reduce_bytes + t->head.tied_all_reduce_bytes, 0);
 }
 
 TEST(BuildLayerModel, RejectsANonPositiveGraphBatch) {

@@ -393,6 +393,10 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
     c.sp_gradient_all_reduce_bytes = l.profile.replicated_parameter_bytes;
     c.sp_gradient_every_microbatch = l.strategy.Shards(plan::Zero::kGradients);
   }
+  if (l.tied_copy_bytes > 0 && l.mesh.masks[kPpAxis] != 0) {  // FSDP2 shards the copy under every ZeRO stage
+    const int64_t shard = CeilDiv(l.tied_copy_bytes, int64_t{l.strategy.tp});
+    c.tied_all_reduce_bytes = l.strategy.ZeroStage() == plan::Zero::kNone ? shard : CeilDiv(shard, int64_t{l.strategy.dp});
+  }
   if (l.mesh.masks[kDpAxis] == 0) return c;
   const RecomputeCost set = SetCostOf(l);
   const bool experts = ExpertParallel(l);
@@ -443,6 +447,17 @@ LayerCommunication LayerCommunicationOf(const PlacedLayer& l) {
 }
 
 namespace {
+
+// The tied embedding's all-reduce between the first and the last stage: two ranks over the pipeline's
+// link (the stage axis at size 2).
+double TiedAllReduceSeconds(const PlacedLayer& l, const LayerCommunication& comm, const CostModel& cost_model) {
+  if (comm.tied_all_reduce_bytes == 0) return 0.0;
+  ir::DeviceMesh pair = l.mesh.mesh;
+  const ir::AxisMask pp = l.mesh.masks[kPpAxis];
+  for (int a = 0; a < pair.Rank(); ++a)
+    if (pp & ir::AxisBit(a)) pair.axes[static_cast<size_t>(a)].size = 2;
+  return CollectiveSeconds(cost_model, Collective::kAllReduce, comm.tied_all_reduce_bytes, pair, pp);
+}
 
 // What ring attention adds to each pass of a context-parallel layer: each of its cp - 1 hops sends the
 // next keys and values (backward with their gradients) while the attention block of the ones already
@@ -562,6 +577,9 @@ void AddLayerCost(const PlacedLayer& l, const CostModel& cost_model, StageCost& 
   // Gradient sync overlapped with the layer's backward computation, both slowed down while they
   // overlap (§V); only the excess counts. The DP all-reduce runs in the last micro-batch (once per
   // iteration); ZeRO-3's reduce-scatter after every micro-batch's backward (part of C_s).
+  const double tied = TiedAllReduceSeconds(l, comm, cost_model);  // after the last backward pass, not hidden
+  cost.gradient_sync += tied;
+  cost.gradient_sync_kinds.data_parallel += tied;
   const double sync = CollectiveSeconds(cost_model, comm.gradient_sync, comm.gradient_sync_bytes, l.mesh, kDpAxis) +
                       CollectiveSeconds(cost_model, comm.gradient_sync, comm.expert_gradient_sync_bytes,
                                         l.mesh.experts.mesh, l.mesh.experts.across);

@@ -63,6 +63,10 @@ struct PlacedLayer {
   int64_t PerDevice(int64_t per_sample) const { return (per_sample * microbatch + strategy.cp - 1) / strategy.cp; }
   // The samples one device's work amounts to: microbatch / cp.
   double Samples() const { return static_cast<double>(microbatch) / strategy.cp; }
+  // The embeddings on a pipeline's first stage, or the head on its last: the tied embedding weight's
+  // bytes (LayerModel::tied_embedding_bytes) whose gradient this end sums with the other end's copy once
+  // per step (0: no such weight, or one stage).
+  int64_t tied_copy_bytes = 0;
 };
 
 // Communication seconds by parallelism: a split of StageCost's communication (or gradient_sync) term
@@ -209,6 +213,10 @@ struct LayerCommunication {
   int64_t ulysses_qkv_bytes = 0;
   int64_t ulysses_out_bytes = 0;
   bool ulysses_recomputed = false;
+  // A tied embedding's two copies on a pipeline's first and last stage (PlacedLayer::tied_copy_bytes):
+  // once per step each end all-reduces its gradient, as this end holds it (split over TP, and over DP
+  // under ZeRO, as FSDP2 shards it), with the other end's rank at its (dp, tp) position.
+  int64_t tied_all_reduce_bytes = 0;
   // Per micro-batch, recomputation included: TP all-reduces; sequence-parallel all-gathers and
   // reduce-scatters (their calls and bytes).
   int TpAllReduces() const;

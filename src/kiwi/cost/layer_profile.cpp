@@ -661,6 +661,13 @@ void FillOther(const ir::Graph& graph, const ir::LayerView& view, const std::vec
   const int64_t vocab = VocabularySize(graph, view.other);
   model.embedding = OtherPart(graph, embedding, readers, vocab, false, graph_batch, cost_model);
   model.head = OtherPart(graph, head, readers, vocab, true, graph_batch, cost_model);
+  for (ir::NodeId id : embedding) {  // the embeddings' parameters the head's forward reads: tied
+    const ir::Node& node = graph.node(id);
+    if (node.kind != ir::OpKind::kParameter) continue;
+    const auto& r = readers[static_cast<size_t>(id)];
+    if (std::any_of(r.begin(), r.end(), [&](ir::NodeId x) { return !graph.node(x).is_backward() && InHead(graph.node(x)); }))
+      model.tied_embedding_bytes += node.output.Bytes();
+  }
 }
 
 }  // namespace
@@ -669,6 +676,15 @@ std::optional<ZeroRuntime> ParseZeroRuntime(std::string_view name) {
   if (name == "kiwi") return ZeroRuntime::kOneLayer;
   if (name == "fsdp2") return ZeroRuntime::kFsdp2;
   return std::nullopt;
+}
+
+LayerProfile PipelinedHead(const LayerModel& model, int pp) {
+  LayerProfile head = model.head;
+  if (pp > 1 && model.tied_embedding_bytes > 0) {
+    head.parameter_bytes += model.tied_embedding_bytes;
+    ++head.parameter_tensors;
+  }
+  return head;
 }
 
 bool SameButName(LayerProfile a, const LayerProfile& b) {

@@ -124,6 +124,12 @@ struct LayerProfile {
 // Two profiles equal but for their names: one layer type of a model.
 bool SameButName(LayerProfile a, const LayerProfile& b);
 
+struct LayerModel;
+// The head as the last of `pp` pipeline stages holds it: with pp > 1 a tied embedding's copy joins its
+// parameters (LayerModel::tied_embedding_bytes; split over TP like the embedding's, sharded and stepped
+// with the head).
+LayerProfile PipelinedHead(const LayerModel& model, int pp);
+
 // What runs sharded data parallelism, by what a ZeRO-3 layer holds beside its shards while it runs:
 // kOneLayer ("kiwi": kiwi.torch.distributed, DeepSpeed/Galvatron-BMW Eq. 1) its whole parameters, then
 // its whole gradient; kFsdp2 (PyTorch's fully_shard, what kiwi.torch.parallelize runs) in the backward
@@ -140,9 +146,13 @@ struct LayerModel {
   // What belongs to no layer, where Megatron runs it: the embeddings (everything before the layers) on
   // the first pipeline stage with the first layer's tp/dp/sdp, the final norm + head + loss (scope
   // "head") on the last stage with the last layer's; never checkpointed. Tied embedding/head weights
-  // are counted once, on the embedding (their last-stage copy and its gradient all-reduce are not).
+  // are counted once, on the embedding; in a pipeline the last stage holds a copy (PipelinedHead).
   LayerProfile embedding;
   LayerProfile head;
+  // Of the embedding's parameters, the bytes the head reads as its weight (a tied word embedding: GPT-2,
+  // BERT's MLM decoder, T5). In a pipeline the last stage keeps its own copy and the two copies'
+  // gradients are summed once per step (Megatron-LM's embedding group; kiwi.torch's tied_embedding.py).
+  int64_t tied_embedding_bytes = 0;
   // Gradients + optimizer states (+ fp32 master weights) per byte of parameters: e.g. fp32 Adam = 3.
   double state_bytes_per_parameter_byte = 0.0;
   // Of which gradients (ZeRO-2 shards them, ZeRO-1 only the rest): 1 where they have the parameters' dtype.

@@ -19,8 +19,9 @@ int64_t Gpt(const TransformerConfig& c) {
   const int64_t h = c.hidden;
   const int64_t layers = c.layers * BiasedLayer(h, FfnSize(c));
   if (!c.embeddings) return layers;
-  // token + position embeddings, final layernorm, untied LM head.
-  return layers + c.vocab * h + c.seq * h + 2 * h + h * c.vocab;
+  // token + position embeddings, final layernorm, the LM head untied (Megatron's presets) or the word
+  // embedding (HuggingFace's GPT-2).
+  return layers + c.vocab * h + c.seq * h + 2 * h + (c.tied_embeddings ? 0 : h * c.vocab);
 }
 
 int64_t Bert(const TransformerConfig& c) {

@@ -88,6 +88,9 @@ Result<TransformerConfig> Gpt2(const Config& c) {
   KIWI_RETURN_IF_ERROR(ReadSizes(c, {{"n_layer"}, {"n_embd"}, {"n_head"}, {"n_inner"}, {"n_positions", "n_ctx"},
                                      {"vocab_size"}, 0, 1024, 50257},
                                  t));
+  Result<bool> tied = c.Bool("tie_word_embeddings", true);  // GPT2LMHeadModel's lm_head is wte
+  if (!tied) return tied.error();
+  t.tied_embeddings = *tied;
   return t;
 }
 

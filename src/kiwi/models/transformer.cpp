@@ -79,10 +79,11 @@ NodeId RelativeBias(GraphBuilder& gb, const std::string& name, int64_t sq, int64
 
 Result<ir::Graph> BuildGpt(const TransformerConfig& c) {
   GraphBuilder gb("gpt", c.dtype);
-  NodeId x;
+  NodeId x, word = ir::kNoNode;
   if (c.embeddings) {
     gb.Enter(-1, "embed");
-    x = TokenEmbedding(gb, "tokens", gb.Parameter("word.weight", {c.vocab, c.hidden}), c.batch, c.seq);
+    word = gb.Parameter("word.weight", {c.vocab, c.hidden});
+    x = TokenEmbedding(gb, "tokens", word, c.batch, c.seq);
     x = Binary(gb, "add", "positions", x, gb.Parameter("position.weight", {c.seq, c.hidden}));
     x = Dropout(gb, "dropout", x, DropoutP(c));
   } else {
@@ -92,7 +93,9 @@ Result<ir::Graph> BuildGpt(const TransformerConfig& c) {
   for (int i = 0; i < c.layers; ++i) x = TransformerLayer(gb, i, x, layer);
   if (c.embeddings) {
     gb.Enter(-1, "head");
-    x = Linear(gb, "lm_head", Norm(gb, "final_norm", x, NormKind::kLayerNorm), c.vocab, false);  // untied
+    x = Norm(gb, "final_norm", x, NormKind::kLayerNorm);
+    x = c.tied_embeddings ? Matmul(gb, "lm_head", x, word, ir::kNoNode, /*transpose_b=*/true)  // HuggingFace's GPT-2
+                          : Linear(gb, "lm_head", x, c.vocab, false);                          // Megatron's presets
   }
   LossHead(gb, x);
   return std::move(gb).Finish();
@@ -222,9 +225,12 @@ Status Positive(int64_t value, const char* field) {
 }
 
 Status ValidateFamily(const TransformerConfig& c) {
-  if ((c.qkv_bias || c.tied_embeddings || c.qk_norm) && c.family != Family::kLlama)
-    return BadInput(fmt::format("{}: only llama-style models take it, not {}",
-                                c.qkv_bias ? "qkv_bias" : c.tied_embeddings ? "tied_embeddings" : "qk_norm", FamilyName(c.family)));
+  if ((c.qkv_bias || c.qk_norm) && c.family != Family::kLlama)
+    return BadInput(fmt::format("{}: only llama-style models take it, not {}", c.qkv_bias ? "qkv_bias" : "qk_norm",
+                                FamilyName(c.family)));
+  if (c.tied_embeddings && c.family != Family::kLlama && c.family != Family::kGpt)
+    return BadInput(fmt::format("tied_embeddings: only GPT- and llama-style models take it, not {} (whose heads are "
+                                "tied by their architecture)", FamilyName(c.family)));
   if (c.attention == AttentionKernel::kFused && HasRelativePositionBias(c.family))
     return BadInput(fmt::format("attention: fused attention has no relative position bias, which {} "
                                 "adds to its scores (use materialized)", FamilyName(c.family)));

@@ -216,6 +216,7 @@ json TrafficJson(const sim::LayerTraffic& t) {
           {"expert_step_all_gather_bytes", t.expert_step_all_gather_bytes},
           {"ring_bytes", t.ring_bytes},                         {"ring_sends", t.ring_sends},
           {"ulysses_bytes", t.ulysses_bytes},                   {"ulysses_all_to_alls", t.ulysses_all_to_alls},
+          {"tied_all_reduce_bytes", t.tied_all_reduce_bytes},
           {"context_reshard_bytes", t.context_reshard_bytes}};
 }
 

@@ -205,6 +205,19 @@ cost::PlacedLayer PlaceOther(const cost::LayerProfile& profile, const cost::Plac
   return other;
 }
 
+// The embeddings beside the first layer and the head beside the last, as a pipeline of `pp` stages
+// holds them: the head with a tied embedding's copy, both ends summing its gradient (cost::PipelinedHead).
+cost::PlacedLayer PlaceEmbedding(const cost::LayerModel& model, int pp, const cost::PlacedLayer& first) {
+  cost::PlacedLayer e = PlaceOther(model.embedding, first);
+  if (pp > 1) e.tied_copy_bytes = model.tied_embedding_bytes;
+  return e;
+}
+cost::PlacedLayer PlaceHead(const cost::LayerModel& model, int pp, const cost::PlacedLayer& last) {
+  cost::PlacedLayer h = PlaceOther(cost::PipelinedHead(model, pp), last);
+  if (pp > 1) h.tied_copy_bytes = model.tied_embedding_bytes;
+  return h;
+}
+
 Result<std::vector<cost::PlacedLayer>> PlaceLayers(const cost::LayerModel& model, const LayerPlan& plan,
                                              const cost::Cluster& cluster) {
   const int64_t microbatch = plan.global_batch / plan.micro_batches;
@@ -259,12 +272,12 @@ Result<PricedStage> CostStage(const cost::LayerModel& model, const LayerPlan& pl
     const cost::StageCost before = c;
     std::vector<const cost::PlacedLayer*> layers;
     if (k == 0 && !IsEmpty(model.embedding)) {
-      embedding = PlaceOther(model.embedding, placed.front());
+      embedding = PlaceEmbedding(model, plan.pp_degree, placed.front());
       layers.push_back(&embedding);
     }
     for (int i = span.first; i < span.first + span.count; ++i) layers.push_back(&placed[static_cast<size_t>(i)]);
     if (k == last_chunk && !IsEmpty(model.head)) {
-      head = PlaceOther(model.head, placed.back());
+      head = PlaceHead(model, plan.pp_degree, placed.back());
       layers.push_back(&head);
     }
     cost::StageMemory memory;
@@ -422,6 +435,7 @@ LayerTraffic TrafficOf(const cost::PlacedLayer& layer, int micro_batches) {
   t.all_to_all_bytes = c.all_to_all_bytes * t.all_to_alls;
   t.ring_sends = (c.ring_sends + c.ring_sends_recomputed) * micro_batches;
   t.ring_bytes = c.ring_bytes * t.ring_sends;
+  t.tied_all_reduce_bytes = c.tied_all_reduce_bytes;
   if (c.ulysses_out_bytes > 0) {  // a pair each pass (the forward's again when recomputed)
     const int pairs = (2 + (c.ulysses_recomputed ? 1 : 0)) * micro_batches;
     t.ulysses_all_to_alls = 2 * pairs;
@@ -449,8 +463,8 @@ Result<PlanTraffic> LayerPlanTraffic(const cost::LayerModel& model, const LayerP
     traffic.layers.back().context_reshard_bytes = 2 * m * cost::ContextReshardBytes(placed[i - 1], placed[i]);
   }
   // as CostStage places them: the first layer's strategy, the last layer's; never checkpointed
-  if (!IsEmpty(model.embedding)) traffic.embedding = TrafficOf(PlaceOther(model.embedding, placed.front()), m);
-  if (!IsEmpty(model.head)) traffic.head = TrafficOf(PlaceOther(model.head, placed.back()), m);
+  if (!IsEmpty(model.embedding)) traffic.embedding = TrafficOf(PlaceEmbedding(model, plan.pp_degree, placed.front()), m);
+  if (!IsEmpty(model.head)) traffic.head = TrafficOf(PlaceHead(model, plan.pp_degree, placed.back()), m);
   for (int s = 0; s < plan.pp_degree; ++s) {
     int64_t forward = 0, backward = 0;
     for (const StageSpan& span : ChunksOf(plan, stages, s)) {

@@ -122,6 +122,8 @@ struct LayerTraffic {
   // Ulysses in place of the ring: its all-to-alls (forward + backward + recomputation) and their bytes.
   int ulysses_all_to_alls = 0;
   int64_t ulysses_bytes = 0;
+  // A tied embedding's gradient summed with the other pipeline end's copy, once per step (embedding, head).
+  int64_t tied_all_reduce_bytes = 0;
   int tp_all_reduces = 0;                // calls per iteration
   int sp_collectives = 0;                // sequence-parallel all-gathers + reduce-scatters per iteration
   int sdp_all_gathers = 0;

@@ -108,10 +108,12 @@ Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
           PriceLayer({in.types->profiles[static_cast<size_t>(k)], s, **mesh, per_replica}, *in.model, *in.cost_model);
     plan::LayerStrategy other_strategy = s;  // as the simulator places them (layer_simulator.cpp PlaceOther)
     other_strategy.checkpoint = false;
+    // With stages, a tied embedding's copy on the last one and its gradient all-reduce at both ends.
+    const int64_t tied = pp_ > 1 ? in.model->tied_embedding_bytes : 0;
     embedding_[static_cast<size_t>(j)] =
-        PriceLayer({in.model->embedding, other_strategy, **mesh, per_replica}, *in.model, *in.cost_model);
-    head_[static_cast<size_t>(j)] =
-        PriceLayer({in.model->head, other_strategy, **mesh, per_replica}, *in.model, *in.cost_model);
+        PriceLayer({in.model->embedding, other_strategy, **mesh, per_replica, tied}, *in.model, *in.cost_model);
+    head_[static_cast<size_t>(j)] = PriceLayer(
+        {cost::PipelinedHead(*in.model, pp_), other_strategy, **mesh, per_replica, tied}, *in.model, *in.cost_model);
     by_layout[static_cast<size_t>(LayoutIndex(j))] = {in.types->profiles.front(), s, **mesh, per_replica};
     have_layout[static_cast<size_t>(LayoutIndex(j))] = true;
   }
