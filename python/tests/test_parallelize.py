@@ -32,6 +32,7 @@ JOBS = {
 # Pipelined (model, layers, micro-batches, partition, schedule[, virtual stages])
 ZERO3_PIPELINED = "llama PP2 x ZeRO-3+CKPT, ZeRO-1 (1F1B)"
 GPT2_PIPELINED = ["gpt2 PP2 x ZeRO-2 (1F1B)", "gpt2 PP2 x ZeRO-3, DP (1F1B)", "gpt2 PP4 (GPipe)"]
+BERT_PIPELINED = "bert PP2 x ZeRO-2+CKPT, ZeRO-1 (1F1B)"
 INTERLEAVED = "llama PP2 x 2 chunks, ZeRO-1+CKPT, DP, DP, ZeRO-1 (interleaved 1F1B)"
 PIPELINED = {
     ZERO3_PIPELINED: ("llama", [(1, 2, 3, True)] * 2 + [(1, 2, 1, False)] * 2, 4, [2, 2], "1f1b"),
@@ -47,6 +48,9 @@ PIPELINED = {
     GPT2_PIPELINED[0]: ("gpt2", [(1, 2, 2, False)] * 4, 4, [2, 2], "1f1b"),
     GPT2_PIPELINED[1]: ("gpt2", [(1, 2, 3, False)] * 2 + [(1, 2, 0, False)] * 2, 2, [2, 2], "1f1b"),
     GPT2_PIPELINED[2]: ("gpt2", [(1, 1, 0, False)] * 4, 4, [1, 1, 1, 1], "gpipe"),
+    # an encoder: BERT's embeddings module on the first stage, its MLM head (decoder tied to the word
+    # embedding) on the last
+    BERT_PIPELINED: ("bert", [(1, 2, 2, True)] * 2 + [(1, 2, 1, False)] * 2, 4, [2, 2], "1f1b"),
 }
 
 
@@ -168,6 +172,13 @@ def test_gpt2_tp_all_reduces_are_kiwis(runs, tmp_path):
     assert per_rank[0].get(("tp", "all_reduce"), 0) == layers > 0
 
 
+def _vision_encoder():
+    import transformers as tf
+    torch.manual_seed(0)
+    return tf.ViTForImageClassification(tf.ViTConfig(hidden_size=64, num_hidden_layers=4, num_attention_heads=4,
+                                                     intermediate_size=128, image_size=32, patch_size=8))
+
+
 def _gpt2_fields(tmp_path):
     import transformers as tf
     config = str(tmp_path / "gpt2.json")
@@ -234,6 +245,42 @@ def test_gpt2_pipeline_sends_are_kiwis_and_the_tied_copies_sum_once(runs, tmp_pa
             assert counted == (own * 64 * 4 if ends else 0), stage
         else:
             assert counted == measured.get(("tied", "all_reduce"), 0), stage
+
+
+def test_bert_pipeline_sends_and_tied_copies_are_kiwis(runs, tmp_path):
+    """BERT in two stages (its embeddings module on the first, its MLM head on the last): each stage's sends,
+    its DP/ZeRO collectives and the tied word embedding's all-reduce (ZeRO-2's rows on the first stage,
+    ZeRO-1's on the last: both shard it) equal kiwi's count for a BERT config of the same sizes, but for one
+    gap: kiwi sizes the learned position table by the sequence length (16 rows), the model has
+    max_position_embeddings (32): the first stage's ZeRO-2 reduce-scatters (and all-gathers after the step)
+    the 16 x 64 x 4 bytes of its other rows that kiwi does not count."""
+    import transformers as tf
+    from kiwi import _kiwi
+    _, plan, (_, _, per_rank) = runs[BERT_PIPELINED]
+    config = str(tmp_path / "bert.json")
+    tf.BertConfig(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128,
+                  vocab_size=h.VOCAB, max_position_embeddings=2 * h.SEQ).to_json_file(config)
+    fields = dict(hf_config=config, cluster=CLUSTER, model_flags={"seq": h.SEQ, "batch": h.BATCH, "dtype": "fp32"})
+    traffic = json.loads(_kiwi.layer_plan_report(json.dumps(dict(plan, **fields)), "", ""))["traffic"]
+    layer = plan["layer"]
+    ranks_per_stage = WORLD // layer["pp_degree"]
+    for stage in range(layer["pp_degree"]):
+        measured = per_rank[stage * ranks_per_stage]
+        assert measured.get(("pp", "send"), 0) == \
+            traffic["send_forward_bytes"][stage] + traffic["send_backward_bytes"][stage] > 0
+        units = [traffic["layers"][i] for i in range(2 * stage, 2 * stage + 2)]
+        units += [traffic["embedding"]] if stage == 0 else [traffic["head"]]
+        micro_batches = layer["micro_batches"]
+        rows_kiwi_omits = 2 * h.SEQ - h.SEQ  # max_position_embeddings - seq
+        # collectives are counted by their whole (unsharded) buffer: a reduce-scatter every micro-batch (ZeRO-2)
+        # and the all-gather of the updated parameters after the step
+        gap = {("dp", "reduce_scatter"): rows_kiwi_omits * 64 * 4 * micro_batches if stage == 0 else 0,
+               ("dp", "all_gather"): rows_kiwi_omits * 64 * 4 if stage == 0 else 0}
+        for kind, fields_ in ((("dp", "reduce_scatter"), ("sdp_reduce_scatter_bytes",)),
+                              (("dp", "all_gather"), ("sdp_all_gather_bytes", "step_all_gather_bytes")),
+                              (("tied", "all_reduce"), ("tied_all_reduce_bytes",))):
+            counted = sum(u[f] for u in units for f in fields_)
+            assert measured.get(kind, 0) == counted + gap.get(kind, 0) and counted > 0, (stage, kind)
 
 
 def test_the_job_command_prints_measured_beside_kiwi(kiwi_plan, tmp_path, capsys):
@@ -320,8 +367,10 @@ def test_what_cannot_run_as_planned_names_the_module_or_field():
     from kiwi.torch.parallel import check_plan
     pipelined = _pipelined([(1, 2, 0, False)] * 4, 2, [2, 2], "1f1b")
     check_plan(h.build("gpt2"), pipelined, WORLD)                                # tied, learned positions: runs
-    with pytest.raises(PlanError, match=r"layer.pp_degree: .*BertForMaskedLM has no final norm .*no positions"):
-        check_plan(h.build("bert"), pipelined, WORLD)                            # an encoder: no stages
+    check_plan(h.build("bert"), pipelined, WORLD)                                # an encoder: runs (PIPELINED)
+    vit = _vision_encoder()
+    with pytest.raises(PlanError, match=r"layer.pp_degree: .*ViTForImageClassification has no output embedding"):
+        check_plan(vit, pipelined, WORLD)                                        # no vocabulary: no stages
     eager = h.build("gpt2")
     eager.config._attn_implementation = "eager"
     with pytest.raises(PlanError, match="layer.pp_degree: .*not 'eager'"):      # unmasked eager is not causal

@@ -10,8 +10,12 @@ from kiwi.torch.distributed.plan import PlanError
 def vocabulary_ends(model: torch.nn.Module) -> Tuple[Optional[torch.nn.Module], Optional[torch.nn.Module], bool]:
     """(input embedding, output head, tied) as the model names them (HuggingFace's get_input_embeddings /
     get_output_embeddings; None where it names none); tied: both share one weight."""
-    embed = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    def found(getter: str) -> Optional[torch.nn.Module]:
+        try:  # a pipeline stage may have dropped the module the getter walks through (BERT's cls)
+            return getattr(model, getter)() if hasattr(model, getter) else None
+        except AttributeError:
+            return None
+    embed, head = found("get_input_embeddings"), found("get_output_embeddings")
     weight = getattr(head, "weight", None)
     return embed, head, weight is not None and weight is getattr(embed, "weight", None)
 

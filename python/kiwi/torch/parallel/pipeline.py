@@ -1,9 +1,10 @@
-"""Pipeline stages of a HuggingFace decoder language model with torch.distributed.pipelining: each stage
-keeps its plan layers' blocks (the embedding on the first, the final norm and the head on the last) in
-one model chunk, or with interleaved 1F1B (`virtual_stages` v > 1) in v chunks placed as kiwi places them
-(chunk c on stage c % pp_degree), each run as the model's own forward does (rotary position embeddings
-per chunk, or GPT-2's learned positions on the first; causal attention); 1F1B, GPipe or interleaved 1F1B over the plan's micro-batches, the model's
-own loss on the last stage."""
+"""Pipeline stages of a HuggingFace decoder language model, or of a BERT-style masked language model, with
+torch.distributed.pipelining: each stage keeps its plan layers' blocks (the embedding on the first, the final
+norm and the head on the last) in one model chunk, or with interleaved 1F1B (`virtual_stages` v > 1) in v
+chunks placed as kiwi places them (chunk c on stage c % pp_degree), each run as the model's own forward does
+(rotary position embeddings per chunk, or GPT-2's learned positions on the first; causal attention; an
+encoder's embeddings module on the first and its MLM head on the last, attention unmasked); 1F1B, GPipe or
+interleaved 1F1B over the plan's micro-batches, the model's own loss on the last stage."""
 from typing import Callable, List, NamedTuple, Optional
 
 import torch
@@ -23,28 +24,64 @@ class DecoderParts(NamedTuple):
     positions: Optional[torch.nn.Module]
     dropout: Optional[torch.nn.Module]
     rotary: Optional[torch.nn.Module]
-    norm: torch.nn.Module
+    norm: Optional[torch.nn.Module]
     head: torch.nn.Module
     tied: bool
+    # An encoder (BERT): its embeddings module, run whole on the first chunk (words, positions, token
+    # types, their norm), and the head module around the vocabulary projection (the MLM transform and
+    # decoder), run whole on the last; None for a decoder.
+    embeddings: Optional[torch.nn.Module] = None
+    head_block: Optional[torch.nn.Module] = None
+
+    @property
+    def encoder(self) -> bool:
+        return self.embeddings is not None
 
 
 _NORMS = ("norm", "ln_f")  # Llama, Mistral, Qwen2 / GPT-2, GPT-J, GPT-Neo
 
 
+def _parent(root: torch.nn.Module, module: Optional[torch.nn.Module]) -> Optional[torch.nn.Module]:
+    """The module of `root`'s tree that holds `module` as a direct child."""
+    if module is None:
+        return None
+    return next((m for m in root.modules() if any(c is module for c in m.children())), None)
+
+
+def _encoder_parts(model: torch.nn.Module, base: torch.nn.Module, embed: torch.nn.Module,
+                   head: torch.nn.Module) -> Optional[tuple]:
+    """(embeddings module, head module) of a BERT-style encoder: the module holding the input embedding
+    (not the blocks' own parent, which a decoder's embedding shares), and the model's child that holds the
+    output embedding; None when the model is not shaped so."""
+    embeddings = _parent(model, embed)
+    if embeddings is None or embeddings is base or embeddings is model:
+        return None
+    head_block = next((c for c in model.children() if any(m is head for m in c.modules())), None)
+    if head_block is None or any(m is base for m in head_block.modules()):
+        return None
+    return embeddings, head_block
+
+
 def decoder_parts(model: torch.nn.Module, blocks: torch.nn.ModuleList, source: str) -> DecoderParts:
     """The DecoderParts of a decoder language model: embedding and head by get_input_embeddings /
     get_output_embeddings, the final norm, positions and rotary embedding by the base model's attributes;
-    a PlanError naming layer.pp_degree and what is missing otherwise."""
-    base = next((m for m in model.modules() if any(c is blocks for c in m.children())), None)
+    of an encoder (BERT's masked language model) its embeddings module and head module instead; a PlanError
+    naming layer.pp_degree and what is missing otherwise."""
+    base = _parent(model, blocks)
     embed, head, tied = vocabulary_ends(model)
     norm = next((getattr(base, n) for n in _NORMS if isinstance(getattr(base, n, None), torch.nn.Module)), None)
     rotary, positions = getattr(base, "rotary_emb", None), getattr(base, "wpe", None)
+    encoder = _encoder_parts(model, base, embed, head) if base is not None and embed is not None and \
+        head is not None and norm is None and rotary is None and positions is None else None
+    if encoder is not None:
+        return DecoderParts(base, embed, None, None, None, None, head, tied, *encoder)
     missing = [what for what, found in (("module holding the blocks", base), ("input embedding", embed),
                                         ("output embedding (head)", head), ("final norm (norm, ln_f)", norm),
                                         ("positions (rotary_emb or wpe)", rotary or positions)) if found is None]
     if missing:
         raise PlanError(f"{source}: layer.pp_degree: kiwi.torch.parallelize splits pipeline stages of decoder "
-                        f"language models; {type(model).__name__} has no {', no '.join(missing)}")
+                        f"language models and BERT-style encoders; {type(model).__name__} has no "
+                        f"{', no '.join(missing)}")
     attention = getattr(getattr(model, "config", None), "_attn_implementation", None)
     if attention == "eager":  # the chunks pass no mask: only SDPA / flash attention are then causal
         raise PlanError(f"{source}: layer.pp_degree: pipeline stages run attention without a mask, causal with "
@@ -61,18 +98,22 @@ class DecoderChunk(torch.nn.Module):
 
     def __init__(self, parts: DecoderParts, blocks: torch.nn.ModuleList, layers: List[int], first: bool, last: bool):
         super().__init__()
-        self.embed = parts.embed if first else None
+        self.embeddings = parts.embeddings if first and parts.encoder else None
+        self.embed = parts.embed if first and not parts.encoder else None
         self.positions = parts.positions if first else None
         self.dropout = parts.dropout if first else None
         self.blocks = torch.nn.ModuleList([blocks[i] for i in layers])
         self.norm = parts.norm if last else None
-        self.head = parts.head if last else None
+        self.head = parts.head if last and not parts.encoder else None
+        self.head_block = parts.head_block if last and parts.encoder else None
         self.tied_embed = parts.embed if last and parts.tied and not first else None
         self._rotary = (parts.rotary,)  # buffers only: shared by the chunks, not registered
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         positions = torch.arange(x.shape[1], device=x.device).unsqueeze(0)
         hidden = x
+        if self.embeddings is not None:  # an encoder's words, positions, token types and their norm
+            hidden = self.embeddings(x)
         if self.embed is not None:
             hidden = self.embed(x)
             if self.positions is not None:
@@ -87,6 +128,8 @@ class DecoderChunk(torch.nn.Module):
             else:
                 out = block(hidden, attention_mask=None, position_ids=positions, position_embeddings=rope)
             hidden = out[0] if isinstance(out, tuple) else out
+        if self.head_block is not None:  # an encoder's MLM transform and decoder
+            return self.head_block(hidden)
         return self.head(self.norm(hidden)) if self.head is not None else hidden
 
 
@@ -113,11 +156,16 @@ def stage_chunks(model: torch.nn.Module, parts: DecoderParts, blocks: torch.nn.M
     if 0 not in indices:
         _drop(parts.base, parts.positions)
         _drop(parts.base, parts.dropout)
-        if not (parts.tied and last_chunk in indices):
+        if parts.encoder:  # the embeddings module keeps only a tied copy's word embedding
+            keep = parts.embed if parts.tied and last_chunk in indices else None
+            for name, child in list(parts.embeddings.named_children()):
+                if child is not keep:
+                    setattr(parts.embeddings, name, None)
+        elif not (parts.tied and last_chunk in indices):
             _drop(parts.base, parts.embed)
     if last_chunk not in indices:
         _drop(parts.base, parts.norm)
-        _drop(model, parts.head)
+        _drop(model, parts.head_block if parts.encoder else parts.head)
     return chunks
 
 
