@@ -2,6 +2,7 @@
 // sizes per family, precision, overrides, the Llama 2 7B config giving the same model as the preset,
 // and errors naming the field.
 #include "kiwi/models/hf_config.h"
+#include "kiwi/models/transformer.h"
 
 #include <gtest/gtest.h>
 
@@ -36,6 +37,18 @@ TEST(HfConfig, Gpt2) {
   const TransformerConfig u = Transformer(ParseHfConfig(untied, "gpt2.json"));
   EXPECT_FALSE(u.tied_embeddings);
   EXPECT_EQ(ClosedFormParameterCount(u), 124'439'808 + 50257 * 768);
+  // Planned at a shorter sequence the position table keeps its n_positions rows (the sequence looks up
+  // the first 128), in the closed form and in the graph alike.
+  const TransformerConfig short_seq = Transformer(ParseHfConfig(kGpt2, "gpt2.json", {.seq = 128}));
+  EXPECT_EQ(short_seq.seq, 128);
+  EXPECT_EQ(short_seq.max_positions, 1024);
+  EXPECT_EQ(ClosedFormParameterCount(short_seq), 124'439'808);
+  Result<ir::Graph> g = BuildTransformerForward(short_seq);
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  int64_t parameters = 0;
+  for (const ir::Node& n : g->nodes())
+    if (n.kind == ir::OpKind::kParameter) parameters += n.output.NumElements();
+  EXPECT_EQ(parameters, 124'439'808);
 }
 
 TEST(HfConfig, LlamaTwoSevenBIsThePreset) {

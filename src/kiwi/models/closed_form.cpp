@@ -1,5 +1,6 @@
 // Closed-form parameter and activation counts, written independently of the builders so that tests
 // can check the builders against them (Narayanan et al. 2021 §5.1; Korthikanti et al. 2022 eq. 1).
+#include <algorithm>
 #include <array>
 
 #include "kiwi/models/builder.h"
@@ -21,14 +22,14 @@ int64_t Gpt(const TransformerConfig& c) {
   if (!c.embeddings) return layers;
   // token + position embeddings, final layernorm, the LM head untied (Megatron's presets) or the word
   // embedding (HuggingFace's GPT-2).
-  return layers + c.vocab * h + c.seq * h + 2 * h + (c.tied_embeddings ? 0 : h * c.vocab);
+  return layers + c.vocab * h + std::max(c.max_positions, c.seq) * h + 2 * h + (c.tied_embeddings ? 0 : h * c.vocab);
 }
 
 int64_t Bert(const TransformerConfig& c) {
   const int64_t h = c.hidden;
   const int64_t layers = c.layers * BiasedLayer(h, FfnSize(c));
   if (!c.embeddings) return layers;
-  const int64_t embeddings = c.vocab * h + c.seq * h + 2 * h + 2 * h;  // word, position, 2 types, layernorm
+  const int64_t embeddings = c.vocab * h + std::max(c.max_positions, c.seq) * h + 2 * h + 2 * h;  // word, position, 2 types, layernorm
   const int64_t mlm_head = h * h + h + 2 * h + c.vocab;               // transform, layernorm, decoder bias (tied)
   return layers + embeddings + mlm_head;
 }

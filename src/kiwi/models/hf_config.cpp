@@ -88,6 +88,7 @@ Result<TransformerConfig> Gpt2(const Config& c) {
   KIWI_RETURN_IF_ERROR(ReadSizes(c, {{"n_layer"}, {"n_embd"}, {"n_head"}, {"n_inner"}, {"n_positions", "n_ctx"},
                                      {"vocab_size"}, 0, 1024, 50257},
                                  t));
+  t.max_positions = t.seq;  // the table's rows, whatever sequence length is planned
   Result<bool> tied = c.Bool("tie_word_embeddings", true);  // GPT2LMHeadModel's lm_head is wte
   if (!tied) return tied.error();
   t.tied_embeddings = *tied;
@@ -100,6 +101,7 @@ Result<TransformerConfig> Bert(const Config& c) {
   KIWI_RETURN_IF_ERROR(ReadSizes(c, {{"num_hidden_layers"}, {"hidden_size"}, {"num_attention_heads"},
                                      {"intermediate_size"}, {"max_position_embeddings"}, {"vocab_size"}, 0, 512, 30522},
                                  t));
+  t.max_positions = t.seq;  // the table's rows, whatever sequence length is planned
   return t;
 }
 

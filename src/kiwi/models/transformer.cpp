@@ -2,6 +2,7 @@
 // is a stem (embeddings), a stack of TransformerLayer()s and a head; the blocks are shared.
 #include "kiwi/models/transformer.h"
 
+#include <algorithm>
 #include <array>
 #include <string>
 
@@ -77,6 +78,15 @@ NodeId RelativeBias(GraphBuilder& gb, const std::string& name, int64_t sq, int64
   return Transpose(gb, name, Embedding(gb, name + "_lookup", table, buckets), {2, 0, 1});
 }
 
+// GPT's and BERT's learned positions, [seq, hidden]: the whole table, or its first seq rows looked up
+// when the model has more (TransformerConfig::max_positions; HuggingFace's wpe(position_ids)).
+NodeId LearnedPositions(GraphBuilder& gb, const TransformerConfig& c) {
+  const int64_t rows = std::max(c.max_positions, c.seq);
+  const NodeId table = gb.Parameter("position.weight", {rows, c.hidden});
+  if (rows == c.seq) return table;
+  return Embedding(gb, "position_lookup", table, gb.Input("position_ids", ir::DType::kI64, {c.seq}));
+}
+
 Result<ir::Graph> BuildGpt(const TransformerConfig& c) {
   GraphBuilder gb("gpt", c.dtype);
   NodeId x, word = ir::kNoNode;
@@ -84,7 +94,7 @@ Result<ir::Graph> BuildGpt(const TransformerConfig& c) {
     gb.Enter(-1, "embed");
     word = gb.Parameter("word.weight", {c.vocab, c.hidden});
     x = TokenEmbedding(gb, "tokens", word, c.batch, c.seq);
-    x = Binary(gb, "add", "positions", x, gb.Parameter("position.weight", {c.seq, c.hidden}));
+    x = Binary(gb, "add", "positions", x, LearnedPositions(gb, c));
     x = Dropout(gb, "dropout", x, DropoutP(c));
   } else {
     x = HiddenInput(gb, "hidden", {c.batch, c.seq, c.hidden});
@@ -110,7 +120,7 @@ Result<ir::Graph> BuildBert(const TransformerConfig& c) {
     x = TokenEmbedding(gb, "tokens", word, c.batch, c.seq);
     x = Binary(gb, "add", "types", x,
                TokenEmbedding(gb, "token_types", gb.Parameter("type.weight", {2, c.hidden}), c.batch, c.seq));
-    x = Binary(gb, "add", "positions", x, gb.Parameter("position.weight", {c.seq, c.hidden}));
+    x = Binary(gb, "add", "positions", x, LearnedPositions(gb, c));
     x = Dropout(gb, "dropout", Norm(gb, "norm", x, NormKind::kLayerNorm), DropoutP(c));
   } else {
     x = HiddenInput(gb, "hidden", {c.batch, c.seq, c.hidden});

@@ -55,7 +55,10 @@ struct TransformerConfig {
   int64_t head_dim = 0;      // 0 = hidden / heads (Qwen3: 128 per head whatever the hidden size)
   bool qk_norm = false;      // an RMSNorm over each query and key head before rotary (Qwen3)
   bool qkv_bias = false;     // biases on the query, key and value projections only (Qwen2)
-  bool tied_embeddings = false;  // GPT, Llama families: the LM head is the word embedding (GPT-2, Llama 3.2 1B, Qwen2 0.5B)
+  bool tied_embeddings = false;
+  // GPT, BERT: the learned position table's rows (HuggingFace's n_positions, max_position_embeddings), of
+  // which the first seq are looked up; 0 (or at most seq): a table of seq rows, added whole.
+  int64_t max_positions = 0;  // GPT, Llama families: the LM head is the word embedding (GPT-2, Llama 3.2 1B, Qwen2 0.5B)
   int64_t ffn = 0;           // 0 = 4 * hidden; with experts: each expert's width
   // Mixture of experts (Llama family: Mixtral, Qwen3-MoE): every layer's MLP is `experts` SwiGLU
   // experts behind a softmax router that sends each token to its top_k (dropless, even load); 0: dense.
