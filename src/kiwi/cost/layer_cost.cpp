@@ -459,10 +459,11 @@ double TiedAllReduceSeconds(const PlacedLayer& l, const LayerCommunication& comm
   return CollectiveSeconds(cost_model, Collective::kAllReduce, comm.tied_all_reduce_bytes, pair, pp);
 }
 
-// What ring attention adds to each pass of a context-parallel layer: each of its cp - 1 hops sends the
-// next keys and values (backward with their gradients) while the attention block of the ones already
-// there runs (1 / cp of the pass's attention, Liu et al. 2023 §3), so a hop costs what its sends take
-// beyond that block.
+// What ring attention adds to each pass of a context-parallel layer: each of its ring - 1 hops
+// (plan::LayerStrategy::RingDegree: cp, or cp / u after Ulysses' all-to-alls) sends the next keys and
+// values (backward with their gradients) while the attention block of the ones already there runs (1 /
+// ring of the pass's attention, Liu et al. 2023 §3), so a hop costs what its sends take beyond that
+// block; Ulysses' all-to-alls add their pair each pass, hidden by nothing.
 struct RingSeconds {
   double forward = 0.0;
   double backward = 0.0;
