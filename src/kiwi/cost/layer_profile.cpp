@@ -678,10 +678,12 @@ std::optional<ZeroRuntime> ParseZeroRuntime(std::string_view name) {
   return std::nullopt;
 }
 
+int64_t TiedCopyBytes(const LayerModel& model, int pp) { return pp > 1 ? model.tied_embedding_bytes : 0; }
+
 LayerProfile PipelinedHead(const LayerModel& model, int pp) {
   LayerProfile head = model.head;
-  if (pp > 1 && model.tied_embedding_bytes > 0) {
-    head.parameter_bytes += model.tied_embedding_bytes;
+  if (const int64_t copy = TiedCopyBytes(model, pp); copy > 0) {
+    head.parameter_bytes += copy;
     ++head.parameter_tensors;
   }
   return head;

@@ -129,6 +129,9 @@ struct LayerModel;
 // parameters (LayerModel::tied_embedding_bytes; split over TP like the embedding's, sharded and stepped
 // with the head).
 LayerProfile PipelinedHead(const LayerModel& model, int pp);
+// The tied embedding's bytes each end of a `pp`-stage pipeline holds a copy of and all-reduces the gradient
+// of (cost::PlacedLayer::tied_copy_bytes): the whole tied table with stages, 0 without.
+int64_t TiedCopyBytes(const LayerModel& model, int pp);
 
 // What runs sharded data parallelism, by what a ZeRO-3 layer holds beside its shards while it runs:
 // kOneLayer ("kiwi": kiwi.torch.distributed, DeepSpeed/Galvatron-BMW Eq. 1) its whole parameters, then

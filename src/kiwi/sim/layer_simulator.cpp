@@ -209,12 +209,12 @@ cost::PlacedLayer PlaceOther(const cost::LayerProfile& profile, const cost::Plac
 // holds them: the head with a tied embedding's copy, both ends summing its gradient (cost::PipelinedHead).
 cost::PlacedLayer PlaceEmbedding(const cost::LayerModel& model, int pp, const cost::PlacedLayer& first) {
   cost::PlacedLayer e = PlaceOther(model.embedding, first);
-  if (pp > 1) e.tied_copy_bytes = model.tied_embedding_bytes;
+  e.tied_copy_bytes = cost::TiedCopyBytes(model, pp);
   return e;
 }
 cost::PlacedLayer PlaceHead(const cost::LayerModel& model, int pp, const cost::PlacedLayer& last) {
   cost::PlacedLayer h = PlaceOther(cost::PipelinedHead(model, pp), last);
-  if (pp > 1) h.tied_copy_bytes = model.tied_embedding_bytes;
+  h.tied_copy_bytes = cost::TiedCopyBytes(model, pp);
   return h;
 }
 

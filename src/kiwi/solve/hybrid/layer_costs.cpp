@@ -109,7 +109,7 @@ Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
     plan::LayerStrategy other_strategy = s;  // as the simulator places them (layer_simulator.cpp PlaceOther)
     other_strategy.checkpoint = false;
     // With stages, a tied embedding's copy on the last one and its gradient all-reduce at both ends.
-    const int64_t tied = pp_ > 1 ? in.model->tied_embedding_bytes : 0;
+    const int64_t tied = cost::TiedCopyBytes(*in.model, pp_);
     embedding_[static_cast<size_t>(j)] =
         PriceLayer({in.model->embedding, other_strategy, **mesh, per_replica, tied}, *in.model, *in.cost_model);
     head_[static_cast<size_t>(j)] = PriceLayer(
