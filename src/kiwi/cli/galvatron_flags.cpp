@@ -1,5 +1,7 @@
 #include "kiwi/cli/galvatron_flags.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "kiwi/cli/common.h"
@@ -65,23 +67,10 @@ Result<LayerProblem> GalvatronFlags::Load(cost::Cluster base, int64_t memory_bud
   mo.seq = seq;
   mo.sequence_parallel = sequence_parallel;
   mo.hidden = hidden;
-  if (!precision.empty()) {
-    mo.precision = io::ParseGalvatronPrecision(precision);
-    if (!mo.precision)
-      return BadInput(fmt::format("--galvatron-precision: '{}' is not one of {}", precision, io::kGalvatronPrecisionNames));
-  }
-  if (!time_mode.empty()) {
-    const std::optional<io::GalvatronTimeMode> mode = io::ParseGalvatronTimeMode(time_mode);
-    if (!mode)
-      return BadInput(fmt::format("--galvatron-time-mode: '{}' is not one of {}", time_mode, io::kGalvatronTimeModeNames));
-    mo.time_mode = *mode;
-  }
-  if (!memory_mode.empty()) {
-    const std::optional<io::GalvatronMemoryMode> mode = io::ParseGalvatronMemoryMode(memory_mode);
-    if (!mode)
-      return BadInput(fmt::format("--galvatron-memory-mode: '{}' is not one of {}", memory_mode,
-                                  io::kGalvatronMemoryModeNames));
-    mo.memory_mode = *mode;
+  if (std::optional<io::GalvatronNameError> bad = io::SetGalvatronNames(precision, time_mode, memory_mode, mo)) {
+    std::string flag = fmt::format("--galvatron-{}", bad->key);
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    return BadInput(fmt::format("{}: {}", flag, bad->message));
   }
   if ((mo.time_mode == io::GalvatronTimeMode::kSequence || mo.memory_mode == io::GalvatronMemoryMode::kSequence) &&
       seq <= 0)

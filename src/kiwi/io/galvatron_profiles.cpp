@@ -462,6 +462,28 @@ std::optional<GalvatronMemoryMode> ParseGalvatronMemoryMode(std::string_view nam
   return std::nullopt;
 }
 
+std::optional<GalvatronNameError> SetGalvatronNames(std::string_view precision, std::string_view time_mode,
+                                                    std::string_view memory_mode, GalvatronModelOptions& options) {
+  const auto unknown = [](std::string_view key, std::string_view name, std::string_view names) {
+    return GalvatronNameError{key, fmt::format("'{}' is not one of {}", name, names)};
+  };
+  if (!precision.empty()) {
+    options.precision = ParseGalvatronPrecision(precision);
+    if (!options.precision) return unknown("precision", precision, kGalvatronPrecisionNames);
+  }
+  if (!time_mode.empty()) {
+    const std::optional<GalvatronTimeMode> mode = ParseGalvatronTimeMode(time_mode);
+    if (!mode) return unknown("time_mode", time_mode, kGalvatronTimeModeNames);
+    options.time_mode = *mode;
+  }
+  if (!memory_mode.empty()) {
+    const std::optional<GalvatronMemoryMode> mode = ParseGalvatronMemoryMode(memory_mode);
+    if (!mode) return unknown("memory_mode", memory_mode, kGalvatronMemoryModeNames);
+    options.memory_mode = *mode;
+  }
+  return std::nullopt;
+}
+
 std::optional<GalvatronPrecision> GalvatronPrecisionOfFile(std::string_view path) {
   const size_t slash = path.find_last_of('/');
   const std::string_view name = slash == std::string_view::npos ? path : path.substr(slash + 1);

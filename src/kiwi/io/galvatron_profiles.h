@@ -76,6 +76,16 @@ struct GalvatronModelOptions {
   GalvatronMemoryMode memory_mode = GalvatronMemoryMode::kStatic;
 };
 
+// A Galvatron reading name not known: its key ("precision", "time_mode", "memory_mode") and why.
+struct GalvatronNameError {
+  std::string_view key;
+  std::string message;
+};
+// Sets `options`' precision and modes from their names as flags and plan files spell them ("" keeps the
+// default); the first name not known is the error.
+std::optional<GalvatronNameError> SetGalvatronNames(std::string_view precision, std::string_view time_mode,
+                                                    std::string_view memory_mode, GalvatronModelOptions& options);
+
 struct GalvatronProfileTexts {
   std::string_view computation, memory;
   std::string computation_source, memory_source;

@@ -164,16 +164,17 @@ Result<plan::LayerStrategy> ReadLayerStrategy(const Json& entry, const JsonPath&
   // "ulysses": the Ulysses degree within the CP group; true (the first spelling) is all of it.
   int64_t ulysses = 1;
   if (const Json* u = FindField(entry, "ulysses")) {
+    bool asked = false;  // true asks for Ulysses even where cp 1 makes "all of cp" a degree of 1
     if (u->is_boolean()) {
-      if (u->get<bool>() && *cp < 2)
-        return at.BadKey("ulysses", fmt::format("Ulysses needs cp above 1 and tp 1 (cp {}, tp {})", *cp, *tp));
-      ulysses = u->get<bool>() ? *cp : 1;
+      asked = u->get<bool>();
+      ulysses = asked ? *cp : 1;
     } else {
       Result<int64_t> degree = ReadInt(*u, at.Key("ulysses"), kDegreeRange);
       if (!degree) return at.BadKey("ulysses", "must be the Ulysses degree (an integer dividing cp) or true (all of cp)");
       ulysses = *degree;
+      asked = ulysses > 1;
     }
-    if (ulysses > 1 && (*cp < 2 || *tp != 1))
+    if (asked && (*cp < 2 || *tp != 1))
       return at.BadKey("ulysses", fmt::format("Ulysses needs cp above 1 and tp 1 (cp {}, tp {})", *cp, *tp));
     if (*cp % ulysses != 0) return at.BadKey("ulysses", fmt::format("{} does not divide cp {}", ulysses, *cp));
   }
@@ -382,16 +383,15 @@ Result<plan::GalvatronSource> ReadGalvatronSource(const Json& j, const JsonPath&
     *field = *v;
   }
   // The names the Galvatron flags take ("": their default), checked as they are.
-  for (auto [key, field, known] :
-       {std::tuple{"precision", &g.precision, +[](std::string_view n) { return ParseGalvatronPrecision(n).has_value(); }},
-        std::tuple{"time_mode", &g.time_mode, +[](std::string_view n) { return ParseGalvatronTimeMode(n).has_value(); }},
-        std::tuple{"memory_mode", &g.memory_mode,
-                   +[](std::string_view n) { return ParseGalvatronMemoryMode(n).has_value(); }}}) {
+  for (auto [key, field] : {std::pair{"precision", &g.precision}, std::pair{"time_mode", &g.time_mode},
+                            std::pair{"memory_mode", &g.memory_mode}}) {
     Result<std::string> v = StringFieldOr(j, at, key, "");
     if (!v) return v.error();
-    if (!v->empty() && !known(*v)) return at.BadKey(key, fmt::format("'{}' is not a Galvatron {}", *v, key));
     *field = std::move(*v);
   }
+  GalvatronModelOptions checked;
+  if (std::optional<GalvatronNameError> bad = SetGalvatronNames(g.precision, g.time_mode, g.memory_mode, checked))
+    return at.BadKey(bad->key, bad->message);
   Result<bool> sp = BoolFieldOr(j, at, "sequence_parallel", false);
   if (!sp) return sp.error();
   g.sequence_parallel = *sp;
