@@ -103,7 +103,7 @@ TEST(PlanAll, NeverSlowerThanAnyMethodAndItsBestFits) {
 }
 
 // Planned for FSDP2 (--runtime fsdp2), every planner's plan is one kiwi.torch.parallelize runs: one TP
-// degree for all layers, no recompute sets, offloading, context or expert parallelism; kiwi's is the
+// degree for all layers, no offloading, context or expert parallelism; kiwi's is the
 // fastest of its searches with the TP degree fixed (brute force over the degrees, same restrictions) and
 // no faster than its unrestricted search.
 TEST(PlanAll, Fsdp2PlansAreWhatParallelizeRuns) {
@@ -127,7 +127,6 @@ TEST(PlanAll, Fsdp2PlansAreWhatParallelizeRuns) {
       if (!candidate.found) continue;
       for (const plan::LayerStrategy& s : candidate.plan.layers) {
         EXPECT_EQ(s.tp, candidate.plan.layers.front().tp) << candidate.name;
-        EXPECT_FALSE(s.RecomputesSet()) << candidate.name;
         EXPECT_FALSE(s.offload) << candidate.name;
         EXPECT_EQ(s.cp, 1) << candidate.name;
         EXPECT_EQ(s.ep, 1) << candidate.name;
@@ -144,7 +143,6 @@ TEST(PlanAll, Fsdp2PlansAreWhatParallelizeRuns) {
       o.global_batch = batch;
       o.tp = tp;
       o.offload = o.context_parallel = o.expert_parallel = false;
-      o.recompute_sets = 0;
       Result<HybridSearchResult> r = SearchHybridPlan(b->model, b->cluster, b->cost_model, o);
       ASSERT_TRUE(r) << r.error().message;
       if (r->feasible) fastest = std::max(fastest, r->simulated.throughput_samples_per_second);

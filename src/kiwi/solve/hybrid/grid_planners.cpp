@@ -89,7 +89,7 @@ std::vector<NamedLayerPlan> FsdpPlans(const cost::LayerModel& model, const cost:
 }  // namespace
 
 UniformPlanOptions UniformSpace(const cost::LayerModel& model, const cost::Cluster& cluster, int64_t batch) {
-  // FSDP2's plans are kiwi.torch.parallelize's: no expert or context parallelism, no recompute sets
+  // FSDP2's plans are kiwi.torch.parallelize's: no expert or context parallelism
   const bool parallelize = model.zero_runtime == cost::ZeroRuntime::kFsdp2;
   return {.num_layers = static_cast<int>(model.layers.size()),
           .num_devices = cluster.NumDevices(),
@@ -97,8 +97,7 @@ UniformPlanOptions UniformSpace(const cost::LayerModel& model, const cost::Clust
           .allow_selective_recompute = model.HasAttentionCore(),
           .experts = parallelize ? 0 : UniformExperts(model),
           .context_sequence = parallelize ? 0 : model.ContextParallelSequence(),
-          .recompute_sets = parallelize ? std::vector<std::vector<std::string>>{}
-                                        : remat::CommonRecomputeSets(model.layers, HybridSearchOptions::kDefaultRecomputeSets),
+          .recompute_sets = remat::CommonRecomputeSets(model.layers, HybridSearchOptions::kDefaultRecomputeSets),
           .max_tp = cluster.devices_per_node,
           .compact = true};
 }

@@ -503,13 +503,12 @@ Result<HybridSearchResult> SearchOnce(const cost::LayerModel& model, const cost:
 }
 
 // A model FSDP2 runs (cost::ZeroRuntime::kFsdp2) is planned for kiwi.torch.parallelize: the space narrowed
-// to what it runs (one TP mesh: every layer's TP degree the same; no recompute sets, offloading, context
-// or expert parallelism), searched once per TP degree unless one is given, each search wanting only plans
+// to what it runs (one TP mesh: every layer's TP degree the same; no offloading, context or expert
+// parallelism; recompute sets it runs, kiwi.torch.parallel.recompute_sets), searched once per TP degree unless one is given, each search wanting only plans
 // faster than the best so far; the fastest wins (proven when every search is).
 Result<HybridSearchResult> SearchForParallelize(const cost::LayerModel& model, const cost::Cluster& cluster,
                                                 const cost::CostModel& cost_model, HybridSearchOptions options) {
   options.offload = options.context_parallel = options.expert_parallel = false;
-  options.recompute_sets = 0;
   if (options.tp > 0) return SearchOnce(model, cluster, cost_model, options);
   const auto start = std::chrono::steady_clock::now();
   HybridSearchResult best;

@@ -132,8 +132,8 @@ struct HybridSearchResult {
 
 // kBadInput for a budget or batch that is not positive or a model without layers. A model FSDP2 runs
 // (cost::ZeroRuntime::kFsdp2) gets a plan kiwi.torch.parallelize runs: one TP degree for every layer
-// (options.tp, else the fastest of each degree's search), no recompute sets, offloading, context or
-// expert parallelism, whatever the method.
+// (options.tp, else the fastest of each degree's search), no offloading, context or expert parallelism,
+// whatever the method.
 Result<HybridSearchResult> SearchHybridPlan(const cost::LayerModel& model, const cost::Cluster& cluster,
                                             const cost::CostModel& cost_model, const HybridSearchOptions& options);
 
