@@ -40,10 +40,11 @@ def batches() -> List[Dict[str, torch.Tensor]]:
 
 
 def plan(layers: List[Tuple], micro_batches: int = 2) -> Dict[str, Any]:
-    """layers: (tp, dp, zero, checkpoint[, sequence_parallel[, selective]]) per block."""
+    """layers: (tp, dp, zero, checkpoint[, sequence_parallel[, selective[, recompute set]]]) per block."""
     return {"kiwi_plan_version": 1, "model": "", "layer": {
         "layers": [dict(tp=t, dp=d, zero=z, checkpoint=c, sequence_parallel=bool(rest[:1] and rest[0]),
-                        selective_recompute=bool(rest[1:] and rest[1])) for t, d, z, c, *rest in layers],
+                        selective_recompute=bool(rest[1:] and rest[1]), recompute=list(rest[2] if rest[2:] else []))
+                   for t, d, z, c, *rest in layers],
         "pp_degree": 1, "pp_partition": [len(layers)], "global_batch": BATCH, "micro_batches": micro_batches}}
 
 

@@ -137,9 +137,14 @@ def test_plan_errors_name_the_field(tmp_path):
                        r"\(plan with kiwi hybrid --no-offload\)$"):
         parse_plan({"layers": [{"dp": 2, "zero": 1, "offload": True}]}, "x.json")
     # recompute sets: it checkpoints whole blocks only; moot under CKPT, an empty set reads as no field at all
+    with_set = parse_plan({"layers": [{"dp": 2, "recompute": ["mlp.act"]}], "global_batch": 2}, "x.json")
+    assert with_set.layers[0].name() == "DP2+RC1" and with_set.to_kiwi_plan()["layer"]["layers"][0]["recompute"] == ["mlp.act"]
     with pytest.raises(PlanError, match=r"x.json: layers\[0\].recompute: recompute sets \(\['mlp.act'\]\) are not run by "
-                       r"kiwi.torch.distributed \(plan with kiwi hybrid --no-recompute-sets\)$"):
-        parse_plan({"layers": [{"dp": 2, "recompute": ["mlp.act"]}]}, "x.json")
+                       r"kiwi.torch.distributed \(run the plan with python -m kiwi.torch.parallel, or plan with kiwi "
+                       r"hybrid --no-recompute-sets\)$"):
+        with_set.check_whole_layer_recomputation()
+    with pytest.raises(PlanError, match=r"x.json: layers\[0\].recompute: must be a list of op names, got 'mlp.act'$"):
+        parse_plan({"layers": [{"dp": 2, "recompute": "mlp.act"}]}, "x.json")
     assert parse_plan({"layers": [{"dp": 2, "recompute": []}], "global_batch": 2}, "x.json").layers[0].name() == "DP2"
     assert parse_plan({"layers": [{"dp": 2, "checkpoint": True, "recompute": ["mlp.act"]}], "global_batch": 2},
                       "x.json").layers[0].name() == "DP2+CKPT"

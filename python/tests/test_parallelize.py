@@ -28,6 +28,10 @@ JOBS = {
     "gpt2 SP-TP4+CKPT": ("gpt2", [(4, 1, 0, True, True)] * 4, 2),   # one head per rank, no FSDP
     "bert TP2 x DP": ("bert", [(2, 2, 0, False)] * 4, 2),
     "bert SP-TP2 x ZeRO-3+CKPT": ("bert", [(2, 2, 3, True, True)] * 4, 2),
+    # kiwi's recompute sets (recompute_sets.py) under SP-TP and FSDP2: a set, then a set beside the core
+    "llama SP-TP2 x ZeRO-3 + a recompute set, then TP2 x ZeRO-2 + SEL and a set": (
+        "llama", [(2, 2, 3, False, True, False, ["attn.norm", "mlp.norm", "mlp.act", "mlp.gated"])] * 2 +
+        [(2, 2, 2, False, False, True, ["attn.q_rotary", "attn.k_rotary", "attn.residual"])] * 2, 2),
 }
 # Pipelined (model, layers, micro-batches, partition, schedule[, virtual stages])
 ZERO3_PIPELINED = "llama PP2 x ZeRO-3+CKPT, ZeRO-1 (1F1B)"
@@ -110,15 +114,29 @@ def main_job_plan(llama_config, tmp_path_factory):
     return out
 
 
-KIWI_PLANS = ["kiwi hybrid's plan of a Llama config", "kiwi plan's plan of a Llama config"]
+@pytest.fixture(scope="module")
+def recompute_set_plan(llama_config, tmp_path_factory):
+    """kiwi hybrid's plan of the Llama config for FSDP2 where memory is short: a recompute set on a stage."""
+    out = str(tmp_path_factory.mktemp("plan") / "plan.json")
+    r = kiwi.cli("hybrid", "--hf-config", llama_config, "--cluster", CLUSTER, "--batch", str(h.BATCH), "--seq",
+                 str(h.SEQ), "--dtype", "fp32", "--optimizer", "sgd", "--runtime", "fsdp2", "--memory", "900KiB",
+                 "--quiet", "--out", out)
+    assert r.returncode == 0, r.stderr
+    assert any(layer.get("recompute") for layer in json.load(open(out))["layer"]["layers"]), open(out).read()
+    return out
+
+
+KIWI_PLANS = ["kiwi hybrid's plan of a Llama config", "kiwi plan's plan of a Llama config",
+              "kiwi hybrid's plan of a Llama config with a recompute set"]
 
 
 @pytest.fixture(scope="module")
-def runs(llama_config, kiwi_plan, main_job_plan):
+def runs(llama_config, kiwi_plan, main_job_plan, recompute_set_plan):
     from kiwi.torch.parallel.local_run import run_local
     jobs = [(model, h.plan(layers, micro_batches=m)) for model, layers, m in JOBS.values()]
     jobs += [(model, _pipelined(*rest)) for model, *rest in PIPELINED.values()]
-    jobs += [(f"config:{llama_config}", json.load(open(path))) for path in (kiwi_plan, main_job_plan)]
+    jobs += [(f"config:{llama_config}", json.load(open(path))) for path in (kiwi_plan, main_job_plan,
+                                                                           recompute_set_plan)]
     jobs += [(f"config:{llama_config}", _config_plan(llama_config, layers)) for layers in COUNTED.values()]
     per_rank = run_local(h.train, WORLD, jobs)
     names = list(JOBS) + list(PIPELINED) + KIWI_PLANS + list(COUNTED)

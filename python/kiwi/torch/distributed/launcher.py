@@ -111,6 +111,7 @@ def launch_jobs(jobs: List[tuple], nproc: int, backend: str = "auto",
     keeping freed memory (caching_allocator.py) unless `allocator` is "system"."""
     for plan, _, options, *_ in jobs:
         plan.check_world(nproc)
+        plan.check_whole_layer_recomputation()
         plan.check_schedule(options.schedule)
     backend = pick_backend(backend)
     with tempfile.TemporaryDirectory(prefix="kiwi-dist-") as tmp, rank_environment(backend, allocator):
@@ -132,5 +133,6 @@ def launch_from_env(plan: HybridPlan, config: GptConfig, options: TrainOptions,
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     plan.check_world(world)
+    plan.check_whole_layer_recomputation()
     plan.check_schedule(options.schedule)
     return run_one_rank(rank, world, local_rank, pick_backend(backend), plan, config, options, None)

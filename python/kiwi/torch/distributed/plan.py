@@ -4,7 +4,7 @@ and the field, as kiwi's C++ readers do."""
 import dataclasses
 import json
 import os
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from kiwi.torch.errors import PlanError  # one class for every plan kiwi.torch cannot run (bad input: exit 2)
 
@@ -17,6 +17,7 @@ class LayerStrategy:
     checkpoint: bool = False
     sequence_parallel: bool = False  # Megatron SP over the TP group (in effect only with tp > 1)
     selective_recompute: bool = False  # recompute the attention core (in effect without checkpoint)
+    recompute: Tuple[str, ...] = ()    # a recompute set: the layer's ops recomputed, by kiwi's names
 
     @property
     def zero_stage(self) -> int:
@@ -33,12 +34,18 @@ class LayerStrategy:
         """Selective recomputation in effect (plan::LayerStrategy::SelectiveRecompute): CKPT recomputes all."""
         return self.selective_recompute and not self.checkpoint
 
+    @property
+    def recomputes_set(self) -> bool:
+        """A recompute set in effect (plan::LayerStrategy::RecomputesSet): CKPT recomputes all."""
+        return bool(self.recompute) and not self.checkpoint
+
     def name(self) -> str:
         """As kiwi names it (plan::StrategyName): "TP2xDP2", "SP-TP2xZeRO1-DP2", "SDP4+CKPT", "TP2+SEL"."""
         dp = {0: f"DP{self.dp}", 1: f"ZeRO1-DP{self.dp}", 2: f"ZeRO2-DP{self.dp}", 3: f"SDP{self.dp}"}[self.zero_stage]
         tp = ("SP-" if self.sequence_parallel else "") + f"TP{self.tp}"
         parts = ([tp] if self.tp > 1 else []) + ([dp] if self.dp > 1 else [])
-        return ("x".join(parts) or "single") + ("+CKPT" if self.checkpoint else "+SEL" if self.recomputes_core else "")
+        return (("x".join(parts) or "single") + ("+CKPT" if self.checkpoint else "+SEL" if self.recomputes_core else "") +
+                (f"+RC{len(self.recompute)}" if self.recomputes_set else ""))
 
 
 @dataclasses.dataclass
@@ -89,6 +96,15 @@ class HybridPlan:
                 raise PlanError(f"{self.source}: layers[{i}]: tp {s.tp} x dp {s.dp} must equal the {per_stage} "
                                 f"processes of a stage ({world} processes, pp_degree {self.pp_degree})")
 
+    def check_whole_layer_recomputation(self) -> None:
+        """Errors for a recompute set: kiwi's GPT runtime recomputes whole layers or their attention core
+        only (kiwi.torch.parallelize runs the sets)."""
+        for i, s in enumerate(self.layers):
+            if s.recomputes_set:
+                raise PlanError(f"{self.source}: layers[{i}].recompute: recompute sets ({list(s.recompute)!r}) are not "
+                                "run by kiwi.torch.distributed (run the plan with python -m kiwi.torch.parallel, or "
+                                "plan with kiwi hybrid --no-recompute-sets)")
+
     def check_schedule(self, schedule: Optional[str]) -> None:
         """Errors when a schedule override (--schedule) cannot run the plan: interleaved plans run 1f1b."""
         if self.virtual_stages > 1 and schedule not in (None, "1f1b"):
@@ -107,7 +123,7 @@ class HybridPlan:
         return {"kiwi_plan_version": 1, "model": self.model or "", "model_flags": self.model_flags,
                 **({"hf_config": self.hf_config} if self.hf_config else {}),
                 "cluster": self.cluster or "",
-                "layer": {"layers": [dataclasses.asdict(s) for s in self.layers], "pp_degree": self.pp_degree,
+                "layer": {"layers": [{**dataclasses.asdict(s), "recompute": list(s.recompute)} for s in self.layers], "pp_degree": self.pp_degree,
                           "pp_partition": self.pp_partition, "global_batch": self.global_batch,
                           "micro_batches": self.micro_batches, "pipeline": self.pipeline,
                           **({"virtual_stages": self.virtual_stages} if self.virtual_stages > 1 else {})}}
@@ -157,16 +173,16 @@ def _strategy(obj: Any, where: str) -> LayerStrategy:
     if obj.get("offload", False) is not False:  # its optimizer steps on the ranks' devices
         raise PlanError(f"{where}.offload: optimizer offloading ({obj['offload']!r}) is not run by kiwi.torch.distributed "
                         "(plan with kiwi hybrid --no-offload)")
-    if obj.get("recompute", []) != [] and not obj.get("checkpoint", False):  # it checkpoints whole blocks only
-        raise PlanError(f"{where}.recompute: recompute sets ({obj['recompute']!r}) are not run by kiwi.torch.distributed "
-                        "(plan with kiwi hybrid --no-recompute-sets)")
     unknown = set(obj) - {"tp", "dp", "zero", "sdp", "checkpoint", "sequence_parallel", "selective_recompute", "ep",
                           "cp", "ulysses", "offload", "recompute"}
     if unknown:
         raise PlanError(f"{where}.{sorted(unknown)[0]}: unknown field")
+    recompute = obj.get("recompute", [])
+    if not isinstance(recompute, list) or not all(isinstance(n, str) and n for n in recompute):
+        raise PlanError(f"{where}.recompute: must be a list of op names, got {recompute!r}")
     return LayerStrategy(_int(obj, "tp", where, 1), _int(obj, "dp", where, 1), _zero(obj, where),
                          _bool(obj, "checkpoint", where), _bool(obj, "sequence_parallel", where),
-                         _bool(obj, "selective_recompute", where))
+                         _bool(obj, "selective_recompute", where), tuple(recompute))
 
 
 def parse_plan(obj: Any, source: str = "plan") -> HybridPlan:

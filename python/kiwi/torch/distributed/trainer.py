@@ -76,6 +76,7 @@ def train_rank(plan: HybridPlan, config: gpt.GptConfig, o: TrainOptions, rank: i
                reference: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Runs o.iterations iterations of `plan` on this rank (torch.distributed already initialised)."""
     plan.check_world(world)
+    plan.check_whole_layer_recomputation()
     plan.check_sequence(config.seq)
     layout = Layout(plan, world, rank)
     counter = CommCounter()

@@ -14,6 +14,7 @@ from torch.distributed.fsdp import FSDPModule
 from kiwi.torch.distributed.plan import HybridPlan, LayerStrategy, PlanError, load_plan, parse_plan
 from kiwi.torch.parallel.blocks import block_names, find_blocks, vocabulary_ends
 from kiwi.torch.parallel.checkpointing import checkpoint_block
+from kiwi.torch.parallel.recompute_sets import RecomputeSetPolicy, apply_recompute_set, check_recompute_set
 from kiwi.torch.parallel.data_parallel import shard_layer, syncs_every_micro_batch
 from kiwi.torch.parallel.pipeline import decoder_parts, loss_function, make_schedule, stage_chunks
 from kiwi.torch.parallel.tied_embedding import TiedEmbedding, tie_across_stages, tied_embedding
@@ -43,6 +44,8 @@ class ParallelModel:
     # the head's logits stay split by vocabulary: kp.step runs the loss under torch's loss_parallel
     vocabulary_parallel_loss: bool = False
     tied: Optional[TiedEmbedding] = None  # a tied embedding's copy on the first or last pipeline stage
+    # block index -> its recompute set's policy (what it recomputes: RecomputeSetPolicy.marked)
+    recompute_sets: Dict[int, RecomputeSetPolicy] = dataclasses.field(default_factory=dict)
 
     @property
     def micro_batch(self) -> int:
@@ -65,6 +68,8 @@ def _check_layers(plan: HybridPlan, blocks_path: str, count: int, world: int) ->
     plan.check_world(world)
     first = plan.layers[0]
     for i, s in enumerate(plan.layers):
+        if s.recomputes_set:
+            check_recompute_set(s.recompute, f"{plan.source}: layer.layers[{i}].recompute")
         if s.tp != first.tp:
             raise PlanError(f"{plan.source}: layer.layers[{i}].tp: {s.tp} where layers[0] has {first.tp}: "
                             "kiwi.torch.parallelize composes one (dp, tp) mesh for the model")
@@ -147,7 +152,10 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
         sp = tp > 1 and strategy.sequence_split
         if tp > 1:
             apply_tensor_parallel(block, names[i], mesh["tp"], sp, tp_plan=tp_plan, **heads)
-        if strategy.checkpoint or strategy.recomputes_core:
+        if strategy.recomputes_set:  # the set's ops (and the attention core with selective recomputation)
+            out.recompute_sets[i] = apply_recompute_set(block, frozenset(strategy.recompute),
+                                                        core=strategy.recomputes_core)
+        elif strategy.checkpoint or strategy.recomputes_core:
             checkpoint_block(block, selective=not strategy.checkpoint)
         if sp:
             # stages send whole sequences (a stage's chunks are never adjacent: i - 1 in mine is this chunk)

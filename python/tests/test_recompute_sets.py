@@ -1,0 +1,160 @@
+"""kiwi's recompute sets run by kiwi.torch.parallelize (recompute_sets.py): the ops of HuggingFace blocks
+are named as kiwi's layer graph names its ops, a set recomputes exactly its ops and trains as without it,
+and what the forward keeps drops as kiwi prices the set (one process, no process group needed)."""
+import json
+
+import pytest
+import torch
+
+torch_parallel = pytest.importorskip("kiwi.torch.parallel")
+import kiwi  # noqa: E402
+import parallel_helpers as h  # noqa: E402
+from kiwi.torch.distributed.plan import PlanError  # noqa: E402
+from kiwi.torch.parallel.recompute_sets import BlockOpNames  # noqa: E402
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+# What each family's block runs, by kiwi's names (the rest is linears and views, never recomputed).
+NAMED = {
+    "llama": {"attn.norm", "attn.q_rotary", "attn.k_rotary", "attn.attention", "attn.residual", "mlp.norm",
+              "mlp.act", "mlp.gated", "mlp.residual"},
+    "gpt2": {"attn.norm", "attn.attention", "attn.residual", "mlp.norm", "mlp.act", "mlp.residual"},
+    "bert": {"attn.attention", "attn.residual", "attn.norm", "mlp.act", "mlp.residual", "mlp.norm"},
+}
+LLAMA_SET = ["attn.norm", "mlp.norm", "mlp.act", "mlp.gated"]  # kiwi hybrid's set for the tests' Llama config
+
+
+def _blocks(model):
+    from kiwi.torch.parallel.blocks import find_blocks
+    return find_blocks(model, None)[1]
+
+
+class _Names(TorchDispatchMode):
+    def __init__(self, names):
+        super().__init__()
+        self.names, self.seen = names, []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.seen.append(self.names.name(func))
+        return func(*args, **(kwargs or {}))
+
+
+def _named_ops(model_name):
+    model = h.build(model_name)
+    block = _blocks(model)[0]
+    names = BlockOpNames(block)
+    mode = _Names(names)
+    block.register_forward_pre_hook(lambda *_: mode.__enter__() and None)
+    block.register_forward_hook(lambda *_: mode.__exit__(None, None, None) and None)
+    model(**h.batches()[0])
+    return [n for n in mode.seen if n]
+
+
+@pytest.mark.parametrize("model_name", sorted(NAMED))
+def test_block_ops_are_named_as_kiwi_names_them(model_name):
+    seen = _named_ops(model_name)
+    assert set(seen) == NAMED[model_name]
+    # in kiwi's order: each name's ops in one run, the norms where kiwi's layer has them
+    runs = [n for i, n in enumerate(seen) if i == 0 or seen[i - 1] != n]
+    assert len(runs) == len(set(runs)), runs
+    if model_name == "bert":  # post-norm: each section's norm after its residual
+        assert runs.index("attn.residual") < runs.index("attn.norm") < runs.index("mlp.act") < runs.index("mlp.norm")
+    else:
+        assert runs[0] == "attn.norm" and runs.index("attn.residual") < runs.index("mlp.norm") < runs.index("mlp.act")
+
+
+def test_names_are_ops_of_kiwis_llama_layer(tmp_path):
+    """Every name the Llama block's ops get is an op of kiwi's own Llama layer graph."""
+    out = tmp_path / "g.json"
+    r = kiwi.cli("graph", "--model", "llama", "--layers", "1", "--hidden", "64", "--heads", "4", "--seq", "16",
+                 "--batch", "1", "--vocab", str(h.VOCAB), "--export", str(out))
+    assert r.returncode == 0, r.stderr
+    ops = {n["name"][len("layer0."):] for n in json.loads(out.read_text())["nodes"] if n["name"].startswith("layer0.")}
+    assert NAMED["llama"] <= ops
+
+
+def _plan(recompute, layers=4, selective=False):
+    return {"kiwi_plan_version": 1, "model": "", "layer": {
+        "layers": [dict(tp=1, dp=1, recompute=recompute, selective_recompute=selective)] * layers,
+        "pp_degree": 1, "pp_partition": [layers], "global_batch": h.BATCH, "micro_batches": 2}}
+
+
+def _train(model_name, plan):
+    model = h.build(model_name)
+    pm = torch_parallel.parallelize(model, plan) if plan else None
+    optimizer = torch.optim.SGD(model.parameters(), lr=h.LR)
+    losses = []
+    for batch in h.batches():
+        if pm is not None:
+            losses.append(float(torch_parallel.step(pm, optimizer, batch)))
+        else:
+            optimizer.zero_grad()
+            loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            losses.append(float(loss.detach()))
+    return losses, {n: p.detach().clone() for n, p in model.named_parameters()}, pm
+
+
+@pytest.mark.parametrize("model_name,recompute,selective", [("llama", LLAMA_SET, False),
+                                                            ("llama", ["attn.q_rotary", "mlp.gated"], True),
+                                                            ("gpt2", ["attn.norm", "mlp.act", "attn.residual"], False),
+                                                            ("bert", ["attn.norm", "mlp.act"], False)])
+def test_a_set_recomputes_its_ops_and_trains_the_same(model_name, recompute, selective):
+    ref_losses, ref_params, _ = _train(model_name, None)
+    losses, params, pm = _train(model_name, _plan(recompute, selective=selective))
+    assert losses == pytest.approx(ref_losses, rel=1e-6)
+    for name, p in ref_params.items():
+        torch.testing.assert_close(params[name], p, rtol=1e-5, atol=1e-6)
+    expected = set(recompute) | ({"attn.attention"} if selective else set())
+    for i in range(4):  # each named op marked for recomputation, nothing else
+        assert set(pm.recompute_sets[i].marked) == expected, (i, pm.recompute_sets[i].marked)
+        assert pm.recompute_sets[i].recomputed > 0  # and the backward passes made them again
+
+
+def test_unknown_names_are_refused():
+    model = h.build("llama")
+    with pytest.raises(PlanError, match=r"^plan: layer.layers\[1\].recompute: 'mlp.up' is not an op kiwi.torch."
+                                        r"parallelize can recompute in a block \(it names attn.attention, "):
+        torch_parallel.check_plan(model, {**_plan(["mlp.act"]), "layer": {**_plan([])["layer"], "layers": [
+            dict(tp=1, dp=1), dict(tp=1, dp=1, recompute=["mlp.act", "mlp.up"]), dict(tp=1, dp=1), dict(tp=1, dp=1)]}}, 1)
+
+
+def test_a_set_keeps_less_by_at_least_what_kiwi_predicts(llama_config_file):
+    """What the forward pass keeps (measured: the CPU allocator's level at its end) drops with kiwi hybrid's
+    Llama set by at least the drop of kiwi's predicted peak (`kiwi simulate`), on one process."""
+    from kiwi.torch.measure import measure_step
+    from torch.autograd.profiler import record_function
+    kept, predicted = {}, {}
+    for name, recompute in (("none", []), ("set", LLAMA_SET)):
+        plan = {**_plan(recompute), "hf_config": llama_config_file, "cluster": llama_config_file + ".cluster.json",
+                "model_flags": {"seq": h.SEQ, "batch": h.BATCH, "dtype": "fp32", "optimizer": "sgd"}}
+        plan["layer"]["micro_batches"] = 1
+        model = h.build("config:" + llama_config_file)
+        torch_parallel.parallelize(model, plan)
+        batch = h.batches()[0]
+
+        def step():
+            with record_function("kiwi::forward"):
+                loss = model(**batch).loss
+            loss.backward()
+        step()
+        model.zero_grad(set_to_none=True)
+        kept[name] = measure_step(step, list(model.parameters()), ranges=True).ranges["kiwi::forward"].level_after
+        report = json.loads(kiwi._kiwi.layer_plan_report(json.dumps(plan), "", ""))
+        predicted[name] = report["simulated"]["peak_memory_bytes"]
+    assert 0 < predicted["none"] - predicted["set"] <= kept["none"] - kept["set"], (kept, predicted)
+
+
+@pytest.fixture(scope="module")
+def llama_config_file(tmp_path_factory):
+    import transformers as tf
+    path = tmp_path_factory.mktemp("hf") / "config.json"
+    tf.LlamaConfig(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+                   intermediate_size=128, vocab_size=h.VOCAB, max_position_embeddings=2 * h.SEQ).to_json_file(str(path))
+    cluster = json.loads(open(CLUSTER4).read())
+    cluster.update(devices_per_node=1, name="cpu1")
+    open(str(path) + ".cluster.json", "w").write(json.dumps(cluster))
+    return str(path)
+
+
+CLUSTER4 = __file__.rsplit("/", 1)[0] + "/data/cpu4.json"
