@@ -102,10 +102,11 @@ TEST(PlanAll, NeverSlowerThanAnyMethodAndItsBestFits) {
   }
 }
 
-// Planned for FSDP2 (--runtime fsdp2), every planner's plan is one kiwi.torch.parallelize runs: one TP
-// degree for all layers, no offloading, context or expert parallelism; kiwi's is the
-// fastest of its searches with the TP degree fixed (brute force over the degrees, same restrictions) and
-// no faster than its unrestricted search.
+// Planned for FSDP2 (--runtime fsdp2), every planner's plan is one kiwi.torch.parallelize runs: no
+// offloading, context or expert parallelism, one TP degree for all layers of a pipeline (without stages
+// TP degrees may change between layers of these untied models); kiwi's is the fastest of its searches
+// with the TP degree fixed and of its search without stages (brute force over those, same restrictions)
+// and no faster than its unrestricted search.
 TEST(PlanAll, Fsdp2PlansAreWhatParallelizeRuns) {
   const std::vector<Case> cases = {
       {"llama", {.layers = 4, .hidden = 1024, .heads = 8, .seq = 512, .batch = 16, .zero_runtime = cost::ZeroRuntime::kFsdp2},
@@ -126,7 +127,9 @@ TEST(PlanAll, Fsdp2PlansAreWhatParallelizeRuns) {
     for (const PlanCandidate& candidate : all->candidates) {
       if (!candidate.found) continue;
       for (const plan::LayerStrategy& s : candidate.plan.layers) {
-        EXPECT_EQ(s.tp, candidate.plan.layers.front().tp) << candidate.name;
+        if (candidate.plan.pp_degree > 1) {
+          EXPECT_EQ(s.tp, candidate.plan.layers.front().tp) << candidate.name;
+        }
         EXPECT_FALSE(s.offload) << candidate.name;
         EXPECT_EQ(s.cp, 1) << candidate.name;
         EXPECT_EQ(s.ep, 1) << candidate.name;
@@ -136,6 +139,7 @@ TEST(PlanAll, Fsdp2PlansAreWhatParallelizeRuns) {
                                                .memory_budget_bytes = budget, .global_batch = batch});
     ASSERT_TRUE(kiwi) << kiwi.error().message;
     ASSERT_TRUE(kiwi->found);
+    ASSERT_EQ(b->model.tied_embedding_bytes, 0);
     double fastest = 0.0;
     for (int tp = 1; tp <= b->cluster.NumDevices(); tp *= 2) {
       HybridSearchOptions o;
@@ -147,7 +151,15 @@ TEST(PlanAll, Fsdp2PlansAreWhatParallelizeRuns) {
       ASSERT_TRUE(r) << r.error().message;
       if (r->feasible) fastest = std::max(fastest, r->simulated.throughput_samples_per_second);
     }
-    EXPECT_DOUBLE_EQ(kiwi->simulated.throughput_samples_per_second, fastest);
+    // at least the fastest one-degree plan; faster only by TP degrees that change without stages
+    EXPECT_GE(kiwi->simulated.throughput_samples_per_second, fastest * (1 - 1e-12));
+    bool mixed = false;
+    for (const plan::LayerStrategy& s : kiwi->plan.layers) mixed |= s.tp != kiwi->plan.layers.front().tp;
+    if (mixed) {
+      EXPECT_EQ(kiwi->plan.pp_degree, 1);
+    } else {
+      EXPECT_DOUBLE_EQ(kiwi->simulated.throughput_samples_per_second, fastest);
+    }
     // The same model priced by kiwi's own runtime (which holds no more per plan, at the same time) is
     // searched over everything: never slower.
     cost::LayerModel own = b->model;

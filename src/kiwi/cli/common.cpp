@@ -58,8 +58,9 @@ void ModelFlags::Add(CLI::App* app, const std::string& default_model) {
                   "kiwi | fsdp2: what will run ZeRO-3 layers, priced by what it holds beside its shards (default "
                   "kiwi: one layer's gathered parameters; fsdp2: PyTorch's fully_shard, as kiwi.torch.parallelize "
                   "runs, also the next layer's prefetched parameters and the last reduce-scatter's input; kiwi plan "
-                  "then searches only what kiwi.torch.parallelize runs: one TP degree for all layers, "
-                  "no offloading, context or expert parallelism)");
+                  "then searches only what kiwi.torch.parallelize runs: one TP degree for all layers of a pipeline "
+                  "(per layer without stages, for a head not tied to the input embedding), no offloading, context "
+                  "or expert parallelism)");
   app->add_option("--attention", flags.attention,
                   "auto | fused | materialized: FlashAttention-style fused attention or [s, s] scores "
                   "(default auto: fused for bf16/fp16 models but t5 and swin)");

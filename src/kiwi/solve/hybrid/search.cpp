@@ -62,6 +62,7 @@ class Search {
     space_.strategies.allow_selective_recompute &= model.HasAttentionCore();
     space_.strategies.experts = options.expert_parallel ? model.MaxExperts() : 0;
     if (options.tp > 0) space_.tp = options.tp;
+    if (options.pp > 0) space_.pp_degrees = {options.pp};
     space_.strategies.tp_sequence_parallel = options.tp_sequence_parallel;
     space_.strategies.context_sequence = model.ContextParallelSequence();
     space_.strategies.allow_context_parallel &= options.context_parallel;
@@ -503,9 +504,12 @@ Result<HybridSearchResult> SearchOnce(const cost::LayerModel& model, const cost:
 }
 
 // A model FSDP2 runs (cost::ZeroRuntime::kFsdp2) is planned for kiwi.torch.parallelize: the space narrowed
-// to what it runs (one TP mesh: every layer's TP degree the same; no offloading, context or expert
-// parallelism; recompute sets it runs, kiwi.torch.parallel.recompute_sets), searched once per TP degree unless one is given, each search wanting only plans
-// faster than the best so far; the fastest wins (proven when every search is).
+// to what it runs (no offloading, context or expert parallelism; recompute sets it runs,
+// kiwi.torch.parallel.recompute_sets; TP degrees that change between layers only without pipeline stages
+// and, where the head is tied to the input embedding, with both ends on one layout), searched once per
+// TP degree for every layer unless one is given, then, for untied ends, once more without stages and
+// the TP degree free per layer (Slice-Gather between layouts, kiwi.torch.parallel.slice_gather), each
+// search wanting only plans faster than the best so far; the fastest wins (proven when every search is).
 Result<HybridSearchResult> SearchForParallelize(const cost::LayerModel& model, const cost::Cluster& cluster,
                                                 const cost::CostModel& cost_model, HybridSearchOptions options) {
   options.offload = options.context_parallel = options.expert_parallel = false;
@@ -515,9 +519,13 @@ Result<HybridSearchResult> SearchForParallelize(const cost::LayerModel& model, c
   bool all_proven = true, all_strategies_proven = true, all_none_faster = true;
   int64_t configurations = 0, evaluated = 0, partitions = 0, dp_runs = 0;
   bool timed_out = false;
-  for (int tp = 1; tp <= cluster.NumDevices(); tp *= 2) {
+  std::vector<std::pair<int, int>> searches;  // (tp, pp): one TP degree for every layer, any pipeline degree
+  for (int tp = 1; tp <= cluster.NumDevices(); tp *= 2) searches.emplace_back(tp, options.pp);
+  if (model.tied_embedding_bytes == 0 && options.pp <= 1) searches.emplace_back(0, 1);  // any TP per layer, no stages
+  for (auto [tp, pp] : searches) {
     HybridSearchOptions s = options;
     s.tp = tp;
+    s.pp = pp;
     s.time_limit_seconds = std::max(options.time_limit_seconds - SecondsSince(start), 0.01);
     if (best.feasible) s.beat_throughput = std::max(s.beat_throughput, best.simulated.throughput_samples_per_second);
     Result<HybridSearchResult> r = SearchOnce(model, cluster, cost_model, s);

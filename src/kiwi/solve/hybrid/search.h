@@ -95,6 +95,8 @@ struct HybridSearchOptions {
   // Every layer's TP degree (0: any, per layer): plans for a runtime with one TP mesh, such as
   // kiwi.torch.parallelize; overrides the method's own (MethodSpace::tp).
   int tp = 0;
+  // The pipeline degree (0: the method's candidates, MethodSpace::pp_degrees).
+  int pp = 0;
   std::optional<PartitionMode> partitions;   // overrides the method's (tests use kExhaustive)
   double time_limit_seconds = 60.0;
   // Samples/s of a plan known from elsewhere (another planner's, on the same cost model): the search
@@ -131,9 +133,10 @@ struct HybridSearchResult {
 };
 
 // kBadInput for a budget or batch that is not positive or a model without layers. A model FSDP2 runs
-// (cost::ZeroRuntime::kFsdp2) gets a plan kiwi.torch.parallelize runs: one TP degree for every layer
-// (options.tp, else the fastest of each degree's search), no offloading, context or expert parallelism,
-// whatever the method.
+// (cost::ZeroRuntime::kFsdp2) gets a plan kiwi.torch.parallelize runs, whatever the method: no
+// offloading, context or expert parallelism; one TP degree for every layer (options.tp, else the
+// fastest of each degree's search) or, without pipeline stages and for a head not tied to the input
+// embedding, one per layer.
 Result<HybridSearchResult> SearchHybridPlan(const cost::LayerModel& model, const cost::Cluster& cluster,
                                             const cost::CostModel& cost_model, const HybridSearchOptions& options);
 
