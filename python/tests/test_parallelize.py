@@ -28,6 +28,10 @@ JOBS = {
     "gpt2 SP-TP4+CKPT": ("gpt2", [(4, 1, 0, True, True)] * 4, 2),   # one head per rank, no FSDP
     "bert TP2 x DP": ("bert", [(2, 2, 0, False)] * 4, 2),
     "bert SP-TP2 x ZeRO-3+CKPT": ("bert", [(2, 2, 3, True, True)] * 4, 2),
+    # per-layer TP degrees (Slice-Gather, slice_gather.py) beside checkpointing, SP and a tied head
+    "llama DP, TP2 x ZeRO-2+CKPT x2, DP": ("llama", [(1, 4, 0, False)] + [(2, 2, 2, True)] * 2 + [(1, 4, 0, False)], 2),
+    "llama SP-TP2 x ZeRO-2, then ZeRO-3": ("llama", [(2, 2, 2, False, True)] * 2 + [(1, 4, 3, False)] * 2, 2),
+    "gpt2 DP, SP-TP4+CKPT x2, DP": ("gpt2", [(1, 4, 0, False)] + [(4, 1, 0, True, True)] * 2 + [(1, 4, 0, False)], 2),
     # kiwi's recompute sets (recompute_sets.py) under SP-TP and FSDP2: a set, then a set beside the core
     "llama SP-TP2 x ZeRO-3 + a recompute set, then TP2 x ZeRO-2 + SEL and a set": (
         "llama", [(2, 2, 3, False, True, False, ["attn.norm", "mlp.norm", "mlp.act", "mlp.gated"])] * 2 +
@@ -91,7 +95,12 @@ def kiwi_plan(llama_config, tmp_path_factory):
 COUNTED = {
     "ZeRO-3, ZeRO-1, ZeRO-2, ZeRO-3": [(1, 4, 3, False), (1, 4, 1, False), (1, 4, 2, False), (1, 4, 3, False)],
     "TP2 x ZeRO-2, DP, ZeRO-1, ZeRO-2": [(2, 2, 2, False), (2, 2, 0, False), (2, 2, 1, False), (2, 2, 2, False)],
+    # per-layer TP degrees: Slice-Gather between the layouts (a forward gather into TP2 x DP2, a backward
+    # gather out of it), and one ending on another layout (the final norm and the head go with the last)
+    "DP, TP2 x ZeRO-2, TP2 x ZeRO-1, DP": [(1, 4, 0, False), (2, 2, 2, False), (2, 2, 1, False), (1, 4, 0, False)],
+    "TP2 x ZeRO-1 x2, then ZeRO-3 x2": [(2, 2, 1, False)] * 2 + [(1, 4, 3, False)] * 2,
 }
+MIXED_TP = [name for name, layers in COUNTED.items() if len({t for t, *_ in layers}) > 1]
 
 
 def _config_fields(llama_config):
@@ -176,6 +185,9 @@ def test_collective_bytes_are_kiwis(runs, name):
     assert measured.get(("tp", "all_reduce"), 0) == kiwi("tp_all_reduce_bytes")  # the head's loss's included
     assert measured.get(("tp", "all_gather"), 0) == 0  # the logits stay split by vocabulary for the loss
     assert (kiwi("dp_all_reduce_bytes") + kiwi("sdp_reduce_scatter_bytes")) > 0  # a count that could differ
+    # Slice-Gather between layers of different layouts (slice_gather.py), kiwi's cost::SliceGatherBytes
+    assert measured.get(("reshard", "all_gather"), 0) == kiwi("slice_gather_bytes", "slice_gather_backward_bytes")
+    assert (measured.get(("reshard", "all_gather"), 0) > 0) == (name in MIXED_TP)
 
 
 def test_gpt2_tp_all_reduces_are_kiwis(runs, tmp_path):
@@ -305,13 +317,14 @@ def test_the_job_command_prints_measured_beside_kiwi(kiwi_plan, tmp_path, capsys
 
 def test_the_job_command_refuses_what_it_cannot_run(kiwi_plan, tmp_path, capsys):
     from kiwi.torch.parallel.__main__ import main
-    mixed = json.load(open(kiwi_plan))
-    mixed["layer"]["layers"][3] = dict(tp=1, dp=4, zero=0, checkpoint=False)
+    mixed = json.load(open(kiwi_plan))  # TP degrees that change between layers of a pipeline
+    mixed["layer"].update(pp_degree=2, pp_partition=[2, 2], micro_batches=2,
+                          layers=[dict(tp=2, dp=1)] * 3 + [dict(tp=1, dp=2)])
     path = tmp_path / "mixed.json"
     path.write_text(json.dumps(mixed))
     assert main(["--plan", str(path), "--nproc", str(WORLD)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "layers[3].tp" in err
+    assert err.count("\n") == 1 and "layers[3].tp" in err and "without pipeline stages" in err
     no_config = json.load(open(kiwi_plan))
     del no_config["hf_config"]
     no_config["model"] = "gpt"
@@ -367,7 +380,8 @@ def test_what_cannot_run_as_planned_names_the_module_or_field():
     assert "model.layers.0.self_attn.k_proj" in _error("llama", [(4, 1, 0, False)] * 4)
     fused = _error("gpt2", [(8, 1, 0, False)] * 4, world=8)                      # 4 heads over 8 ranks
     assert "transformer.h.0.attn.c_attn" in fused and "4 attention heads" in fused
-    assert "layers[2].tp" in _error("llama", [(2, 2, 0, False)] * 2 + [(1, 4, 0, False)] * 2)
+    tied = _error("gpt2", [(2, 2, 0, False)] * 2 + [(1, 4, 0, False)] * 2)        # tied ends, other layouts
+    assert "layers[3].tp" in tied and "ties its head" in tied and "tp 2 x dp 2" in tied
     assert "4 blocks" in _error("llama", [(1, 4, 0, False)] * 3)
     assert "tp 1 x dp 2" in _error("llama", [(1, 2, 0, False)] * 4)              # 2 ranks' plan on 4
     from kiwi.torch.distributed.plan import PlanError

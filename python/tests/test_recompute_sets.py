@@ -158,3 +158,13 @@ def llama_config_file(tmp_path_factory):
 
 
 CLUSTER4 = __file__.rsplit("/", 1)[0] + "/data/cpu4.json"
+
+
+def test_reshapes_are_accepted_and_do_nothing():
+    """kiwi's materialized attention names its reshapes ("attn.context_groups", "attn.context#1"): accepted,
+    nothing to recompute (views)."""
+    from kiwi.torch.parallel.recompute_sets import check_recompute_set
+    names = ["attn.q_split", "attn.k_heads", "attn.context_groups", "attn.context_merge", "attn.context#1"]
+    assert check_recompute_set(names, "x") == frozenset(names)
+    with pytest.raises(PlanError, match=r"^x: 'attn.q_norm' is not an op"):
+        check_recompute_set(["attn.q_norm"], "x")

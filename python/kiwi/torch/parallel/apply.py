@@ -4,7 +4,7 @@ tp) ranks, pipeline stages (pipeline.py), DTensor tensor and sequence parallelis
 (tensor_parallel.py), activation checkpointing (checkpointing.py) and FSDP2 per block by its ZeRO stage
 (data_parallel.py), in torchtitan's order (stages, TP, then checkpointing, then FSDP)."""
 import dataclasses
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -17,9 +17,11 @@ from kiwi.torch.parallel.checkpointing import checkpoint_block
 from kiwi.torch.parallel.recompute_sets import RecomputeSetPolicy, apply_recompute_set, check_recompute_set
 from kiwi.torch.parallel.data_parallel import shard_layer, syncs_every_micro_batch
 from kiwi.torch.parallel.pipeline import decoder_parts, loss_function, make_schedule, stage_chunks
+from kiwi.torch.parallel.slice_gather import boundary_mesh, relayout, relayout_rows
 from kiwi.torch.parallel.tied_embedding import TiedEmbedding, tie_across_stages, tied_embedding
-from kiwi.torch.parallel.tensor_parallel import (apply_tensor_parallel, apply_vocabulary_parallel, check_block_splits,
-                                                 sequence_boundaries, vocabulary_modules)
+from kiwi.torch.parallel.tensor_parallel import (apply_tensor_parallel, apply_vocabulary_parallel,
+                                                 check_block_splits, on_output, sequence_boundaries,
+                                                 vocabulary_modules)
 
 
 @dataclasses.dataclass
@@ -61,7 +63,11 @@ def _as_plan(plan: Union[HybridPlan, Dict[str, Any], str]) -> HybridPlan:
     return parse_plan(plan, "plan")
 
 
-def _check_layers(plan: HybridPlan, blocks_path: str, count: int, world: int) -> LayerStrategy:
+def _layout(strategy: LayerStrategy) -> Tuple[int, int]:
+    return strategy.dp, strategy.tp
+
+
+def _check_layers(plan: HybridPlan, blocks_path: str, count: int, world: int, tied: bool) -> LayerStrategy:
     if len(plan.layers) != count:
         raise PlanError(f"{plan.source}: layer.layers: {len(plan.layers)} layers planned, the model has {count} "
                         f"blocks at {blocks_path!r}")
@@ -70,12 +76,16 @@ def _check_layers(plan: HybridPlan, blocks_path: str, count: int, world: int) ->
     for i, s in enumerate(plan.layers):
         if s.recomputes_set:
             check_recompute_set(s.recompute, f"{plan.source}: layer.layers[{i}].recompute")
-        if s.tp != first.tp:
+        if s.tp != first.tp and plan.pp_degree > 1:
             raise PlanError(f"{plan.source}: layer.layers[{i}].tp: {s.tp} where layers[0] has {first.tp}: "
-                            "kiwi.torch.parallelize composes one (dp, tp) mesh for the model")
-    if plan.global_batch % (first.dp * plan.micro_batches):
-        raise PlanError(f"{plan.source}: layer.global_batch: {plan.global_batch} samples do not split into "
-                        f"{plan.micro_batches} micro-batches over {first.dp} data-parallel ranks")
+                            "kiwi.torch.parallelize changes TP degrees between layers without pipeline stages only")
+        if plan.global_batch % (s.dp * plan.micro_batches):
+            raise PlanError(f"{plan.source}: layer.global_batch: {plan.global_batch} samples do not split into "
+                            f"{plan.micro_batches} micro-batches over layers[{i}]'s {s.dp} data-parallel ranks")
+    if tied and _layout(plan.layers[-1]) != _layout(first):
+        raise PlanError(f"{plan.source}: layer.layers[{count - 1}].tp: the model ties its head to its input embedding, "
+                        f"so its last layer must lay out samples as its first (tp {first.tp} x dp {first.dp}), not "
+                        f"tp {plan.layers[-1].tp} x dp {plan.layers[-1].dp}")
     return first
 
 
@@ -85,6 +95,15 @@ def _heads(model: torch.nn.Module) -> Dict[str, Optional[int]]:
     return {"heads": heads, "key_value_heads": getattr(config, "num_key_value_heads", None) or heads}
 
 
+def _relayout_labels(mesh: DeviceMesh, first: Tuple[int, int], last: Tuple[int, int]):
+    """A forward pre-hook on the model giving its loss this rank's labels of the last layer's layout."""
+    def hook(module, args, kwargs):
+        if isinstance(kwargs.get("labels"), torch.Tensor):
+            kwargs = {**kwargs, "labels": relayout_rows(kwargs["labels"], mesh, first, last)}
+        return args, kwargs
+    return hook
+
+
 def _device_type() -> str:
     return "cuda" if torch.cuda.is_available() and dist.is_initialized() and dist.get_backend() == "nccl" else "cpu"
 
@@ -92,16 +111,19 @@ def _device_type() -> str:
 def check_plan(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], str], world: int, *,
                blocks: Optional[str] = None, tp_plan: Optional[Dict[str, str]] = None) -> HybridPlan:
     """Everything parallelize checks before it changes the model, without a process group: the plan fits
-    `world` ranks and the model's blocks, one TP degree, and every block splits as its layer says.
+    `world` ranks and the model's blocks (TP degrees changing between layers only without stages, the
+    last layer laying out samples as the first where head and embedding are tied), and every block
+    splits as its layer says.
     Returns the plan read; raises a PlanError naming the plan field or the module."""
     plan = _as_plan(plan)
     path, found = find_blocks(model, blocks)
-    first = _check_layers(plan, path, len(found), world)
-    if first.tp > 1:
-        heads = _heads(model)
-        for name, block in zip(block_names(path, found), found):
-            check_block_splits(block, name, first.tp, tp_plan, **heads)
-        vocabulary_modules(model, first.tp)
+    _check_layers(plan, path, len(found), world, tied=vocabulary_ends(model)[2])
+    heads = _heads(model)
+    for name, block, strategy in zip(block_names(path, found), found, plan.layers):
+        if strategy.tp > 1:
+            check_block_splits(block, name, strategy.tp, tp_plan, **heads)
+    for tp in {plan.layers[0].tp, plan.layers[-1].tp} - {1}:  # the input embedding's and the head's
+        vocabulary_modules(model, tp)
     if plan.pp_degree > 1:
         decoder_parts(model, found, plan.source)
     return plan
@@ -142,48 +164,74 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
             tied_group = tie_across_stages(mesh, parts.embed.weight)
         roots = stage_chunks(model, parts, found, plan, stage)
     heads = _heads(model)
-    if tp > 1:  # a pipeline's last stage hands plain logits to its loss: gathered there
+    # one (pp, dp, 1, tp) mesh per layout of the plan's layers (made on every rank in the same order)
+    meshes = {_layout(first): mesh}
+    for s in plan.layers:
+        if _layout(s) not in meshes:
+            meshes[_layout(s)] = init_device_mesh(device_type, (pp, s.dp, 1, s.tp), mesh_dim_names=("pp", "dp", "one", "tp"))
+    last = plan.layers[-1]
+    if tp > 1:  # the input embedding splits over the first layer's TP group
+        apply_vocabulary_parallel(model, mesh["tp"], ends=("embedding",))
+    if last.tp > 1:  # the head over the last's; a pipeline's last stage hands plain logits to its loss: gathered there
         out.vocabulary_parallel_loss = pp == 1 and any(isinstance(m, torch.nn.Linear) for m in
-                                                       vocabulary_modules(model, tp).values())
-        apply_vocabulary_parallel(model, mesh["tp"], parallel_loss=out.vocabulary_parallel_loss)
+                                                       vocabulary_modules(model, last.tp).values())
+        apply_vocabulary_parallel(model, meshes[_layout(last)]["tp"], parallel_loss=out.vocabulary_parallel_loss,
+                                  ends=("head",))
     for i, (block, strategy) in enumerate(zip(found, plan.layers)):
         if i not in mine:
             continue
-        sp = tp > 1 and strategy.sequence_split
-        if tp > 1:
-            apply_tensor_parallel(block, names[i], mesh["tp"], sp, tp_plan=tp_plan, **heads)
+        own = meshes[_layout(strategy)]
+        sp = strategy.tp > 1 and strategy.sequence_split
+        if strategy.tp > 1:
+            apply_tensor_parallel(block, names[i], own["tp"], sp, tp_plan=tp_plan, **heads)
         if strategy.recomputes_set:  # the set's ops (and the attention core with selective recomputation)
             out.recompute_sets[i] = apply_recompute_set(block, frozenset(strategy.recompute),
                                                         core=strategy.recomputes_core)
         elif strategy.checkpoint or strategy.recomputes_core:
             checkpoint_block(block, selective=not strategy.checkpoint)
+        # a run of sequence-parallel layers of one layout passes sequence blocks; stages send whole
+        # sequences (a stage's chunks are never adjacent: i - 1 in mine is this chunk)
+        alike = lambda j: j in mine and plan.layers[j].sequence_split and _layout(plan.layers[j]) == _layout(strategy)  # noqa: E731
         if sp:
-            # stages send whole sequences (a stage's chunks are never adjacent: i - 1 in mine is this chunk)
-            before = i - 1 in mine and plan.layers[i - 1].sequence_split
-            after = i + 1 in mine and plan.layers[i + 1].sequence_split
-            sequence_boundaries(block, mesh["tp"], first_of_run=not before, last_of_run=not after)
-    if dp > 1:
-        replicate_mesh = mesh["dp", "one"]
-        # the head goes with the last layer's strategy (as kiwi prices it), the rest with the first's
-        _, head, tied = vocabulary_ends(model)
-        separate_head = isinstance(head, torch.nn.Module) and not tied
+            sequence_boundaries(block, own["tp"], first_of_run=not alike(i - 1), last_of_run=not alike(i + 1))
+        if i + 1 < len(found) and _layout(plan.layers[i + 1]) != _layout(strategy):  # Slice-Gather after it
+            boundary = boundary_mesh(device_type, pp, _layout(strategy), _layout(plan.layers[i + 1]))
+            block.register_forward_hook(on_output(lambda x, b=boundary, a=_layout(strategy),
+                                                   n=_layout(plan.layers[i + 1]): relayout(x, b, a, n)))
+            out.groups.setdefault("reshard", []).append(boundary.get_group("inner"))
+    _, head, tied = vocabulary_ends(model)
+    separate_head = isinstance(head, torch.nn.Module) and not tied
+    final_norm = None
+    if pp == 1 and _layout(last) != _layout(first):
+        # the final norm and the head run on the last layer's layout: so do their FSDP2 units, and the loss
+        # takes this rank's labels of it
+        final_norm = decoder_parts(model, found, plan.source).norm
+        labels = boundary_mesh(device_type, pp, _layout(first), _layout(last))
+        model.register_forward_pre_hook(_relayout_labels(labels, _layout(first), _layout(last)), with_kwargs=True)
+        out.groups["labels"] = [labels.get_group("inner")]
+    if dp > 1 or any(s.dp > 1 for s in plan.layers):
+        # the head (and the final norm) go with the last layer's strategy (as kiwi prices them), the rest
+        # with the first's
         units = [(found[i], plan.layers[i]) for i in mine]
-        units += [(head, plan.layers[-1])] if separate_head else []
+        units += [(head, last)] if separate_head else []
+        units += [(final_norm, last)] if final_norm is not None else []
         # each root (the model, or a chunk: the embedding or the final norm) with its first layer's strategy
         firsts = [mine[0]] if pp == 1 else [plan.chunk_layers(c)[0] for c in plan.stage_chunks(stage)]
         for module, strategy in units + [(r, plan.layers[i]) for r, i in zip(roots, firsts)]:
-            wrapped = shard_layer(module, strategy, mesh["dp"], replicate_mesh)
+            own = meshes[_layout(strategy)]
+            wrapped = shard_layer(module, strategy, own["dp"], own["dp", "one"] if strategy.dp > 1 else None)
             if any(module is r for r in roots):
                 out.roots.append(wrapped)
-            elif module is not head:
+            elif module is not head and module is not final_norm:
                 out.layers.append(wrapped)
             if not syncs_every_micro_batch(strategy):
                 out.accumulating.append(wrapped)
             if strategy.zero_stage in (1, 2):
                 out.unsharded.append(wrapped)
-        out.groups = {"dp": [mesh.get_group("dp")]}  # the (dp, 1) mesh's groups have the same ranks
-    if tp > 1:
-        out.groups["tp"] = [mesh.get_group("tp")]
+        # the (dp, 1) meshes' groups have the same ranks
+        out.groups["dp"] = [m.get_group("dp") for (d, _), m in meshes.items() if d > 1]
+    if any(s.tp > 1 for s in plan.layers):
+        out.groups["tp"] = [m.get_group("tp") for (_, t), m in meshes.items() if t > 1]
     if pp > 1:
         out.groups["pp"] = [mesh.get_group("pp")]
         if tied_group is not None:  # after "pp": with 2 stages the pair's ranks are the pp group's

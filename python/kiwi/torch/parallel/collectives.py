@@ -46,14 +46,15 @@ def _group(args, kwargs) -> Optional[dist.ProcessGroup]:
 class CollectiveBytes(TorchDispatchMode):
     """with CollectiveBytes(pm.groups) as c: ...; c.bytes == {("tp", "all_reduce"): n, ("dp", "all_gather"): m,
     ...} for this rank; `groups` names process groups ({"dp": [group]}) and a collective counts under the
-    name of the group with its ranks (DTensor may run a mesh's collectives on an equal mesh's groups);
-    the others count as "other"."""
+    name of its group or, for a group not named, of the named group with its ranks (DTensor may run a
+    mesh's collectives on an equal mesh's groups); the others count as "other"."""
 
     def __init__(self, groups: Dict[str, List[dist.ProcessGroup]]):
         super().__init__()
         self.bytes: Dict[tuple, int] = {}
         self.calls: Dict[tuple, int] = {}
         self._dims = {frozenset(dist.get_process_group_ranks(g)): dim for dim, gs in groups.items() for g in gs}
+        self._names = {g.group_name: dim for dim, gs in groups.items() for g in gs}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if any(issubclass(t, DTensor) for t in types):
@@ -67,7 +68,8 @@ class CollectiveBytes(TorchDispatchMode):
             if kind is not None:
                 group = _group(args, kwargs)
                 ranks = frozenset(dist.get_process_group_ranks(group)) if group is not None else frozenset()
-                dim, size = self._dims.get(ranks, "other"), max(1, len(ranks))
+                dim = self._names.get(group.group_name) if group is not None else None
+                dim, size = dim or self._dims.get(ranks, "other"), max(1, len(ranks))
                 if namespace == "_c10d_functional":  # (input, ...): an all-gather's input is one rank's share
                     payload = _tensor_bytes(args[0]) * (size if kind == "all_gather" else 1)
                 elif kind == "send":  # c10d.send(tensors, peer, tag): the message

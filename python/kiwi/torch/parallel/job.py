@@ -21,7 +21,8 @@ TRAFFIC = {("dp", "all_reduce"): ("dp_all_reduce_bytes",),
            ("tp", "all_reduce"): ("tp_all_reduce_bytes", "sp_gradient_all_reduce_bytes"),
            ("tp", "all_gather"): ("sp_all_gather_bytes", "sequence_gather_bytes", "sequence_gather_backward_bytes"),
            ("tp", "reduce_scatter"): ("sp_reduce_scatter_bytes",),
-           ("tied", "all_reduce"): ("tied_all_reduce_bytes",)}
+           ("tied", "all_reduce"): ("tied_all_reduce_bytes",),
+           ("reshard", "all_gather"): ("slice_gather_bytes", "slice_gather_backward_bytes")}
 
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}

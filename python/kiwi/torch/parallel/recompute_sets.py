@@ -32,10 +32,10 @@ from kiwi.torch.parallel.checkpointing import ATTENTION_CORE
 KNOWN = frozenset({
     "attn.norm", "mlp.norm", "mlp.act", "mlp.gated", "attn.residual", "mlp.residual", "attn.q_rotary",
     "attn.k_rotary", "attn.attention", "attn.scores", "attn.softmax", "attn.attn_dropout_mask", "attn.attn_dropout",
-    "attn.context", "attn.out_dropout_mask", "attn.out_dropout", "mlp.dropout_mask", "mlp.dropout",
-    # reshapes: views of their input, nothing of their own to keep or recompute
-    "attn.q_split", "attn.q_heads", "attn.k_split", "attn.k_heads", "attn.v_split", "attn.v_heads",
-    "attn.context_merge", "attn.context#1"})
+    "attn.context", "attn.out_dropout_mask", "attn.out_dropout", "mlp.dropout_mask", "mlp.dropout"})
+# Reshapes (the model builder's "<op>_split", "_heads", "_groups", "_merge", "_merged", a name's second op
+# "#1"): views of their input, nothing of their own to keep or recompute.
+_VIEW_NAME = re.compile(r"^attn\.[a-z_]+(_split|_heads|_groups|_merge|_merged|#\d+)$")
 # The attention core is one fused kernel at run time: recomputed when the set names kiwi's fused op or
 # its materialized core's softmax (what the core keeps).
 _CORE = frozenset({"attn.attention", "attn.softmax"})
@@ -140,10 +140,10 @@ _ROTARY = frozenset(getattr(torch.ops.aten, n) for n in ("mul", "neg", "cat", "a
 def check_recompute_set(names: Iterable[str], where: str) -> FrozenSet[str]:
     """The set, its names checked against what this naming places (a PlanError names the first other)."""
     names = frozenset(names)
-    unknown = sorted(names - KNOWN)
+    unknown = sorted(n for n in names - KNOWN if not _VIEW_NAME.match(n))
     if unknown:
         raise PlanError(f"{where}: {unknown[0]!r} is not an op kiwi.torch.parallelize can recompute in a block "
-                        f"(it names {', '.join(sorted(KNOWN))})")
+                        f"(it names {', '.join(sorted(KNOWN))} and reshapes)")
     return names
 
 

@@ -116,7 +116,7 @@ def _on_hidden_states(move):
     return hook
 
 
-def _on_output(move):
+def on_output(move):
     """A forward hook applying `move` to the module's output (the first element of a tuple)."""
     def hook(module, args, output):
         return (move(output[0]),) + tuple(output[1:]) if isinstance(output, tuple) else move(output)
@@ -175,7 +175,7 @@ def sequence_boundaries(block: torch.nn.Module, mesh: DeviceMesh, first_of_run: 
     if first_of_run:  # a slice, no communication
         block.register_forward_pre_hook(_on_hidden_states(_relayout(mesh, Replicate(), Shard(1))), with_kwargs=True)
     if last_of_run:
-        block.register_forward_hook(_on_output(_relayout(mesh, Shard(1), Replicate())))
+        block.register_forward_hook(on_output(_relayout(mesh, Shard(1), Replicate())))
 
 
 def vocabulary_modules(model: torch.nn.Module, tp: int) -> Dict[str, torch.nn.Module]:
@@ -197,13 +197,16 @@ def vocabulary_modules(model: torch.nn.Module, tp: int) -> Dict[str, torch.nn.Mo
     return found
 
 
-def apply_vocabulary_parallel(model: torch.nn.Module, mesh: DeviceMesh, parallel_loss: bool = False) -> List[str]:
+def apply_vocabulary_parallel(model: torch.nn.Module, mesh: DeviceMesh, parallel_loss: bool = False,
+                              ends: Tuple[str, ...] = ("embedding", "head")) -> List[str]:
     """Megatron's vocabulary-parallel embedding (each rank looks up its share of the table, the outputs
     all-reduced) and a column-parallel head whose logits are all-gathered for the model's own loss or,
     with `parallel_loss`, left split by vocabulary (a DTensor) for the loss to run under torch's
     loss_parallel (Megatron's vocabulary-parallel cross-entropy: three all-reduces of one value per
-    token instead of gathering the logits). Returns the split modules' names."""
-    split = vocabulary_modules(model, mesh.size())
+    token instead of gathering the logits); `ends` says which of the two to split. Returns the split
+    modules' names."""
+    split = {name: m for name, m in vocabulary_modules(model, mesh.size()).items()
+             if ("embedding" if isinstance(m, torch.nn.Embedding) else "head") in ends}
     plan: Dict[str, Any] = {}
     for name, module in split.items():
         if isinstance(module, torch.nn.Embedding):

@@ -53,12 +53,12 @@ def _full(t: torch.Tensor) -> torch.Tensor:
 
 
 def _check_sequence(pm: ParallelModel, batch: Batch) -> None:
-    if pm.tp < 2 or not any(s.sequence_split for s in pm.plan.layers):
-        return
+    degrees = {s.tp for s in pm.plan.layers if s.sequence_split}
     tensors = [batch] if isinstance(batch, torch.Tensor) else [v for v in batch.values() if isinstance(v, torch.Tensor)]
-    for t in tensors:
-        if t.dim() > 1 and t.shape[1] % pm.tp:
-            raise PlanError(f"batch: sequence parallelism: tp {pm.tp} does not divide the sequence of {t.shape[1]} tokens")
+    for tp in sorted(degrees):
+        for t in tensors:
+            if t.dim() > 1 and t.shape[1] % tp:
+                raise PlanError(f"batch: sequence parallelism: tp {tp} does not divide the sequence of {t.shape[1]} tokens")
 
 
 def step(pm: ParallelModel, optimizer: torch.optim.Optimizer, batch: Batch,
