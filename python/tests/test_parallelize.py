@@ -79,19 +79,25 @@ def llama_config(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module")
-def kiwi_plan(llama_config, tmp_path_factory):
-    """kiwi hybrid's plan of the Llama config for 4 CPU processes in the space parallelize runs (DP x TP)."""
+def _planned(command, llama_config, tmp_path_factory, *flags):
+    """The plan file `kiwi COMMAND` writes for the Llama config on 4 CPU processes (8 samples of 16 tokens,
+    fp32, SGD) with `flags`."""
     out = str(tmp_path_factory.mktemp("plan") / "plan.json")
-    r = kiwi.cli("hybrid", "--hf-config", llama_config, "--cluster", CLUSTER, "--batch", str(h.BATCH), "--seq",
-                 str(h.SEQ), "--dtype", "fp32", "--optimizer", "sgd", "--method", "dp+tp", "--memory", "1500KiB",
-                 "--quiet", "--out", out)
+    r = kiwi.cli(command, "--hf-config", llama_config, "--cluster", CLUSTER, "--batch", str(h.BATCH), "--seq",
+                 str(h.SEQ), "--dtype", "fp32", "--optimizer", "sgd", *flags, "--quiet", "--out", out)
     assert r.returncode == 0, r.stderr
     return out
 
 
-# Plans of the Llama config whose collectives are counted against kiwi's (their first and last layers
-# share a strategy: the final norm goes with the first layer's, kiwi prices it with the head's).
+@pytest.fixture(scope="module")
+def kiwi_plan(llama_config, tmp_path_factory):
+    """kiwi hybrid's plan of the Llama config for 4 CPU processes in the space parallelize runs (DP x TP)."""
+    return _planned("hybrid", llama_config, tmp_path_factory, "--method", "dp+tp", "--memory", "1500KiB")
+
+
+# Plans of the Llama config whose collectives are counted against kiwi's (the final norm goes with the
+# first layer's strategy where the last layer shares its layout, kiwi prices it with the head's: their
+# first and last layers share a strategy, or a layout no more).
 COUNTED = {
     "ZeRO-3, ZeRO-1, ZeRO-2, ZeRO-3": [(1, 4, 3, False), (1, 4, 1, False), (1, 4, 2, False), (1, 4, 3, False)],
     "TP2 x ZeRO-2, DP, ZeRO-1, ZeRO-2": [(2, 2, 2, False), (2, 2, 0, False), (2, 2, 1, False), (2, 2, 2, False)],
@@ -115,22 +121,13 @@ def _config_plan(llama_config, layers, micro_batches=2):
 def main_job_plan(llama_config, tmp_path_factory):
     """kiwi plan's (the main job's) best plan of the Llama config for 4 CPU processes, planned for FSDP2
     (--runtime fsdp2: only what parallelize runs, memory as FSDP2 holds it): it pipelines."""
-    out = str(tmp_path_factory.mktemp("plan") / "plan.json")
-    r = kiwi.cli("plan", "--hf-config", llama_config, "--cluster", CLUSTER, "--batch", str(h.BATCH), "--seq",
-                 str(h.SEQ), "--dtype", "fp32", "--optimizer", "sgd", "--runtime", "fsdp2", "--no-refine", "--quiet",
-                 "--out", out)
-    assert r.returncode == 0, r.stderr
-    return out
+    return _planned("plan", llama_config, tmp_path_factory, "--runtime", "fsdp2", "--no-refine")
 
 
 @pytest.fixture(scope="module")
 def recompute_set_plan(llama_config, tmp_path_factory):
     """kiwi hybrid's plan of the Llama config for FSDP2 where memory is short: a recompute set on a stage."""
-    out = str(tmp_path_factory.mktemp("plan") / "plan.json")
-    r = kiwi.cli("hybrid", "--hf-config", llama_config, "--cluster", CLUSTER, "--batch", str(h.BATCH), "--seq",
-                 str(h.SEQ), "--dtype", "fp32", "--optimizer", "sgd", "--runtime", "fsdp2", "--memory", "900KiB",
-                 "--quiet", "--out", out)
-    assert r.returncode == 0, r.stderr
+    out = _planned("hybrid", llama_config, tmp_path_factory, "--runtime", "fsdp2", "--memory", "900KiB")
     assert any(layer.get("recompute") for layer in json.load(open(out))["layer"]["layers"]), open(out).read()
     return out
 
