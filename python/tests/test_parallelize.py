@@ -391,6 +391,8 @@ def test_what_cannot_run_as_planned_names_the_module_or_field():
     vit = _vision_encoder()
     with pytest.raises(PlanError, match=r"layer.pp_degree: .*ViTForImageClassification has no output embedding"):
         check_plan(vit, pipelined, WORLD)                                        # no vocabulary: no stages
+    with pytest.raises(PlanError, match=r"layer.layers\[3\].tp: the model names no output embedding"):
+        check_plan(vit, h.plan([(2, 2, 0, False)] * 2 + [(1, 4, 0, False)] * 2), WORLD)  # its head's layout?
     eager = h.build("gpt2")
     eager.config._attn_implementation = "eager"
     with pytest.raises(PlanError, match="layer.pp_degree: .*not 'eager'"):      # unmasked eager is not causal

@@ -16,7 +16,8 @@ from kiwi.torch.parallel.blocks import block_names, find_blocks, vocabulary_ends
 from kiwi.torch.parallel.checkpointing import checkpoint_block
 from kiwi.torch.parallel.recompute_sets import RecomputeSetPolicy, apply_recompute_set, check_recompute_set
 from kiwi.torch.parallel.data_parallel import shard_layer, syncs_every_micro_batch
-from kiwi.torch.parallel.pipeline import decoder_parts, loss_function, make_schedule, stage_chunks
+from kiwi.torch.parallel.pipeline import decoder_parts, final_norm as final_norm_of, loss_function, make_schedule, \
+    stage_chunks
 from kiwi.torch.parallel.slice_gather import boundary_mesh, relayout, relayout_rows
 from kiwi.torch.parallel.tied_embedding import TiedEmbedding, tie_across_stages, tied_embedding
 from kiwi.torch.parallel.tensor_parallel import (apply_tensor_parallel, apply_vocabulary_parallel,
@@ -67,7 +68,8 @@ def _layout(strategy: LayerStrategy) -> Tuple[int, int]:
     return strategy.dp, strategy.tp
 
 
-def _check_layers(plan: HybridPlan, blocks_path: str, count: int, world: int, tied: bool) -> LayerStrategy:
+def _check_layers(plan: HybridPlan, blocks_path: str, count: int, world: int, tied: bool,
+                  has_head: bool) -> LayerStrategy:
     if len(plan.layers) != count:
         raise PlanError(f"{plan.source}: layer.layers: {len(plan.layers)} layers planned, the model has {count} "
                         f"blocks at {blocks_path!r}")
@@ -82,10 +84,12 @@ def _check_layers(plan: HybridPlan, blocks_path: str, count: int, world: int, ti
         if plan.global_batch % (s.dp * plan.micro_batches):
             raise PlanError(f"{plan.source}: layer.global_batch: {plan.global_batch} samples do not split into "
                             f"{plan.micro_batches} micro-batches over layers[{i}]'s {s.dp} data-parallel ranks")
-    if tied and _layout(plan.layers[-1]) != _layout(first):
-        raise PlanError(f"{plan.source}: layer.layers[{count - 1}].tp: the model ties its head to its input embedding, "
-                        f"so its last layer must lay out samples as its first (tp {first.tp} x dp {first.dp}), not "
-                        f"tp {plan.layers[-1].tp} x dp {plan.layers[-1].dp}")
+    last = plan.layers[-1]
+    if _layout(last) != _layout(first) and (tied or not has_head):
+        why = "ties its head to its input embedding" if tied else "names no output embedding (get_output_embeddings)"
+        raise PlanError(f"{plan.source}: layer.layers[{count - 1}].tp: the model {why}, so its last layer must lay out "
+                        f"samples as its first (tp {first.tp} x dp {first.dp}), not tp {last.tp} x dp {last.dp}: the "
+                        "head runs on the last layer's layout")
     return first
 
 
@@ -117,7 +121,8 @@ def check_plan(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], s
     Returns the plan read; raises a PlanError naming the plan field or the module."""
     plan = _as_plan(plan)
     path, found = find_blocks(model, blocks)
-    _check_layers(plan, path, len(found), world, tied=vocabulary_ends(model)[2])
+    _, head, tied = vocabulary_ends(model)
+    _check_layers(plan, path, len(found), world, tied=tied, has_head=isinstance(head, torch.nn.Module))
     heads = _heads(model)
     for name, block, strategy in zip(block_names(path, found), found, plan.layers):
         if strategy.tp > 1:
@@ -205,11 +210,11 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
     if pp == 1 and _layout(last) != _layout(first):
         # the final norm and the head run on the last layer's layout: so do their FSDP2 units, and the loss
         # takes this rank's labels of it
-        final_norm = decoder_parts(model, found, plan.source).norm
+        final_norm = final_norm_of(model, found)
         labels = boundary_mesh(device_type, pp, _layout(first), _layout(last))
         model.register_forward_pre_hook(_relayout_labels(labels, _layout(first), _layout(last)), with_kwargs=True)
         out.groups["labels"] = [labels.get_group("inner")]
-    if dp > 1 or any(s.dp > 1 for s in plan.layers):
+    if any(s.dp > 1 for s in plan.layers):
         # the head (and the final norm) go with the last layer's strategy (as kiwi prices them), the rest
         # with the first's
         units = [(found[i], plan.layers[i]) for i in mine]

@@ -62,6 +62,12 @@ def _encoder_parts(model: torch.nn.Module, base: torch.nn.Module, embed: torch.n
     return embeddings, head_block
 
 
+def final_norm(model: torch.nn.Module, blocks: torch.nn.ModuleList) -> Optional[torch.nn.Module]:
+    """The norm after the blocks (the blocks' parent's `norm`, `ln_f`, ...), if any."""
+    base = _parent(model, blocks)
+    return next((getattr(base, n) for n in _NORMS if isinstance(getattr(base, n, None), torch.nn.Module)), None)
+
+
 def decoder_parts(model: torch.nn.Module, blocks: torch.nn.ModuleList, source: str) -> DecoderParts:
     """The DecoderParts of a decoder language model: embedding and head by get_input_embeddings /
     get_output_embeddings, the final norm, positions and rotary embedding by the base model's attributes;
@@ -69,7 +75,7 @@ def decoder_parts(model: torch.nn.Module, blocks: torch.nn.ModuleList, source: s
     naming layer.pp_degree and what is missing otherwise."""
     base = _parent(model, blocks)
     embed, head, tied = vocabulary_ends(model)
-    norm = next((getattr(base, n) for n in _NORMS if isinstance(getattr(base, n, None), torch.nn.Module)), None)
+    norm = final_norm(model, blocks)
     rotary, positions = getattr(base, "rotary_emb", None), getattr(base, "wpe", None)
     encoder = _encoder_parts(model, base, embed, head) if base is not None and embed is not None and \
         head is not None and norm is None and rotary is None and positions is None else None

@@ -72,6 +72,10 @@ def step(pm: ParallelModel, optimizer: torch.optim.Optimizer, batch: Batch,
         raise PlanError(f"batch: {_samples(batch)} samples on this rank where the plan gives each of its {pm.dp} "
                         f"data-parallel ranks {pm.plan.global_batch // pm.dp} (kiwi.torch.parallel.local_batch)")
     _check_sequence(pm, batch)
+    if loss_fn is not None and "labels" in pm.groups:
+        raise PlanError("loss_fn: the plan's last layer lays out samples otherwise than its first, so the head's "
+                        "output holds other rows than the batch: kiwi.torch.parallelize gives the model's own loss "
+                        "its labels of that layout (pass them as model(..., labels=...) and no loss_fn)")
     if pm.schedule is not None:
         return _pipeline_step(pm, optimizer, batch)
     size = pm.micro_batch
