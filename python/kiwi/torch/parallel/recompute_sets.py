@@ -96,9 +96,7 @@ class BlockOpNames:
         if role == "mlp_in" and not self.mlp:
             self.mlp, self.after_out = True, False
         if role == "dropout":
-            section = "mlp" if self.mlp else "attn"
-            self.stack.append("mlp.dropout" if self.mlp else
-                              f"{section}.out_dropout" if self.after_out else f"{section}.attn_dropout")
+            self.stack.append("mlp.dropout" if self.mlp else "attn.out_dropout" if self.after_out else "attn.attn_dropout")
             return
         self.stack.append({"act": "mlp.act"}.get(role, ""))  # linears: nothing of theirs is recomputed
 
