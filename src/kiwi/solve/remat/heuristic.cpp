@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <limits>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -56,6 +58,10 @@ struct State {
   KeepSetEvaluation eval;
 };
 
+bool Cheaper(const KeepSetEvaluation& a, const KeepSetEvaluation& b) {
+  return a.cost != b.cost ? a.cost < b.cost : a.peak < b.peak;
+}
+
 // A candidate move with its evaluation, for ranking.
 struct Scored {
   double gain = 0.0;
@@ -89,6 +95,9 @@ class Search {
   void Polish(State& s);
   // Polish plus remove-and-repair, until no move helps or time is up.
   void Improve(State& s, int repair_moves);
+  // Iterated local search from s until the deadline: kick (undo 2-8 random cuts), reduce, polish, and
+  // improve the ones within 2% of s; s becomes the cheapest schedule seen. Returns the kicks tried.
+  int Kick(State& s, int repair_moves, Clock::time_point until, int max_kicks, double lower_bound);
 
  private:
   std::vector<Move> Moves(const State& s, Score score, int32_t forbidden_cut, bool every_cut);
@@ -319,6 +328,47 @@ bool Search::RemoveAndRepair(State& s, int repair_moves) {
   return improved;
 }
 
+int Search::Kick(State& s, int repair_moves, Clock::time_point until, int max_kicks, double lower_bound) {
+  std::mt19937_64 rng(0x6b697769);  // fixed: the same kicks every run
+  int kicks = 0;
+  while (Clock::now() < until && !TimeUp() && kicks != max_kicks && s.eval.cost > lower_bound + eps_) {
+    std::vector<int32_t> active;
+    for (size_t id = 0; id < s.policy.cuts.size(); ++id)
+      if (s.policy.cuts[id]) active.push_back(static_cast<int32_t>(id));
+    if (active.empty()) break;
+    ++kicks;
+    State t = s;
+    const size_t undo = std::min(active.size(), static_cast<size_t>(2 + rng() % 7));
+    int32_t forbidden = -1;
+    for (size_t k = 0; k < undo; ++k) {
+      const size_t pick = k + static_cast<size_t>(rng() % (active.size() - k));
+      std::swap(active[k], active[pick]);
+      t.policy.cuts[static_cast<size_t>(active[k])] = 0;
+      forbidden = active[k];
+    }
+    // Every third kick squeezes: it reduces to a budget 1-10% lower (log-uniform), then polishes at
+    // the real one, re-keeping what that allows. It reaches schedules that undoing a few cuts does not
+    // (random_layered_n1000 at 0.9: +3.6% to +8.1% instead of +20.9%, where plain kicks stall).
+    const int64_t budget = budget_;
+    if (kicks % 3 == 0) {
+      const double depth = 0.01 * std::pow(10.0, static_cast<double>(rng() % 1001) / 1000.0);
+      set_budget(static_cast<int64_t>(static_cast<double>(budget) * (1.0 - depth)));
+    }
+    Reevaluate(t);
+    const Score score = rng() % 2 == 0 ? Score::kOverflowPerCost : Score::kPeakPerCost;
+    const bool reduced =
+        Reduce(t, score, std::numeric_limits<int>::max(), forbidden, std::numeric_limits<double>::infinity());
+    set_budget(budget);
+    Reevaluate(t);
+    if (!reduced && t.eval.peak > budget_) continue;
+    Polish(t);
+    if (t.eval.cost >= 1.02 * s.eval.cost) continue;
+    Improve(t, repair_moves);
+    if (Cheaper(t.eval, s.eval)) s = std::move(t);
+  }
+  return kicks;
+}
+
 void Search::Polish(State& s) {
   if (s.eval.peak > budget_) return;
   bool improved = true;
@@ -358,10 +408,6 @@ const char* ScoreName(Score s) {
     case Score::kOverflow: return "overflow";
   }
   return "";
-}
-
-bool Cheaper(const KeepSetEvaluation& a, const KeepSetEvaluation& b) {
-  return a.cost != b.cost ? a.cost < b.cost : a.peak < b.peak;
 }
 
 Clock::time_point Deadline(double seconds) {
@@ -427,6 +473,12 @@ KeepSetSolution SearchKeepSet(KeepSetScheduler& ks, int64_t budget, const Heuris
     search.Improve(s, options.repair_steps);
     if (!best.feasible || Cheaper(s.eval, best.eval)) best = {s.policy, s.eval, found[k].second, true};
   }
+  if (options.kick_seconds > 0.0 && best.feasible) {
+    State s{best.policy, best.eval};
+    const int kicks = search.Kick(s, options.repair_steps, Deadline(options.kick_seconds), options.max_kicks,
+                                  options.lower_bound);
+    if (Cheaper(s.eval, best.eval)) best = {s.policy, s.eval, best.variant + fmt::format(" + {} kicks", kicks), true};
+  }
   return best;
 }
 
@@ -470,9 +522,13 @@ int64_t MinimumFeasiblePeak(const RematProblem& problem, double time_limit_secon
 
 Result<RematResult> SolveHeuristic(const RematProblem& problem, const cost::CostModel& cost_model,
                                    const RematOptions& options) {
+  return SolveHeuristic(problem, cost_model, options, HeuristicOptions{});
+}
+
+Result<RematResult> SolveHeuristic(const RematProblem& problem, const cost::CostModel& cost_model,
+                                   const RematOptions& options, HeuristicOptions o) {
   const Clock::time_point start = Clock::now();
   KeepSetScheduler ks(problem);
-  HeuristicOptions o;
   o.time_limit_seconds = options.time_limit_seconds;
   const KeepSetSolution found = SearchKeepSet(ks, problem.budget, o);
   RematResult partial;

@@ -11,7 +11,8 @@
 //  2. polish: re-keep any tensor whose cut the budget no longer needs, and hold a recomputed tensor
 //     until its recomputation instead, whenever the cost drops within the budget;
 //  3. improve (the cheapest few schedules): "remove and repair", undo one cut and re-reduce with at
-//     most a few steps, accepting when the cost drops; until no move helps or the time limit.
+//     most a few steps, accepting when the cost drops; until no move helps or the time limit;
+//  4. optionally, kicks (HeuristicOptions::kick_seconds): an iterated local search from the best.
 // Three scores x the start points are tried and the cheapest schedule within the budget is kept, so
 // the heuristic is never worse than those baselines and equals checkpoint-all whenever that fits.
 // Every schedule is a frontier-advancing stage schedule: a valid warm start for the MILP.
@@ -31,6 +32,13 @@ struct HeuristicOptions {
   double time_limit_seconds = 10.0;
   int repair_steps = 3;            // greedy steps one remove-and-repair move may take
   bool seed_with_baselines = true; // also start from the baselines' keep sets
+  // 4. kick (iterated local search): for this long after step 3, undo 2-8 random cuts of the best
+  //    schedule (every third time also reducing to a budget 1-10% lower first), reduce and polish
+  //    again, and improve the result when it comes within 2%; keep the best. Seeded, so a run is
+  //    reproducible up to where the time runs out.
+  double kick_seconds = 0.0;
+  int max_kicks = -1;  // -1: until kick_seconds pass (a count makes a run independent of the clock)
+  double lower_bound = 0.0;  // a proven bound on the cost: kicks stop once the best schedule meets it
 };
 
 struct KeepSetSolution {
@@ -54,5 +62,8 @@ int64_t MinimumFeasiblePeak(const RematProblem& problem, double time_limit_secon
 // peak_memory / cost of the smallest-peak schedule found (its peak is the smallest budget it can meet).
 Result<RematResult> SolveHeuristic(const RematProblem& problem, const cost::CostModel& cost_model,
                                    const RematOptions& options);
+// The same with the search's options (options.time_limit_seconds bounds the whole search).
+Result<RematResult> SolveHeuristic(const RematProblem& problem, const cost::CostModel& cost_model,
+                                   const RematOptions& options, HeuristicOptions heuristic);
 
 }  // namespace kiwi::solve::remat
