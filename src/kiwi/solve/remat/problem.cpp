@@ -37,9 +37,10 @@ Result<RematProblem> MakeRematProblem(const ir::Graph& graph, const cost::CostMo
   return p;
 }
 
-int64_t MemoryLowerBound(const RematProblem& p) {
+std::vector<int64_t> FrontierComputeBytes(const RematProblem& p) {
+  std::vector<int64_t> bytes;
+  bytes.reserve(p.order.size());
   int64_t persistent = 0;
-  int64_t bound = 0;
   for (ir::NodeId v : p.order) {
     const ir::Node& n = p.graph->node(v);
     if (p.persistent[static_cast<size_t>(v)]) persistent += p.memory[static_cast<size_t>(v)];
@@ -49,9 +50,14 @@ int64_t MemoryLowerBound(const RematProblem& p) {
     inputs.erase(std::unique(inputs.begin(), inputs.end()), inputs.end());
     for (ir::NodeId in : inputs)
       if (!p.persistent[static_cast<size_t>(in)]) live += p.memory[static_cast<size_t>(in)];
-    bound = std::max(bound, persistent + live);
+    bytes.push_back(persistent + live);
   }
-  return bound;
+  return bytes;
+}
+
+int64_t MemoryLowerBound(const RematProblem& p) {
+  const std::vector<int64_t> bytes = FrontierComputeBytes(p);
+  return bytes.empty() ? 0 : *std::max_element(bytes.begin(), bytes.end());
 }
 
 std::optional<double> RematResult::gap() const {

@@ -35,8 +35,11 @@ struct RematProblem {
 // Builds the problem (runs the checkpoint-all schedule through the simulator for its peak).
 Result<RematProblem> MakeRematProblem(const ir::Graph& graph, const cost::CostModel& cost_model, int64_t budget);
 
-// The smallest peak any schedule can have is at least this: for every node, its output plus its
-// inputs plus the persistent tensors computed before it must be resident at once.
+// Per position t of the order: the bytes resident right after order[t]'s first compute in every
+// schedule: its output, its inputs and the persistent tensors computed so far.
+std::vector<int64_t> FrontierComputeBytes(const RematProblem& problem);
+
+// The smallest peak any schedule can have is at least this: the largest FrontierComputeBytes.
 int64_t MemoryLowerBound(const RematProblem& problem);
 
 struct RematResult {

@@ -37,14 +37,8 @@ ResidencyBound SolveResidencyBound(const RematProblem& problem, const StageGraph
   ResidencyBound result;
   result.bound = problem.baseline_cost;
   // forced[t]: bytes resident right after the frontier compute of stage t in every schedule.
-  std::vector<double> forced(Z(g.n), 0.0);
-  double persistent_so_far = 0.0;
-  for (int32_t t = 0; t < g.n; ++t) {
-    if (g.persistent[Z(t)]) persistent_so_far += static_cast<double>(g.memory[Z(t)]);
-    forced[Z(t)] = persistent_so_far + (g.persistent[Z(t)] ? 0.0 : static_cast<double>(g.memory[Z(t)]));
-    for (int32_t p : g.parents[Z(t)])
-      if (!g.persistent[Z(p)]) forced[Z(t)] += static_cast<double>(g.memory[Z(p)]);
-  }
+  std::vector<double> forced;
+  for (int64_t bytes : FrontierComputeBytes(problem)) forced.push_back(static_cast<double>(bytes));
   const auto budget = static_cast<double>(problem.budget);
   for (int32_t t = 0; t < g.n; ++t) {
     if (forced[Z(t)] > budget) {
