@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <numeric>
 #include <optional>
 #include <span>
 #include <string>
@@ -39,18 +38,6 @@ double SlotValue(int32_t slot, const std::vector<double>& values) {
 void AddRow(milp::Model& m, const milp::Expr& e, double lower, double upper) {
   if (e.terms().empty() && e.constant() >= lower && e.constant() <= upper) return;
   m.AddConstraint(e, lower, upper);
-}
-
-constexpr double kMaxCoefficient = 1e7;  // beyond this, scale to keep CBC's tolerances meaningful
-
-// Tensor sizes share a large gcd (often 1 KiB): counting in that unit keeps memory rows integral.
-void ChooseMemoryUnit(const StageGraph& g, Index& index) {
-  int64_t unit = 0;
-  int64_t largest = 1;
-  for (int64_t m : g.memory) unit = std::gcd(unit, m), largest = std::max(largest, m);
-  if (unit <= 0) unit = 1;
-  index.integral_units = static_cast<double>(largest) / static_cast<double>(unit) <= kMaxCoefficient;
-  index.memory_unit = index.integral_units ? static_cast<double>(unit) : static_cast<double>(largest) / kMaxCoefficient;
 }
 
 double BudgetUnits(const Index& index, int64_t budget) {
@@ -238,7 +225,9 @@ CheckmateModel BuildCheckmateModel(const RematProblem& problem, const StageGraph
                                    const CheckmateModelOptions& options) {
   CheckmateModel cm;
   Index& x = cm.index;
-  ChooseMemoryUnit(g, x);
+  const MemoryUnit unit = ChooseMemoryUnit(g);
+  x.memory_unit = unit.bytes;
+  x.integral_units = unit.integral;
   x.budget_units = BudgetUnits(x, problem.budget);
   x.first_stage = std::clamp(options.first_stage, 0, std::max(0, g.n - 1));
   CreateStageVariables(g, cm.model, x, x.first_stage);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
 
 namespace kiwi::solve::remat {
 namespace {
@@ -36,6 +37,16 @@ Status CheckStage(const StageGraph& g, const StageSolution& sol, int32_t t) {
 }
 
 }  // namespace
+
+MemoryUnit ChooseMemoryUnit(const StageGraph& g) {
+  constexpr double kMaxCoefficient = 1e7;
+  int64_t unit = 0;
+  int64_t largest = 1;
+  for (int64_t m : g.memory) unit = std::gcd(unit, m), largest = std::max(largest, m);
+  if (unit <= 0) unit = 1;
+  const bool integral = static_cast<double>(largest) / static_cast<double>(unit) <= kMaxCoefficient;
+  return {integral ? static_cast<double>(unit) : static_cast<double>(largest) / kMaxCoefficient, integral};
+}
 
 StageGraph MakeStageGraph(const RematProblem& problem) {
   StageGraph g;

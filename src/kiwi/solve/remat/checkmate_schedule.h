@@ -36,6 +36,15 @@ struct StageGraph {
 
 StageGraph MakeStageGraph(const RematProblem& problem);
 
+// The unit a MILP counts the tensors' bytes in: their gcd (often 1 KiB), so that memory rows are
+// integral, unless the largest size would then pass 1e7 units (CBC's tolerances lose meaning): then
+// the largest size / 1e7, and sizes are fractional.
+struct MemoryUnit {
+  double bytes = 1.0;
+  bool integral = true;  // every size is a whole number of units
+};
+MemoryUnit ChooseMemoryUnit(const StageGraph& g);
+
 // R[t] has t + 1 entries (positions 0..t), S[t] has t entries (0..t-1); S[0] is empty and S[T] = 0.
 struct StageSolution {
   std::vector<std::vector<uint8_t>> R;

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <vector>
 
 #include "kiwi/solve/milp/model.h"
@@ -21,15 +20,6 @@ struct Gap {
   int32_t tensor = 0;
   int32_t first = 0, last = 0;
 };
-
-// Bytes per unit of the rows: the sizes' gcd, coarser when the largest size would pass 1e7 units
-// (CBC's tolerances); units only ever round the budget up, so the model stays a relaxation.
-double MemoryUnit(const StageGraph& g) {
-  int64_t unit = 0, largest = 1;
-  for (int64_t m : g.memory) unit = std::gcd(unit, m), largest = std::max(largest, m);
-  if (unit <= 0) unit = 1;
-  return std::max(static_cast<double>(unit), static_cast<double>(largest) / 1e7);
-}
 
 }  // namespace
 
@@ -61,7 +51,8 @@ ResidencyBound SolveResidencyBound(const RematProblem& problem, const StageGraph
   std::vector<double> most(forced);
   for (const Gap& gap : gaps)
     for (int32_t t = gap.first; t <= gap.last; ++t) most[Z(t)] += static_cast<double>(g.memory[Z(gap.tensor)]);
-  const double unit = MemoryUnit(g);
+  // Rows in ChooseMemoryUnit's unit; the budget is not rounded down, so the model stays a relaxation.
+  const double unit = ChooseMemoryUnit(g).bytes;
   milp::Model model;
   milp::Expr objective;  // sum C_i (1 - keep_g)
   std::vector<milp::Expr> rows(Z(g.n));
