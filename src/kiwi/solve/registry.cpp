@@ -118,7 +118,7 @@ std::vector<Solver> MakeSolvers() {
   using sharding::ShardingSolverKind;
   using joint::JointMethod;
   std::vector<Solver> s = {
-      {Family::kRemat, "auto", "checkpoint-all when it fits, else the residency bound, the heuristic, then the chain DP or Checkmate's MILP", RunRemat<SolverKind::kAuto>},
+      {Family::kRemat, "auto", "checkpoint-all when it fits, else the residency bound beside the heuristic, then the chain DP or Checkmate's MILP (up to 50k binaries)", RunRemat<SolverKind::kAuto>},
       {Family::kRemat, "ilp", "Checkmate's MILP over frontier-advancing stages (CBC)", RunRemat<SolverKind::kIlp>},
       {Family::kRemat, "lp-round", "Checkmate's LP relaxation and two-phase rounding", RunRemat<SolverKind::kLpRound>},
       {Family::kRemat, "chain-dp", "exact dynamic program for linear chains", RunRemat<SolverKind::kChainDp>},

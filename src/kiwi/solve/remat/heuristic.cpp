@@ -97,7 +97,8 @@ class Search {
   void Improve(State& s, int repair_moves);
   // Iterated local search from s until the deadline: kick (undo 2-8 random cuts), reduce, polish, and
   // improve the ones within 2% of s; s becomes the cheapest schedule seen. Returns the kicks tried.
-  int Kick(State& s, int repair_moves, Clock::time_point until, int max_kicks, double lower_bound);
+  int Kick(State& s, int repair_moves, Clock::time_point until, int max_kicks, double lower_bound,
+           const std::atomic<double>* growing_lower_bound);
 
  private:
   std::vector<Move> Moves(const State& s, Score score, int32_t forbidden_cut, bool every_cut);
@@ -328,10 +329,12 @@ bool Search::RemoveAndRepair(State& s, int repair_moves) {
   return improved;
 }
 
-int Search::Kick(State& s, int repair_moves, Clock::time_point until, int max_kicks, double lower_bound) {
+int Search::Kick(State& s, int repair_moves, Clock::time_point until, int max_kicks, double lower_bound,
+                 const std::atomic<double>* growing_lower_bound) {
   std::mt19937_64 rng(0x6b697769);  // fixed: the same kicks every run
   int kicks = 0;
-  while (Clock::now() < until && !TimeUp() && kicks != max_kicks && s.eval.cost > lower_bound + eps_) {
+  auto bound = [&] { return growing_lower_bound ? std::max(lower_bound, growing_lower_bound->load()) : lower_bound; };
+  while (Clock::now() < until && !TimeUp() && kicks != max_kicks && s.eval.cost > bound() + eps_) {
     std::vector<int32_t> active;
     for (size_t id = 0; id < s.policy.cuts.size(); ++id)
       if (s.policy.cuts[id]) active.push_back(static_cast<int32_t>(id));
@@ -479,7 +482,7 @@ KeepSetSolution SearchKeepSet(KeepSetScheduler& ks, int64_t budget, const Heuris
   if (options.kick_seconds > 0.0 && best.feasible) {
     State s{best.policy, best.eval};
     const int kicks = search.Kick(s, options.repair_steps, Deadline(options.kick_seconds), options.max_kicks,
-                                  options.lower_bound);
+                                  options.lower_bound, options.growing_lower_bound);
     if (Cheaper(s.eval, best.eval)) best = {s.policy, s.eval, best.variant + fmt::format(" + {} kicks", kicks), true};
   }
   return best;

@@ -19,6 +19,7 @@
 //
 //   Result<RematResult> r = SolveHeuristic(problem, cost_model, {.time_limit_seconds = 1});
 //   if (r && !r->feasible) ... MinimumFeasiblePeak(problem) is the smallest budget it can satisfy.
+#include <atomic>
 #include <cstdint>
 #include <string>
 
@@ -39,6 +40,9 @@ struct HeuristicOptions {
   double kick_seconds = 0.0;
   int max_kicks = -1;  // -1: until kick_seconds pass (a count makes a run independent of the clock)
   double lower_bound = 0.0;  // a proven bound on the cost: kicks stop once the best schedule meets it
+  // A bound another thread is still proving (auto's residency bound, beside the kicks on a second
+  // core): read before each kick, with the same rule.
+  const std::atomic<double>* growing_lower_bound = nullptr;
 };
 
 struct KeepSetSolution {

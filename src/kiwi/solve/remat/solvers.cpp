@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
+#include <future>
 #include <utility>
 
 #include "kiwi/solve/remat/baselines.h"
@@ -52,29 +54,42 @@ RematResult Better(RematResult a, RematResult b) {
   return best;
 }
 
-// Auto: checkpoint-all when it fits; else the residency bound, the heuristic's answer (instant; with
-// kicks on graphs too large for the MILP), then the exact chain DP on linear chains (half the remaining
-// time; it stops at its limit), else Checkmate's MILP warm-started from the heuristic. The best
-// feasible schedule wins and the best proven bound is kept.
+// Auto: checkpoint-all when it fits; else the residency bound beside the heuristic's answer (instant;
+// with kicks on graphs too large for the MILP), then the exact chain DP on linear chains (half the
+// remaining time; it stops at its limit), else Checkmate's MILP warm-started from the heuristic where
+// it is small enough to help. The best feasible schedule wins and the best proven bound is kept.
 Result<RematResult> SolveAuto(const RematProblem& p, const cost::CostModel& cm, const RematOptions& o) {
   const auto start = std::chrono::steady_clock::now();
   if (p.budget >= p.checkpoint_all_peak) return SolveCheckpointAll(p, cm);
   const StageGraph g = MakeStageGraph(p);
   // The residency bound (a reduced model, O(edges) binaries): a bound also on graphs too large for
-  // the MILP's root LP.
-  const ResidencyBound residency = SolveResidencyBound(p, g, o.time_limit_seconds / 10, o.threads);
-  Progress(o, residency.infeasible ? fmt::format("residency bound: no schedule fits: {}", residency.note)
-                                    : fmt::format("residency bound: {:g}{} in {:.2f} s", residency.bound,
-                                                  residency.proven_optimal ? "" : " (CBC's bound at its time limit)",
-                                                  Seconds(start)));
+  // the MILP's root LP. It runs on one thread beside the heuristic (one thread too), which reads it
+  // as soon as it is proven to stop kicking a schedule that meets it.
+  std::atomic<double> proven{p.baseline_cost};
+  double residency_seconds = 0.0;
+  std::future<ResidencyBound> residency_future = std::async(std::launch::async, [&] {
+    ResidencyBound bound = SolveResidencyBound(p, g, o.time_limit_seconds / 10, 1);
+    if (!bound.infeasible) proven.store(bound.bound);
+    residency_seconds = Seconds(start);
+    return bound;
+  });
   // Past ~50k R/S binaries Checkmate's MILP neither improves the heuristic's schedule nor its bound
   // within a minute (ResNet-50 at 108k-116k, random_layered_n500 at 156k-189k; n250 at 17k-27k
-  // solves): there the heuristic kicks its best schedule for 3/4 of the time and the MILP gets the rest.
+  // solves): there the heuristic kicks its best schedule for nine tenths of the time and the MILP is
+  // not run, unless the graph is a chain (the exact DP gets half of what the kicks leave).
   const int64_t binaries = CountStageBinaries(g, FirstOverBudgetStage(g, p.budget));
+  std::string why_not_chain;
+  const bool chain = ExtractChain(p, &why_not_chain).has_value();
+  const bool milp_too_large = binaries > kKickBinaries;
   HeuristicOptions search;
-  if (binaries > kKickBinaries) search.kick_seconds = 0.75 * (o.time_limit_seconds - Seconds(start));
-  search.lower_bound = residency.bound;
-  Result<RematResult> heuristic = SolveHeuristic(p, cm, o, search);
+  if (milp_too_large) search.kick_seconds = (chain ? 0.75 : 0.9) * (o.time_limit_seconds - Seconds(start));
+  search.growing_lower_bound = &proven;
+  RematOptions heuristic_options = o;
+  heuristic_options.time_limit_seconds = o.time_limit_seconds - Seconds(start);
+  Result<RematResult> heuristic = SolveHeuristic(p, cm, heuristic_options, search);
+  const ResidencyBound residency = residency_future.get();
+  Progress(o, residency.infeasible ? fmt::format("residency bound: no schedule fits: {}", residency.note)
+                                    : fmt::format("{}: {:g} in {:.2f} s", residency.note, residency.bound, residency_seconds));
   if (!heuristic) return heuristic.error();
   if (!heuristic->lower_bound || *heuristic->lower_bound < residency.bound) heuristic->lower_bound = residency.bound;
   if (heuristic->feasible && heuristic->cost <= residency.bound * (1 + 1e-9)) {  // nothing left to prove
@@ -93,8 +108,7 @@ Result<RematResult> SolveAuto(const RematProblem& p, const cost::CostModel& cm, 
     heuristic->solver = "auto";
     return heuristic;
   }
-  std::string why_not_chain;
-  if (ExtractChain(p, &why_not_chain)) {
+  if (chain) {
     RematOptions dp_options = o;
     dp_options.time_limit_seconds = remaining() / 2;
     Progress(o, fmt::format("linear chain: exact dynamic program (up to {:.0f} s)", dp_options.time_limit_seconds));
@@ -106,6 +120,10 @@ Result<RematResult> SolveAuto(const RematProblem& p, const cost::CostModel& cm, 
     }
     if (dp.error().code != ErrorCode::kTimeLimit) return dp.error();
     Progress(o, "chain DP: time limit; continuing with the MILP");
+  } else if (milp_too_large) {
+    heuristic->note += fmt::format("; Checkmate's MILP not run ({} binaries: too large to help in the time)", binaries);
+    heuristic->solver = "auto";
+    return heuristic;
   }
   RematOptions ilp_options = o;
   ilp_options.time_limit_seconds = remaining();
