@@ -13,6 +13,7 @@ apart. A budget no schedule fits prints the smallest one kiwi knows.
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -45,6 +46,7 @@ def main() -> None:
     ap.add_argument("--fractions", default="0.8,0.6")
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--kiwi", default=os.path.join(os.path.dirname(__file__), "..", "build", "kiwi"))
+    ap.add_argument("--keep", metavar="DIR", help="also write the planning graphs here (MODEL.json), for `kiwi remat`")
     args = ap.parse_args()
     rows = ["| model | nodes | budget | cost over every node once | residency bound over it | gap | time | note |",
             "|---|---|---|---|---|---|---|---|"]
@@ -60,6 +62,9 @@ def main() -> None:
             path = os.path.join(tmp, f"{name}.json")
             with open(path, "w") as f:
                 json.dump(graph, f)
+            if args.keep:
+                os.makedirs(args.keep, exist_ok=True)
+                shutil.copy(path, os.path.join(args.keep, f"{name}-{args.layers}.json"))
             budgets = [["--budget-fraction", f] for f in args.fractions.split(",")]
             while budgets:
                 budget = budgets.pop(0)
