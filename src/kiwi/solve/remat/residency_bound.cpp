@@ -169,20 +169,19 @@ ResidencyBound SolveResidencyBound(const RematProblem& problem, const StageGraph
   std::vector<int32_t> held_to(Z(g.n), -1);  // the last stage an input may be held to for a recomputation
   for (const Gap& gap : gaps) {
     for (int32_t t = gap.first; t <= gap.last; ++t) most[Z(t)] += static_cast<double>(g.memory[Z(gap.tensor)]);
-    for (int32_t p : g.parents[Z(gap.tensor)])
-      if (Recomputable(g, p) && LastUse(g, p) < gap.last) held_to[Z(p)] = std::max(held_to[Z(p)], gap.last);
+    ForEachLinkedInput(g, gap, [&](int32_t p, int32_t) { held_to[Z(p)] = std::max(held_to[Z(p)], gap.last); });
   }
   for (int32_t p = 0; p < g.n; ++p)
     for (int32_t t = LastUse(g, p) + 1; t <= held_to[Z(p)]; ++t) most[Z(t)] += static_cast<double>(g.memory[Z(p)]);
   std::vector<bool> binding(Z(g.n));
   for (int32_t t = 0; t < g.n; ++t) binding[Z(t)] = most[Z(t)] > budget;
-  ResidencyModel m = BuildModel(g, gaps, binding, forced, budget, max_link_rows);
-  const milp::Model& model = m.model;
   if (std::none_of(binding.begin(), binding.end(), [](bool b) { return b; })) {  // every gap fits: keeping all costs nothing more
     result.proven_optimal = true;
     result.note = "residency bound: every tensor can stay resident";
     return result;
   }
+  const ResidencyModel m = BuildModel(g, gaps, binding, forced, budget, max_link_rows);
+  const milp::Model& model = m.model;
   milp::SolveOptions so;
   so.time_limit_seconds = std::max(0.0, seconds);
   so.threads = threads;
