@@ -29,6 +29,7 @@ constexpr size_t kRepairTrials = 64;    // cuts tried per remove-and-repair pass
 constexpr size_t kImprovedSmall = 3;    // phase-1 schedules that get remove-and-repair (<= 1000 nodes)
 constexpr int32_t kLargeGraph = 1000;
 constexpr size_t kDescents = 3;         // lowest-peak start points the minimum-peak search descends from
+constexpr double kKickImproveWithin = 1.5;  // kicked schedules costing more than this times the best are dropped
 
 // A change to a policy: activate one cut and/or set some holds.
 struct Move {
@@ -96,7 +97,7 @@ class Search {
   // Polish plus remove-and-repair, until no move helps or time is up.
   void Improve(State& s, int repair_moves);
   // Iterated local search from s until the deadline: kick (undo 2-8 random cuts), reduce, polish, and
-  // improve the ones within 2% of s; s becomes the cheapest schedule seen. Returns the kicks tried.
+  // improve the ones within 50% of s; s becomes the cheapest schedule seen. Returns the kicks tried.
   int Kick(State& s, int repair_moves, Clock::time_point until, int max_kicks, double lower_bound,
            const std::atomic<double>* growing_lower_bound);
 
@@ -368,7 +369,11 @@ int Search::Kick(State& s, int repair_moves, Clock::time_point until, int max_ki
     }
     if (!reduced && t.eval.peak > budget_) continue;
     Polish(t);
-    if (t.eval.cost >= 1.02 * s.eval.cost) continue;
+    // The kicked schedule is improved even when it starts far above s: remove-and-repair takes most
+    // kicks from +8-30% back below s. Improving only those within 2% (as before) threw away nearly
+    // all of them: random layered n1000 at 0.8 +5.86% -> +4.47%, n500 at 0.8 +6.82% -> +4.92%, a
+    // generated n1000 at 0.9 (bench/random_layered_graphs.py) +11.9% -> +1.7%, in 60 s.
+    if (t.eval.cost >= kKickImproveWithin * s.eval.cost) continue;
     Improve(t, repair_moves);
     if (Cheaper(t.eval, s.eval)) s = std::move(t);
   }

@@ -35,8 +35,8 @@ struct HeuristicOptions {
   bool seed_with_baselines = true; // also start from the baselines' keep sets
   // 4. kick (iterated local search): for this long after step 3, undo 2-8 random cuts of the best
   //    schedule (every third time also reducing to a budget 1-10% lower first), reduce and polish
-  //    again, and improve the result when it comes within 2%; keep the best. Seeded, so a run is
-  //    reproducible up to where the time runs out.
+  //    again, and improve the result unless it costs 1.5x the best; keep the best. Seeded, so a run
+  //    is reproducible up to where the time runs out.
   double kick_seconds = 0.0;
   int max_kicks = -1;  // -1: until kick_seconds pass (a count makes a run independent of the clock)
   double lower_bound = 0.0;  // a proven bound on the cost: kicks stop once the best schedule meets it
