@@ -70,8 +70,8 @@ def consecutive_edges(layers: List[List[int]], ed: float, rnd: random.Random) ->
 def skip_edges(layers: List[List[int]], count: int, rnd: random.Random) -> List[Tuple[int, int]]:
     layer_of = {v: i for i, layer in enumerate(layers) for v in layer}
     interior = sorted(layer_of)
-    if len(layers) < 3:
-        return []
+    # At most every pair two layers apart (a large scd on few layers would otherwise never end).
+    count = min(count, sum(len(a) * len(b) for i, a in enumerate(layers) for b in layers[i + 2:]))
     edges = set()
     while len(edges) < count:
         u, v = rnd.choice(interior), rnd.choice(interior)

@@ -33,11 +33,14 @@ def _order_peak(graph):
     last = dict(at)
     for link in graph["links"]:
         last[link["0"]] = max(last[link["0"]], at[link["1"]])
+    freed = [0] * len(order)
+    for v, i in last.items():
+        freed[i] += size[v]
     live = peak = 0
     for i, v in enumerate(order):
         live += size[v]
         peak = max(peak, live)
-        live -= sum(size[u] for u in order[: i + 1] if last[u] == i)
+        live -= freed[i]
     return peak
 
 
