@@ -18,6 +18,7 @@
 #include "kiwi/solve/joint/joint.h"
 #include "kiwi/solve/registry.h"
 #include "kiwi/util/units.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::cli {
 namespace {
@@ -259,7 +260,7 @@ int RunJoint(const JointCliOptions& o, const CLI::App& app) {
   std::vector<JointResult> helpers;
   Result<JointResult> r = Solve(*p, o, *in->method, helpers);
   if (!r) return ReportError(r.error());
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = SecondsSince(start);
   if (!r->feasible) return ReportNoPlan(*r, *in, o);
   if (!o.out.empty()) {
     Status written = WriteJointPlan(o.out, *r, o, *in);

@@ -135,10 +135,6 @@ bool IsFastKind(SolverKind kind) {
          kind != SolverKind::kAuto;
 }
 
-double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-}
-
 // The answer's solve (the final plan, the smallest budget at batch 1): the solver of that name in the
 // registry, through its driver, which replays the schedule (solve/registry.h).
 Result<remat::RematResult> SolveRegistered(const remat::RematProblem& p, const cost::CostModel& cm, SolverKind kind,
@@ -259,7 +255,7 @@ Result<remat::MaxBatchResult> SearchBatches(const RematCliOptions& o, const MaxB
     remat::RematOptions probe_options = options;  // --time-limit is the whole command's
     probe_options.time_limit_seconds = std::min(options.time_limit_seconds, o.search.SecondsLeft());
     Result<remat::RematResult> r = SolveProbe(p, cm, probe_kind, probe_options);
-    if (r && !o.quiet) std::cerr << ProbeLine(probing, *r, run.budget, probe_kind, Seconds(start));
+    if (r && !o.quiet) std::cerr << ProbeLine(probing, *r, run.budget, probe_kind, SecondsSince(start));
     return r;
   };
   remat::MaxBatchOptions limits;

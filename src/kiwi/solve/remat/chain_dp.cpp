@@ -641,11 +641,10 @@ Result<RematResult> SolveChainDp(const RematProblem& problem, const cost::CostMo
     return Error{ErrorCode::kTimeLimit,
                  fmt::format("chain-dp: no answer within the time limit of {} s (n = {}; the exact DP grows as n^4)",
                              options.time_limit_seconds, chain->n)};
-  auto seconds = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   RematResult partial;
   partial.solver = "chain-dp";
   if (!sol.feasible) {
-    partial.solve_seconds = seconds();
+    partial.solve_seconds = SecondsSince(start);
     partial.note = fmt::format("no chain schedule fits {} bytes; the least budget that fits is {}{} bytes",
                                problem.budget, sol.min_budget_exact ? "" : "at least ", sol.min_budget);
     if (options.progress) options.progress(partial.note);
@@ -656,7 +655,7 @@ Result<RematResult> SolveChainDp(const RematProblem& problem, const cost::CostMo
   partial.note = fmt::format("exact chain DP: n = {}, {} backward ops", chain->n, chain->h - chain->l + 1);
   Result<RematResult> r = FinishResult(problem, cost_model, std::move(sol.schedule), std::move(partial));
   if (!r) return r;
-  r->solve_seconds = seconds();
+  r->solve_seconds = SecondsSince(start);
   if (!r->feasible || r->peak_memory != sol.peak ||
       std::fabs(r->cost - sol.cost) > 1e-6 * std::max(1.0, std::fabs(sol.cost)))
     return Internal(fmt::format("chain-dp: the simulator measures cost {} and peak {}, the DP claims {} and {}",

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kiwi/solve/milp/solve.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::sharding {
 namespace {
@@ -172,7 +173,7 @@ std::optional<ExactResult> SolveReducedIlp(const ReducedProblem& problem, const 
   for (;;) {
     milp::SolveOptions o;
     o.time_limit_seconds = options.time_limit_seconds -
-                           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+                           SecondsSince(start);
     if (o.time_limit_seconds <= 0.05) break;
     o.relative_gap = options.relative_gap;
     o.threads = options.threads;

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "kiwi/solve/milp/solve.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::sharding {
 namespace {
@@ -190,7 +191,7 @@ Result<ShardingResult> SolveShardingIlp(const ir::ShardingProblem& problem, cons
   result.lower_bound = static_cast<int64_t>(std::ceil(solved->best_bound - 1e-6 * std::max(1.0, solved->best_bound)));
   result.lower_bound = std::min(*result.lower_bound, result.evaluation.cost);
   result.optimal = solved->termination == milp::Termination::kOptimal;
-  result.solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result.solve_seconds = SecondsSince(start);
   result.note = fmt::format("{} variables, {} constraints", ilp.model.num_vars(), ilp.model.num_constraints());
   return result;
 }

@@ -7,6 +7,7 @@
 
 #include "kiwi/solve/sharding/fast_solver.h"
 #include "kiwi/solve/sharding/ilp.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::sharding {
 
@@ -31,7 +32,7 @@ Result<ShardingResult> SolveSharding(const ir::ShardingProblem& problem, Shardin
   if (!result->evaluation.feasible)
     return Internal(
         fmt::format("{} returned an infeasible solution: {}", result->solver, result->evaluation.violation));
-  result->solve_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  result->solve_seconds = SecondsSince(start);
   return result;
 }
 
