@@ -46,7 +46,8 @@ def main() -> None:
     ap.add_argument("--fractions", default="0.8,0.6")
     ap.add_argument("--time-limit", type=float, default=60.0)
     ap.add_argument("--kiwi", default=os.path.join(os.path.dirname(__file__), "..", "build", "kiwi"))
-    ap.add_argument("--keep", metavar="DIR", help="also write the planning graphs here (MODEL.json), for `kiwi remat`")
+    ap.add_argument("--keep", metavar="DIR", help="also write the planning graphs here (MODEL-LAYERS.json, for `kiwi "
+                    "remat`) with their surcharge (MODEL-LAYERS.surcharge)")
     args = ap.parse_args()
     rows = ["| model | nodes | budget | cost over every node once | residency bound over it | gap | time | note |",
             "|---|---|---|---|---|---|---|---|"]
@@ -65,6 +66,8 @@ def main() -> None:
             if args.keep:
                 os.makedirs(args.keep, exist_ok=True)
                 shutil.copy(path, os.path.join(args.keep, f"{name}-{args.layers}.json"))
+                with open(os.path.join(args.keep, f"{name}-{args.layers}.surcharge"), "w") as f:
+                    f.write(f"{surcharge!r}\n")  # to take out of `kiwi remat`'s cost and bound, as below
             budgets = [["--budget-fraction", f] for f in args.fractions.split(",")]
             while budgets:
                 budget = budgets.pop(0)

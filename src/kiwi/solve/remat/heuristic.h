@@ -11,7 +11,8 @@
 //  2. polish: re-keep any tensor whose cut the budget no longer needs, and hold a recomputed tensor
 //     until its recomputation instead, whenever the cost drops within the budget;
 //  3. improve (the cheapest few schedules): "remove and repair", undo one cut and re-reduce with at
-//     most a few steps, accepting when the cost drops; until no move helps or the time limit;
+//     most a few steps, accepting when the cost drops; until no move helps or the time limit (with
+//     kicks to come, a tenth of the limit for each schedule after the cheapest);
 //  4. optionally, kicks (HeuristicOptions::kick_seconds): an iterated local search from the best.
 // Three scores x the start points are tried and the cheapest schedule within the budget is kept, so
 // the heuristic is never worse than those baselines and equals checkpoint-all whenever that fits.

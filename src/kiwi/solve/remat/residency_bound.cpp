@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -12,6 +13,7 @@
 
 #include "kiwi/solve/milp/model.h"
 #include "kiwi/solve/milp/solve.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::remat {
 namespace {
@@ -149,6 +151,7 @@ ResidencyModel BuildModel(const StageGraph& g, const std::vector<Gap>& gaps, con
 
 ResidencyBound SolveResidencyBound(const RematProblem& problem, const StageGraph& g, double seconds, int threads,
                                    int64_t max_link_rows) {
+  const auto start = std::chrono::steady_clock::now();
   ResidencyBound result;
   result.bound = problem.baseline_cost;
   // forced[t]: bytes resident right after the frontier compute of stage t in every schedule.
@@ -199,7 +202,9 @@ ResidencyBound SolveResidencyBound(const RematProblem& problem, const StageGraph
   if (!std::isfinite(least)) {  // out of time before the root: the LP relaxation is a bound too
     milp::SolveOptions lp = so;
     lp.relax_integrality = true;
-    lp.time_limit_seconds = std::max(1.0, seconds);  // a second at least: a bound is what is asked for
+    // What is left of `seconds`, a second at least: a bound is what is asked for (it used to be
+    // `seconds` again, so a limit of 42 s spent 84).
+    lp.time_limit_seconds = std::max(1.0, seconds - SecondsSince(start));
     Result<milp::SolveResult> relaxed = milp::Solve(model, lp);
     least = relaxed && relaxed->has_solution() ? relaxed->objective : 0.0;
   }

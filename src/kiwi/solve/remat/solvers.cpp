@@ -17,6 +17,7 @@
 #include "kiwi/solve/remat/lp_rounding.h"
 #include "kiwi/solve/remat/checkmate_schedule.h"
 #include "kiwi/solve/remat/residency_bound.h"
+#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::remat {
 namespace {
@@ -35,10 +36,7 @@ constexpr std::array<std::pair<SolverKind, const char*>, 10> kNames = {{
 }};
 
 constexpr int64_t kKickBinaries = 50'000;  // SolveAuto: where the heuristic's kicks take the MILP's time
-
-double Seconds(std::chrono::steady_clock::time_point since) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
-}
+constexpr double kBoundShareWithoutMilp = 0.8;  // SolveAuto: the residency bound's share of the limit then
 
 void Progress(const RematOptions& o, const std::string& line) {
   if (o.progress) o.progress(line);
@@ -62,17 +60,6 @@ Result<RematResult> SolveAuto(const RematProblem& p, const cost::CostModel& cm, 
   const auto start = std::chrono::steady_clock::now();
   if (p.budget >= p.checkpoint_all_peak) return SolveCheckpointAll(p, cm);
   const StageGraph g = MakeStageGraph(p);
-  // The residency bound (a reduced model, O(edges) binaries): a bound also on graphs too large for
-  // the MILP's root LP. It runs on one thread beside the heuristic (one thread too), which reads it
-  // as soon as it is proven to stop kicking a schedule that meets it.
-  std::atomic<double> proven{p.baseline_cost};
-  double residency_seconds = 0.0;
-  std::future<ResidencyBound> residency_future = std::async(std::launch::async, [&] {
-    ResidencyBound bound = SolveResidencyBound(p, g, o.time_limit_seconds / 10, 1);
-    if (!bound.infeasible) proven.store(bound.bound);
-    residency_seconds = Seconds(start);
-    return bound;
-  });
   // Past ~50k R/S binaries Checkmate's MILP neither improves the heuristic's schedule nor its bound
   // within a minute (ResNet-50 at 108k-116k, random_layered_n500 at 156k-189k; n250 at 17k-27k
   // solves): there the heuristic kicks its best schedule for nine tenths of the time and the MILP is
@@ -81,11 +68,24 @@ Result<RematResult> SolveAuto(const RematProblem& p, const cost::CostModel& cm, 
   std::string why_not_chain;
   const bool chain = ExtractChain(p, &why_not_chain).has_value();
   const bool milp_too_large = binaries > kKickBinaries;
+  // The residency bound (a reduced model, O(edges) binaries): a bound also on graphs too large for
+  // the MILP's root LP. It runs on one thread beside the heuristic (one thread too), which reads it
+  // as soon as it is proven to stop kicking a schedule that meets it. Where nothing runs after the
+  // kicks it has most of the time (captured GPT-2 at 0.6: a tenth, 6 s, ended inside CBC's root LP).
+  const double bound_seconds = o.time_limit_seconds * (milp_too_large && !chain ? kBoundShareWithoutMilp : 0.1);
+  std::atomic<double> proven{p.baseline_cost};
+  double residency_seconds = 0.0;
+  std::future<ResidencyBound> residency_future = std::async(std::launch::async, [&] {
+    ResidencyBound bound = SolveResidencyBound(p, g, bound_seconds, 1);
+    if (!bound.infeasible) proven.store(bound.bound);
+    residency_seconds = SecondsSince(start);
+    return bound;
+  });
   HeuristicOptions search;
-  if (milp_too_large) search.kick_seconds = (chain ? 0.75 : 0.9) * (o.time_limit_seconds - Seconds(start));
+  if (milp_too_large) search.kick_seconds = (chain ? 0.75 : 0.9) * (o.time_limit_seconds - SecondsSince(start));
   search.growing_lower_bound = &proven;
   RematOptions heuristic_options = o;
-  heuristic_options.time_limit_seconds = o.time_limit_seconds - Seconds(start);
+  heuristic_options.time_limit_seconds = o.time_limit_seconds - SecondsSince(start);
   Result<RematResult> heuristic = SolveHeuristic(p, cm, heuristic_options, search);
   const ResidencyBound residency = residency_future.get();
   Progress(o, residency.infeasible ? fmt::format("residency bound: no schedule fits: {}", residency.note)
@@ -102,7 +102,7 @@ Result<RematResult> SolveAuto(const RematProblem& p, const cost::CostModel& cm, 
                           heuristic->cost, heuristic->solve_seconds));
   if (!heuristic->feasible) return heuristic;
   // What the heuristic left of the limit (it used to be at least 1 s: a 0.1 s limit took 1.2 s).
-  auto remaining = [&] { return o.time_limit_seconds - Seconds(start); };
+  auto remaining = [&] { return o.time_limit_seconds - SecondsSince(start); };
   if (remaining() <= 0.0) {
     heuristic->note += "; no time left for an exact search";
     heuristic->solver = "auto";
@@ -181,7 +181,7 @@ Result<RematResult> SolveRemat(const RematProblem& problem, const cost::CostMode
   Result<RematResult> r = Dispatch(problem, cost_model, kind, options);
   if (!r) return r;
   r->solver = SolverName(kind);
-  r->solve_seconds = Seconds(start);
+  r->solve_seconds = SecondsSince(start);
   // Every node runs at least once, so the no-rematerialization cost bounds any schedule's cost.
   if (!r->lower_bound || *r->lower_bound < problem.baseline_cost) r->lower_bound = problem.baseline_cost;
   if (r->feasible && r->cost <= *r->lower_bound * (1 + 1e-9)) r->optimal = true;
@@ -192,7 +192,7 @@ Result<RematResult> SolveRemat(const RematProblem& problem, const cost::CostMode
     // peak it found, which is auto's answer when nothing fits); the exact solvers ask the heuristic's
     // smallest-peak search, within what is left of the limit (it took 5 s more after a 5 s limit).
     const bool exact = kind == SolverKind::kIlp || kind == SolverKind::kLpRound || kind == SolverKind::kChainDp;
-    const double left = std::max(options.time_limit_seconds - Seconds(start), 0.1 * options.time_limit_seconds);
+    const double left = std::max(options.time_limit_seconds - SecondsSince(start), 0.1 * options.time_limit_seconds);
     r->smallest_known_budget = !exact && r->peak_memory > 0 ? r->peak_memory : MinimumFeasiblePeak(problem, left);
     // A budget kiwi can meet that this solver did not (a time limit): not an infeasible request.
     if (r->smallest_known_budget <= problem.budget) r->smallest_known_budget = 0;
