@@ -137,6 +137,21 @@ TEST(Heuristic, MinimumFeasiblePeakIsReachable) {
   ExpectReplaysWithinBudget(p, *r, "at the minimum peak");
 }
 
+// A start handed in (where phase 1 stopped when its time ran out) counts: with no time to descend, the
+// smallest peak is the lowest start's, and a descended schedule given as a start is that low.
+TEST(Heuristic, MinimumPeakKeepSetStartsFromExtraStarts) {
+  std::mt19937 rng(9);
+  const ir::Graph g = RandomTrainingGraph(rng, 25);
+  const RematProblem p = ProblemAt(g, 1.0);
+  KeepSetScheduler ks(p);
+  const KeepSetSolution descended = MinimumPeakKeepSet(ks, 5.0);
+  const KeepSetSolution undescended = MinimumPeakKeepSet(ks, 0.0);
+  ASSERT_LT(descended.eval.peak, undescended.eval.peak) << "the descent must matter on this graph";
+  const KeepSetSolution from_extra = MinimumPeakKeepSet(ks, 0.0, {{"handed in", descended.policy}});
+  EXPECT_EQ(from_extra.eval.peak, descended.eval.peak);
+  EXPECT_TRUE(from_extra.variant.starts_with("handed in")) << from_extra.variant;
+}
+
 // Issue 18: after a heuristic that spent the limit, auto searched 5 s more for the smallest budget it
 // can meet; now the heuristic's own smallest peak is that budget. Whatever a solver says, kiwi must
 // then meet it.

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 #include <utility>
 #include <vector>
@@ -31,6 +32,7 @@ constexpr int32_t kLargeGraph = 1000;
 constexpr size_t kDescents = 3;         // lowest-peak start points the minimum-peak search descends from
 constexpr double kKickImproveWithin = 1.5;  // kicked schedules costing more than this times the best are dropped
 constexpr double kRunnerUpImproveShare = 0.1;  // of the time limit, per runner-up start's improvement (with kicks)
+constexpr double kReduceShareUntilFound = 0.75;  // of the time limit, for phase 1 while no start fits
 
 // A change to a policy: activate one cut and/or set some holds.
 struct Move {
@@ -432,8 +434,15 @@ using Found = std::vector<std::pair<State, std::string>>;
 
 // Phase 1: every start point and score, reduced to the budget and polished. When keep-all cannot be
 // reduced to the budget with any score, the other over-budget starts are not tried either (on a
-// budget below what the family reaches, each descent would only get stuck again).
-Found ReduceStarts(Search& search, KeepSetScheduler& ks, int64_t budget, const HeuristicOptions& options) {
+// budget below what the family reaches, each descent would only get stuck again). `lowest` gets the
+// lowest-peak state a reduction that did not reach the budget ended in: where the time ran out, the
+// peak descent continues from it. Until a start fits, phase 1 stops at kReduceShareUntilFound of the
+// limit, leaving the rest to that descent (a generated n1000 at 0.5 spent all 20 s reducing keep-all
+// and answered keep-all's peak as the smallest budget, where 0.7 fits).
+Found ReduceStarts(Search& search, KeepSetScheduler& ks, int64_t budget, const HeuristicOptions& options,
+                   std::optional<std::pair<State, std::string>>& lowest) {
+  const Clock::time_point deadline = search.deadline();
+  search.set_deadline(std::min(deadline, Deadline(kReduceShareUntilFound * options.time_limit_seconds)));
   Found found;
   double cheapest = std::numeric_limits<double>::infinity();
   bool keep_all_stuck = false;
@@ -449,8 +458,12 @@ Found ReduceStarts(Search& search, KeepSetScheduler& ks, int64_t budget, const H
     for (Score score : {Score::kOverflowPerCost, Score::kPeakPerCost, Score::kOverflow}) {
       if (search.TimeUp() && !found.empty()) return found;
       State s = start;
-      if (!search.Reduce(s, score, std::numeric_limits<int>::max(), -1, std::numeric_limits<double>::infinity()))
+      if (!search.Reduce(s, score, std::numeric_limits<int>::max(), -1, std::numeric_limits<double>::infinity())) {
+        if (!lowest || s.eval.peak < lowest->first.eval.peak)
+          lowest.emplace(std::move(s), name + " + " + ScoreName(score) + " (stopped)");
         continue;
+      }
+      search.set_deadline(deadline);
       search.Polish(s);
       cheapest = std::min(cheapest, s.eval.cost);
       found.emplace_back(std::move(s), start.eval.peak <= budget ? name : name + " + " + ScoreName(score));
@@ -458,6 +471,7 @@ Found ReduceStarts(Search& search, KeepSetScheduler& ks, int64_t budget, const H
     }
     if (tried.size() == 1) keep_all_stuck = found.size() == before;
   }
+  search.set_deadline(deadline);
   return found;
 }
 
@@ -468,11 +482,14 @@ KeepSetSolution SearchKeepSet(KeepSetScheduler& ks, int64_t budget, const Heuris
   Search search(ks, budget, deadline);
   State all = search.Start(ks.KeepAll());
   if (all.eval.peak <= budget) return {all.policy, all.eval, "keep-all", true};  // every node once: optimal
-  Found found = ReduceStarts(search, ks, budget, options);
+  std::optional<std::pair<State, std::string>> stopped;
+  Found found = ReduceStarts(search, ks, budget, options, stopped);
   if (found.empty()) {
-    // The greedy got stuck: the peak descent may still reach the budget.
+    // The greedy got stuck: the peak descent may still reach the budget, also from where it stopped.
     const double left = std::chrono::duration<double>(deadline - Clock::now()).count();
-    KeepSetSolution lowest = MinimumPeakKeepSet(ks, std::max(left, 0.0));
+    std::vector<std::pair<std::string, KeepPolicy>> extra;
+    if (stopped) extra.emplace_back(stopped->second, std::move(stopped->first.policy));
+    KeepSetSolution lowest = MinimumPeakKeepSet(ks, std::max(left, 0.0), std::move(extra));
     if (lowest.eval.peak > budget) return {lowest.policy, lowest.eval, lowest.variant, false};
     found.emplace_back(search.Start(lowest.policy), lowest.variant);
   }
@@ -503,7 +520,8 @@ KeepSetSolution SearchKeepSet(KeepSetScheduler& ks, int64_t budget, const Heuris
   return best;
 }
 
-KeepSetSolution MinimumPeakKeepSet(KeepSetScheduler& ks, double time_limit_seconds) {
+KeepSetSolution MinimumPeakKeepSet(KeepSetScheduler& ks, double time_limit_seconds,
+                                   std::vector<std::pair<std::string, KeepPolicy>> extra_starts) {
   Search search(ks, 0, Deadline(time_limit_seconds));
   const auto descend = [&](State& s) {  // aim one byte below the peak and take the best memory-time step
     while (!search.TimeUp()) {
@@ -515,6 +533,7 @@ KeepSetSolution MinimumPeakKeepSet(KeepSetScheduler& ks, double time_limit_secon
   std::vector<std::pair<std::string, KeepPolicy>> named = StartPoints(ks, true);
   const auto n = static_cast<size_t>(ks.problem().graph->size());
   named.emplace_back("keep-nothing", ks.FromKeep(std::vector<bool>(n, false)));
+  for (auto& start : extra_starts) named.push_back(std::move(start));
   std::vector<std::pair<State, std::string>> starts;
   for (auto& [name, policy] : named) starts.emplace_back(search.Start(std::move(policy)), name);
   const auto lower = [](const auto& a, const auto& b) {

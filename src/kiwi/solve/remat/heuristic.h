@@ -23,6 +23,8 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kiwi/solve/remat/keep_set_schedule.h"
 #include "kiwi/solve/remat/problem.h"
@@ -58,9 +60,10 @@ struct KeepSetSolution {
 KeepSetSolution SearchKeepSet(KeepSetScheduler& ks, int64_t budget, const HeuristicOptions& options);
 
 // The smallest peak the search reaches in the keep-set family (a greedy peak descent from keep-all and
-// from the baselines' keep sets, and the keep-nothing schedule): a budget kiwi can always satisfy.
-// Never below MemoryLowerBound(problem).
-KeepSetSolution MinimumPeakKeepSet(KeepSetScheduler& ks, double time_limit_seconds = 5.0);
+// from the baselines' keep sets, the keep-nothing schedule and `extra_starts`): a budget kiwi can
+// always satisfy. Never below MemoryLowerBound(problem).
+KeepSetSolution MinimumPeakKeepSet(KeepSetScheduler& ks, double time_limit_seconds = 5.0,
+                                   std::vector<std::pair<std::string, KeepPolicy>> extra_starts = {});
 int64_t MinimumFeasiblePeak(const RematProblem& problem, double time_limit_seconds = 5.0);
 
 // Entry point (solvers.h). Infeasible budgets give feasible = false, an empty schedule, and
