@@ -37,6 +37,7 @@ constexpr std::array<std::pair<SolverKind, const char*>, 10> kNames = {{
 
 constexpr int64_t kKickBinaries = 50'000;  // SolveAuto: where the heuristic's kicks take the MILP's time
 constexpr double kBoundShareWithoutMilp = 0.8;  // SolveAuto: the residency bound's share of the limit then
+constexpr double kBoundShareBeforeMilp = 0.1;   // SolveAuto: its share where the MILP or the chain DP follows
 
 void Progress(const RematOptions& o, const std::string& line) {
   if (o.progress) o.progress(line);
@@ -72,7 +73,8 @@ Result<RematResult> SolveAuto(const RematProblem& p, const cost::CostModel& cm, 
   // the MILP's root LP. It runs on one thread beside the heuristic (one thread too), which reads it
   // as soon as it is proven to stop kicking a schedule that meets it. Where nothing runs after the
   // kicks it has most of the time (captured GPT-2 at 0.6: a tenth, 6 s, ended inside CBC's root LP).
-  const double bound_seconds = o.time_limit_seconds * (milp_too_large && !chain ? kBoundShareWithoutMilp : 0.1);
+  const double bound_share = milp_too_large && !chain ? kBoundShareWithoutMilp : kBoundShareBeforeMilp;
+  const double bound_seconds = o.time_limit_seconds * bound_share;
   std::atomic<double> proven{p.baseline_cost};
   double residency_seconds = 0.0;
   std::future<ResidencyBound> residency_future = std::async(std::launch::async, [&] {

@@ -172,8 +172,7 @@ std::optional<ExactResult> SolveReducedIlp(const ReducedProblem& problem, const 
   ExactResult result;
   for (;;) {
     milp::SolveOptions o;
-    o.time_limit_seconds = options.time_limit_seconds -
-                           SecondsSince(start);
+    o.time_limit_seconds = options.time_limit_seconds - SecondsSince(start);
     if (o.time_limit_seconds <= 0.05) break;
     o.relative_gap = options.relative_gap;
     o.threads = options.threads;
