@@ -170,7 +170,7 @@ std::optional<ExactResult> SolveReducedIlp(const ReducedProblem& problem, const 
   if (!warm.empty())
     for (int32_t k : FullSegments(problem, warm, 0.97, 200, rises)) AddUsageRow(problem, ilp, k);
   ExactResult result;
-  for (;;) {
+  for (int round = 0; round != options.max_rounds; ++round) {
     milp::SolveOptions o;
     o.time_limit_seconds = options.time_limit_seconds - SecondsSince(start);
     if (o.time_limit_seconds <= 0.05) break;
@@ -195,6 +195,7 @@ std::optional<ExactResult> SolveReducedIlp(const ReducedProblem& problem, const 
       return result;
     }
     for (int32_t k : over) AddUsageRow(problem, ilp, k);
+    result.overflowing = std::move(x);
   }
   return result;
 }

@@ -62,8 +62,8 @@ class FastSearch {
  private:
   bool Offer();
   void Restore(const std::vector<int32_t>& x);
-  double UsageArea() const;
   void FindFeasible();
+  bool Repair();
   void Polish();
   void Restart();
   void LagrangianLoop(bool until_stalled);
@@ -105,24 +105,16 @@ void FastSearch::Restore(const std::vector<int32_t>& x) {
   }
 }
 
-// Summed usage x duration (in segments) of the current solution's usage terms.
-double FastSearch::UsageArea() const {
-  double area = 0.0;
-  for (size_t r = 0; r < p_.nodes.size(); ++r)
-    for (const UsageTerm& t : p_.nodes[r].terms)
-      area += static_cast<double>(t.usage[Z(ctx_.state.x(static_cast<int32_t>(r)))]) * (t.last - t.first);
-  return area;
-}
-
 // Uniform prices, ten times higher each round, until the priced optimum fits the limit.
 void FastSearch::FindFeasible() {
-  const double cost = ctx_.state.forbidden() > 0 ? 1.0 : static_cast<double>(ctx_.state.Cost());
-  const double start = 1e-3 * std::max(cost, 1.0) / std::max(UsageArea(), 1.0);
-  for (double lambda = start; !found() && !phase_.Passed() && lambda < start * 1e15; lambda *= 10) {
-    prices_.SetUniform(lambda);
-    DescendPriced(ctx_, &prices_.prices(), {.max_sweeps = 100, .block_size = kBlockSize});
-    Offer();
-  }
+  DescendIntoLimit(ctx_, prices_, kBlockSize, [&] { Offer(); });
+}
+
+// From the current state, over the limit: priced into it, then polished. True on a new incumbent.
+bool FastSearch::Repair() {
+  const int64_t before = best_cost_;
+  if (DescendIntoLimit(ctx_, prices_, kBlockSize) && Offer()) Polish();
+  return best_cost_ < before;
 }
 
 // Feasible-only block moves on the incumbent, under the current prices and under none.
@@ -187,6 +179,13 @@ void FastSearch::TryIlp(double seconds) {
   if (!e) return;
   lower_bound_ = std::max(lower_bound_, e->lower_bound);
   exact_note_ = fmt::format("; core ILP {}", e->optimal ? "optimal" : "stopped");
+  if (e->x.empty() && !e->overflowing.empty()) {
+    // CBC's last answer before the time ran out, over the limit at a few segments: repaired by
+    // priced descent (C: 84.10e9 over 5 segments, where the Lagrangian search was stuck at 113.7e9).
+    Restore(e->overflowing);
+    if (Repair()) exact_note_ += " (its last answer repaired)";
+    return;
+  }
   if (e->x.empty()) return;
   Restore(e->x);
   Offer();

@@ -87,4 +87,21 @@ double StarLowerBound(const ReducedProblem& problem, const std::vector<double>& 
   return bound;
 }
 
+bool DescendIntoLimit(SearchContext& ctx, SubgradientPrices& prices, int32_t block_size,
+                      const std::function<void()>& on_round) {
+  const SearchState& st = ctx.state;
+  double area = 0.0;  // summed usage x duration (in segments) of the state's usage terms
+  for (size_t r = 0; r < ctx.problem.nodes.size(); ++r)
+    for (const UsageTerm& t : ctx.problem.nodes[r].terms)
+      area += static_cast<double>(t.usage[Z(st.x(static_cast<int32_t>(r)))]) * (t.last - t.first);
+  const double cost = st.forbidden() > 0 ? 1.0 : static_cast<double>(st.Cost());
+  const double start = 1e-3 * std::max(cost, 1.0) / std::max(area, 1.0);
+  for (double lambda = start; !st.Feasible() && !ctx.deadline.Passed() && lambda < start * 1e15; lambda *= 10) {
+    prices.SetUniform(lambda);
+    DescendPriced(ctx, &prices.prices(), {.max_sweeps = 100, .block_size = block_size});
+    if (on_round) on_round();
+  }
+  return st.Feasible();
+}
+
 }  // namespace kiwi::solve::sharding

@@ -10,9 +10,11 @@
 //   NodePrices prices;
 //   ComputeNodePrices(reduced, lambda, prices);   // then search with BlockOptimizer(..., &prices)
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kiwi/solve/sharding/block_dp.h"
+#include "kiwi/solve/sharding/local_search.h"
 #include "kiwi/solve/sharding/reduction.h"
 
 namespace kiwi::solve::sharding {
@@ -49,5 +51,13 @@ void ComputeNodePrices(const ReducedProblem& problem, const std::vector<double>&
 // edge's cost is split half-and-half between its ends and each end takes its least row value, so
 // the bound is a sum of independent per-node minima (exact on edgeless problems).
 double StarLowerBound(const ReducedProblem& problem, const std::vector<double>& lambda, const NodePrices& prices);
+
+// Prices the usage into the state until it fits: uniform prices from 1e-3 x its cost per unit of its
+// usage x duration, ten times higher each round, each round a priced descent from the state, until
+// the state fits the limit or ctx.deadline passes. `on_round` runs after each round (the fast
+// solver offers the state as an incumbent). True when the state fits. From an answer that
+// overflows at a few segments (the core ILP's last one) this is a repair.
+bool DescendIntoLimit(SearchContext& ctx, SubgradientPrices& prices, int32_t block_size,
+                      const std::function<void()>& on_round = {});
 
 }  // namespace kiwi::solve::sharding

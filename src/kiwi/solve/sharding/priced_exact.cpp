@@ -81,7 +81,7 @@ std::optional<PricedSolution> SolvePricedExactly(const ReducedProblem& problem, 
   const std::vector<int32_t> core_warm = CoreWarmStart(*core, warm);
   std::optional<ExactResult> e;
   if (core->nodes.empty()) {
-    e = ExactResult{{}, core->constant_cost, static_cast<double>(core->constant_cost), true};
+    e = ExactResult{{}, core->constant_cost, static_cast<double>(core->constant_cost), true, {}};
     out.method = "reductions";
   }
   if (!e && (e = EnumerateReduced(*core, options.max_enumeration))) out.method = "enumeration";
