@@ -170,6 +170,7 @@ std::optional<ExactResult> SolveReducedIlp(const ReducedProblem& problem, const 
   if (!warm.empty())
     for (int32_t k : FullSegments(problem, warm, 0.97, 200, rises)) AddUsageRow(problem, ilp, k);
   ExactResult result;
+  std::vector<int32_t> last;  // CBC's last answer, over the limit at the rows added after it
   for (int round = 0; round != options.max_rounds; ++round) {
     milp::SolveOptions o;
     o.time_limit_seconds = options.time_limit_seconds - SecondsSince(start);
@@ -195,8 +196,9 @@ std::optional<ExactResult> SolveReducedIlp(const ReducedProblem& problem, const 
       return result;
     }
     for (int32_t k : over) AddUsageRow(problem, ilp, k);
-    result.overflowing = std::move(x);
+    last = std::move(x);
   }
+  result.overflowing = std::move(last);  // only here: no answer fitted before the time or the rounds ran out
   return result;
 }
 

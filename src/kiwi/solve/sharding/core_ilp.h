@@ -24,8 +24,8 @@ struct ExactResult {
   int64_t cost = 0;           // ReducedCost of x
   double lower_bound = 0.0;   // proven bound on the reduced optimum
   bool optimal = false;       // x is optimal (or, x empty, the problem is infeasible)
-  // When the time ran out before an answer fitted every usage row: CBC's last answer, optimal or
-  // not over the rows added so far, which overflows at a few segments (a start for a repair).
+  // When the time (or max_rounds) ran out before an answer fitted every usage row: CBC's last answer,
+  // optimal or not over the rows added so far, which overflows at a few segments (a start for a repair).
   std::vector<int32_t> overflowing;
 };
 

@@ -179,14 +179,14 @@ void FastSearch::TryIlp(double seconds) {
   if (!e) return;
   lower_bound_ = std::max(lower_bound_, e->lower_bound);
   exact_note_ = fmt::format("; core ILP {}", e->optimal ? "optimal" : "stopped");
-  if (e->x.empty() && !e->overflowing.empty()) {
+  if (e->x.empty()) {
     // CBC's last answer before the time ran out, over the limit at a few segments: repaired by
     // priced descent (C: 84.10e9 over 5 segments, where the Lagrangian search was stuck at 113.7e9).
+    if (e->overflowing.empty()) return;
     Restore(e->overflowing);
     if (Repair()) exact_note_ += " (its last answer repaired)";
     return;
   }
-  if (e->x.empty()) return;
   Restore(e->x);
   Offer();
   optimal_ = e->optimal;
