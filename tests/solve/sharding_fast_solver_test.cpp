@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <filesystem>
 
 #include "kiwi/io/iopddl_json.h"
@@ -89,6 +90,15 @@ TEST(FastSolver, ExactLagrangianOnACoreTooLargeForTheIlp) {
   const std::string note = SolveFeasibleAndImproving(p, 6.0);
   if (wcsp::ToulbarAvailable()) {
     EXPECT_NE(note.find("exact Lagrangian steps"), std::string::npos) << note;
+    // Each minimiser over the limit is repaired at most once: the count never exceeds the steps.
+    int64_t steps = -1, repaired = -1;
+    const size_t at = note.find(" exact Lagrangian steps, ");
+    ASSERT_NE(at, std::string::npos) << note;
+    ASSERT_EQ(std::sscanf(note.c_str() + note.rfind("; ", at) + 2, "%ld exact Lagrangian steps, %ld minimisers", &steps,
+                          &repaired), 2) << note;
+    EXPECT_GE(steps, 1) << note;
+    EXPECT_GE(repaired, 0) << note;
+    EXPECT_LE(repaired, steps) << note;
   }
 }
 
