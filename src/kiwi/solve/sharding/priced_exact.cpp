@@ -1,12 +1,10 @@
 #include "kiwi/solve/sharding/priced_exact.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 
 #include "kiwi/solve/sharding/core_ilp.h"
 #include "kiwi/solve/wcsp/toulbar2.h"
-#include "kiwi/util/elapsed.h"
 
 namespace kiwi::solve::sharding {
 namespace {
@@ -76,13 +74,11 @@ std::optional<ExactResult> SolveCoreWithToulbar(const ReducedProblem& core, cons
 
 std::optional<PricedSolution> SolvePricedExactly(const ReducedProblem& problem, const NodePrices& prices,
                                                  const std::vector<int32_t>& warm, const PricedSolveOptions& options) {
-  const auto start = std::chrono::steady_clock::now();
   bool clamped = false;
   Result<ReducedProblem> core = ReduceShardingProblem(PricedProblem(problem, prices, clamped));
   if (!core) return std::nullopt;
   PricedSolution out;
   const std::vector<int32_t> core_warm = CoreWarmStart(*core, warm);
-  const double left = std::max(0.0, options.seconds - SecondsSince(start));  // the reductions count too
   std::optional<ExactResult> e;
   if (core->nodes.empty()) {
     e = ExactResult{{}, core->constant_cost, static_cast<double>(core->constant_cost), true, {}};
@@ -90,11 +86,11 @@ std::optional<PricedSolution> SolvePricedExactly(const ReducedProblem& problem, 
   }
   if (!e && (e = EnumerateReduced(*core, options.max_enumeration))) out.method = "enumeration";
   if (!e && ModelSizeForIlp(*core) <= options.max_ilp_variables) {
-    e = SolveReducedIlp(*core, core_warm, {.time_limit_seconds = left, .relative_gap = 1e-9, .threads = 1,
+    e = SolveReducedIlp(*core, core_warm, {.time_limit_seconds = options.seconds, .relative_gap = 1e-9, .threads = 1,
                                            .max_variables = options.max_ilp_variables});
     out.method = "ilp";
   }
-  if (!e && (e = SolveCoreWithToulbar(*core, core_warm, left))) out.method = "toulbar2";
+  if (!e && (e = SolveCoreWithToulbar(*core, core_warm, options.seconds))) out.method = "toulbar2";
   if (!e || (e->x.empty() && !core->nodes.empty())) return std::nullopt;
   const ir::Solution x = ExpandSolution(*core, e->x);
   out.x.assign(x.begin(), x.end());

@@ -27,7 +27,7 @@ struct PricedSolution {
 };
 
 struct PricedSolveOptions {
-  double seconds = 5.0;                 // in all: the priced problem's reductions count too
+  double seconds = 5.0;
   int64_t max_enumeration = 200'000;   // cores with at most this many assignments are enumerated
   int64_t max_ilp_variables = 20'000;  // then the ILP; larger cores go to toulbar2 (CBC is slow on them)
 };
