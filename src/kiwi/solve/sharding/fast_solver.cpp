@@ -31,6 +31,7 @@ constexpr double kSecondsPerExactStep = 5.0;         // toulbar2 per priced subp
 constexpr double kLocalSecondsPerExactStep = 3.0;    // priced local search after each
 constexpr double kMinSecondsForExactStep = 1.5;      // toulbar2's limit is whole CPU seconds
 constexpr double kRepairSeconds = 3.0;               // polish or repair of each exact minimiser
+constexpr int64_t kRepairAttemptsWithoutFit = 3;     // repairs in a row that do not fit: stop repairing
 
 // The warm start mapped onto the reduced problem where it fits, the greedy solution elsewhere.
 std::vector<int32_t> InitialSolution(const ReducedProblem& p, const ShardingSolveOptions& options) {
@@ -205,7 +206,7 @@ void FastSearch::TryIlp(double seconds) {
 // alone until the deadline.
 void FastSearch::ExactLagrangian() {
   double theta = 1.0;
-  int64_t exact = 0, repaired = 0;
+  int64_t exact = 0, repaired = 0, failed_repairs = 0;
   while (deadline_.Left() >= kMinSecondsForExactStep) {
     const double seconds = std::min(kSecondsPerExactStep, deadline_.Left());
     std::optional<PricedSolution> s = SolvePricedExactly(p_, prices_.prices(), ctx_.state.x(), {.seconds = seconds});
@@ -216,9 +217,11 @@ void FastSearch::ExactLagrangian() {
     phase_ = Deadline(Deadline::Clock::now(), std::min(kRepairSeconds, deadline_.Left()));
     Restore(s->x);
     if (Offer()) Polish();
-    else if (!ctx_.state.Feasible()) {  // priced into the limit on prices of its own: V 1.030x -> 1.021x
-      Repair(repair_prices_);
-      repaired += ctx_.state.Feasible() ? 1 : 0;
+    else if (!ctx_.state.Feasible() && failed_repairs < kRepairAttemptsWithoutFit) {
+      Repair(repair_prices_);  // priced into the limit on prices of its own: V 1.030x -> 1.021x
+      const bool fits = ctx_.state.Feasible();
+      repaired += fits ? 1 : 0;
+      failed_repairs = fits ? 0 : failed_repairs + 1;  // T: none fits in 3 s, the time goes back to the search
     }
     Restore(s->x);
     const double value = prices_.Step(ctx_.state, static_cast<double>(best_cost_), theta);
