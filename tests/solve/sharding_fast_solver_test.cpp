@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cinttypes>
 #include <cstdio>
 #include <filesystem>
 
@@ -94,8 +95,9 @@ TEST(FastSolver, ExactLagrangianOnACoreTooLargeForTheIlp) {
     int64_t steps = -1, repaired = -1;
     const size_t at = note.find(" exact Lagrangian steps, ");
     ASSERT_NE(at, std::string::npos) << note;
-    ASSERT_EQ(std::sscanf(note.c_str() + note.rfind("; ", at) + 2, "%ld exact Lagrangian steps, %ld minimisers", &steps,
-                          &repaired), 2) << note;
+    const char* counts = note.c_str() + note.rfind("; ", at) + 2;
+    ASSERT_EQ(std::sscanf(counts, "%" SCNd64 " exact Lagrangian steps, %" SCNd64 " minimisers", &steps, &repaired), 2)
+        << note;
     EXPECT_GE(steps, 1) << note;
     EXPECT_GE(repaired, 0) << note;
     EXPECT_LE(repaired, steps) << note;

@@ -49,8 +49,7 @@ std::vector<int32_t> InitialSolution(const ReducedProblem& p, const ShardingSolv
 class FastSearch {
  public:
   FastSearch(const ReducedProblem& p, const ShardingSolveOptions& o, const Deadline& d)
-      : p_(p), options_(o), deadline_(d), phase_(d), ctx_(p, InitialSolution(p, o), phase_, o.seed), prices_(p),
-        repair_prices_(p) {}
+      : p_(p), options_(o), deadline_(d), phase_(d), ctx_(p, InitialSolution(p, o), phase_, o.seed), prices_(p) {}
 
   void Run();
   bool found() const { return !best_.empty() || (p_.nodes.empty() && best_cost_ < ir::kForbiddenCost); }
@@ -81,7 +80,6 @@ class FastSearch {
   Deadline phase_;  // the current phase's end (the search context watches it)
   SearchContext ctx_;
   SubgradientPrices prices_;
-  SubgradientPrices repair_prices_;  // uniform prices of a repair that leaves the subgradient's alone
   std::vector<int32_t> best_;
   int64_t best_cost_ = ir::kForbiddenCost;
   double lower_bound_ = -1.0;
@@ -207,18 +205,19 @@ void FastSearch::TryIlp(double seconds) {
 void FastSearch::ExactLagrangian() {
   double theta = 1.0;
   int64_t exact = 0, repaired = 0, failed_repairs = 0;
+  SubgradientPrices repair_prices(p_);  // the repairs' uniform prices, apart from the subgradient's
   while (deadline_.Left() >= kMinSecondsForExactStep) {
     const double seconds = std::min(kSecondsPerExactStep, deadline_.Left());
     std::optional<PricedSolution> s = SolvePricedExactly(p_, prices_.prices(), ctx_.state.x(), {.seconds = seconds});
     if (!s) break;
     ++exact;
-    // The last step's local phase has passed: the polish or repair gets one of its own (uncapped,
-    // repairs on 16k-node cores took T from 0.979x to 1.018x of the best published).
+    // The last step's local phase has passed: the polish or repair gets one of its own, capped (on a
+    // 16k-node core one repair is a priced descent over every node).
     phase_ = Deadline(Deadline::Clock::now(), std::min(kRepairSeconds, deadline_.Left()));
     Restore(s->x);
     if (Offer()) Polish();
     else if (!ctx_.state.Feasible() && failed_repairs < kRepairAttemptsWithoutFit) {
-      Repair(repair_prices_);  // priced into the limit on prices of its own: V 1.030x -> 1.021x
+      Repair(repair_prices);
       const bool fits = ctx_.state.Feasible();
       repaired += fits ? 1 : 0;
       failed_repairs = fits ? 0 : failed_repairs + 1;  // T: none fits in 3 s, the time goes back to the search
