@@ -13,9 +13,8 @@ namespace kiwi::solve::sharding {
 namespace {
 
 using test_util::BruteForceOptimum;
+using test_util::kNoReduction;
 using test_util::RandomShardingProblem;
-
-constexpr ReductionOptions kNoReduction{.fold_leaves = false, .merge_followers = false, .series = false, .dominance = false};
 
 TEST(CoreIlp, EnumerationAndIlpEqualBruteForce) {
   int binding = 0;

@@ -17,6 +17,8 @@ namespace kiwi::solve::sharding {
 namespace {
 
 using test_util::BruteForceOptimum;
+using test_util::kNoReduction;
+using test_util::RandomPrices;
 using test_util::RandomShardingProblem;
 
 size_t Z(int64_t i) { return static_cast<size_t>(i); }
@@ -36,16 +38,6 @@ int64_t BruteForcePriced(const ReducedProblem& p, const NodePrices& prices) {
   });
   return best;
 }
-
-NodePrices RandomPrices(const ReducedProblem& p, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  NodePrices prices(p.nodes.size());
-  for (size_t r = 0; r < p.nodes.size(); ++r)
-    for (int32_t s = 0; s < p.nodes[r].strategies(); ++s) prices[r].push_back(static_cast<double>(rng() % 4000) / 37.0);
-  return prices;
-}
-
-constexpr ReductionOptions kNoReduction{.fold_leaves = false, .merge_followers = false, .series = false, .dominance = false};
 
 void ExpectBruteForceOptimum(const PricedSolveOptions& options, const std::string& method) {
   int by_method = 0;
@@ -92,6 +84,29 @@ TEST(PricedExact, LagrangianValueOfTheExactMinimiserIsALowerBound) {
     const double value = prices.Step(state, static_cast<double>(brute->first), 1.0);
     EXPECT_LE(value, static_cast<double>(brute->first) + static_cast<double>(p->nodes.size())) << "seed " << seed;
   }
+}
+
+// total_seconds caps the whole call: with less than the exact solvers' minimum left, cores that need
+// the ILP or toulbar2 get no answer, while enumeration (no time limit of its own) still answers.
+TEST(PricedExact, NoTimeLeftGivesNoAnswerFromTheTimedSolvers) {
+  int checked = 0;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    const ir::ShardingProblem sp = RandomShardingProblem(500 + seed, 8, 4, 0.9, 0.5);
+    Result<ReducedProblem> p = ReduceShardingProblem(sp, kNoReduction);
+    ASSERT_TRUE(p.ok()) << p.error().message;
+    const NodePrices prices = RandomPrices(*p, seed);
+    const std::optional<PricedSolution> timed = SolvePricedExactly(*p, prices, {}, {.seconds = 20, .max_enumeration = 0});
+    ASSERT_TRUE(timed.has_value()) << "seed " << seed;
+    if (timed->method != "reductions") {  // the priced reductions alone decide some cores: no solver runs
+      ++checked;
+      EXPECT_FALSE(SolvePricedExactly(*p, prices, {}, {.seconds = 20, .total_seconds = 0.5, .max_enumeration = 0}))
+          << "seed " << seed;
+    }
+    const std::optional<PricedSolution> s = SolvePricedExactly(*p, prices, {}, {.seconds = 20, .total_seconds = 0.5});
+    ASSERT_TRUE(s.has_value()) << "seed " << seed;
+    EXPECT_EQ(PricedCost(*p, prices, s->x), BruteForcePriced(*p, prices)) << "seed " << seed;
+  }
+  EXPECT_GE(checked, 3);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #pragma once
-// Helpers shared by the sharding solver tests: a seeded random instance generator and a brute-force
-// optimum for tiny instances.
+// Helpers shared by the sharding solver tests: a seeded random instance generator, a brute-force
+// optimum for tiny instances and random Lagrangian prices.
 #include <algorithm>
 #include <cstdint>
 #include <optional>
@@ -10,6 +10,8 @@
 
 #include "assignment_odometer.h"
 #include "kiwi/ir/sharding_problem.h"
+#include "kiwi/solve/sharding/block_dp.h"
+#include "kiwi/solve/sharding/reduction.h"
 
 namespace kiwi::solve::sharding::test_util {
 
@@ -75,6 +77,18 @@ inline std::optional<std::pair<int64_t, ir::Solution>> BruteForceOptimum(const i
     if (e.feasible && (!best || e.cost < best->first)) best = std::make_pair(e.cost, x);
   });
   return best;
+}
+
+// Only the merges every reduction keeps: the reduced problem has the original's nodes.
+inline constexpr ReductionOptions kNoReduction{.fold_leaves = false, .merge_followers = false, .series = false, .dominance = false};
+
+// Seeded prices per reduced node and strategy, 0..108 in steps of 1/37 (not integers: rounding shows).
+inline NodePrices RandomPrices(const ReducedProblem& p, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  NodePrices prices(p.nodes.size());
+  for (size_t r = 0; r < p.nodes.size(); ++r)
+    for (int32_t s = 0; s < p.nodes[r].strategies(); ++s) prices[r].push_back(static_cast<double>(rng() % 4000) / 37.0);
+  return prices;
 }
 
 }  // namespace kiwi::solve::sharding::test_util

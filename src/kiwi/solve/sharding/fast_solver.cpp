@@ -8,6 +8,7 @@
 #include "kiwi/solve/sharding/core_ilp.h"
 #include "kiwi/solve/sharding/lagrangian.h"
 #include "kiwi/solve/sharding/local_search.h"
+#include "kiwi/solve/sharding/message_passing.h"
 #include "kiwi/solve/sharding/priced_exact.h"
 #include "kiwi/solve/sharding/reduction.h"
 
@@ -32,6 +33,8 @@ constexpr double kLocalSecondsPerExactStep = 3.0;    // priced local search afte
 constexpr double kMinSecondsForExactStep = 1.5;      // toulbar2's limit is whole CPU seconds
 constexpr double kRepairSeconds = 3.0;               // polish or repair of each exact minimiser
 constexpr int64_t kRepairAttemptsWithoutFit = 3;     // repairs in a row that do not fit: stop repairing
+constexpr int64_t kExactStepsWithoutAnswer = 3;      // toulbar2 steps in a row without an answer: local search only
+constexpr double kBoundSecondsPerExactStep = 0.3;    // message passing's bound on each step's priced problem
 
 // The warm start mapped onto the reduced problem where it fits, the greedy solution elsewhere.
 std::vector<int32_t> InitialSolution(const ReducedProblem& p, const ShardingSolveOptions& options) {
@@ -73,6 +76,7 @@ class FastSearch {
   bool TryEnumeration();
   void TryIlp(double seconds);
   void ExactLagrangian();
+  void ImproveBound(MessagePassing& bound);
 
   const ReducedProblem& p_;
   const ShardingSolveOptions& options_;
@@ -196,20 +200,38 @@ void FastSearch::TryIlp(double seconds) {
   if (optimal_) lower_bound_ = std::max(lower_bound_, static_cast<double>(best_cost_));
 }
 
+// L(lambda) at the current prices from message passing's bound on the priced problem (its messages
+// carried over from the last step's prices). N: 183e9 where toulbar2's and the star bound gave 73e9.
+void FastSearch::ImproveBound(MessagePassing& bound) {
+  bound.SetPrices(prices_.prices());
+  const MessagePassingBound b = bound.LowerBound(std::min(kBoundSecondsPerExactStep, deadline_.Left()));
+  lower_bound_ = std::max(lower_bound_, LagrangianBound(p_, prices_.lambda(), b.lower_bound));
+}
+
 // Lagrangian steps whose subproblem is solved exactly (priced_exact.h): each minimiser becomes the
 // state (kept and polished when it fits the limit, else repaired: priced into the limit with uniform
 // prices of its own, which leave the subgradient's alone) and gives the subgradient; between them the
 // priced local search runs from it for a while, which finds the feasible points near it. When the
-// exact subproblem solver is not available (or time is short), the priced local search runs on
-// alone until the deadline.
+// exact subproblem solver is not available, or finds nothing three steps in a row, the priced local
+// search runs on alone until the deadline. Before each step, message passing raises the lower bound.
 void FastSearch::ExactLagrangian() {
   double theta = 1.0;
-  int64_t exact = 0, repaired = 0, failed_repairs = 0;
+  int64_t exact = 0, repaired = 0, failed_repairs = 0, unanswered = 0;
   SubgradientPrices repair_prices(p_);  // the repairs' uniform prices, apart from the subgradient's
+  MessagePassing bound(p_);
   while (deadline_.Left() >= kMinSecondsForExactStep) {
-    const double seconds = std::min(kSecondsPerExactStep, deadline_.Left());
-    std::optional<PricedSolution> s = SolvePricedExactly(p_, prices_.prices(), ctx_.state.x(), {.seconds = seconds});
-    if (!s) break;
+    ImproveBound(bound);
+    std::optional<PricedSolution> s = SolvePricedExactly(
+        p_, prices_.prices(), ctx_.state.x(), {.seconds = kSecondsPerExactStep, .total_seconds = deadline_.Left()});
+    if (!s) {
+      // toulbar2 found nothing in time (S, now and then, on one step of 20): this step is the local
+      // search's alone, and the next one's prices differ. It used to end the exact phase.
+      if (++unanswered >= kExactStepsWithoutAnswer) break;
+      phase_ = Deadline(Deadline::Clock::now(), std::min(kLocalSecondsPerExactStep, deadline_.Left()));
+      LagrangianLoop(false);
+      continue;
+    }
+    unanswered = 0;
     ++exact;
     // The last step's local phase has passed: the polish or repair gets one of its own, capped (on a
     // 16k-node core one repair is a priced descent over every node).

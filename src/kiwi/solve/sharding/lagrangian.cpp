@@ -63,10 +63,15 @@ void ComputeNodePrices(const ReducedProblem& problem, const std::vector<double>&
   }
 }
 
-double StarLowerBound(const ReducedProblem& problem, const std::vector<double>& lambda, const NodePrices& prices) {
-  double bound = static_cast<double>(problem.constant_cost);
+double LagrangianBound(const ReducedProblem& problem, const std::vector<double>& lambda, double priced_lower_bound) {
+  double bound = static_cast<double>(problem.constant_cost) + priced_lower_bound;
   for (size_t k = 0; k < lambda.size(); ++k)
     bound += lambda[k] * static_cast<double>(problem.base_usage[k] - problem.usage_limit);
+  return bound;
+}
+
+double StarLowerBound(const ReducedProblem& problem, const std::vector<double>& lambda, const NodePrices& prices) {
+  double bound = 0.0;
   std::vector<double> value;
   for (size_t r = 0; r < problem.nodes.size(); ++r) {
     const ReducedNode& node = problem.nodes[r];
@@ -84,7 +89,7 @@ double StarLowerBound(const ReducedProblem& problem, const std::vector<double>& 
     }
     bound += *std::min_element(value.begin(), value.end());
   }
-  return bound;
+  return LagrangianBound(problem, lambda, bound);
 }
 
 bool DescendIntoLimit(SearchContext& ctx, SubgradientPrices& prices, int32_t block_size,

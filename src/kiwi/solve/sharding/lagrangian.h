@@ -47,6 +47,12 @@ class SubgradientPrices {
 
 void ComputeNodePrices(const ReducedProblem& problem, const std::vector<double>& lambda, NodePrices& prices);
 
+// L(lambda) = min_x cost(x) + sum_k lambda_k (usage_k(x) - limit), which is <= the optimum, from a
+// lower bound on the priced problem min_x (cost(x) - constant_cost + sum_r prices[r][x_r]) with
+// prices = ComputeNodePrices(lambda): L(lambda) >= constant_cost + sum_k lambda_k (base_k - limit)
+// + that bound.
+double LagrangianBound(const ReducedProblem& problem, const std::vector<double>& lambda, double priced_lower_bound);
+
 // A valid lower bound on min_x cost(x) + sum_k lambda_k (usage_k(x) - limit) <= optimum: every
 // edge's cost is split half-and-half between its ends and each end takes its least row value, so
 // the bound is a sum of independent per-node minima (exact on edgeless problems).

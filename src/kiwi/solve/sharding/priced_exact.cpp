@@ -1,6 +1,7 @@
 #include "kiwi/solve/sharding/priced_exact.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "kiwi/solve/sharding/core_ilp.h"
@@ -12,6 +13,7 @@ namespace {
 size_t Z(int64_t i) { return static_cast<size_t>(i); }
 
 constexpr double kMaxPrice = 1e14;  // priced totals of 10^4 nodes stay far below kForbiddenCost (10^18)
+constexpr double kMinSolverSeconds = 1.5;  // toulbar2 runs whole CPU seconds (at least 1), plus its I/O
 
 // The priced problem as a sharding problem without usage: node k is reduced node k. `clamped` tells
 // whether a price was cut at kMaxPrice (then the minimiser is not exact).
@@ -74,9 +76,12 @@ std::optional<ExactResult> SolveCoreWithToulbar(const ReducedProblem& core, cons
 
 std::optional<PricedSolution> SolvePricedExactly(const ReducedProblem& problem, const NodePrices& prices,
                                                  const std::vector<int32_t>& warm, const PricedSolveOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
   bool clamped = false;
   Result<ReducedProblem> core = ReduceShardingProblem(PricedProblem(problem, prices, clamped));
   if (!core) return std::nullopt;
+  const double left = options.total_seconds - std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = std::min(options.seconds, left);  // for the ILP or toulbar2
   PricedSolution out;
   const std::vector<int32_t> core_warm = CoreWarmStart(*core, warm);
   std::optional<ExactResult> e;
@@ -85,12 +90,13 @@ std::optional<PricedSolution> SolvePricedExactly(const ReducedProblem& problem, 
     out.method = "reductions";
   }
   if (!e && (e = EnumerateReduced(*core, options.max_enumeration))) out.method = "enumeration";
+  if (!e && seconds < kMinSolverSeconds) return std::nullopt;  // too little time left for either
   if (!e && ModelSizeForIlp(*core) <= options.max_ilp_variables) {
-    e = SolveReducedIlp(*core, core_warm, {.time_limit_seconds = options.seconds, .relative_gap = 1e-9, .threads = 1,
+    e = SolveReducedIlp(*core, core_warm, {.time_limit_seconds = seconds, .relative_gap = 1e-9, .threads = 1,
                                            .max_variables = options.max_ilp_variables});
     out.method = "ilp";
   }
-  if (!e && (e = SolveCoreWithToulbar(*core, core_warm, options.seconds))) out.method = "toulbar2";
+  if (!e && (e = SolveCoreWithToulbar(*core, core_warm, seconds))) out.method = "toulbar2";
   if (!e || (e->x.empty() && !core->nodes.empty())) return std::nullopt;
   const ir::Solution x = ExpandSolution(*core, e->x);
   out.x.assign(x.begin(), x.end());

@@ -11,6 +11,7 @@
 //   std::optional<PricedSolution> s = SolvePricedExactly(core, prices, x, {.seconds = 5});
 //   if (s) { /* s->x minimizes cost + prices (proven when s->optimal) */ }
 #include <cstdint>
+#include <limits>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,7 +28,10 @@ struct PricedSolution {
 };
 
 struct PricedSolveOptions {
-  double seconds = 5.0;
+  double seconds = 5.0;        // for the exact solver, after the priced problem's reductions
+  // For the whole call, reductions included: near a deadline the exact solver gets only what is left.
+  // (Taking the reductions out of every step's `seconds` cost toulbar2 a whole CPU second on R.)
+  double total_seconds = std::numeric_limits<double>::infinity();
   int64_t max_enumeration = 200'000;   // cores with at most this many assignments are enumerated
   int64_t max_ilp_variables = 20'000;  // then the ILP; larger cores go to toulbar2 (CBC is slow on them)
 };
