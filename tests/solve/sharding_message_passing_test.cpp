@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -42,6 +43,13 @@ ReducedProblem Core(const ir::ShardingProblem& problem) {
   return *p;
 }
 
+// A random problem's core, without its usage limit (message passing ignores usage).
+ReducedProblem UnlimitedCore(uint64_t seed, int nodes, int max_strategies, double edge_density) {
+  ir::ShardingProblem problem = RandomShardingProblem(seed, nodes, max_strategies, edge_density, 0.0);
+  problem.usage_limit = ir::kNoUsageLimit;
+  return Core(problem);
+}
+
 // A random tree: node i > 0 hangs under an earlier node; costs 0..999, nothing forbidden.
 ir::ShardingProblem RandomTree(uint64_t seed, int nodes, int strategies) {
   std::mt19937_64 rng(seed);
@@ -64,9 +72,7 @@ ir::ShardingProblem RandomTree(uint64_t seed, int nodes, int strategies) {
 TEST(MessagePassing, BoundIsBelowTheOptimumOnLoopyCoresAndRisesWithSweeps) {
   int rose = 0;
   for (uint64_t seed = 1; seed <= 30; ++seed) {
-    ir::ShardingProblem problem = RandomShardingProblem(900 + seed, 8, 4, 0.6, 0.0);
-    problem.usage_limit = ir::kNoUsageLimit;
-    const ReducedProblem core = Core(problem);
+    const ReducedProblem core = UnlimitedCore(900 + seed, 8, 4, 0.6);
     const NodePrices prices = seed % 2 == 0 ? RandomPrices(core, seed) : NodePrices{};
     const double optimum = BruteForcePriced(core, prices);
     MessagePassing mp(core);
@@ -91,6 +97,46 @@ TEST(MessagePassing, ExactOnTreesAlsoAfterThePricesChange) {
     mp.SetPrices(prices);  // the messages of the unpriced problem stay: a warm start, still exact
     EXPECT_NEAR(mp.LowerBound(1.0).lower_bound, BruteForcePriced(core, prices), 1e-9 * optimum) << "seed " << seed;
   }
+}
+
+// Reparametrised terms (what toulbar2 is given on large cores) keep every assignment's cost, and
+// their minima sum to the bound.
+TEST(MessagePassing, ReparametrisedTermsKeepEveryAssignmentsCost) {
+  int checked = 0;
+  for (uint64_t seed = 1; seed <= 10; ++seed) {
+    const ReducedProblem core = UnlimitedCore(600 + seed, 12, 5, 0.4);
+    const NodePrices prices = RandomPrices(core, seed);
+    MessagePassing mp(core);
+    mp.SetPrices(prices);
+    const double bound = mp.LowerBound(0.05).lower_bound;
+    std::vector<std::vector<double>> edge_terms, node_terms;
+    mp.Reparametrised(edge_terms, node_terms);
+    ASSERT_EQ(edge_terms.size(), core.edges.size());
+    ASSERT_EQ(node_terms.size(), core.nodes.size());
+    double minima = 0.0;
+    for (const auto& t : edge_terms) minima += *std::min_element(t.begin(), t.end());
+    for (const auto& t : node_terms) minima += t.empty() ? 0.0 : *std::min_element(t.begin(), t.end());
+    EXPECT_NEAR(minima, bound, 1e-9 * std::abs(bound) + 1e-6) << "seed " << seed;
+    std::mt19937_64 rng(seed);
+    for (int trial = 0; trial < 50; ++trial) {
+      std::vector<int32_t> x(core.nodes.size());
+      for (size_t r = 0; r < x.size(); ++r) x[r] = static_cast<int32_t>(rng() % static_cast<uint64_t>(core.nodes[r].strategies()));
+      const int64_t cost = ReducedCost(core, x);
+      if (cost >= ir::kForbiddenCost) continue;
+      double expected = static_cast<double>(cost - core.constant_cost), terms = 0.0;
+      for (size_t r = 0; r < x.size(); ++r) {
+        expected += prices[r][Z(x[r])];
+        if (!node_terms[r].empty()) terms += node_terms[r][Z(x[r])];
+      }
+      for (size_t e = 0; e < core.edges.size(); ++e) {
+        const size_t sv = Z(core.nodes[Z(core.edges[e].v)].strategies());
+        terms += edge_terms[e][Z(x[Z(core.edges[e].u)]) * sv + Z(x[Z(core.edges[e].v)])];
+      }
+      EXPECT_NEAR(terms, expected, 1e-9 * expected + 1e-6) << "seed " << seed;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 20) << "too few assignments without a forbidden entry";
 }
 
 // The bound through LagrangianBound at random multipliers is a bound on the constrained optimum.

@@ -86,6 +86,22 @@ TEST(PricedExact, LagrangianValueOfTheExactMinimiserIsALowerBound) {
   }
 }
 
+// A priced core of 1,000 nodes or more goes to toulbar2 reparametrised by message passing: the answer
+// is a valid assignment whose cost is the core's own, not claimed optimal.
+TEST(PricedExact, LargeCoresGoToToulbarReparametrised) {
+  if (!wcsp::ToulbarAvailable()) GTEST_SKIP() << "toulbar2 is not installed (scripts/setup.sh installs it)";
+  const ir::ShardingProblem sp = RandomShardingProblem(77, 1500, 6, 0.004, 0.0);
+  Result<ReducedProblem> p = ReduceShardingProblem(sp, kNoReduction);
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  const NodePrices prices = RandomPrices(*p, 77);
+  const std::optional<PricedSolution> s = SolvePricedExactly(*p, prices, {}, {.seconds = 5});
+  ASSERT_TRUE(s.has_value());
+  ASSERT_EQ(s->x.size(), p->nodes.size());
+  EXPECT_EQ(s->method, "toulbar2, reparametrised");
+  EXPECT_FALSE(s->optimal);
+  EXPECT_LT(PricedCost(*p, prices, s->x), ir::kForbiddenCost);
+}
+
 // total_seconds caps the whole call: with less than the exact solvers' minimum left, cores that need
 // the ILP or toulbar2 get no answer, while enumeration (no time limit of its own) still answers.
 TEST(PricedExact, NoTimeLeftGivesNoAnswerFromTheTimedSolvers) {

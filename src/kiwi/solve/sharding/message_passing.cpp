@@ -52,6 +52,29 @@ class MessageState {
     for (size_t i = n; i-- > 0;) Send(i, false);
   }
 
+  // The same costs reparametrised: per edge (and per node without edges) the terms whose sum over an
+  // assignment is its cost; Bound() is the sum of their minima.
+  void Terms(std::vector<std::vector<double>>& edge_terms, std::vector<std::vector<double>>& node_terms) {
+    std::vector<std::vector<double>> belief(unary_.size());
+    node_terms.assign(unary_.size(), {});
+    for (size_t i = 0; i < unary_.size(); ++i) {
+      Belief(i, belief[i]);
+      const size_t degree = core_.nodes[i].incident.size();
+      if (degree == 0) node_terms[i] = belief[i];
+      for (double& b : belief[i]) b /= static_cast<double>(std::max<size_t>(degree, 1));
+    }
+    edge_terms.resize(core_.edges.size());
+    for (size_t e = 0; e < core_.edges.size(); ++e) {
+      const ReducedEdge& edge = core_.edges[e];
+      const std::vector<double>& bu = belief[Z(edge.u)];
+      const std::vector<double>& bv = belief[Z(edge.v)];
+      edge_terms[e].resize(bu.size() * bv.size());
+      for (size_t a = 0; a < bu.size(); ++a)
+        for (size_t b = 0; b < bv.size(); ++b)
+          edge_terms[e][a * bv.size() + b] = bu[a] - to_u_[e][a] + edge.priced[a * bv.size() + b] + bv[b] - to_v_[e][b];
+    }
+  }
+
   // The reparametrised costs' per-edge minima, each node's belief split evenly over its edges.
   double Bound() {
     std::vector<std::vector<double>> belief(unary_.size());
@@ -125,6 +148,11 @@ MessagePassing::MessagePassing(const ReducedProblem& core) : state_(std::make_un
 MessagePassing::~MessagePassing() = default;
 
 void MessagePassing::SetPrices(const NodePrices& prices) { state_->SetPrices(prices); }
+
+void MessagePassing::Reparametrised(std::vector<std::vector<double>>& edge_terms,
+                                    std::vector<std::vector<double>>& node_terms) {
+  state_->Terms(edge_terms, node_terms);
+}
 
 MessagePassingBound MessagePassing::LowerBound(double seconds) {
   using Clock = std::chrono::steady_clock;

@@ -16,6 +16,7 @@
 //   MessagePassingBound b = mp.LowerBound(0.3);   // b.lower_bound <= min_x cost(x) + prices(x)
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "kiwi/solve/sharding/block_dp.h"
 #include "kiwi/solve/sharding/reduction.h"
@@ -40,6 +41,9 @@ class MessagePassing {
   void SetPrices(const NodePrices& prices);
   // Sweeps for at most `seconds` (at least one pair), until the bound stops rising.
   MessagePassingBound LowerBound(double seconds);
+  // The costs as the messages reparametrise them: per edge e a |S_u| x |S_v| table, per node without
+  // edges its unary; the sum over every term of an assignment is its cost (+ prices).
+  void Reparametrised(std::vector<std::vector<double>>& edge_terms, std::vector<std::vector<double>>& node_terms);
 
  private:
   std::unique_ptr<MessageState> state_;

@@ -3,7 +3,9 @@
 // into node costs (lagrangian.h), what is left is a pure pairwise cost problem (a cost function
 // network). The exact reductions (reduction.h) go further on it than under a usage limit (no usage
 // to track: every leaf folds, every degree-2 node is eliminated); the core left is enumerated,
-// solved by the ILP (core_ilp.h) when small, else by toulbar2 (wcsp/toulbar2.h). The contest's
+// solved by the ILP (core_ilp.h) when small, else by toulbar2 (wcsp/toulbar2.h); cores of 1,000
+// nodes and more are first reparametrised by message passing (message_passing.h), which gives
+// toulbar2 a far better starting bound (then its answer is not claimed optimal). The contest's
 // first-placed team solved penalized subproblems with a complete weighted-CSP solver too; on M the
 // exact minimiser's priced cost is 4.5% below what kiwi's block-DP local search reached.
 //
@@ -24,7 +26,7 @@ namespace kiwi::solve::sharding {
 struct PricedSolution {
   std::vector<int32_t> x;   // a solution of the reduced problem
   bool optimal = false;     // x minimizes cost(x) + prices (prices rounded to integers)
-  std::string method;       // "reductions", "enumeration", "ilp" or "toulbar2"
+  std::string method;       // "reductions", "enumeration", "ilp", "toulbar2" or "toulbar2, reparametrised"
 };
 
 struct PricedSolveOptions {
