@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "kiwi/solve/sharding/block_dp.h"
@@ -121,6 +122,38 @@ TEST(StarLowerBound, NeverAboveTheOptimum) {
       EXPECT_LE(StarLowerBound(*r, prices_per_segment, prices), static_cast<double>(brute->first) + 1e-6);
     }
   }
+}
+
+// The descent into the limit records the uniform price of the round that fitted; started from it,
+// the next descent (from the same overflowing state) fits in fewer rounds.
+TEST(DescendIntoLimit, StartsFromThePriceThatFittedLastTime) {
+  int checked = 0, rounds_from_scratch = 0, rounds_from_fitted = 0;
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    const ir::ShardingProblem p = RandomShardingProblem(seed, 60, 4, 0.05, 0.9);
+    Result<ReducedProblem> r = ReduceShardingProblem(p, kNoReduction);
+    ASSERT_TRUE(r.ok());
+    const Deadline deadline(Deadline::Clock::now(), 60.0);
+    SearchContext ctx(*r, GreedyInitialSolution(*r), deadline, seed);
+    DescendPriced(ctx, nullptr, {.max_sweeps = 50, .block_size = 20});  // the cost-only optimum
+    if (ctx.state.Feasible()) continue;  // the limit does not bind
+    ++checked;
+    const std::vector<int32_t> overflowing = ctx.state.x();
+    SubgradientPrices prices(*r);
+    double fitted = 0.0;
+    int first = 0, second = 0;
+    ASSERT_TRUE(DescendIntoLimit(ctx, prices, 20, [&] { ++first; }, &fitted)) << "seed " << seed;
+    EXPECT_GT(fitted, 0.0);
+    EXPECT_EQ(fitted, prices.lambda().front()) << "seed " << seed;  // the last round's price
+    const double before = fitted;
+    SearchContext again(*r, overflowing, deadline, seed);
+    ASSERT_TRUE(DescendIntoLimit(again, prices, 20, [&] { ++second; }, &fitted)) << "seed " << seed;
+    EXPECT_LE(fitted, before * std::sqrt(10.0) * 1.000001) << "seed " << seed;
+    EXPECT_TRUE(ir::Evaluate(p, ExpandSolution(*r, again.state.x())).feasible) << "seed " << seed;
+    rounds_from_scratch += first;
+    rounds_from_fitted += second;
+  }
+  EXPECT_GE(checked, 5);
+  EXPECT_LT(rounds_from_fitted, rounds_from_scratch);
 }
 
 // Feasible-only descent never leaves the feasible region and never raises the cost.

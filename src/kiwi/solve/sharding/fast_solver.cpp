@@ -27,7 +27,7 @@ constexpr int64_t kMaxEnumeration = 200'000;    // assignments searched exhausti
 constexpr int64_t kMaxIlpVariables = 150'000;   // cores up to this size also go to the ILP
 constexpr double kHeuristicShareBeforeIlp = 0.3;
 constexpr double kIlpShare = 0.7;               // of the time left after the first heuristic phase
-constexpr double kHeuristicShareBeforeExact = 0.35;  // larger cores: then the exact Lagrangian
+constexpr double kHeuristicShareBeforeExact = 0.15;  // larger cores: then the exact Lagrangian (0.35 before: N, T, S gained)
 constexpr double kSecondsPerExactStep = 5.0;         // toulbar2 per priced subproblem
 constexpr double kLocalSecondsPerExactStep = 3.0;    // priced local search after each
 constexpr double kMinSecondsForExactStep = 1.5;      // toulbar2's limit is whole CPU seconds
@@ -87,6 +87,7 @@ class FastSearch {
   std::vector<int32_t> best_;
   int64_t best_cost_ = ir::kForbiddenCost;
   double lower_bound_ = -1.0;
+  double fitted_price_ = 0.0;  // the uniform price at which the last descent into the limit fitted
   int64_t steps_ = 0, restarts_ = 0, incumbents_ = 0;
   bool optimal_ = false;
   std::string exact_note_;
@@ -111,16 +112,20 @@ void FastSearch::Restore(const std::vector<int32_t>& x) {
   }
 }
 
-// Uniform prices, ten times higher each round, until the priced optimum fits the limit.
+// Uniform prices, ten times higher each round, until the priced optimum fits the limit; the price
+// that fits is where the later repairs start.
 void FastSearch::FindFeasible() {
-  DescendIntoLimit(ctx_, prices_, kBlockSize, [&] { Offer(); });
+  DescendIntoLimit(ctx_, prices_, kBlockSize, [&] { Offer(); }, &fitted_price_);
 }
 
 // From the current state, over the limit: priced into it (with `prices`, set uniform), then polished.
 // True on a new incumbent.
 bool FastSearch::Repair(SubgradientPrices& prices) {
   const int64_t before = best_cost_;
-  if (DescendIntoLimit(ctx_, prices, kBlockSize) && Offer()) Polish();
+  if (DescendIntoLimit(ctx_, prices, kBlockSize, {}, &fitted_price_)) {
+    Offer();
+    Polish();  // also when the repaired state costs more than the incumbent: the polish may bring it below
+  }
   return best_cost_ < before;
 }
 

@@ -93,18 +93,25 @@ double StarLowerBound(const ReducedProblem& problem, const std::vector<double>& 
 }
 
 bool DescendIntoLimit(SearchContext& ctx, SubgradientPrices& prices, int32_t block_size,
-                      const std::function<void()>& on_round) {
+                      const std::function<void()>& on_round, double* fitted_price) {
   const SearchState& st = ctx.state;
-  double area = 0.0;  // summed usage x duration (in segments) of the state's usage terms
-  for (size_t r = 0; r < ctx.problem.nodes.size(); ++r)
-    for (const UsageTerm& t : ctx.problem.nodes[r].terms)
-      area += static_cast<double>(t.usage[Z(st.x(static_cast<int32_t>(r)))]) * (t.last - t.first);
-  const double cost = st.forbidden() > 0 ? 1.0 : static_cast<double>(st.Cost());
-  const double start = 1e-3 * std::max(cost, 1.0) / std::max(area, 1.0);
-  for (double lambda = start; !st.Feasible() && !ctx.deadline.Passed() && lambda < start * 1e15; lambda *= 10) {
+  double start = 0.0, growth = 10.0;
+  if (fitted_price && *fitted_price > 0.0) {  // R: 5 decades of 1-2 s rounds skipped, a finer overshoot
+    start = *fitted_price / std::sqrt(10.0);
+    growth = std::sqrt(10.0);
+  } else {
+    double area = 0.0;  // summed usage x duration (in segments) of the state's usage terms
+    for (size_t r = 0; r < ctx.problem.nodes.size(); ++r)
+      for (const UsageTerm& t : ctx.problem.nodes[r].terms)
+        area += static_cast<double>(t.usage[Z(st.x(static_cast<int32_t>(r)))]) * (t.last - t.first);
+    const double cost = st.forbidden() > 0 ? 1.0 : static_cast<double>(st.Cost());
+    start = 1e-3 * std::max(cost, 1.0) / std::max(area, 1.0);
+  }
+  for (double lambda = start; !st.Feasible() && !ctx.deadline.Passed() && lambda < start * 1e15; lambda *= growth) {
     prices.SetUniform(lambda);
     DescendPriced(ctx, &prices.prices(), {.max_sweeps = 100, .block_size = block_size});
     if (on_round) on_round();
+    if (st.Feasible() && fitted_price) *fitted_price = lambda;
   }
   return st.Feasible();
 }

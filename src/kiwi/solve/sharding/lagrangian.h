@@ -62,8 +62,10 @@ double StarLowerBound(const ReducedProblem& problem, const std::vector<double>& 
 // usage x duration, ten times higher each round, each round a priced descent from the state, until
 // the state fits the limit or ctx.deadline passes. `on_round` runs after each round (the fast
 // solver offers the state as an incumbent). True when the state fits. From an answer that
-// overflows at a few segments (the core ILP's last one) this is a repair.
+// overflows at a few segments (the core ILP's last one) this is a repair. With `fitted_price` (in and
+// out) a positive price from an earlier call, the rounds start half a decade below it and rise by half
+// a decade; the price of the round that fits is written back.
 bool DescendIntoLimit(SearchContext& ctx, SubgradientPrices& prices, int32_t block_size,
-                      const std::function<void()>& on_round = {});
+                      const std::function<void()>& on_round = {}, double* fitted_price = nullptr);
 
 }  // namespace kiwi::solve::sharding
