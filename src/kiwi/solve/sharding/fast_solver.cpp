@@ -247,7 +247,7 @@ void FastSearch::ExactLagrangian() {
       Repair(repair_prices);
       const bool fits = ctx_.state.Feasible();
       repaired += fits ? 1 : 0;
-      failed_repairs = fits ? 0 : failed_repairs + 1;  // T: none fits in 3 s, the time goes back to the search
+      failed_repairs = fits ? 0 : failed_repairs + 1;  // none fitting in 3 s (T and R before repairs started from the fitted price): the time goes back to the search
     }
     Restore(s->x);
     const double value = prices_.Step(ctx_.state, static_cast<double>(best_cost_), theta);

@@ -97,8 +97,8 @@ bool DescendIntoLimit(SearchContext& ctx, SubgradientPrices& prices, int32_t blo
   const SearchState& st = ctx.state;
   double start = 0.0, growth = 10.0;
   if (fitted_price && *fitted_price > 0.0) {  // R: 5 decades of 1-2 s rounds skipped, a finer overshoot
-    start = *fitted_price / std::sqrt(10.0);
-    growth = std::sqrt(10.0);
+    growth = std::sqrt(10.0);  // half a decade
+    start = *fitted_price / growth;
   } else {
     double area = 0.0;  // summed usage x duration (in segments) of the state's usage terms
     for (size_t r = 0; r < ctx.problem.nodes.size(); ++r)
