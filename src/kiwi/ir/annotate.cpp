@@ -104,6 +104,7 @@ constexpr auto kElementwiseFlops = std::to_array<PerElement>({
     {"gelu_grad", 16},    // tanh argument (6), 0.5(1+t) + 0.5x(1-t^2)k(1+3*0.044715x^2) (9), times dY
     {"div_grad_b", 4},    // -dY * a / b / b
     {"neg", 1}, {"exp", 1},
+    {"cast", 0},          // a copy (PyTorch's FLOP counter counts none): priced by its bytes
 });
 double Elementwise(const Graph&, const Node& n) {
   // n-ary add: inputs-1 adds per element (gradient accumulation sums several contributions).

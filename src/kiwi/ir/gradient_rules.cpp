@@ -84,6 +84,9 @@ void UnaryReadingInput(GradContext& c) {  // gelu, silu, tanh, sigmoid: "<op>_gr
 void Scale(GradContext& c) {  // linear: the same scaling of dY
   if (c.needs(0)) c.Give(0, GradOp(OpKind::kElementwise, "scale", {c.dy()}, c.type(0)));
 }
+void Cast(GradContext& c) {  // dY cast back to the input's dtype; reads nothing forward
+  if (c.needs(0)) c.Give(0, GradOp(OpKind::kElementwise, "cast", {c.dy()}, c.type(0)));
+}
 void Rotary(GradContext& c) {  // linear: the inverse rotation of dY
   if (c.needs(0)) c.Give(0, GradOp(OpKind::kElementwise, "rotary_grad", {c.dy()}, c.type(0)));
 }
@@ -185,6 +188,7 @@ constexpr auto kGradRules = std::to_array<GradRule>({
     {OpKind::kElementwise, "sigmoid", UnaryReadingInput},
     {OpKind::kElementwise, "scale", Scale},
     {OpKind::kElementwise, "rotary", Rotary},
+    {OpKind::kElementwise, "cast", Cast},
     {OpKind::kAttention, "attention", Attention},
     {OpKind::kAttention, "", Attention},
     {OpKind::kSoftmax, "softmax", Softmax},

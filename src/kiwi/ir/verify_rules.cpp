@@ -232,7 +232,7 @@ constexpr auto kElementwiseArity = std::to_array<ArityRange>({
     {"div_grad_b", 3, 3},   {"relu", 1, 1},         {"gelu", 1, 1},       {"silu", 1, 1},
     {"tanh", 1, 1},         {"sigmoid", 1, 1},      {"scale", 1, 1},      {"rotary", 1, 1},
     {"rotary_grad", 1, 1},  {"relu_grad", 2, 2},    {"gelu_grad", 2, 2},  {"silu_grad", 2, 2},
-    {"tanh_grad", 2, 2},    {"sigmoid_grad", 2, 2},
+    {"tanh_grad", 2, 2},    {"sigmoid_grad", 2, 2}, {"cast", 1, 1},
 });
 
 bool BroadcastsTo(const Shape& in, const Shape& out) {
@@ -259,7 +259,8 @@ Check Elementwise(const Graph& g, const Node& n) {
   Shape all;
   for (size_t i = 0; i < n.inputs.size(); ++i) {
     const TensorType& t = In(g, n, i);
-    if (IsFloating(t.dtype) && t.dtype != n.output.dtype)  // integer/u8 operands are masks
+    // integer/u8 operands are masks; a cast changes the dtype
+    if (IsFloating(t.dtype) && t.dtype != n.output.dtype && n.op != "cast")
       return Bad(InField(i), fmt::format("dtype {} differs from the output's {}", DTypeName(t.dtype),
                                          DTypeName(n.output.dtype)));
     if (!BroadcastsTo(t.shape, n.output.shape))

@@ -152,7 +152,7 @@ void SetDeepSeekExperts(TransformerConfig& config, int dense, int64_t dense_ffn,
 int64_t KvHeads(const TransformerConfig& config);   // config.kv_heads, or heads
 int64_t DecoderSeq(const TransformerConfig& config);  // config.decoder_seq, or seq
 // Labels shaped like the logits without their last dim, then the cross-entropy loss (scope "head").
-NodeId LossHead(GraphBuilder& gb, NodeId logits);
+NodeId LossHead(GraphBuilder& gb, NodeId logits, bool in_fp32 = false);
 
 // Swin: per-stage geometry, validation and builder (swin.cpp).
 struct SwinStage {

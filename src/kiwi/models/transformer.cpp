@@ -34,9 +34,11 @@ int64_t DecoderSeq(const TransformerConfig& config) {
   return config.decoder_seq > 0 ? config.decoder_seq : config.seq;
 }
 
-NodeId LossHead(GraphBuilder& gb, NodeId logits) {
+NodeId LossHead(GraphBuilder& gb, NodeId logits, bool in_fp32) {
   gb.Enter(-1, "head");
   Shape labels_shape = gb.shape(logits);
+  if (in_fp32 && gb.dtype_of(logits) != ir::DType::kF32)
+    logits = gb.Add(ir::OpKind::kElementwise, "cast", "logits_fp32", {logits}, {ir::DType::kF32, labels_shape});
   labels_shape.pop_back();
   NodeId labels = gb.Input("labels", ir::DType::kI64, std::move(labels_shape));
   return CrossEntropy(gb, "loss", logits, labels);
@@ -107,7 +109,7 @@ Result<ir::Graph> BuildGpt(const TransformerConfig& c) {
     x = c.tied_embeddings ? Matmul(gb, "lm_head", x, word, ir::kNoNode, /*transpose_b=*/true)  // HuggingFace's GPT-2
                           : Linear(gb, "lm_head", x, c.vocab, false);                          // Megatron's presets
   }
-  LossHead(gb, x);
+  LossHead(gb, x, c.loss_in_fp32);
   return std::move(gb).Finish();
 }
 
@@ -133,7 +135,7 @@ Result<ir::Graph> BuildBert(const TransformerConfig& c) {
     x = Norm(gb, "transform_norm", x, NormKind::kLayerNorm);
     x = Matmul(gb, "decoder", x, word, gb.Parameter("decoder.bias", {c.vocab}), /*transpose_b=*/true);
   }
-  LossHead(gb, x);
+  LossHead(gb, x, c.loss_in_fp32);
   return std::move(gb).Finish();
 }
 
@@ -225,7 +227,7 @@ Result<ir::Graph> BuildLlama(const TransformerConfig& c) {
     x = c.tied_embeddings ? Matmul(gb, "lm_head", x, word, ir::kNoNode, /*transpose_b=*/true)
                           : Linear(gb, "lm_head", x, c.vocab, false);
   }
-  LossHead(gb, x);
+  LossHead(gb, x, c.loss_in_fp32);
   return std::move(gb).Finish();
 }
 

@@ -56,6 +56,9 @@ struct TransformerConfig {
   bool qk_norm = false;      // an RMSNorm over each query and key head before rotary (Qwen3)
   bool qkv_bias = false;     // biases on the query, key and value projections only (Qwen2)
   bool tied_embeddings = false;
+  // The loss reads logits.float(): HuggingFace's causal and masked LM losses (transformers' ForCausalLMLoss,
+  // ForMaskedLMLoss) upcast 16-bit logits, so that the loss, its saved softmax and the logits' gradient are fp32.
+  bool loss_in_fp32 = false;
   // GPT, BERT: the learned position table's rows (HuggingFace's n_positions, max_position_embeddings), of
   // which the first seq are looked up; 0 (or at most seq): a table of seq rows, added whole.
   int64_t max_positions = 0;  // GPT, Llama families: the LM head is the word embedding (GPT-2, Llama 3.2 1B, Qwen2 0.5B)
