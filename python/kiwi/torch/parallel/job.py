@@ -12,6 +12,7 @@ import torch.distributed as dist
 from kiwi.torch.distributed.plan import HybridPlan, PlanError
 from kiwi.torch.parallel.apply import parallelize
 from kiwi.torch.parallel.collectives import CollectiveBytes
+from kiwi.torch.parallel.master_weights import MasterWeightsOptimizer, needs_master_weights
 from kiwi.torch.parallel.training import local_batch, step
 
 # kiwi's traffic fields (sim::LayerPlanTraffic) by what the run counts: (mesh dimension, collective)
@@ -60,18 +61,21 @@ def token_batches(plan: HybridPlan, vocab: int, steps: int) -> List[Dict[str, to
     g = torch.Generator().manual_seed(1)
     out = []
     for _ in range(steps):
-        ids = torch.randint(0, vocab, (plan.global_batch, seq), generator=g)
+        ids = torch.randint(0, vocab, (plan.global_batch, seq), generator=g, device="cpu")  # CPU: the generator is
         out.append({"input_ids": ids, "labels": ids})
     return out
 
 
-def make_optimizer(name: str, params, lr: float) -> torch.optim.Optimizer:
-    """As kiwi prices them: sgd is plain SGD (no momentum state), adam and fused_adam Adam's two states."""
-    if name == "sgd":
-        return torch.optim.SGD(params, lr=lr)
-    if name in ("adam", "fused_adam"):
-        return torch.optim.Adam(params, lr=lr, foreach=True)
-    raise PlanError(f"optimizer: '{name}': expected sgd, adam or fused_adam")
+def make_optimizer(name: str, params, lr: float):
+    """As kiwi prices them: sgd is plain SGD (no momentum state), adam and fused_adam Adam's two states;
+    16-bit parameters step through fp32 master weights (master_weights.py)."""
+    if name not in ("sgd", "adam", "fused_adam"):
+        raise PlanError(f"optimizer: '{name}': expected sgd, adam or fused_adam")
+
+    def plain(ps):
+        return torch.optim.SGD(ps, lr=lr) if name == "sgd" else torch.optim.Adam(ps, lr=lr, foreach=True)
+    params = list(params)
+    return MasterWeightsOptimizer(params, plain) if needs_master_weights(params) else plain(params)
 
 
 def _local_tensors(tensors) -> List[torch.Tensor]:

@@ -88,6 +88,7 @@ def step(pm: ParallelModel, optimizer: torch.optim.Optimizer, batch: Batch,
         with vocabulary_parallel():  # forward and backward, as torch's loss_parallel requires
             output = pm.model(**micro) if isinstance(micro, dict) else pm.model(micro)
             loss = loss_fn(output, micro) if loss_fn else _loss_of_output(output)
+            del output  # its logits: the backward pass keeps what it needs, the step nothing more
             (loss / m).backward()
         total += float(_full(loss.detach()))
     optimizer.step()
