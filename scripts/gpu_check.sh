@@ -5,12 +5,14 @@
 # memory per rank, bytes of every collective. After scripts/setup.sh; writes into $OUT (gpu_check/).
 #   bash scripts/gpu_check.sh                 # 8 layers, hidden 2048, seq 2048, bf16
 #   LAYERS=16 HIDDEN=4096 HEADS=32 KV_HEADS=8 FFN=14336 SEQ=4096 bash scripts/gpu_check.sh
+#   PROFILE=gpu_check/profile.json BATCH=16 MEMORY=40GiB OUT=check16 bash scripts/gpu_check.sh
+#                                 # reuses a profile; plans within 40 GiB per GPU (checkpointing)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 py=${PYTHON:-.venv/bin/python}
 out=${OUT:-gpu_check}
 layers=${LAYERS:-8} hidden=${HIDDEN:-2048} heads=${HEADS:-16} kv_heads=${KV_HEADS:-8} ffn=${FFN:-5632}
-seq=${SEQ:-2048} vocab=${VOCAB:-32000} steps=${STEPS:-10}
+seq=${SEQ:-2048} vocab=${VOCAB:-32000} steps=${STEPS:-10} profile=${PROFILE:-} memory=${MEMORY:-}
 export PYTHONPATH="$PWD/build/python${PYTHONPATH:+:$PYTHONPATH}"
 
 gpus=$("$py" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)')
@@ -23,9 +25,14 @@ mkdir -p "$out"
 echo "gpu_check: $gpus GPU(s): $("$py" -c 'import torch; print(torch.cuda.get_device_name(0))')" >&2
 
 # 1. the device as PyTorch runs it: GEMMs, attention, bandwidth, and with several GPUs NCCL's collectives
-processes=()
-[ "$gpus" -gt 1 ] && processes=(--processes "$gpus")
-"$py" -m kiwi profile --device cuda --dtypes bf16 --grid small "${processes[@]}" --out "$out/profile.json"
+if [ -z "$profile" ]; then
+  processes=()
+  [ "$gpus" -gt 1 ] && processes=(--processes "$gpus")
+  profile="$out/profile.json"
+  # the default grid: GEMMs up to 16,384 and the vocabulary's widths (the small grid's edges of at most 1024
+  # priced this job 3.6x too slow on an H200: docs/distributed.md, "On GPUs")
+  "$py" -m kiwi profile --device cuda --dtypes bf16 "${processes[@]}" --out "$profile"
+fi
 
 # 2. the cluster (this machine's GPUs; NVLink between them) and the model (a Llama config)
 "$py" - "$out" "$gpus" "$layers" "$hidden" "$heads" "$kv_heads" "$ffn" "$vocab" "$seq" <<'PY'
@@ -48,8 +55,10 @@ transformers.LlamaConfig(num_hidden_layers=layers, hidden_size=hidden, num_atten
 PY
 
 # 3. kiwi's plan of it for the visible GPUs, priced with the profile
-./build/kiwi plan --hf-config "$out/llama.json" --cluster "$out/cluster.json" --profile "$out/profile.json" \
-  --seq "$seq" --batch "$batch" --dtype bf16 --optimizer adam --no-refine --out "$out/plan.json"
+budget=()
+[ -n "$memory" ] && budget=(--memory "$memory")
+./build/kiwi plan --hf-config "$out/llama.json" --cluster "$out/cluster.json" --profile "$profile" \
+  --seq "$seq" --batch "$batch" --dtype bf16 --optimizer adam --no-refine "${budget[@]}" --out "$out/plan.json"
 
 # 4. the plan on the GPUs with NCCL: measured beside kiwi's predictions
 if [ "$gpus" -gt 1 ]; then
@@ -57,5 +66,5 @@ if [ "$gpus" -gt 1 ]; then
 else
   launch=("$py" -m kiwi.torch.parallel --nproc 1)
 fi
-"${launch[@]}" --plan "$out/plan.json" --backend nccl --steps "$steps" --profile "$out/profile.json" \
+"${launch[@]}" --plan "$out/plan.json" --backend nccl --steps "$steps" --profile "$profile" \
   --json "$out/run.json"
