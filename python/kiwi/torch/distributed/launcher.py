@@ -4,6 +4,7 @@ NCCL + CUDA when available, gloo + CPU otherwise; one intra-op thread per rank o
 allocator="system") glibc told to keep freed memory, as the CUDA caching allocator kiwi models does."""
 import contextlib
 import datetime
+import inspect
 import json
 import os
 import socket
@@ -42,7 +43,11 @@ def init_rank(rank: int, world: int, backend: str, local_rank: int) -> None:
             torch.set_default_tensor_type(torch.cuda.FloatTensor)
     else:
         torch.set_num_threads(1)
-    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300))
+    # NCCL: the rank's GPU named, so that neither barriers nor the communicator guess it from the rank (PyTorch
+    # warns that a guess can hang where ranks do not map to GPUs in order; seen on an H200)
+    named = backend == "nccl" and "device_id" in inspect.signature(dist.init_process_group).parameters  # torch >= 2.3
+    device = {"device_id": torch.device("cuda", local_rank)} if named else {}
+    dist.init_process_group(backend, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=300), **device)
 
 
 def run_one_rank(rank: int, world: int, local_rank: int, backend: str, plan: HybridPlan, config: GptConfig,
