@@ -61,7 +61,8 @@ def token_batches(plan: HybridPlan, vocab: int, steps: int) -> List[Dict[str, to
     g = torch.Generator().manual_seed(1)
     out = []
     for _ in range(steps):
-        ids = torch.randint(0, vocab, (plan.global_batch, seq), generator=g, device="cpu")  # CPU: the generator is
+        # on the CPU, the generator's device: an NCCL rank makes CUDA the default device (launcher.init_rank)
+        ids = torch.randint(0, vocab, (plan.global_batch, seq), generator=g, device="cpu")
         out.append({"input_ids": ids, "labels": ids})
     return out
 
