@@ -56,13 +56,19 @@ def test_fp32_parameters_keep_the_plain_optimizer():
 SIZES = {"states": (4, 512, 1024, 64), "logits": (2, 704, 32000, 256)}
 
 
-@pytest.mark.parametrize("sizes", sorted(SIZES))
-def test_a_bf16_plans_measured_peak_is_kiwis(tmp_path, sizes):
+def _llama_config(path: str, sizes: str) -> int:
+    """A hidden-256 Llama config of SIZES[sizes] written to `path`; returns its sequence length."""
     import transformers as tf
     layers, ffn, vocab, seq = SIZES[sizes]
-    config, cluster, plan, run = (str(tmp_path / f) for f in ("llama.json", "cpu1.json", "plan.json", "run.json"))
     tf.LlamaConfig(hidden_size=256, num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
-                   intermediate_size=ffn, vocab_size=vocab, max_position_embeddings=seq).to_json_file(config)
+                   intermediate_size=ffn, vocab_size=vocab, max_position_embeddings=seq).to_json_file(path)
+    return seq
+
+
+@pytest.mark.parametrize("sizes", sorted(SIZES))
+def test_a_bf16_plans_measured_peak_is_kiwis(tmp_path, sizes):
+    config, cluster, plan, run = (str(tmp_path / f) for f in ("llama.json", "cpu1.json", "plan.json", "run.json"))
+    seq = _llama_config(config, sizes)
     with open(cluster, "w") as f:
         json.dump({"kiwi_cluster_version": 1, "name": "cpu1", "num_nodes": 1, "devices_per_node": 1,
                    "device": {"name": "cpu-core", "memory": "1GiB", "memory_bandwidth_gbps": 10,
@@ -84,12 +90,10 @@ def test_a_bf16_zero3_plan_steps_each_ranks_fp32_shards(tmp_path):
     """FSDP2's bf16 shards (DTensors) step through fp32 master shards on 4 gloo processes: the collectives are
     kiwi's to the byte (bf16 all-gathers and reduce-scatters) and every rank peaks within 6% of kiwi's count
     (measured 2.7-5.2% below it)."""
-    import transformers as tf
     config, plan, run = (str(tmp_path / f) for f in ("llama.json", "plan.json", "run.json"))
-    tf.LlamaConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                   intermediate_size=512, vocab_size=1024, max_position_embeddings=64).to_json_file(config)
+    seq = _llama_config(config, "states")
     cluster = os.path.join(os.path.dirname(__file__), "data", "cpu4.json")
-    r = kiwi.cli("hybrid", "--hf-config", config, "--cluster", cluster, "--batch", "8", "--seq", "64", "--dtype", "bf16",
+    r = kiwi.cli("hybrid", "--hf-config", config, "--cluster", cluster, "--batch", "8", "--seq", str(seq), "--dtype", "bf16",
                  "--optimizer", "adam", "--runtime", "fsdp2", "--method", "dp+tp", "--quiet", "--out", plan)
     assert r.returncode == 0, r.stderr
     planned = json.load(open(plan))
