@@ -75,12 +75,24 @@ struct StateRatios {
   double parameters = 0.0, gradients = 0.0, optimizer_states = 0.0;
   double Total() const { return parameters + gradients + optimizer_states; }
 };
-StateRatios StateRatiosOf(const plan::LayerStrategy& s, int dp, const LayerModel& model) {
+StateRatios StateRatiosOf(const plan::LayerStrategy& s, int dp, const LayerModel& model, int micro_batches) {
   const double n = static_cast<double>(dp);
   const double gradients = model.GradientBytesPerParameterByte();
   const double states = s.offload ? 0.0 : model.OptimizerStateBytesPerParameterByte();
-  return {s.Shards(plan::Zero::kParameters) ? 1.0 / n : 1.0, s.Shards(plan::Zero::kGradients) ? gradients / n : gradients,
-          s.Shards(plan::Zero::kOptimizerStates) ? states / n : states};
+  const double sharded_states = s.Shards(plan::Zero::kOptimizerStates) ? states / n : states;
+  if (s.Shards(plan::Zero::kParameters)) return {1.0 / n, gradients / n, sharded_states};
+  if (model.zero_runtime == ZeroRuntime::kFsdp2 && dp > 1) {
+    // FSDP2 (DP as shards of one rank) keeps each parameter's shard (its nn.Parameter, 1 / s of it) beside
+    // the whole copy it all-gathers at the first forward pass; in the last backward pass each layer's
+    // copy is freed as its reduced gradient shard comes, so one micro-batch holds the larger of the two.
+    // With more, DP and ZeRO-1 accumulate whole gradients until the last, ZeRO-2 gradient shards.
+    // Measured op by op (torch.profiler's memory timeline, 4 gloo ranks): docs/distributed.md.
+    const double shard = s.Shards(plan::Zero::kOptimizerStates) ? n : 1.0;
+    const double reduced = gradients / (s.Shards(plan::Zero::kGradients) ? n : shard);
+    if (micro_batches == 1) return {1.0 + 1.0 / shard, std::max(reduced - 1.0, 0.0), sharded_states};
+    return {1.0 + 1.0 / shard, s.Shards(plan::Zero::kGradients) ? reduced : gradients, sharded_states};
+  }
+  return {1.0, s.Shards(plan::Zero::kGradients) ? gradients / n : gradients, sharded_states};
 }
 
 // One device's bytes of a kind of model state, `of` picking the kind's ratio: split by TP (but the
@@ -89,8 +101,8 @@ StateRatios StateRatiosOf(const plan::LayerStrategy& s, int dp, const LayerModel
 template <typename Of>
 double StateBytes(const PlacedLayer& l, const LayerModel& model, Of of) {
   const plan::LayerStrategy& s = l.strategy;
-  const double dense = TpWholeDenseBytes(l) * of(StateRatiosOf(s, s.dp, model));
-  const double experts = ExpertBytes(l) / s.ep * of(StateRatiosOf(s, s.ExpertDataParallel(), model));
+  const double dense = TpWholeDenseBytes(l) * of(StateRatiosOf(s, s.dp, model, l.micro_batches));
+  const double experts = ExpertBytes(l) / s.ep * of(StateRatiosOf(s, s.ExpertDataParallel(), model, l.micro_batches));
   return (dense + experts) / s.tp;
 }
 
@@ -335,6 +347,8 @@ StageMemory LayerMemory(const PlacedLayer& l, const LayerModel& model) {
                                                            : std::max(TpShardParameterBytes(l), whole_gradient);
   else if (l.strategy.Shards(plan::Zero::kGradients))
     m.gathered = whole_gradient;
+  else if (model.zero_runtime == ZeroRuntime::kFsdp2 && l.strategy.dp > 1 && l.micro_batches == 1)
+    m.gathered = whole_gradient;  // its whole gradient beside its copy (more micro-batches: among the whole ones)
   return m;
 }
 

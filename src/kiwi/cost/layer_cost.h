@@ -67,6 +67,9 @@ struct PlacedLayer {
   // bytes (LayerModel::tied_embedding_bytes) whose gradient this end sums with the other end's copy once
   // per step (0: no such weight, or one stage).
   int64_t tied_copy_bytes = 0;
+  // Micro-batches per step: FSDP2 holds a DP or ZeRO-1 layer's whole gradient across them (StateRatiosOf in
+  // layer_cost.cpp); only whether there is more than one matters.
+  int micro_batches = 1;
 };
 
 // Communication seconds by parallelism: a split of StageCost's communication (or gradient_sync) term

@@ -200,7 +200,9 @@ Status CheckBatch(const LayerPlan& plan) {
 bool IsEmpty(const cost::LayerProfile& p) { return cost::SameButName(p, cost::LayerProfile{}); }
 
 cost::PlacedLayer PlaceOther(const cost::LayerProfile& profile, const cost::PlacedLayer& beside) {
-  cost::PlacedLayer other{profile, beside.strategy, beside.mesh, beside.microbatch};
+  cost::PlacedLayer other = beside;
+  other.profile = profile;
+  other.tied_copy_bytes = 0;
   other.strategy.checkpoint = false;
   return other;
 }
@@ -227,7 +229,7 @@ Result<std::vector<cost::PlacedLayer>> PlaceLayers(const cost::LayerModel& model
     const LayerStrategy& s = plan.layers[i];
     Result<cost::StageMesh> mesh = cost::MakeLayerMesh(cluster, plan.pp_degree, s);
     if (!mesh) return mesh.error();
-    placed.push_back({model.layers[i], s, std::move(*mesh), microbatch / s.Replicas()});
+    placed.push_back({model.layers[i], s, std::move(*mesh), microbatch / s.Replicas(), 0, plan.micro_batches});
   }
   return placed;
 }

@@ -66,7 +66,7 @@ Result<const cost::StageMesh*> MeshCache::Get(const cost::Cluster& cluster, int 
 }
 
 Result<CostTables> CostTables::Build(const CostInputs& in, int pp, int64_t microbatch, const StrategySpaceOptions& space,
-                                     MeshCache& meshes) {
+                                     MeshCache& meshes, int micro_batches) {
   const int devices = in.cluster->NumDevices();
   if (pp < 1 || devices % pp != 0)
     return BadInput(fmt::format("hybrid search: pp degree {} does not divide the {} devices", pp, devices));
@@ -74,6 +74,7 @@ Result<CostTables> CostTables::Build(const CostInputs& in, int pp, int64_t micro
   CostTables t;
   t.pp_ = pp;
   t.microbatch_ = microbatch;
+  t.micro_batches_ = micro_batches;
   t.types_ = in.types;
   t.num_dp_ = Log2(devices / pp) + 1;
   for (const plan::LayerStrategy& s : LayerStrategies(devices / pp, space)) {
@@ -105,16 +106,18 @@ Status CostTables::Fill(const CostInputs& in, MeshCache& meshes) {
     const int64_t per_replica = microbatch_ / s.Replicas();  // cost::PlacedLayer::microbatch
     for (int k = 0; k < types; ++k)
       costs_[static_cast<size_t>(k * num_strategies() + j)] =
-          PriceLayer({in.types->profiles[static_cast<size_t>(k)], s, **mesh, per_replica}, *in.model, *in.cost_model);
+          PriceLayer({in.types->profiles[static_cast<size_t>(k)], s, **mesh, per_replica, 0, micro_batches_},
+                     *in.model, *in.cost_model);
     plan::LayerStrategy other_strategy = s;  // as the simulator places them (layer_simulator.cpp PlaceOther)
     other_strategy.checkpoint = false;
     // With stages, a tied embedding's copy on the last one and its gradient all-reduce at both ends.
     const int64_t tied = cost::TiedCopyBytes(*in.model, pp_);
     embedding_[static_cast<size_t>(j)] =
-        PriceLayer({in.model->embedding, other_strategy, **mesh, per_replica, tied}, *in.model, *in.cost_model);
+        PriceLayer({in.model->embedding, other_strategy, **mesh, per_replica, tied, micro_batches_}, *in.model, *in.cost_model);
     head_[static_cast<size_t>(j)] = PriceLayer(
-        {cost::PipelinedHead(*in.model, pp_), other_strategy, **mesh, per_replica, tied}, *in.model, *in.cost_model);
-    by_layout[static_cast<size_t>(LayoutIndex(j))] = {in.types->profiles.front(), s, **mesh, per_replica};
+        {cost::PipelinedHead(*in.model, pp_), other_strategy, **mesh, per_replica, tied, micro_batches_}, *in.model,
+        *in.cost_model);
+    by_layout[static_cast<size_t>(LayoutIndex(j))] = {in.types->profiles.front(), s, **mesh, per_replica, 0, micro_batches_};
     have_layout[static_cast<size_t>(LayoutIndex(j))] = true;
   }
   for (int k = 0; k < types; ++k) {

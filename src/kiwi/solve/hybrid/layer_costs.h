@@ -68,8 +68,9 @@ class CostTables {
  public:
   // Tables for stages of NumDevices / pp devices running micro-batches of `microbatch` samples.
   // Strategies whose replicas (dp / cp) do not divide the micro-batch are left out (the simulator rejects them).
+  // `micro_batches` per step: FSDP2's memory depends on whether there is more than one (cost::PlacedLayer).
   static Result<CostTables> Build(const CostInputs& in, int pp, int64_t microbatch, const StrategySpaceOptions& space,
-                                  MeshCache& meshes);
+                                  MeshCache& meshes, int micro_batches = 1);
   // Interleaved 1F1B with v model chunks per stage, each stage's chunks alike: the tables of one round
   // (`round_types`, from RoundTypes), where a round layer stands for its v copies: the sum of their
   // model states, times and sends, the largest of their activations (each in-flight unit is one
@@ -114,6 +115,7 @@ class CostTables {
 
   int pp_ = 1;
   int64_t microbatch_ = 1;
+  int micro_batches_ = 1;
   const CostTables* base_ = nullptr;
   bool memory_exact_ = true;
   const LayerTypes* types_ = nullptr;

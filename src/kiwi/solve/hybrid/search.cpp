@@ -75,7 +75,7 @@ class Search {
   Result<HybridSearchResult> Run();
 
  private:
-  Result<const CostTables*> Tables(int pp, int64_t microbatch, int virtual_stages = 1);
+  Result<const CostTables*> Tables(int pp, int64_t microbatch, int micro_batches, int virtual_stages = 1);
   const LayerTypes* Rounds(int virtual_stages, int pp);
   std::vector<bool> Allowed(const CostTables& t) const;
   bool AnyAllowed(const CostTables& t) const;
@@ -104,7 +104,8 @@ class Search {
   PartitionMode mode_;
   int num_layers_;
   MeshCache meshes_;
-  std::map<std::tuple<int, int64_t, int>, CostTables> tables_;  // by (pp, micro-batch, virtual stages)
+  // by (pp, micro-batch, more than one micro-batch (CostTables::Build), virtual stages)
+  std::map<std::tuple<int, int64_t, bool, int>, CostTables> tables_;
   std::map<int, LayerTypes> round_types_;                        // by virtual stages
   Incumbent best_;
   bool all_proven_ = true;
@@ -113,18 +114,19 @@ class Search {
   HybridSearchResult stats_;
 };
 
-Result<const CostTables*> Search::Tables(int pp, int64_t microbatch, int virtual_stages) {
-  auto it = tables_.find({pp, microbatch, virtual_stages});
+Result<const CostTables*> Search::Tables(int pp, int64_t microbatch, int micro_batches, int virtual_stages) {
+  const bool several = micro_batches > 1;
+  auto it = tables_.find({pp, microbatch, several, virtual_stages});
   if (it != tables_.end()) return &it->second;
   if (virtual_stages > 1) {
-    Result<const CostTables*> base = Tables(pp, microbatch);
+    Result<const CostTables*> base = Tables(pp, microbatch, micro_batches);
     if (!base) return base;
     CostTables round = CostTables::Interleaved(**base, virtual_stages, *Rounds(virtual_stages, pp));
-    return &tables_.emplace(std::make_tuple(pp, microbatch, virtual_stages), std::move(round)).first->second;
+    return &tables_.emplace(std::make_tuple(pp, microbatch, several, virtual_stages), std::move(round)).first->second;
   }
-  Result<CostTables> t = CostTables::Build(inputs_, pp, microbatch, space_.strategies, meshes_);
+  Result<CostTables> t = CostTables::Build(inputs_, pp, microbatch, space_.strategies, meshes_, micro_batches);
   if (!t) return t.error();
-  return &tables_.emplace(std::make_tuple(pp, microbatch, 1), std::move(*t)).first->second;
+  return &tables_.emplace(std::make_tuple(pp, microbatch, several, 1), std::move(*t)).first->second;
 }
 
 // The types of one round of v (layer_costs.h RoundTypes), or nullptr when the layers do not split into
@@ -250,7 +252,7 @@ Result<std::vector<Candidate>> Search::Enumerate() {
         for (int v : space_.virtual_stages) {
           // Interleaving: 1F1B, micro-batches in groups of pp (plan.h), the layers in v rounds.
           if (v > 1 && (space_.schedule != plan::PipelineSchedule::k1F1B || m % pp != 0 || !Rounds(v, pp))) continue;
-          Result<const CostTables*> t = Tables(pp, batch / m, v);
+          Result<const CostTables*> t = Tables(pp, batch / m, m, v);
           if (!t) return t.error();
           if (!AnyAllowed(**t)) continue;
           const PipelineConfig c{pp, batch, m, space_.schedule, v};
@@ -372,7 +374,7 @@ void Search::Refine(const CostTables& t, const PipelineConfig& c, const StagePea
 }
 
 Status Search::Evaluate(const PipelineConfig& c) {
-  Result<const CostTables*> tables = Tables(c.pp, c.Microbatch(), c.virtual_stages);
+  Result<const CostTables*> tables = Tables(c.pp, c.Microbatch(), c.micro_batches, c.virtual_stages);
   if (!tables) return tables.error();
   const CostTables& t = **tables;
   const StagePeakBounds bounds(t, c, Allowed(t));
@@ -397,7 +399,7 @@ Status Search::FindSmallestMemory(HybridSearchResult& r) {
     bool any = false;
     for (int pp : space_.pp_degrees)
       for (int m : MicroBatchCounts(batch, pp)) {
-        Result<const CostTables*> t = Tables(pp, batch / m);
+        Result<const CostTables*> t = Tables(pp, batch / m, m);
         if (!t) return t.error();
         if (!AnyAllowed(**t)) continue;
         any = true;
