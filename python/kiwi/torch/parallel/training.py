@@ -2,6 +2,7 @@
 batch in the plan's micro-batches, gradients accumulated over them (DP and ZeRO-1 layers synchronise
 only after the last one, ZeRO-2/3 layers after every one), then the optimizer step."""
 import contextlib
+import inspect
 from typing import Any, Callable, Dict, Optional, Union
 
 import torch
@@ -104,6 +105,8 @@ def _pipeline_step(pm: ParallelModel, optimizer: torch.optim.Optimizer, batch: B
     first, last = pm.stage == 0, pm.stage == pm.plan.pp_degree - 1
     losses: list = []
     kwargs = {"target": batch["labels"], "losses": losses} if last else {}
+    if last and "return_outputs" in inspect.signature(pm.schedule.step).parameters:
+        kwargs["return_outputs"] = False  # else the last stage keeps every micro-batch's logits to the end
     if first:
         pm.schedule.step(batch["input_ids"], **kwargs)
     else:
