@@ -75,13 +75,17 @@ struct StateRatios {
   double parameters = 0.0, gradients = 0.0, optimizer_states = 0.0;
   double Total() const { return parameters + gradients + optimizer_states; }
 };
+// FSDP2 wraps a layer of more than one DP rank (kiwi.torch.parallelize): it all-gathers a whole copy of
+// its parameters, kept beside their shard unless ZeRO-3 reshards after the forward pass.
+bool Fsdp2GathersCopy(const LayerModel& model, int dp) { return model.zero_runtime == ZeroRuntime::kFsdp2 && dp > 1; }
+
 StateRatios StateRatiosOf(const plan::LayerStrategy& s, int dp, const LayerModel& model, int micro_batches) {
   const double n = static_cast<double>(dp);
   const double gradients = model.GradientBytesPerParameterByte();
   const double states = s.offload ? 0.0 : model.OptimizerStateBytesPerParameterByte();
   const double sharded_states = s.Shards(plan::Zero::kOptimizerStates) ? states / n : states;
   if (s.Shards(plan::Zero::kParameters)) return {1.0 / n, gradients / n, sharded_states};
-  if (model.zero_runtime == ZeroRuntime::kFsdp2 && dp > 1) {
+  if (Fsdp2GathersCopy(model, dp)) {
     // FSDP2 (DP as shards of one rank) keeps each parameter's shard (its nn.Parameter, 1 / s of it) beside
     // the whole copy it all-gathers at the first forward pass; in the last backward pass each layer's
     // copy is freed as its reduced gradient shard comes, so one micro-batch holds the larger of the two.
@@ -347,7 +351,7 @@ StageMemory LayerMemory(const PlacedLayer& l, const LayerModel& model) {
                                                            : std::max(TpShardParameterBytes(l), whole_gradient);
   else if (l.strategy.Shards(plan::Zero::kGradients))
     m.gathered = whole_gradient;
-  else if (model.zero_runtime == ZeroRuntime::kFsdp2 && l.strategy.dp > 1 && l.micro_batches == 1)
+  else if (Fsdp2GathersCopy(model, l.strategy.dp) && l.micro_batches == 1)
     m.gathered = whole_gradient;  // its whole gradient beside its copy (more micro-batches: among the whole ones)
   return m;
 }
