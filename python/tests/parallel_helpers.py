@@ -1,5 +1,5 @@
-"""Shared by test_parallelize.py: small HuggingFace models trained 3 steps with kiwi.torch.parallelize on
-4 gloo processes and on one process, for comparison."""
+"""Shared by test_parallelize.py and test_fsdp2_memory.py: small HuggingFace models trained 3 steps with
+kiwi.torch.parallelize on 4 gloo processes and on one process, for comparison."""
 from typing import Any, Dict, List, Tuple
 
 import torch
@@ -7,6 +7,15 @@ import torch
 SEQ, BATCH, VOCAB, STEPS, LR = 16, 8, 128, 3, 0.05
 GPT2 = dict(n_layer=4, n_embd=64, n_head=4, vocab_size=VOCAB, n_positions=2 * SEQ, resid_pdrop=0.0, embd_pdrop=0.0,
             attn_pdrop=0.0)
+SMALL = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128, vocab_size=VOCAB,
+             max_position_embeddings=2 * SEQ)
+
+
+def write_llama_config(path: str) -> str:
+    """build("llama")'s config as a config.json at `path` (what kiwi plans with --hf-config); returns path."""
+    import transformers as tf
+    tf.LlamaConfig(**SMALL, num_key_value_heads=2).to_json_file(path)
+    return path
 
 
 def build(name: str) -> torch.nn.Module:
@@ -15,18 +24,16 @@ def build(name: str) -> torch.nn.Module:
     torch.manual_seed(0)
     if name.startswith("config:"):
         return tf.AutoModelForCausalLM.from_config(tf.AutoConfig.from_pretrained(name[len("config:"):]))
-    small = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, intermediate_size=128,
-                 vocab_size=VOCAB, max_position_embeddings=2 * SEQ)
     if name == "llama":
-        return tf.LlamaForCausalLM(tf.LlamaConfig(**small, num_key_value_heads=2))
+        return tf.LlamaForCausalLM(tf.LlamaConfig(**SMALL, num_key_value_heads=2))
     if name == "mistral":
-        return tf.MistralForCausalLM(tf.MistralConfig(**small, num_key_value_heads=2))
+        return tf.MistralForCausalLM(tf.MistralConfig(**SMALL, num_key_value_heads=2))
     if name == "qwen2":
-        return tf.Qwen2ForCausalLM(tf.Qwen2Config(**small, num_key_value_heads=2))
+        return tf.Qwen2ForCausalLM(tf.Qwen2Config(**SMALL, num_key_value_heads=2))
     if name == "gpt2":
         return tf.GPT2LMHeadModel(tf.GPT2Config(**GPT2))
     if name == "bert":
-        return tf.BertForMaskedLM(tf.BertConfig(**small, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
+        return tf.BertForMaskedLM(tf.BertConfig(**SMALL, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0))
     raise ValueError(name)
 
 

@@ -38,11 +38,8 @@ def _peaks(rank, world, plans):
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
-    import transformers as tf
     where = tmp_path_factory.mktemp("fsdp2")
-    config = str(where / "llama.json")
-    tf.LlamaConfig(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                   intermediate_size=128, vocab_size=h.VOCAB, max_position_embeddings=2 * h.SEQ).to_json_file(config)
+    config = h.write_llama_config(str(where / "llama.json"))
     plans = []
     for name, (layers, micro_batches, *stages) in PLANS.items():
         planned = h.plan(layers, micro_batches)
@@ -53,8 +50,9 @@ def measured(tmp_path_factory):
                        "model_flags": {"seq": h.SEQ, "batch": h.BATCH, "dtype": "fp32", "optimizer": "sgd"}}, f)
         plans.append(load_plan(path))
     per_rank = run_local(_peaks, 4, plans, backend="gloo")
+    stages = [predicted(plan)["stages"] for plan in plans]
     # each rank's peak beside kiwi's count for its pipeline stage
-    return {name: [(peaks[i], predicted(plan)["stages"][rank * plan.pp_degree // 4]["peak_memory_bytes"])
+    return {name: [(peaks[i], stages[i][rank * plan.pp_degree // 4]["peak_memory_bytes"])
                    for rank, peaks in enumerate(per_rank)]
             for i, (name, plan) in enumerate(zip(PLANS, plans))}
 

@@ -72,11 +72,7 @@ def _pipelined(layers, micro_batches, partition, schedule, virtual_stages=1):
 
 @pytest.fixture(scope="module")
 def llama_config(tmp_path_factory):
-    import transformers as tf
-    path = str(tmp_path_factory.mktemp("hf") / "config.json")
-    tf.LlamaConfig(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                   intermediate_size=128, vocab_size=h.VOCAB, max_position_embeddings=2 * h.SEQ).to_json_file(path)
-    return path
+    return h.write_llama_config(str(tmp_path_factory.mktemp("hf") / "config.json"))
 
 
 def _planned(command, llama_config, tmp_path_factory, *flags):

@@ -147,14 +147,11 @@ def test_a_set_keeps_less_by_at_least_what_kiwi_predicts(llama_config_file):
 
 @pytest.fixture(scope="module")
 def llama_config_file(tmp_path_factory):
-    import transformers as tf
-    path = tmp_path_factory.mktemp("hf") / "config.json"
-    tf.LlamaConfig(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-                   intermediate_size=128, vocab_size=h.VOCAB, max_position_embeddings=2 * h.SEQ).to_json_file(str(path))
+    path = h.write_llama_config(str(tmp_path_factory.mktemp("hf") / "config.json"))
     cluster = json.loads(open(CLUSTER4).read())
     cluster.update(devices_per_node=1, name="cpu1")
-    open(str(path) + ".cluster.json", "w").write(json.dumps(cluster))
-    return str(path)
+    open(path + ".cluster.json", "w").write(json.dumps(cluster))
+    return path
 
 
 CLUSTER4 = __file__.rsplit("/", 1)[0] + "/data/cpu4.json"
