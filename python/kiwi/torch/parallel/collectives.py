@@ -3,7 +3,8 @@
 c10d ones alike), in the
 convention kiwi's cost model states them: all-reduce the buffer, all-gather the gathered result,
 reduce-scatter the input (sim::LayerPlanTraffic)."""
-from typing import Dict, List, Optional
+import contextlib
+from typing import Dict, Iterator, List, Optional
 
 import torch
 import torch.distributed as dist
@@ -18,6 +19,21 @@ _KINDS = {"all_reduce": "all_reduce", "allreduce_": "all_reduce", "allreduce_coa
           "reduce_scatter_tensor": "reduce_scatter", "_reduce_scatter_base_": "reduce_scatter",
           "reduce_scatter_": "reduce_scatter", "reduce_scatter_tensor_coalesced": "reduce_scatter",
           "reduce_scatter_tensor_coalesced_": "reduce_scatter", "send": "send"}
+
+
+# the kind an all-reduce is counted as while it stands for another collective (gloo_comms.py); its bytes
+# are the same: the gathered result of an all-gather, the input of a reduce-scatter
+_standing_for: List[str] = []
+
+
+@contextlib.contextmanager
+def counted_as(kind: str) -> Iterator[None]:
+    """The collectives dispatched inside count as `kind` ("all_gather", "reduce_scatter")."""
+    _standing_for.append(kind)
+    try:
+        yield
+    finally:
+        _standing_for.pop()
 
 
 def _tensor_bytes(x) -> int:
@@ -76,7 +92,7 @@ class CollectiveBytes(TorchDispatchMode):
                     payload, dim = _tensor_bytes(args[0]), "pp"
                 else:  # c10d: (tensors, ...) or (outputs, inputs, ...): a reduce-scatter counts its input
                     payload = _tensor_bytes(args[1] if kind == "reduce_scatter" else args[0])
-                key = (dim, kind)
+                key = (dim, _standing_for[-1] if _standing_for else kind)
                 self.bytes[key] = self.bytes.get(key, 0) + payload
                 self.calls[key] = self.calls.get(key, 0) + 1
         return func(*args, **kwargs)

@@ -11,6 +11,7 @@ from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import FSDPModule, fully_shard
 
 from kiwi.torch.distributed.plan import LayerStrategy
+from kiwi.torch.parallel.gloo_comms import use_in_place_collectives
 
 
 def shard_layer(module: torch.nn.Module, strategy: LayerStrategy, dp_mesh: DeviceMesh,
@@ -20,7 +21,9 @@ def shard_layer(module: torch.nn.Module, strategy: LayerStrategy, dp_mesh: Devic
     stage = strategy.zero_stage
     if stage == 0 and replicate_mesh is not None:
         return fully_shard(module, mesh=replicate_mesh, reshard_after_forward=False)
-    return fully_shard(module, mesh=dp_mesh, reshard_after_forward=stage == 3)
+    wrapped = fully_shard(module, mesh=dp_mesh, reshard_after_forward=stage == 3)
+    use_in_place_collectives(wrapped, dp_mesh.get_group())
+    return wrapped
 
 
 def set_micro_batch_sync(accumulating: Sequence[FSDPModule], unsharded: Sequence[FSDPModule], last: bool) -> None:
