@@ -1,9 +1,12 @@
-"""kiwi prices DP, ZeRO-1 and ZeRO-2 layers as FSDP2 holds them (`--runtime fsdp2`, what
+"""kiwi prices DP and ZeRO-1/2/3 layers as FSDP2 holds them (`--runtime fsdp2`, what
 kiwi.torch.parallelize runs): each parameter's shard beside the whole copy gathered at the first forward
 pass, the copies freed layer by layer as the reduced gradients come in a step of one micro-batch, the
-whole gradients accumulated over several (DP, ZeRO-1). Measured on 4 gloo processes, every rank peaks
-within 5% of kiwi's count; before, kiwi counted no shard and always whole gradients: DP with two
-micro-batches peaked 42.6% above it, ZeRO-1 with one 17.6% below, TP2 x DP2 8-9% above."""
+whole gradients accumulated over several (DP, ZeRO-1); under ZeRO-3 the running layer's copy, the next
+one's prefetched and the running layer's whole gradient, its gradient shards arriving as the activations
+go. Measured on 4 gloo processes (FSDP2's all-gathers and reduce-scatters run in place there,
+gloo_comms.py: every rank and run measures the same), every rank peaks within 5% of kiwi's count; before,
+kiwi counted no shard and always whole gradients: DP with two micro-batches peaked 42.6% above it, ZeRO-1
+with one 17.6% below, TP2 x DP2 8-9% above, ZeRO-3 from 14.7% below to 41.9% above."""
 import json
 import os
 
@@ -24,11 +27,15 @@ PLANS = {
     "ZeRO-1 x4, 2 micro-batches": ([(1, 4, 1, False)] * 4, 2),
     "ZeRO-2 x4, 1 micro-batch": ([(1, 4, 2, False)] * 4, 1),
     "ZeRO-2 x4, 2 micro-batches": ([(1, 4, 2, False)] * 4, 2),
+    "ZeRO-3 x4, 1 micro-batch": ([(1, 4, 3, False)] * 4, 1),
+    "ZeRO-3 x4, 2 micro-batches": ([(1, 4, 3, False)] * 4, 2),
     "TP2 x DP2": ([(2, 2, 0, False)] * 4, 1),
     # kiwi plan's plan of this config (the main job): the last stage keeps no logits of earlier micro-batches
     # (kp.step runs the schedule with return_outputs=False; it peaked 6.6-9.9% above kiwi's count before)
     "PP2 x ZeRO-1 DP2, 4 micro-batches, 1F1B": ([(1, 2, 1, False)] * 4, 4, dict(pp_degree=2, pp_partition=[2, 2],
                                                                           pipeline="1f1b")),
+    "PP2: ZeRO-3 + checkpointing DP2, then ZeRO-1 DP2, 4 micro-batches": (
+        [(1, 2, 3, True)] * 2 + [(1, 2, 1, False)] * 2, 4, dict(pp_degree=2, pp_partition=[2, 2], pipeline="1f1b")),
 }
 
 
@@ -57,23 +64,7 @@ def measured(tmp_path_factory):
             for i, (name, plan) in enumerate(zip(PLANS, plans))}
 
 
-# gloo completes a collective on its own thread, and its full-size temporary (a ZeRO-2 layer's gradient,
-# the head's) is alive at the peak on some ranks and runs, not on others: the later a rank's gloo thread
-# runs (a loaded machine), the more of them. ZeRO-2 over two micro-batches (a reduce-scatter each, the
-# first micro-batch's still running into the second) measured -4.2% to +16.0% from kiwi's count (0 to 2
-# layers' gradients more), the pipeline's last stage +4.1% or +7.4% (the head's). There each stage's
-# lowest rank (no temporary alive) is held to 5% and no rank may fall 5% below kiwi's count; the spread
-# above is gloo's. NCCL has no such temporaries.
-GLOO_SPREAD = {"ZeRO-2 x4, 2 micro-batches", "PP2 x ZeRO-1 DP2, 4 micro-batches, 1F1B"}
-
-
 @pytest.mark.parametrize("name", list(PLANS))
 def test_every_rank_peaks_within_5_percent_of_kiwis_fsdp2_count(measured, name):
     for peak, kiwi in measured[name]:
-        if name in GLOO_SPREAD:
-            assert peak >= 0.95 * kiwi, (name, measured[name])
-        else:
-            assert peak == pytest.approx(kiwi, rel=0.05), (name, measured[name])
-    for kiwi in {k for _, k in measured[name]}:  # each stage's lowest rank
-        lowest = min(peak for peak, k in measured[name] if k == kiwi)
-        assert lowest == pytest.approx(kiwi, rel=0.05), (name, measured[name])
+        assert peak == pytest.approx(kiwi, rel=0.05), (name, measured[name])

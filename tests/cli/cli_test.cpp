@@ -825,10 +825,11 @@ TEST(Cli, SimulateNamesThePlanFileAndField) {
 
 // --runtime fsdp2 prices ZeRO-3 layers as PyTorch's FSDP2 holds them (cost::ZeroRuntime): the flag on a
 // plan file, the plan's own model_flags.runtime (what kiwi plan --runtime writes) and a plan of kiwi's
-// runtime agree on everything but the ZeRO-3 layers' buffers; a runtime kiwi does not know is refused.
+// runtime agree on everything but the ZeRO-3 layers' buffers (two micro-batches: with one, the gradient
+// shards arrive as the activations go); a runtime kiwi does not know is refused.
 TEST(Cli, RuntimeFsdp2PricesZeroThreeAsFullyShardHoldsIt) {
   const std::string layers = R"("layer": {"layers": [{"dp": 8, "zero": 3}, {"dp": 8, "zero": 3}], "pp_degree": 1,
-      "pp_partition": [2], "global_batch": 16, "micro_batches": 1}})";
+      "pp_partition": [2], "global_batch": 16, "micro_batches": 2}})";
   auto plan_with = [&](const std::string& flags) {
     return R"({"kiwi_plan_version": 1, "model": "gpt", "model_flags": {"layers": 2)" + flags +
            R"(}, "cluster": "v100-nvlink-8", )" + layers;

@@ -377,18 +377,23 @@ TEST(SimulateLayerPlan, ZeroStagesShardStatesAsTheZeroPaperCounts) {
 }
 
 // Under PyTorch's FSDP2 a ZeRO-3 layer running its backward pass also holds the next layer's prefetched
-// all-gather output and the previous layer's reduce-scatter input (cost::ZeroRuntime::kFsdp2): 1 MB of
-// parameters twice and 1 MB of gradient, where kiwi's runtime holds the larger of its own two.
-TEST(SimulateLayerPlan, Fsdp2HoldsThePrefetchedLayerAndThePendingReduceScatter) {
+// all-gather output (cost::ZeroRuntime::kFsdp2): 1 MB of parameters twice and 1 MB of gradient, where
+// kiwi's runtime holds the larger of its own two. Over two micro-batches the first one's gradient shards
+// (1/4 MB a layer) are there throughout the second; in a step of one they arrive as the activations go,
+// and a layer holds the larger of its shard and its activations (here the shard: 10 kB of activations a
+// sample, 4 samples a rank).
+TEST(SimulateLayerPlan, Fsdp2HoldsThePrefetchedLayerAndTheGradientShardsInTheActivationsPlace) {
   const cost::Cluster cluster = TestCluster(1, 4);
   LayerModel fsdp2 = FourLayers();
   fsdp2.zero_runtime = cost::ZeroRuntime::kFsdp2;
-  auto peak = [&](const LayerModel& m, plan::Zero zero) {
-    return Simulate(m, UniformPlan({.tp = 1, .dp = 4, .zero = zero}, 16, 1), cluster).summary.peak_memory_bytes;
+  auto peak = [&](const LayerModel& m, int micro_batches) {
+    return Simulate(m, UniformPlan({.tp = 1, .dp = 4, .zero = plan::Zero::kParameters}, 16, micro_batches), cluster)
+        .summary.peak_memory_bytes;
   };
-  const int64_t activations = 4 * 4 * 10'000;
-  EXPECT_EQ(peak(fsdp2, plan::Zero::kParameters), 4'000'000 + 3'000'000 + activations);
-  EXPECT_EQ(peak(fsdp2, plan::Zero::kParameters) - peak(FourLayers(), plan::Zero::kParameters), 2'000'000);
+  const int64_t states = 4 * (250'000 + 500'000), shards = 4 * 250'000;  // parameters and optimizer states
+  EXPECT_EQ(peak(fsdp2, 2), states + shards + 3'000'000 + 4 * 2 * 10'000);
+  EXPECT_EQ(peak(fsdp2, 2) - peak(FourLayers(), 2), 2'000'000);
+  EXPECT_EQ(peak(fsdp2, 1), states + 4 * std::max<int64_t>(250'000, 4 * 10'000) + 3'000'000);
   // Time is the runtime's concern no more than the ZeRO stage's traffic: unchanged.
   EXPECT_EQ(Simulate(fsdp2, UniformPlan({.tp = 1, .dp = 4, .zero = plan::Zero::kParameters}, 16, 1), cluster)
                 .summary.iteration_seconds,

@@ -84,7 +84,10 @@ StateRatios StateRatiosOf(const plan::LayerStrategy& s, int dp, const LayerModel
   const double gradients = model.GradientBytesPerParameterByte();
   const double states = s.offload ? 0.0 : model.OptimizerStateBytesPerParameterByte();
   const double sharded_states = s.Shards(plan::Zero::kOptimizerStates) ? states / n : states;
-  if (s.Shards(plan::Zero::kParameters)) return {1.0 / n, gradients / n, sharded_states};
+  // FSDP2's ZeRO-3 gradient shards of a one-micro-batch step come as the layers' activations go: LayerMemory
+  // holds the larger of the two in the activations' place.
+  if (s.Shards(plan::Zero::kParameters))
+    return {1.0 / n, Fsdp2GathersCopy(model, dp) && micro_batches == 1 ? 0.0 : gradients / n, sharded_states};
   if (Fsdp2GathersCopy(model, dp)) {
     // FSDP2 (DP as shards of one rank) keeps each parameter's shard (its nn.Parameter, 1 / s of it) beside
     // the whole copy it all-gathers at the first forward pass; in the last backward pass each layer's
@@ -108,6 +111,14 @@ double StateBytes(const PlacedLayer& l, const LayerModel& model, Of of) {
   const double dense = TpWholeDenseBytes(l) * of(StateRatiosOf(s, s.dp, model, l.micro_batches));
   const double experts = ExpertBytes(l) / s.ep * of(StateRatiosOf(s, s.ExpertDataParallel(), model, l.micro_batches));
   return (dense + experts) / s.tp;
+}
+
+// One device's share of a ZeRO-3 layer's reduced gradient (the experts' over dp / ep).
+int64_t GradientShardBytes(const PlacedLayer& l, const LayerModel& model) {
+  const plan::LayerStrategy& s = l.strategy;
+  const double g = model.GradientBytesPerParameterByte();
+  return static_cast<int64_t>(std::ceil(
+      (TpWholeDenseBytes(l) * g / s.dp + ExpertBytes(l) / s.ep * g / s.ExpertDataParallel()) / s.tp));
 }
 
 // Parameters + gradients + optimizer states per device.
@@ -346,9 +357,17 @@ StageMemory LayerMemory(const PlacedLayer& l, const LayerModel& model) {
   // next layer's prefetched parameters and the previous layer's reduce-scatter input (ZeroRuntime).
   const int64_t whole_gradient = static_cast<int64_t>(
       std::ceil(static_cast<double>(TpShardParameterBytes(l)) * model.GradientBytesPerParameterByte()));
-  if (l.strategy.Shards(plan::Zero::kParameters))
-    m.gathered = model.zero_runtime == ZeroRuntime::kFsdp2 ? 2 * TpShardParameterBytes(l) + whole_gradient
-                                                           : std::max(TpShardParameterBytes(l), whole_gradient);
+  if (l.strategy.Shards(plan::Zero::kParameters) && Fsdp2GathersCopy(model, l.strategy.dp)) {
+    // FSDP2's ZeRO-3, measured op by op (docs/distributed.md): the running layer's copy and the next
+    // one's prefetched, and the running layer's whole gradient. The previous layer's reduce-scatter input
+    // (its whole gradient, held until this layer's is made) takes the place of that layer's activations,
+    // gone by then: not counted (short by the difference where a layer's activations of one micro-batch
+    // are less than its gradient). One micro-batch: the gradient shards arrive as the activations go
+    // (StateRatiosOf), so the layer holds the larger of the two.
+    if (l.micro_batches == 1) m.activations = std::max(m.activations, GradientShardBytes(l, model));
+    m.gathered = 2 * TpShardParameterBytes(l) + whole_gradient;
+  } else if (l.strategy.Shards(plan::Zero::kParameters))
+    m.gathered = std::max(TpShardParameterBytes(l), whole_gradient);
   else if (l.strategy.Shards(plan::Zero::kGradients))
     m.gathered = whole_gradient;
   else if (Fsdp2GathersCopy(model, l.strategy.dp) && l.micro_batches == 1)
