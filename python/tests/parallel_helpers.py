@@ -18,6 +18,13 @@ def write_llama_config(path: str) -> str:
     return path
 
 
+def write_gpt2_config(path: str) -> str:
+    """build("gpt2")'s config as a config.json at `path`; returns path."""
+    import transformers as tf
+    tf.GPT2Config(**GPT2).to_json_file(path)
+    return path
+
+
 def build(name: str) -> torch.nn.Module:
     """A model by name, or from a config.json ("config:PATH"); the same weights every time."""
     import transformers as tf

@@ -37,6 +37,9 @@ PLANS = {
     "PP2: ZeRO-3 + checkpointing DP2, then ZeRO-1 DP2, 4 micro-batches": (
         [(1, 2, 3, True)] * 2 + [(1, 2, 1, False)] * 2, 4, dict(pp_degree=2, pp_partition=[2, 2], pipeline="1f1b")),
 }
+# GPT-2 (HuggingFace's, its "gelu_new" GELU as eager arithmetic: three tensors of the MLP's width more a
+# layer than a fused GELU keeps, which kiwi priced as fused: 11.3-11.9% below the measured peak before)
+GPT2_PLANS = {"GPT-2 TP2 x ZeRO-2": ([(2, 2, 2, False)] * 4, 2)}
 
 
 def _peaks(rank, world, plans):
@@ -47,13 +50,14 @@ def _peaks(rank, world, plans):
 def measured(tmp_path_factory):
     where = tmp_path_factory.mktemp("fsdp2")
     config = h.write_llama_config(str(where / "llama.json"))
+    gpt2 = h.write_gpt2_config(str(where / "gpt2.json"))
     plans = []
-    for name, (layers, micro_batches, *stages) in PLANS.items():
+    for name, (layers, micro_batches, *stages) in {**PLANS, **GPT2_PLANS}.items():
         planned = h.plan(layers, micro_batches)
         planned["layer"].update(*stages)
         path = str(where / f"{len(plans)}.json")
         with open(path, "w") as f:
-            json.dump({**planned, "hf_config": config, "cluster": CLUSTER,
+            json.dump({**planned, "hf_config": gpt2 if name in GPT2_PLANS else config, "cluster": CLUSTER,
                        "model_flags": {"seq": h.SEQ, "batch": h.BATCH, "dtype": "fp32", "optimizer": "sgd"}}, f)
         plans.append(load_plan(path))
     per_rank = run_local(_peaks, 4, plans, backend="gloo")
@@ -61,10 +65,10 @@ def measured(tmp_path_factory):
     # each rank's peak beside kiwi's count for its pipeline stage
     return {name: [(peaks[i], stages[i][rank * plan.pp_degree // 4]["peak_memory_bytes"])
                    for rank, peaks in enumerate(per_rank)]
-            for i, (name, plan) in enumerate(zip(PLANS, plans))}
+            for i, (name, plan) in enumerate(zip({**PLANS, **GPT2_PLANS}, plans))}
 
 
-@pytest.mark.parametrize("name", list(PLANS))
+@pytest.mark.parametrize("name", list(PLANS) + list(GPT2_PLANS))
 def test_every_rank_peaks_within_5_percent_of_kiwis_fsdp2_count(measured, name):
     for peak, kiwi in measured[name]:
         assert peak == pytest.approx(kiwi, rel=0.05), (name, measured[name])

@@ -52,6 +52,26 @@ TEST(HfConfig, Gpt2) {
   EXPECT_EQ(parameters, 124'439'808);
 }
 
+// GPT2Config's activation_function "gelu_new" (its default) is transformers' NewGELUActivation, the tanh
+// GELU as eager arithmetic: autograd keeps tanh's output, 0.5 x and 1 + tanh beside x, three tensors of
+// the MLP's width (4 x hidden) more a layer than torch's fused GELU ("gelu_pytorch_tanh", "gelu").
+TEST(HfConfig, Gpt2sNewGeluKeepsThreeMoreTensorsOfTheMlpsWidth) {
+  auto layer_saved = [](const std::string& act) {
+    const std::string config = R"({"model_type": "gpt2", "n_layer": 2, "n_embd": 64, "n_head": 4, "vocab_size": 128)" +
+                               (act.empty() ? std::string() : R"(, "activation_function": ")" + act + "\"") + "}";
+    const TransformerConfig t = Transformer(ParseHfConfig(config, "gpt2.json", {.seq = 16, .batch = 2}));
+    Result<ir::Graph> forward = BuildTransformerForward(t);
+    EXPECT_TRUE(forward.ok()) << forward.error().message;
+    Result<ir::Graph> training = ir::BuildTrainingGraph(*forward, {.optimizer = ir::Optimizer::kAdam});
+    EXPECT_TRUE(training.ok()) << training.error().message;
+    return ir::SavedActivationBytes(*training, 1);
+  };
+  const int64_t width = 2 * 16 * 4 * 64 * 4;  // batch x seq x 4 hidden, fp32
+  EXPECT_EQ(layer_saved("") - layer_saved("gelu_pytorch_tanh"), 3 * width);
+  EXPECT_EQ(layer_saved("gelu_new"), layer_saved(""));
+  EXPECT_EQ(layer_saved("gelu"), layer_saved("gelu_pytorch_tanh"));
+}
+
 TEST(HfConfig, LlamaTwoSevenBIsThePreset) {
   Result<ModelSpec> hf = ParseHfConfig(kLlama2, "config.json", {.batch = 8});
   const TransformerConfig t = Transformer(hf);

@@ -100,7 +100,9 @@ struct AttentionOptions {
 // before the residual add.
 NodeId Attention(GraphBuilder& gb, NodeId x_q, NodeId x_kv, const AttentionOptions& options);
 
-enum class Activation : uint8_t { kGelu, kRelu, kSwiGlu };
+// kNewGelu: HuggingFace's NewGELUActivation ("gelu_new", GPT-2's), the tanh approximation written as
+// eager arithmetic, whose autograd keeps more than a fused GELU's input (FeedForward).
+enum class Activation : uint8_t { kGelu, kRelu, kSwiGlu, kNewGelu };
 
 struct MlpOptions {
   int64_t ffn = 0;

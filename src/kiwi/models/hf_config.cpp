@@ -92,6 +92,8 @@ Result<TransformerConfig> Gpt2(const Config& c) {
   Result<bool> tied = c.Bool("tie_word_embeddings", true);  // GPT2LMHeadModel's lm_head is wte
   if (!tied) return tied.error();
   t.tied_embeddings = *tied;
+  // GPT2Config's default; "gelu", "gelu_pytorch_tanh" are torch's fused GELU
+  t.new_gelu = c.String("activation_function", "gelu_new") == "gelu_new";
   return t;
 }
 

@@ -101,7 +101,8 @@ Result<ir::Graph> BuildGpt(const TransformerConfig& c) {
   } else {
     x = HiddenInput(gb, "hidden", {c.batch, c.seq, c.hidden});
   }
-  const LayerOptions layer = StandardLayer(c, NormKind::kLayerNorm, true, Activation::kGelu, true);
+  const LayerOptions layer =
+      StandardLayer(c, NormKind::kLayerNorm, true, c.new_gelu ? Activation::kNewGelu : Activation::kGelu, true);
   for (int i = 0; i < c.layers; ++i) x = TransformerLayer(gb, i, x, layer);
   if (c.embeddings) {
     gb.Enter(-1, "head");

@@ -56,6 +56,7 @@ struct TransformerConfig {
   bool qk_norm = false;      // an RMSNorm over each query and key head before rotary (Qwen3)
   bool qkv_bias = false;     // biases on the query, key and value projections only (Qwen2)
   bool tied_embeddings = false;
+  bool new_gelu = false;     // GPT: HuggingFace's "gelu_new" (NewGELUActivation, eager arithmetic), not a fused GELU
   // The loss reads logits.float(): HuggingFace's causal and masked LM losses (transformers' ForCausalLMLoss,
   // ForMaskedLMLoss) upcast 16-bit logits, so that the loss, its saved softmax and the logits' gradient are fp32.
   bool loss_in_fp32 = false;

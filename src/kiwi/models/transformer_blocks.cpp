@@ -185,6 +185,14 @@ NodeId FeedForward(GraphBuilder& gb, NodeId x, const MlpOptions& options) {
     NodeId gate = Linear(gb, "gate", x, options.ffn, options.bias);
     NodeId up = Linear(gb, "up", x, options.ffn, options.bias);
     hidden = Binary(gb, "mul", "gated", Unary(gb, "silu", "act", gate), up);
+  } else if (options.activation == Activation::kNewGelu) {
+    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) as transformers' NewGELUActivation runs it: autograd
+    // keeps x (pow's input), tanh's output, 0.5 x and 1 + tanh (the product's operands), three tensors of
+    // the MLP's width more than a fused GELU (read op by op on HF GPT-2, docs/distributed.md). The
+    // polynomial is one op whose backward reads x; kiwi's tanh keeps its input, the same size as torch's output.
+    NodeId fc1 = Linear(gb, "fc1", x, options.ffn, options.bias);
+    NodeId t = Unary(gb, "tanh", "act_tanh", Unary(gb, "tanh", "act_poly", fc1));
+    hidden = Binary(gb, "mul", "act", Unary(gb, "scale", "act_half", fc1), Unary(gb, "scale", "act_one_plus", t));
   } else {
     NodeId fc1 = Linear(gb, "fc1", x, options.ffn, options.bias);
     hidden = Unary(gb, options.activation == Activation::kGelu ? "gelu" : "relu", "act", fc1);
