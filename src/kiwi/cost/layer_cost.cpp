@@ -102,23 +102,25 @@ StateRatios StateRatiosOf(const plan::LayerStrategy& s, int dp, const LayerModel
   return {1.0, s.Shards(plan::Zero::kGradients) ? gradients / n : gradients, sharded_states};
 }
 
-// One device's bytes of a kind of model state, `of` picking the kind's ratio: split by TP (but the
-// replicated part), and by DP what the layer's ZeRO stage shards (ZeRO §5.1-5.3: P_os, P_os+g,
-// P_os+g+p); the experts' also by EP, their ZeRO shards over dp / ep.
-template <typename Of>
-double StateBytes(const PlacedLayer& l, const LayerModel& model, Of of) {
+// One device's bytes at `per_byte(dp)` bytes per parameter byte, dp the ranks its DP shards are over:
+// split by TP (but the replicated part); the experts' also by EP, their DP shards over dp / ep.
+template <typename PerByte>
+double DeviceBytes(const PlacedLayer& l, PerByte per_byte) {
   const plan::LayerStrategy& s = l.strategy;
-  const double dense = TpWholeDenseBytes(l) * of(StateRatiosOf(s, s.dp, model, l.micro_batches));
-  const double experts = ExpertBytes(l) / s.ep * of(StateRatiosOf(s, s.ExpertDataParallel(), model, l.micro_batches));
-  return (dense + experts) / s.tp;
+  return (TpWholeDenseBytes(l) * per_byte(s.dp) + ExpertBytes(l) / s.ep * per_byte(s.ExpertDataParallel())) / s.tp;
 }
 
-// One device's share of a ZeRO-3 layer's reduced gradient (the experts' over dp / ep).
+// One device's bytes of a kind of model state, `of` picking the kind's ratio, by DP what the layer's
+// ZeRO stage shards (ZeRO §5.1-5.3: P_os, P_os+g, P_os+g+p).
+template <typename Of>
+double StateBytes(const PlacedLayer& l, const LayerModel& model, Of of) {
+  return DeviceBytes(l, [&](int dp) { return of(StateRatiosOf(l.strategy, dp, model, l.micro_batches)); });
+}
+
+// One device's share of a ZeRO-3 layer's reduced gradient.
 int64_t GradientShardBytes(const PlacedLayer& l, const LayerModel& model) {
-  const plan::LayerStrategy& s = l.strategy;
   const double g = model.GradientBytesPerParameterByte();
-  return static_cast<int64_t>(std::ceil(
-      (TpWholeDenseBytes(l) * g / s.dp + ExpertBytes(l) / s.ep * g / s.ExpertDataParallel()) / s.tp));
+  return static_cast<int64_t>(std::ceil(DeviceBytes(l, [&](int dp) { return g / dp; })));
 }
 
 // Parameters + gradients + optimizer states per device.

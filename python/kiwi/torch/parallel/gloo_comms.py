@@ -8,17 +8,15 @@ does not own the buffer's memory, allocates nothing and leaves every free to FSD
 own, as on NCCL. It moves twice a reduce-scatter's bytes over the wire; the step's collectives are
 counted as the ones they stand for (collectives.counted_as), the convention of kiwi's cost model."""
 import ctypes
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
 import torch.distributed as dist
+# FSDP2's interfaces for a custom collective (torch >= 2.8) and its default buffer allocation, private
+from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
+from torch.distributed.fsdp._fully_shard._fsdp_collectives import DefaultAllocMixin
 
 from kiwi.torch.parallel.collectives import counted_as
-
-try:  # FSDP2's interfaces for a custom collective (torch >= 2.7)
-    from torch.distributed.fsdp._fully_shard._fsdp_api import AllGather, ReduceScatter
-except ImportError:  # pragma: no cover - older torch: FSDP2's own collectives stay
-    AllGather = ReduceScatter = None
 
 
 def _all_reduce_in_place(t: torch.Tensor, group: dist.ProcessGroup) -> None:
@@ -28,12 +26,7 @@ def _all_reduce_in_place(t: torch.Tensor, group: dist.ProcessGroup) -> None:
     dist.all_reduce(torch.frombuffer(memory, dtype=t.dtype), group=group)
 
 
-class _Allocate:
-    def allocate(self, size: Sequence[int], *, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-        return torch.empty(*size, dtype=dtype, device=device)
-
-
-class InPlaceAllGather(_Allocate, *((AllGather,) if AllGather else ())):
+class InPlaceAllGather(DefaultAllocMixin, AllGather):
     """The gathered result as the sum of every rank's buffer, zero but in its own slot."""
 
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
@@ -48,7 +41,7 @@ class InPlaceAllGather(_Allocate, *((AllGather,) if AllGather else ())):
         return None
 
 
-class InPlaceReduceScatter(_Allocate, *((ReduceScatter,) if ReduceScatter else ())):
+class InPlaceReduceScatter(DefaultAllocMixin, ReduceScatter):
     """The input summed over the ranks in place, then this rank's slice (divided by the ranks for AVG)."""
 
     def __call__(self, output_tensor: torch.Tensor, input_tensor: torch.Tensor, group: dist.ProcessGroup,
@@ -66,7 +59,7 @@ class InPlaceReduceScatter(_Allocate, *((ReduceScatter,) if ReduceScatter else (
 def use_in_place_collectives(module, group: dist.ProcessGroup) -> None:
     """On a gloo group, FSDP2 `module`'s all-gathers and reduce-scatters become in-place all-reduces;
     other backends (NCCL) keep FSDP2's own."""
-    if AllGather is None or dist.get_backend(group) != "gloo":
+    if dist.get_backend(group) != "gloo":
         return
     module.set_custom_all_gather(InPlaceAllGather())
     module.set_custom_reduce_scatter(InPlaceReduceScatter())
