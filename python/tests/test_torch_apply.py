@@ -191,3 +191,22 @@ def test_garbage_of_earlier_work_freed_mid_step_does_not_lower_the_measured_peak
     assert seen == [False] and gc.isenabled() == was   # the collector is off during the step only
     assert m.peak_bytes == 4 * (1 << 16)
     gc.collect()
+
+
+def test_a_buffer_freed_on_another_thread_leaves_the_measured_level():
+    """gloo frees the buffers its collectives ran on from its worker thread, where the profiler records
+    nothing: the measured level is the process's, so the step's peak is 4 MiB, not 4 + 1 MiB."""
+    import threading
+
+    def step():
+        held = [torch.ones(1 << 20)]                  # 4 MiB, freed below on another thread
+        worker = threading.Thread(target=held.clear)
+        worker.start()
+        worker.join()
+        y = torch.ones(1 << 18)                       # 1 MiB after it
+        del y
+
+    m = measure.measure_step(step, [])
+    assert m.peak_bytes == 4 * (1 << 20)
+    with measure.process_wide_cpu_accounting() as process_wide:
+        assert process_wide   # this build's libc10 exports the flag (else the events' sum is all there is)

@@ -1,15 +1,21 @@
 """Peak memory and time of a real training step (forward, backward, optimizer step).
 
 CPU: the profiler's memory events (torch.profiler, profile_memory=True) are the CPU allocator's own
-allocations and frees; their running sum, on top of the bytes resident when the step starts
-(parameters, buffers, optimizer state, inputs), is the step's memory, and its maximum the peak. CUDA:
+allocations and frees; the level they report, on top of the bytes resident when the step starts
+(parameters, buffers, optimizer state, inputs), is the step's memory, and its maximum the peak. The
+level is the whole process's (every thread's allocations and frees, `process_wide_cpu_accounting`):
+gloo frees the buffers a collective ran on from its own worker thread, which the profiler records no
+event for, and a running sum of the events would count those buffers as held for the rest of the step.
+CUDA:
 torch.cuda.max_memory_allocated over the step. Named ranges ("kiwi::..." record_function markers)
 report the memory before, at the peak within, and the time of each part of the step."""
 import contextlib
+import ctypes
 import dataclasses
 import gc
+import os
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 from torch.autograd.profiler import record_function
@@ -98,14 +104,67 @@ def measure_step(step: Callable[[], Any], resident: Sequence[torch.Tensor], devi
     with _no_garbage_collection():
         if device.startswith("cuda"):
             return _measure_cuda(step, base, ranges)
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            t0, c0 = time.perf_counter(), time.process_time()
-            step()
-            seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
-    events = prof.profiler.kineto_results.events()
-    m = _analyse(events, base, seconds, "cpu", ranges)
+        with process_wide_cpu_accounting() as process_wide:
+            with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+                t0, c0 = time.perf_counter(), time.process_time()
+                step()
+                seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
+    results = prof.profiler.kineto_results
+    m = _analyse(results.events(), base, seconds, "cpu", ranges, _process_levels(results) if process_wide else None)
     m.cpu_seconds = cpu
     return m
+
+
+def _c10_report_flag() -> Optional[ctypes.c_bool]:
+    """c10's FLAGS_caffe2_report_cpu_memory_usage (libc10's exported bool), or None where this build's
+    libc10 cannot be found or does not export it."""
+    lib_dir = os.path.join(os.path.dirname(torch.__file__), "lib")
+    for name in ("libc10.so", "libc10.dylib"):
+        path = os.path.join(lib_dir, name)
+        if os.path.exists(path):
+            try:
+                return ctypes.c_bool.in_dll(ctypes.CDLL(path), "FLAGS_caffe2_report_cpu_memory_usage")
+            except (OSError, ValueError):
+                return None
+    return None
+
+
+@contextlib.contextmanager
+def process_wide_cpu_accounting():
+    """Sets c10's caffe2_report_cpu_memory_usage while the block runs: with it the CPU allocator's
+    reporter counts the allocations and frees of every thread (without it, only of threads the profiler
+    records), so each memory event's total_allocated is the whole process's level. Yields whether it
+    could (False: the profiler's events are all there is)."""
+    flag = _c10_report_flag()
+    if flag is None:
+        yield False
+        return
+    was = flag.value
+    flag.value = True
+    try:
+        yield True
+    finally:
+        flag.value = was
+
+
+def _process_levels(results: Any) -> List[Tuple[int, int]]:
+    """(time, the process's allocated bytes after it) of each CPU allocation or free the profiler
+    recorded, from its event tree (the kineto events do not carry the level)."""
+    from torch._C._profiler import _EventType
+    out = []
+    stack = list(results.experimental_event_tree())
+    while stack:
+        node = stack.pop()
+        stack.extend(node.children)
+        if node.typed[0] == _EventType.Allocation:
+            fields = node.typed[1]
+            if fields.device.type == "cpu":
+                out.append((node.start_time_ns, fields.total_allocated, fields.alloc_size))
+    out.sort()
+    if not out:
+        return []
+    start = out[0][1] - out[0][2]   # the level before the first event
+    return [(t, total - start) for t, total, _ in out]
 
 
 @contextlib.contextmanager
@@ -134,7 +193,10 @@ def _measure_cuda(step: Callable[[], Any], base: int, ranges: bool) -> StepMeasu
     return m
 
 
-def _analyse(events: Any, base: int, seconds: float, device: str, want_ranges: bool) -> StepMeasurement:
+def _analyse(events: Any, base: int, seconds: float, device: str, want_ranges: bool,
+             process_levels: Optional[List[Tuple[int, int]]] = None) -> StepMeasurement:
+    """The step's peak and ranges from its events: from the process's levels where given, else from a
+    running sum of the events' bytes."""
     mem = []
     marks = []
     for i, e in enumerate(events):
@@ -146,11 +208,17 @@ def _analyse(events: Any, base: int, seconds: float, device: str, want_ranges: b
     mem.sort()
     times, levels = [], []
     level = peak = 0
-    for t, _, nbytes in mem:
-        level += nbytes
-        peak = max(peak, level)
-        times.append(t)
-        levels.append(level)
+    if process_levels is not None:
+        for t, level in process_levels:
+            peak = max(peak, level)
+            times.append(t)
+            levels.append(level)
+    else:
+        for t, _, nbytes in mem:
+            level += nbytes
+            peak = max(peak, level)
+            times.append(t)
+            levels.append(level)
     result = StepMeasurement(base + peak, base, seconds, device)
     if want_ranges:
         result.ranges = _ranges(marks, times, levels)
