@@ -856,6 +856,35 @@ TEST(Cli, RuntimeFsdp2PricesZeroThreeAsFullyShardHoldsIt) {
   EXPECT_NE(bad.err.find("--runtime: 'fsdp1' is not one of kiwi, fsdp2"), std::string::npos) << bad.err;
 }
 
+// Under --runtime fsdp2 (kiwi.torch.parallelize) sequence parallelism saves each column-parallel group's
+// gathered input whole on every TP rank (LayerProfile::column_input_bytes_per_sample); Megatron's (kiwi's
+// runtime) saves its shard. Same time, more activations, nothing else; without SP the two agree.
+TEST(Cli, RuntimeFsdp2KeepsSequenceParallelColumnInputsWhole) {
+  auto plan = [](bool sp) {
+    return WriteTemp(sp ? "sp_plan.json" : "tp_plan.json",
+                     std::string(R"({"kiwi_plan_version": 1, "model": "gpt", "model_flags": {"layers": 2},
+      "cluster": "v100-nvlink-8", "layer": {"layers": [{"tp": 4, "dp": 2, "sequence_parallel": )") +
+                         (sp ? "true" : "false") + R"(}, {"tp": 4, "dp": 2, "sequence_parallel": )" +
+                         (sp ? "true" : "false") + R"(}], "pp_degree": 1, "pp_partition": [2], "global_batch": 16,
+      "micro_batches": 2}})");
+  };
+  auto memory = [](const testing::RunResult& r, const char* part) {
+    return r.Json()["stages"][0]["memory_bytes"][part].get<int64_t>();
+  };
+  for (bool sp : {false, true}) {
+    const testing::RunResult own = RunKiwi("simulate " + plan(sp) + " --json");
+    const testing::RunResult torch = RunKiwi("simulate " + plan(sp) + " --runtime fsdp2 --json");
+    ASSERT_EQ(own.exit_code, 0) << own.err;
+    ASSERT_EQ(torch.exit_code, 0) << torch.err;
+    EXPECT_EQ(torch.Json()["iteration_seconds"], own.Json()["iteration_seconds"]);
+    if (sp) {
+      EXPECT_GT(memory(torch, "activations"), memory(own, "activations"));
+    } else {
+      EXPECT_EQ(memory(torch, "activations"), memory(own, "activations"));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiwi
 

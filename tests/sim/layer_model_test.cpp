@@ -196,6 +196,33 @@ struct KorthikantiGpt {
   }
 };
 
+// PyTorch's sequence parallelism (DTensor's styles, kiwi.torch.parallelize: runtime fsdp2) all-gathers the
+// input of each column-parallel group and its linears save the gathered tensor: the attention's and the
+// MLP's inputs (the norms' outputs, 2sbh each in 16-bit) stay whole on every rank, where Megatron saves
+// their shards (eq. 4). So a TP rank's layer keeps sbh(34/t + 5as/(ht)) + 4sbh(1 - 1/t), and a
+// checkpointed one recomputes the same intermediates less its input.
+TEST(BuildLayerModel, TorchSequenceParallelKeepsTheGatheredInputsOfTheColumnParallelLinearsWhole) {
+  const int64_t s = KorthikantiGpt::kSeq, b = KorthikantiGpt::kBatch, h = KorthikantiGpt::kHidden, a = KorthikantiGpt::kHeads;
+  const cost::CostModel cm(TestDevice());
+  Result<LayerModel> m = KorthikantiGpt::Build(models::AttentionKernel::kMaterialized, cm);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  LayerProfile mid = m->layers[1];
+  const int64_t sbh = s * b * h, attention = 5 * a * s * s * b;
+  EXPECT_EQ(mid.column_input_bytes_per_sample * b, 4 * sbh);
+  EXPECT_FALSE(mid.sequence_parallel_saves_gathered_inputs);  // Megatron's: eq. 4 as above
+  mid.sequence_parallel_saves_gathered_inputs = true;
+  const LayerModel no_states;
+  for (int t : {2, 4, 8}) {
+    const PlacedLayer sp = OnTpGroup(mid, {.tp = t, .dp = 1, .sequence_parallel = true}, b);
+    EXPECT_EQ(LayerMemory(sp, no_states).activations, (30 * sbh + attention) / t + 4 * sbh) << "t " << t;
+    const PlacedLayer ckpt = OnTpGroup(mid, {.tp = t, .dp = 1, .checkpoint = true, .sequence_parallel = true}, b);
+    EXPECT_EQ(LayerMemory(ckpt, no_states).activations, 2 * sbh / t) << "t " << t;
+    EXPECT_EQ(RecomputedBytes(ckpt), (28 * sbh + attention) / t + 4 * sbh) << "t " << t;
+    const PlacedLayer tp = OnTpGroup(mid, {.tp = t, .dp = 1}, b);  // without SP all 10sbh stay whole anyway
+    EXPECT_EQ(LayerMemory(tp, no_states).activations, 10 * sbh + (24 * sbh + attention) / t) << "t " << t;
+  }
+}
+
 // Korthikanti et al. 2023, eq. 2: a GPT middle layer in 16-bit saves 34sbh + 5as^2b, of which Megatron TP
 // keeps 10sbh whole on every rank (norm inputs, column-parallel inputs, the masks after the row-parallel
 // linears); one TP rank's activations of one micro-batch are sbh(10 + 24/t + 5as/(ht)) for t = 1, 2, 4, 8,

@@ -255,6 +255,14 @@ int64_t MicrobatchBytes(const PlacedLayer& l, int64_t bytes_per_sample, int64_t 
   return TpRankActivationBytes(split, l.PerDevice(whole - gathered), l.strategy.tp, true) + l.PerDevice(gathered);
 }
 
+// Of a layer's saved activations, what stays whole on every TP rank even with sequence parallelism: the
+// experts' rows, and where the runtime saves them gathered, the column-parallel linears' inputs
+// (LayerProfile::column_input_bytes_per_sample).
+int64_t GatheredPerSample(const LayerProfile& p) {
+  return p.gathered_activation_bytes_per_sample +
+         (p.sequence_parallel_saves_gathered_inputs ? p.column_input_bytes_per_sample : 0);
+}
+
 }  // namespace
 
 Result<StageMesh> MakeStageMesh(const Cluster& cluster, const std::vector<int>& sizes) {
@@ -321,7 +329,7 @@ int64_t RecomputedBytes(const PlacedLayer& l) {
   if (!l.strategy.checkpoint) return 0;
   const int64_t intermediate = std::max<int64_t>(p.activation_bytes_per_sample - p.boundary_bytes_per_sample, 0);
   const int64_t whole = std::max<int64_t>(p.replicated_activation_bytes_per_sample - p.boundary_bytes_per_sample, 0);
-  return MicrobatchBytes(l, intermediate, whole, p.gathered_activation_bytes_per_sample);
+  return MicrobatchBytes(l, intermediate, whole, GatheredPerSample(p));
 }
 
 // The gradients in flight are split over TP like the tensors they belong to (the head's: over the
@@ -351,7 +359,7 @@ StageMemory LayerMemory(const PlacedLayer& l, const LayerModel& model) {
                       : MicrobatchBytes(l, std::max<int64_t>(p.activation_bytes_per_sample - dropped, 0),
                                         std::max<int64_t>(p.replicated_activation_bytes_per_sample -
                                                               set.dropped_replicated_bytes_per_sample, 0),
-                                        std::max<int64_t>(p.gathered_activation_bytes_per_sample -
+                                        std::max<int64_t>(GatheredPerSample(p) -
                                                               set.dropped_gathered_bytes_per_sample, 0));
   m.transient = TransientBytes(l);
   // ZeRO-3 holds a layer's whole parameters while it runs, then its whole gradient until the

@@ -79,6 +79,7 @@ void FillStateRatios(const ir::Graph& graph, LayerModel& model) {
 struct TpReplicated {
   int64_t parameter_bytes = 0;
   int64_t saved_activation_bytes = 0;
+  int64_t column_input_bytes = 0;  // of those, the column-parallel linears' inputs (each tensor once)
 };
 
 bool IsRoutingChoice(const ir::Node& node) { return node.kind == ir::OpKind::kReduce && node.op == "topk"; }
@@ -220,8 +221,14 @@ TpReplicated TpReplicatedBytes(const ir::Graph& graph, std::span<const ir::NodeI
                                const std::vector<bool>& saved) {
   TpReplicated r;
   r.parameter_bytes = layout.replicated_parameter_bytes;
-  for (ir::NodeId id : forward)
+  std::unordered_set<ir::NodeId> column_inputs;
+  for (ir::NodeId id : forward) {
     if (saved[static_cast<size_t>(id)] && !layout.Split(id)) r.saved_activation_bytes += graph.node(id).output.Bytes();
+    const ir::Node& node = graph.node(id);
+    if (IsLinear(graph, node) && layout.Split(id) && !layout.Split(node.inputs[0]) &&
+        saved[static_cast<size_t>(node.inputs[0])] && column_inputs.insert(node.inputs[0]).second)
+      r.column_input_bytes += graph.node(node.inputs[0]).output.Bytes();
+  }
   return r;
 }
 
@@ -503,6 +510,7 @@ LayerProfile ProfileOf(const ir::Graph& graph, const ir::Layer& layer, int64_t g
   const TpReplicated replicated = TpReplicatedBytes(graph, layer.forward, layout, saved);
   p.replicated_parameter_bytes = replicated.parameter_bytes;
   p.replicated_activation_bytes_per_sample = CeilDiv(replicated.saved_activation_bytes, graph_batch);
+  p.column_input_bytes_per_sample = CeilDiv(replicated.column_input_bytes, graph_batch);
   FillReplicatedSeconds(graph, layer, layout, graph_batch, cost_model, p);
   FillAttentionCore(graph, layer, readers, saved, graph_batch, cost_model, p);
   p.row_parallel_linears = layout.row_parallel_linears;

@@ -55,6 +55,14 @@ struct LayerProfile {
   // Part of activation_bytes_per_sample Megatron TP keeps whole on every TP rank without sequence
   // parallelism (Korthikanti et al. 2023, eq. 2: 10 sbh of a GPT layer's 34 sbh); the rest is split.
   int64_t replicated_activation_bytes_per_sample = 0;
+  // Of those, the inputs of the column-parallel linears (each group's input once: attention's q/k/v, the
+  // MLP's up/gate). PyTorch's sequence parallelism all-gathers them and the linears save the gathered
+  // tensor, whole on every rank (DTensor's ColwiseParallel, what kiwi.torch.parallelize runs), where
+  // Megatron saves the sequence shard and gathers it again in the backward (Korthikanti et al. 2023 §4.2.2).
+  int64_t column_input_bytes_per_sample = 0;
+  // Whether what runs the layer saves them so under sequence parallelism (LayerModel::zero_runtime
+  // kFsdp2: kiwi.torch.parallelize; Megatron's and kiwi's own runtime do not).
+  bool sequence_parallel_saves_gathered_inputs = false;
   // The embeddings and the head have their own TP all-reduces, per sample, one entry per all-reduce
   // (vocabulary-parallel embedding: its output, forward; vocabulary-parallel cross-entropy: max,
   // target logit and sum of exps, forward; the head's input gradient, backward). When both are empty

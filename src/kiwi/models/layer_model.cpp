@@ -57,7 +57,13 @@ int64_t SpecBatch(const ModelSpec& spec) {
 
 Result<cost::LayerModel> BuildSpecLayerModel(const ModelSpec& spec, const cost::CostModel& cost_model) {
   Result<cost::LayerModel> model = BuildPricedLayers(spec, cost_model);
-  if (model) model->zero_runtime = spec.zero_runtime;
+  if (!model) return model;
+  model->zero_runtime = spec.zero_runtime;
+  // kiwi.torch.parallelize runs sequence parallelism with DTensor's styles, which save each column-parallel
+  // group's gathered input (LayerProfile::column_input_bytes_per_sample).
+  const bool gathered = spec.zero_runtime == cost::ZeroRuntime::kFsdp2;
+  for (cost::LayerProfile* p : {&model->embedding, &model->head}) p->sequence_parallel_saves_gathered_inputs = gathered;
+  for (cost::LayerProfile& p : model->layers) p.sequence_parallel_saves_gathered_inputs = gathered;
   return model;
 }
 
