@@ -40,6 +40,20 @@ def local_batch(pm: ParallelModel, batch: Batch) -> Batch:
     return _rows(batch, pm.dp_rank * share, (pm.dp_rank + 1) * share)
 
 
+def _no_cache(model: torch.nn.Module) -> Dict[str, bool]:
+    """{"use_cache": False} for a model whose forward names use_cache (HuggingFace's decoders), else {}.
+    Training needs no key/value cache, and HuggingFace's DynamicCache concatenates each layer's keys and
+    values into tensors of its own that attention then saves for the backward pass: on GPT-2, whose keys
+    and values are views of the fused q/k/v output that the query keeps anyway, two tensors a layer more
+    than kiwi's graph counts."""
+    try:
+        named = "use_cache" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        named = False
+    return {"use_cache": False} if named else {}
+
+
+
 def _loss_of_output(output: Any) -> torch.Tensor:
     loss = getattr(output, "loss", None)
     if loss is None and isinstance(output, dict):
@@ -87,7 +101,7 @@ def step(pm: ParallelModel, optimizer: torch.optim.Optimizer, batch: Batch,
         set_micro_batch_sync(pm.accumulating, pm.unsharded, last)
         micro = _rows(batch, k * size, (k + 1) * size)
         with vocabulary_parallel():  # forward and backward, as torch's loss_parallel requires
-            output = pm.model(**micro) if isinstance(micro, dict) else pm.model(micro)
+            output = pm.model(**micro, **_no_cache(pm.model)) if isinstance(micro, dict) else pm.model(micro)
             loss = loss_fn(output, micro) if loss_fn else _loss_of_output(output)
             del output  # its logits: the backward pass keeps what it needs, the step nothing more
             (loss / m).backward()
