@@ -72,6 +72,22 @@ TEST(HfConfig, Gpt2sNewGeluKeepsThreeMoreTensorsOfTheMlpsWidth) {
   EXPECT_EQ(layer_saved("gelu"), layer_saved("gelu_pytorch_tanh"));
 }
 
+// A config that names no attention implementation (what save_pretrained and to_json_file write) runs
+// transformers' default, "sdpa": fused, no [s, s] scores kept; "eager" keeps them. A relative position
+// bias (T5, Swin) keeps them under sdpa too.
+TEST(HfConfig, AConfigWithoutAnAttentionImplementationRunsSdpa) {
+  auto attention = [](const std::string& impl) {
+    std::string config = kGpt2;
+    if (!impl.empty()) config.replace(config.find('}'), 1, R"(, "attn_implementation": ")" + impl + "\"}");
+    return Transformer(ParseHfConfig(config, "gpt2.json")).attention;
+  };
+  EXPECT_EQ(attention(""), AttentionKernel::kFused);
+  EXPECT_EQ(attention("sdpa"), AttentionKernel::kFused);
+  EXPECT_EQ(attention("eager"), AttentionKernel::kMaterialized);
+  EXPECT_EQ(Transformer(ParseHfConfig(kGpt2, "gpt2.json", {.attention = AttentionKernel::kMaterialized})).attention,
+            AttentionKernel::kMaterialized);  // --attention says otherwise
+}
+
 TEST(HfConfig, LlamaTwoSevenBIsThePreset) {
   Result<ModelSpec> hf = ParseHfConfig(kLlama2, "config.json", {.batch = 8});
   const TransformerConfig t = Transformer(hf);

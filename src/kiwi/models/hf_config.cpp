@@ -321,8 +321,10 @@ Status ApplyPrecision(const Config& c, const ModelOverrides& o, ModelSpec& spec)
   if (o.optimizer) spec.training.optimizer = *o.optimizer;
   if (o.zero_runtime) spec.zero_runtime = *o.zero_runtime;
   // transformers' attention implementation: "eager" materializes the scores, "sdpa" (PyTorch's
-  // scaled_dot_product_attention, flash kernels on GPUs) and "flash_attention_2" fuse them.
-  const std::string impl = c.String("_attn_implementation", c.String("attn_implementation", ""));
+  // scaled_dot_product_attention, flash kernels on GPUs) and "flash_attention_2" fuse them. A config that
+  // names none (what save_pretrained and to_json_file write) runs "sdpa", transformers' default with
+  // PyTorch >= 2.1.1.
+  const std::string impl = c.String("_attn_implementation", c.String("attn_implementation", "sdpa"));
   if (impl == "eager") t.attention = AttentionKernel::kMaterialized;
   else if (impl == "sdpa" || impl == "flash_attention_2")  // a relative position bias (T5, Swin) keeps the scores
     t.attention = HasRelativePositionBias(t.family) ? AttentionKernel::kMaterialized : AttentionKernel::kFused;
