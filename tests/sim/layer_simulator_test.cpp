@@ -427,6 +427,28 @@ TEST(SimulateLayerPlan, Fsdp2KeepsShardsBesideTheGatheredCopyAndAccumulatesOverM
             16'000'000 + two);
 }
 
+// A layer FSDP2 does not wrap (no DP: here TP 4) makes its gradient in its backward pass as its activations
+// go: under kiwi.torch.parallelize a step of one micro-batch peaks at the start of the backward pass with no
+// gradient there, so a layer holds the larger of its activations and its gradient (here the gradient: 1/4 MB
+// against 16 samples x 10 kB / 4); with two micro-batches the first one's gradients are there throughout.
+// kiwi's own runtime keeps its gradients beside the activations. Measured on HF GPT-2 at TP 4: 11.6% below
+// kiwi's count before (docs/distributed.md).
+TEST(SimulateLayerPlan, TorchMakesTheGradientsOfAOneMicroBatchStepAsTheActivationsGo) {
+  const cost::Cluster cluster = TestCluster(1, 4);
+  LayerModel torch = FourLayers();
+  torch.zero_runtime = cost::ZeroRuntime::kFsdp2;
+  auto split = [&](const LayerModel& m, int micro_batches) {
+    return Simulate(m, UniformPlan({.tp = 4, .dp = 1}, 16, micro_batches), cluster).stages[0].memory;
+  };
+  const StageMemorySplit one = split(torch, 1), own = split(FourLayers(), 1), two = split(torch, 2);
+  EXPECT_EQ(one.gradients, 0);
+  EXPECT_EQ(own.gradients, 4 * 250'000);
+  EXPECT_EQ(one.activations, 4 * std::max<int64_t>(250'000, 16 * 10'000 / 4));
+  EXPECT_EQ(own.activations, 4 * 16 * 10'000 / 4);
+  EXPECT_EQ(two.gradients, 4 * 250'000);
+  EXPECT_EQ(two.activations, split(FourLayers(), 2).activations);
+}
+
 // ZeRO-1 reduce-scatters the accumulated gradients once, in the last micro-batch (as DP all-reduces
 // them); ZeRO-2 every micro-batch (it keeps no whole gradients). Both all-gather the updated
 // parameters after the step: 1 MB over 4 ranks, 0.75 ms a layer, after every stage's last micro-batch.

@@ -79,15 +79,23 @@ struct StateRatios {
 // its parameters, kept beside their shard unless ZeRO-3 reshards after the forward pass.
 bool Fsdp2GathersCopy(const LayerModel& model, int dp) { return model.zero_runtime == ZeroRuntime::kFsdp2 && dp > 1; }
 
+// PyTorch makes each parameter's gradient in the backward pass, as the layer's activations go: in a step of
+// one micro-batch under kiwi.torch.parallelize (runtime fsdp2) none exists at the start of the backward
+// pass, where such a step peaks, so a layer holds the larger of its activations and its gradient, not both
+// (LayerMemory): a ZeRO-3 layer's gradient shard, a layer FSDP2 does not wrap (no DP) its whole gradient.
+// A DP, ZeRO-1 or ZeRO-2 layer's reduced gradient takes the place of the copy FSDP2 frees (StateRatiosOf).
+// More micro-batches find the gradients of the first there.
+bool GradientsComeAsActivationsGo(const LayerModel& model, int micro_batches) {
+  return model.zero_runtime == ZeroRuntime::kFsdp2 && micro_batches == 1;
+}
+
 StateRatios StateRatiosOf(const plan::LayerStrategy& s, int dp, const LayerModel& model, int micro_batches) {
   const double n = static_cast<double>(dp);
   const double gradients = model.GradientBytesPerParameterByte();
   const double states = s.offload ? 0.0 : model.OptimizerStateBytesPerParameterByte();
   const double sharded_states = s.Shards(plan::Zero::kOptimizerStates) ? states / n : states;
-  // FSDP2's ZeRO-3 gradient shards of a one-micro-batch step come as the layers' activations go: LayerMemory
-  // holds the larger of the two in the activations' place.
-  if (s.Shards(plan::Zero::kParameters))
-    return {1.0 / n, Fsdp2GathersCopy(model, dp) && micro_batches == 1 ? 0.0 : gradients / n, sharded_states};
+  const bool made_in_backward = GradientsComeAsActivationsGo(model, micro_batches);
+  if (s.Shards(plan::Zero::kParameters)) return {1.0 / n, made_in_backward ? 0.0 : gradients / n, sharded_states};
   if (Fsdp2GathersCopy(model, dp)) {
     // FSDP2 (DP as shards of one rank) keeps each parameter's shard (its nn.Parameter, 1 / s of it) beside
     // the whole copy it all-gathers at the first forward pass; in the last backward pass each layer's
@@ -99,6 +107,7 @@ StateRatios StateRatiosOf(const plan::LayerStrategy& s, int dp, const LayerModel
     if (micro_batches == 1) return {1.0 + 1.0 / shard, std::max(reduced - 1.0, 0.0), sharded_states};
     return {1.0 + 1.0 / shard, s.Shards(plan::Zero::kGradients) ? reduced : gradients, sharded_states};
   }
+  if (made_in_backward) return {1.0, 0.0, sharded_states};
   return {1.0, s.Shards(plan::Zero::kGradients) ? gradients / n : gradients, sharded_states};
 }
 
@@ -117,10 +126,15 @@ double StateBytes(const PlacedLayer& l, const LayerModel& model, Of of) {
   return DeviceBytes(l, [&](int dp) { return of(StateRatiosOf(l.strategy, dp, model, l.micro_batches)); });
 }
 
-// One device's share of a ZeRO-3 layer's reduced gradient.
-int64_t GradientShardBytes(const PlacedLayer& l, const LayerModel& model) {
+// One device's gradient bytes of a layer StateRatiosOf counts none of in a one-micro-batch step (its
+// backward pass makes them as its activations go): a ZeRO-3 layer's reduced shard, a layer FSDP2 does not
+// wrap its whole gradient; 0 for those whose reduced gradient takes the place of FSDP2's copy.
+int64_t MadeGradientBytes(const PlacedLayer& l, const LayerModel& model) {
+  const plan::LayerStrategy& s = l.strategy;
+  if (!s.Shards(plan::Zero::kParameters) && Fsdp2GathersCopy(model, s.dp)) return 0;
   const double g = model.GradientBytesPerParameterByte();
-  return static_cast<int64_t>(std::ceil(DeviceBytes(l, [&](int dp) { return g / dp; })));
+  const bool sharded = s.Shards(plan::Zero::kGradients);
+  return static_cast<int64_t>(std::ceil(DeviceBytes(l, [&](int dp) { return sharded ? g / dp : g; })));
 }
 
 // Parameters + gradients + optimizer states per device.
@@ -372,9 +386,7 @@ StageMemory LayerMemory(const PlacedLayer& l, const LayerModel& model) {
     // one's prefetched, and the running layer's whole gradient. The previous layer's reduce-scatter input
     // (its whole gradient, held until this layer's is made) takes the place of that layer's activations,
     // gone by then: not counted (short by the difference where a layer's activations of one micro-batch
-    // are less than its gradient). One micro-batch: the gradient shards arrive as the activations go
-    // (StateRatiosOf), so the layer holds the larger of the two.
-    if (l.micro_batches == 1) m.activations = std::max(m.activations, GradientShardBytes(l, model));
+    // are less than its gradient).
     m.gathered = 2 * TpShardParameterBytes(l) + whole_gradient;
   } else if (l.strategy.Shards(plan::Zero::kParameters))
     m.gathered = std::max(TpShardParameterBytes(l), whole_gradient);
@@ -382,6 +394,8 @@ StageMemory LayerMemory(const PlacedLayer& l, const LayerModel& model) {
     m.gathered = whole_gradient;
   else if (Fsdp2GathersCopy(model, l.strategy.dp) && l.micro_batches == 1)
     m.gathered = whole_gradient;  // its whole gradient beside its copy (more micro-batches: among the whole ones)
+  if (GradientsComeAsActivationsGo(model, l.micro_batches))
+    m.activations = std::max(m.activations, MadeGradientBytes(l, model));
   return m;
 }
 
