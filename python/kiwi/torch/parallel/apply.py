@@ -189,11 +189,12 @@ def parallelize(model: torch.nn.Module, plan: Union[HybridPlan, Dict[str, Any], 
         sp = strategy.tp > 1 and strategy.sequence_split
         if strategy.tp > 1:
             apply_tensor_parallel(block, names[i], own["tp"], sp, tp_plan=tp_plan, **heads)
-        if strategy.recomputes_set:  # the set's ops (and the attention core with selective recomputation)
+        if strategy.recomputes_set or (strategy.recomputes_core and not strategy.checkpoint):
+            # the set's ops and/or the attention core (selective recomputation), everything else kept as it is
             out.recompute_sets[i] = apply_recompute_set(block, frozenset(strategy.recompute),
                                                         core=strategy.recomputes_core)
-        elif strategy.checkpoint or strategy.recomputes_core:
-            checkpoint_block(block, selective=not strategy.checkpoint)
+        elif strategy.checkpoint:
+            checkpoint_block(block)
         # a run of sequence-parallel layers of one layout passes sequence blocks; stages send whole
         # sequences (a stage's chunks are never adjacent: i - 1 in mine is this chunk)
         alike = lambda j: j in mine and plan.layers[j].sequence_split and _layout(plan.layers[j]) == _layout(strategy)  # noqa: E731
