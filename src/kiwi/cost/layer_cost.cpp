@@ -86,9 +86,14 @@ bool Fsdp2GathersCopy(const LayerModel& model, int dp) { return model.zero_runti
 // A DP, ZeRO-1 or ZeRO-2 layer's reduced gradient takes the place of the copy FSDP2 frees (StateRatiosOf).
 // More micro-batches find the gradients of the first there. (GPipe's stages, whose first backward also
 // follows every forward, are not priced so: tried, GPT-2's PP4 stages came within 5% of the measured peak
-// but Llama's and Mistral's went 6-27% below it; docs/distributed.md.)
+// but Llama's and Mistral's went 6-27% below it; docs/distributed.md.) A layer without DP keeps its whole
+// gradient counted under fp32 master weights: their optimizer step holds every gradient, 16-bit and fp32,
+// and a bf16 Llama step measured 2.8% above the count that left them out (python/tests/test_master_weights.py).
 bool GradientsComeAsActivationsGo(const LayerModel& model, int micro_batches) {
   return model.zero_runtime == ZeroRuntime::kFsdp2 && micro_batches == 1;
+}
+bool WholeGradientComesAsActivationsGo(const LayerModel& model, int micro_batches) {
+  return GradientsComeAsActivationsGo(model, micro_batches) && !model.master_weights;
 }
 
 StateRatios StateRatiosOf(const plan::LayerStrategy& s, int dp, const LayerModel& model, int micro_batches) {
@@ -109,7 +114,7 @@ StateRatios StateRatiosOf(const plan::LayerStrategy& s, int dp, const LayerModel
     if (micro_batches == 1) return {1.0 + 1.0 / shard, std::max(reduced - 1.0, 0.0), sharded_states};
     return {1.0 + 1.0 / shard, s.Shards(plan::Zero::kGradients) ? reduced : gradients, sharded_states};
   }
-  if (made_in_backward) return {1.0, 0.0, sharded_states};
+  if (WholeGradientComesAsActivationsGo(model, micro_batches)) return {1.0, 0.0, sharded_states};
   return {1.0, s.Shards(plan::Zero::kGradients) ? gradients / n : gradients, sharded_states};
 }
 
@@ -133,7 +138,7 @@ double StateBytes(const PlacedLayer& l, const LayerModel& model, Of of) {
 // wrap its whole gradient; 0 for those whose reduced gradient takes the place of FSDP2's copy.
 int64_t MadeGradientBytes(const PlacedLayer& l, const LayerModel& model) {
   const plan::LayerStrategy& s = l.strategy;
-  if (!s.Shards(plan::Zero::kParameters) && Fsdp2GathersCopy(model, s.dp)) return 0;
+  if (!s.Shards(plan::Zero::kParameters) && (Fsdp2GathersCopy(model, s.dp) || model.master_weights)) return 0;
   const double g = model.GradientBytesPerParameterByte();
   const bool sharded = s.Shards(plan::Zero::kGradients);
   return static_cast<int64_t>(std::ceil(DeviceBytes(l, [&](int dp) { return sharded ? g / dp : g; })));

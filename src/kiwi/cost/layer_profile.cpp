@@ -47,6 +47,8 @@ void FillStateRatios(const ir::Graph& graph, LayerModel& model) {
   for (const ir::Node& node : graph.nodes()) {
     if (node.kind == ir::OpKind::kParameter) parameter_bytes += node.output.Bytes();
     if (node.kind == ir::OpKind::kOptimizerState) state_bytes += node.output.Bytes();
+    // ir::BuildTrainingGraph's fp32 master copy of a 16-bit parameter (op "master")
+    if (node.kind == ir::OpKind::kOptimizerState && node.op == "master") model.master_weights = true;
     if (node.kind != ir::OpKind::kOptimizer) continue;
     has_optimizer = true;
     for (ir::NodeId in : node.inputs) {

@@ -180,6 +180,9 @@ struct LayerModel {
   // none, as in models read from Galvatron's profiles, which time no optimizer step).
   std::string optimizer;
   ZeroRuntime zero_runtime = ZeroRuntime::kOneLayer;
+  // Mixed precision with an fp32 master copy per parameter: the optimizer step turns every 16-bit gradient
+  // into an fp32 one, all of them there at once (layer_cost.cpp GradientsComeAsActivationsGo).
+  bool master_weights = false;
 
   // The most experts a layer has (0: a dense model): what expert parallelism can split.
   int64_t MaxExperts() const {
