@@ -300,11 +300,16 @@ def test_bert_pipeline_sends_and_tied_copies_are_kiwis(runs, tmp_path):
 def test_the_job_command_prints_measured_beside_kiwi(kiwi_plan, tmp_path, capsys):
     from kiwi.torch.parallel.__main__ import main
     out = str(tmp_path / "run.json")
-    assert main(["--plan", kiwi_plan, "--nproc", str(WORLD), "--steps", "2", "--optimizer", "sgd", "--json", out]) == 0
+    assert main(["--plan", kiwi_plan, "--nproc", str(WORLD), "--steps", "2", "--optimizer", "sgd", "--json", out,
+                 "--peak-composition", "6"]) == 0
     printed = capsys.readouterr().out
     assert "bytes, dp all_reduce" in printed and "iteration (median after the first)" in printed
+    # what is alive at the peak (by module and op: test_peak_composition.py), on each stage's first rank
+    assert printed.count("what is alive at the peak") == json.load(open(kiwi_plan))["layer"]["pp_degree"]
+    assert printed.count("B at the peak") == json.load(open(kiwi_plan))["layer"]["pp_degree"]
     run = json.load(open(out))
     assert len(run["ranks"]) == WORLD and run["kiwi"]["iteration_seconds"] > 0
+    assert all("B at the peak" in r["peak_composition"] for r in run["ranks"])
     assert run["ranks"][0]["bytes"]["dp all_reduce"] == run["kiwi"]["stages"][0]["bytes"]["dp all_reduce"] > 0
 
 

@@ -26,7 +26,8 @@ from kiwi.torch.joint_capture import JointCapture, capture_joint
 from kiwi.torch.joint_plan import JointPlan, JointStep, apply_joint, plan_joint, plan_joint_or_smallest
 from kiwi.torch.joint_batches import MicroBatchPlan, MicroBatchStep, apply_joint_batches, plan_joint_batches
 from kiwi.torch.errors import CaptureError, InfeasibleError, PlanError, TraceError, UnsupportedOpError
-from kiwi.torch.measure import StepMeasurement, measure_step, prime_optimizer, step_tensors, training_step
+from kiwi.torch.measure import (PeakComposition, StepMeasurement, measure_step, peak_composition, prime_optimizer,
+                                step_tensors, training_step)
 from kiwi.torch.planning import (RematPlan, apply_remat, droppable_tensors, floor, plan_from_dropped, plan_remat,
                                  predict)
 from kiwi.torch.runtime import RematModule
@@ -34,7 +35,8 @@ from kiwi.torch.stepping import StepConfig
 
 __all__ = [
     "Captured", "OptimizerSpec", "capture", "CaptureError", "InfeasibleError", "PlanError", "TraceError",
-    "UnsupportedOpError", "StepMeasurement", "measure_step", "prime_optimizer", "step_tensors", "training_step",
+    "UnsupportedOpError", "StepMeasurement", "measure_step", "PeakComposition", "peak_composition", "prime_optimizer",
+    "step_tensors", "training_step",
     "RematPlan", "apply_remat", "droppable_tensors", "floor", "plan_from_dropped", "plan_remat", "predict",
     "RematModule", "StepConfig", "chunked_step", "JointCapture", "capture_joint", "JointPlan", "JointStep",
     "apply_joint", "plan_joint", "plan_joint_or_smallest", "MicroBatchPlan", "MicroBatchStep",

@@ -239,3 +239,118 @@ def _ranges(marks: List[Any], times: List[int], levels: List[int]) -> Dict[str, 
             continue
         out[name] = Range(name, secs, before, peak, after)
     return out
+
+
+@dataclasses.dataclass
+class PeakHolder:
+    """Tensors alive at a step's peak, made by one op in one place."""
+    module: str    # the innermost module whose forward pass was running when they were made ("" outside any)
+    op: str        # the op that made them, with the ops it ran under (outermost first, up to three)
+    size: int      # bytes of each
+    count: int
+
+    @property
+    def bytes(self) -> int:
+        return self.size * self.count
+
+
+@dataclasses.dataclass
+class PeakComposition:
+    peak_bytes: int                # above what was resident at the start, as StepMeasurement counts it
+    holders: List[PeakHolder]      # largest first
+    freed_resident: int            # bytes of tensors older than the step freed before its peak (last step's
+                                   # gradients set to None, ...): holders' bytes - freed_resident = peak_bytes
+    by_module: Dict[str, int]      # bytes per top-level part of the path ("model.layers.1", ...)
+
+    def table(self, top: int = 30) -> str:
+        lines = [f"{self.peak_bytes:>12,d} B at the peak ({self.freed_resident:,d} B of older tensors freed before it)"]
+        lines += [f"{h.bytes:>12,d} = {h.count:3d} x {h.size:>9,d}  {h.module or '-'}  {h.op}"
+                  for h in self.holders[:top]]
+        return "\n".join(lines)
+
+
+_MODULE_MARK = "kiwi.module::"
+
+
+@contextlib.contextmanager
+def _module_spans(model: torch.nn.Module):
+    """Marks every forward pass of `model`'s submodules (a recomputed one too) as a profiler range
+    named after the module's path."""
+    names = {id(m): n for n, m in model.named_modules()}
+    open_ranges: Dict[int, List[Any]] = {}
+
+    def enter(module, _args):
+        name = names.get(id(module))
+        if name is not None:
+            r = record_function(_MODULE_MARK + (name or "<root>"))
+            r.__enter__()
+            open_ranges.setdefault(id(module), []).append(r)
+
+    def leave(module, _args, _output):
+        stack = open_ranges.get(id(module))
+        if stack:
+            stack.pop().__exit__(None, None, None)
+
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+    handles = [register_module_forward_pre_hook(enter), register_module_forward_hook(leave, always_call=True)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def peak_composition(step: Callable[[], Any], model: torch.nn.Module) -> PeakComposition:
+    """Runs `step` once on the CPU under the profiler and names what is alive at its peak: each tensor
+    made during the step and not yet freed there, by the module whose forward pass made it (innermost;
+    "" for the backward pass, the loss and the optimizer, whose op path says where) and the op. Where a
+    prediction and a measurement disagree, this says which tensors make the difference."""
+    from torch._C._profiler import _EventType
+    with _no_garbage_collection(), _module_spans(model), process_wide_cpu_accounting():
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            step()
+    spans, allocations = [], []
+    stack = [(node, ()) for node in prof.profiler.kineto_results.experimental_event_tree()]
+    while stack:
+        node, path = stack.pop()
+        if node.typed[0] == _EventType.Allocation:
+            fields = node.typed[1]
+            if fields.device.type == "cpu":
+                allocations.append((node.start_time_ns, fields.ptr, fields.alloc_size, fields.total_allocated,
+                                    "/".join(p for p in path if not p.startswith(_MODULE_MARK))[-200:]))
+            continue
+        if node.name.startswith(_MODULE_MARK):
+            spans.append((node.start_time_ns, node.end_time_ns, node.name[len(_MODULE_MARK):]))
+        stack.extend((child, path + (node.name,)) for child in node.children)
+    if not allocations:
+        return PeakComposition(0, [], 0, {})
+    allocations.sort(key=lambda a: a[0])
+    start = allocations[0][3] - allocations[0][2]
+    peak = max(range(len(allocations)), key=lambda i: allocations[i][3])
+    live: Dict[int, Tuple[int, int, str]] = {}
+    freed_resident = 0
+    for t, ptr, size, _, path in allocations[:peak + 1]:
+        if size > 0:
+            live[ptr] = (t, size, path)
+        elif live.pop(ptr, None) is None:
+            freed_resident -= size
+
+    def module_at(t: int) -> str:
+        inner = None
+        for begin, end, name in spans:
+            if begin <= t <= end and (inner is None or end - begin < inner[0]):
+                inner = (end - begin, name)
+        return inner[1] if inner else ""
+
+    counts: Dict[Tuple[str, str, int], int] = {}
+    for t, size, path in live.values():
+        ops = path.split("/")
+        key = (module_at(t), "/".join(ops[-3:]), size)
+        counts[key] = counts.get(key, 0) + 1
+    holders = sorted((PeakHolder(m, op, size, n) for (m, op, size), n in counts.items()),
+                     key=lambda h: (-h.bytes, h.module, h.op))
+    by_module: Dict[str, int] = {}
+    for h in holders:
+        top = ".".join(h.module.split(".")[:3]) if h.module else ""
+        by_module[top] = by_module.get(top, 0) + h.bytes
+    return PeakComposition(allocations[peak][3] - start, holders, freed_resident, by_module)

@@ -24,9 +24,12 @@ def parse_args(argv):
     p.add_argument("--cluster", default=None, help="cluster kiwi predicts for (default: the plan's)")
     p.add_argument("--profile", default=None, help="device profile kiwi predicts with (kiwi profile)")
     p.add_argument("--json", default=None, help="also write every rank's results and kiwi's predictions here")
+    p.add_argument("--peak-composition", type=int, default=0, metavar="N",
+                   help="CPU: after the measured steps, one more, and print the N largest groups of tensors alive "
+                        "at its peak on the first rank of each stage (module, op; kiwi.torch.peak_composition)")
     args = p.parse_args(argv)
-    if args.steps < 1 or args.nproc < 1:
-        p.error("--steps and --nproc must be at least 1")
+    if args.steps < 1 or args.nproc < 1 or args.peak_composition < 0:
+        p.error("--steps and --nproc must be at least 1, --peak-composition at least 0")
     return args
 
 
@@ -48,7 +51,7 @@ def main(argv=None) -> int:
         from kiwi.torch.distributed.launcher import init_rank, pick_backend
         rank = int(os.environ["RANK"])
         init_rank(rank, world, pick_backend(args.backend), int(os.environ.get("LOCAL_RANK", "0")))
-        mine = run_rank(rank, world, plan, args.steps, optimizer, args.lr)
+        mine = run_rank(rank, world, plan, args.steps, optimizer, args.lr, args.peak_composition)
         results = [None] * world
         dist.all_gather_object(results, mine)
         dist.destroy_process_group()
@@ -56,8 +59,14 @@ def main(argv=None) -> int:
             return 0
     else:
         from kiwi.torch.parallel.local_run import run_local
-        results = run_local(run_rank, args.nproc, plan, args.steps, optimizer, args.lr, backend=args.backend)
+        results = run_local(run_rank, args.nproc, plan, args.steps, optimizer, args.lr, args.peak_composition,
+                            backend=args.backend)
     print(table(results, kiwi))
+    per_stage = len(results) // plan.pp_degree
+    for r in results:
+        if "peak_composition" in r and r["rank"] % per_stage == 0:
+            print(f"\nrank {r['rank']} (stage {r['rank'] // per_stage}): what is alive at the peak of one more step")
+            print(r["peak_composition"])
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"ranks": results, "kiwi": kiwi}, f, indent=1)

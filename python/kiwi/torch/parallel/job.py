@@ -84,10 +84,13 @@ def _local_tensors(tensors) -> List[torch.Tensor]:
     return [t.to_local() if isinstance(t, DTensor) else t for t in tensors if isinstance(t, torch.Tensor)]
 
 
-def run_rank(rank: int, world: int, plan: HybridPlan, steps: int, optimizer: str, lr: float) -> Dict[str, Any]:
+def run_rank(rank: int, world: int, plan: HybridPlan, steps: int, optimizer: str, lr: float,
+             composition: int = 0) -> Dict[str, Any]:
     """This rank's job: `steps` steps; the time of each but the last, and of the last its peak memory
     (kiwi.torch.measure: CUDA's peak, or the CPU profiler's allocations above what is resident when it
-    starts: this rank's parameter shards, optimizer state and batch) and the bytes of every collective."""
+    starts: this rank's parameter shards, optimizer state and batch) and the bytes of every collective.
+    `composition` > 0 (CPU): one more step, under kiwi.torch.peak_composition, whose `composition`
+    largest holders at the peak come back as "peak_composition"."""
     model = build_model(plan)
     model.train()
     device = "cuda" if torch.cuda.is_available() and dist.get_backend() == "nccl" else "cpu"
@@ -111,9 +114,14 @@ def run_rank(rank: int, world: int, plan: HybridPlan, steps: int, optimizer: str
     dist.barrier()
     with CollectiveBytes(pm.groups) as counted:
         measured = measure_step(lambda: losses.append(step(pm, opt, last)), resident, device)
-    return {"rank": rank, "seconds": seconds or [measured.seconds], "losses": losses,
-            "peak_memory_bytes": measured.peak_bytes,
-            "bytes": {f"{dim} {kind}": n for (dim, kind), n in sorted(counted.bytes.items())}}
+    out = {"rank": rank, "seconds": seconds or [measured.seconds], "losses": losses,
+           "peak_memory_bytes": measured.peak_bytes,
+           "bytes": {f"{dim} {kind}": n for (dim, kind), n in sorted(counted.bytes.items())}}
+    if composition > 0 and device == "cpu":
+        from kiwi.torch.measure import peak_composition
+        dist.barrier()
+        out["peak_composition"] = peak_composition(lambda: step(pm, opt, last), model).table(composition)
+    return out
 
 
 def predicted(plan: HybridPlan, cluster: Optional[str] = None, profile: Optional[str] = None) -> Dict[str, Any]:
