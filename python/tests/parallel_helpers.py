@@ -37,6 +37,8 @@ def build(name: str) -> torch.nn.Module:
         return tf.MistralForCausalLM(tf.MistralConfig(**SMALL, num_key_value_heads=2))
     if name == "qwen2":
         return tf.Qwen2ForCausalLM(tf.Qwen2Config(**SMALL, num_key_value_heads=2))
+    if name == "qwen3":  # an RMSNorm over each query and key head inside the attention
+        return tf.Qwen3ForCausalLM(tf.Qwen3Config(**SMALL, num_key_value_heads=2, head_dim=16))
     if name == "gpt2":
         return tf.GPT2LMHeadModel(tf.GPT2Config(**GPT2))
     if name == "bert":

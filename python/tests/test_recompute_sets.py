@@ -20,6 +20,8 @@ NAMED = {
     "gpt2": {"attn.norm", "attn.attention", "attn.residual", "mlp.norm", "mlp.act", "mlp.residual"},
     "bert": {"attn.attention", "attn.residual", "attn.norm", "mlp.act", "mlp.residual", "mlp.norm"},
 }
+# Qwen3: its query and key head norms are kiwi's attn.q_norm and attn.k_norm, not the block's second norm
+NAMED["qwen3"] = NAMED["llama"] | {"attn.q_norm", "attn.k_norm"}
 LLAMA_SET = ["attn.norm", "mlp.norm", "mlp.act", "mlp.gated"]  # kiwi hybrid's set for the tests' Llama config
 
 
@@ -70,6 +72,11 @@ def test_names_are_ops_of_kiwis_llama_layer(tmp_path):
     assert r.returncode == 0, r.stderr
     ops = {n["name"][len("layer0."):] for n in json.loads(out.read_text())["nodes"] if n["name"].startswith("layer0.")}
     assert NAMED["llama"] <= ops
+    r = kiwi.cli("graph", "--model", "qwen3-30b-a3b", "--layers", "1", "--hidden", "64", "--heads", "4", "--seq", "16",
+                 "--batch", "1", "--vocab", str(h.VOCAB), "--export", str(out))
+    assert r.returncode == 0, r.stderr
+    ops = {n["name"][len("layer0."):] for n in json.loads(out.read_text())["nodes"] if n["name"].startswith("layer0.")}
+    assert {"attn.q_norm", "attn.k_norm", "attn.norm", "mlp.norm"} <= ops  # Qwen3's head norms by those names
 
 
 def _plan(recompute, layers=4, selective=False):
@@ -100,7 +107,9 @@ def _train(model_name, plan):
                                                             ("llama", [], True),  # selective recomputation alone
                                                             ("gpt2", [], True),
                                                             ("gpt2", ["attn.norm", "mlp.act", "attn.residual"], False),
-                                                            ("bert", ["attn.norm", "mlp.act"], False)])
+                                                            ("bert", ["attn.norm", "mlp.act"], False),
+                                                            # Qwen3's head norms and the block's second norm
+                                                            ("qwen3", ["attn.q_norm", "attn.k_norm", "mlp.norm"], False)])
 def test_a_set_recomputes_its_ops_and_trains_the_same(model_name, recompute, selective):
     ref_losses, ref_params, _ = _train(model_name, None)
     losses, params, pm = _train(model_name, _plan(recompute, selective=selective))
@@ -165,8 +174,8 @@ def test_reshapes_are_accepted_and_do_nothing():
     from kiwi.torch.parallel.recompute_sets import check_recompute_set
     names = ["attn.q_split", "attn.k_heads", "attn.context_groups", "attn.context_merge", "attn.context#1"]
     assert check_recompute_set(names, "x") == frozenset(names)
-    with pytest.raises(PlanError, match=r"^x: 'attn.q_norm' is not an op"):
-        check_recompute_set(["attn.q_norm"], "x")
+    with pytest.raises(PlanError, match=r"^x: 'mlp.router_probs' is not an op"):
+        check_recompute_set(["mlp.router_probs"], "x")
 
 
 def test_selective_recomputation_keeps_no_more_than_no_recomputation():

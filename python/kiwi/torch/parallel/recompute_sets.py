@@ -9,7 +9,8 @@ recipe and recomputed, once, when the backward pass unpacks it.
 Each ATen op the block runs is named as kiwi's layer graph names its op ("attn.norm", "mlp.act",
 "mlp.gated", ...), by where it runs, found with module hooks as the block's forward goes: inside the
 n-th norm module ("attn.norm", then "mlp.norm": pre-norm and post-norm blocks alike run them in kiwi's
-order), the activation module ("mlp.act"), the attention core (fused scaled dot-product attention or the
+order; a norm between the attention's projections and its output is a head norm, Qwen3's "attn.q_norm"
+then "attn.k_norm"), the activation module ("mlp.act"), the attention core (fused scaled dot-product attention or the
 eager scores/softmax/context: "attn.attention", kiwi's fused op, or "attn.softmax" of its materialized
 core), and between the landmarks: the rotary embedding's elementwise ops after the q/k/v projections
 (q's up to its first add, then k's: HuggingFace's apply_rotary_pos_emb), the gating product between the
@@ -30,7 +31,8 @@ from kiwi.torch.parallel.checkpointing import ATTENTION_CORE
 # The names of kiwi's transformer layer ops (models/transformer_blocks.cpp) a recompute set may hold;
 # linears are not among them (never recomputable).
 KNOWN = frozenset({
-    "attn.norm", "mlp.norm", "mlp.act", "mlp.gated", "attn.residual", "mlp.residual", "attn.q_rotary",
+    "attn.norm", "mlp.norm", "attn.q_norm", "attn.k_norm", "mlp.act", "mlp.gated", "attn.residual", "mlp.residual",
+    "attn.q_rotary",
     "attn.k_rotary", "attn.attention", "attn.scores", "attn.softmax", "attn.attn_dropout_mask", "attn.attn_dropout",
     "attn.context", "attn.out_dropout_mask", "attn.out_dropout", "mlp.dropout_mask", "mlp.dropout"})
 # Reshapes (the model builder's "<op>_split", "_heads", "_groups", "_merge", "_merged", a name's second op
@@ -79,6 +81,7 @@ class BlockOpNames:
     def _reset(self, *_) -> None:
         self.stack: List[str] = []
         self.norms = 0
+        self.head_norms = 0     # norms inside the attention, between its projections and its output
         self.mlp = False        # an MLP input projection has run: the MLP section
         self.after_out = False  # the section's output projection has run
         self.core = False       # the attention core has run
@@ -90,6 +93,10 @@ class BlockOpNames:
     def _enter(self, module, _args) -> None:
         role = self.roles[module]
         if role == "norm":
+            if self.projected and not self.after_out and not self.mlp:  # Qwen3's query, then key head norm
+                self.stack.append(("attn.q_norm", "attn.k_norm")[self.head_norms] if self.head_norms < 2 else "")
+                self.head_norms += 1
+                return
             self.stack.append("attn.norm" if self.norms == 0 else "mlp.norm" if self.norms == 1 else "")
             self.norms += 1
             return
