@@ -147,24 +147,47 @@ def process_wide_cpu_accounting():
         flag.value = was
 
 
-def _process_levels(results: Any) -> List[Tuple[int, int]]:
-    """(time, the process's allocated bytes after it) of each CPU allocation or free the profiler
-    recorded, from its event tree (the kineto events do not carry the level)."""
+def _event_tree(results: Any) -> List[Tuple[Any, Tuple[str, ...]]]:
+    """Every node of the profiler's event tree, with the names of the nodes it ran under (outermost first)."""
+    out = []
+    stack = [(node, ()) for node in results.experimental_event_tree()]
+    while stack:
+        node, path = stack.pop()
+        out.append((node, path))
+        stack.extend((child, path + (node.name,)) for child in node.children)
+    return out
+
+
+@dataclasses.dataclass
+class _Allocation:
+    time: int
+    ptr: int
+    size: int                 # bytes; negative: a free
+    level: int                # the process's allocated bytes after it, from the level before the first event
+    path: Tuple[str, ...]     # the ops it ran under
+
+
+def _cpu_allocations(nodes: List[Tuple[Any, Tuple[str, ...]]]) -> List[_Allocation]:
+    """Each CPU allocation or free among the event tree's `nodes` (_event_tree), in time order (the
+    kineto events do not carry the level)."""
     from torch._C._profiler import _EventType
     out = []
-    stack = list(results.experimental_event_tree())
-    while stack:
-        node = stack.pop()
-        stack.extend(node.children)
+    for node, path in nodes:
         if node.typed[0] == _EventType.Allocation:
             fields = node.typed[1]
             if fields.device.type == "cpu":
-                out.append((node.start_time_ns, fields.total_allocated, fields.alloc_size))
-    out.sort()
-    if not out:
-        return []
-    start = out[0][1] - out[0][2]   # the level before the first event
-    return [(t, total - start) for t, total, _ in out]
+                out.append(_Allocation(node.start_time_ns, fields.ptr, fields.alloc_size, fields.total_allocated, path))
+    out.sort(key=lambda a: a.time)
+    if out:
+        start = out[0].level - out[0].size   # the level before the first event
+        for a in out:
+            a.level -= start
+    return out
+
+
+def _process_levels(results: Any) -> List[Tuple[int, int]]:
+    """(time, the process's allocated bytes after it) of each CPU allocation or free the profiler recorded."""
+    return [(a.time, a.level) for a in _cpu_allocations(_event_tree(results))]
 
 
 @contextlib.contextmanager
@@ -305,35 +328,23 @@ def peak_composition(step: Callable[[], Any], model: torch.nn.Module) -> PeakCom
     made during the step and not yet freed there, by the module whose forward pass made it (innermost;
     "" for the backward pass, the loss and the optimizer, whose op path says where) and the op. Where a
     prediction and a measurement disagree, this says which tensors make the difference."""
-    from torch._C._profiler import _EventType
     with _no_garbage_collection(), _module_spans(model), process_wide_cpu_accounting():
         with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
             step()
-    spans, allocations = [], []
-    stack = [(node, ()) for node in prof.profiler.kineto_results.experimental_event_tree()]
-    while stack:
-        node, path = stack.pop()
-        if node.typed[0] == _EventType.Allocation:
-            fields = node.typed[1]
-            if fields.device.type == "cpu":
-                allocations.append((node.start_time_ns, fields.ptr, fields.alloc_size, fields.total_allocated,
-                                    "/".join(p for p in path if not p.startswith(_MODULE_MARK))[-200:]))
-            continue
-        if node.name.startswith(_MODULE_MARK):
-            spans.append((node.start_time_ns, node.end_time_ns, node.name[len(_MODULE_MARK):]))
-        stack.extend((child, path + (node.name,)) for child in node.children)
+    nodes = _event_tree(prof.profiler.kineto_results)
+    spans = [(node.start_time_ns, node.end_time_ns, node.name[len(_MODULE_MARK):])
+             for node, _ in nodes if node.name.startswith(_MODULE_MARK)]
+    allocations = _cpu_allocations(nodes)
     if not allocations:
         return PeakComposition(0, [], 0, {})
-    allocations.sort(key=lambda a: a[0])
-    start = allocations[0][3] - allocations[0][2]
-    peak = max(range(len(allocations)), key=lambda i: allocations[i][3])
-    live: Dict[int, Tuple[int, int, str]] = {}
+    peak = max(range(len(allocations)), key=lambda i: allocations[i].level)
+    live: Dict[int, _Allocation] = {}
     freed_resident = 0
-    for t, ptr, size, _, path in allocations[:peak + 1]:
-        if size > 0:
-            live[ptr] = (t, size, path)
-        elif live.pop(ptr, None) is None:
-            freed_resident -= size
+    for a in allocations[:peak + 1]:
+        if a.size > 0:
+            live[a.ptr] = a
+        elif live.pop(a.ptr, None) is None:
+            freed_resident -= a.size
 
     def module_at(t: int) -> str:
         inner = None
@@ -343,9 +354,9 @@ def peak_composition(step: Callable[[], Any], model: torch.nn.Module) -> PeakCom
         return inner[1] if inner else ""
 
     counts: Dict[Tuple[str, str, int], int] = {}
-    for t, size, path in live.values():
-        ops = path.split("/")
-        key = (module_at(t), "/".join(ops[-3:]), size)
+    for a in live.values():
+        ops = [name for name in a.path if not name.startswith(_MODULE_MARK)]
+        key = (module_at(a.time), "/".join(ops[-3:]), a.size)
         counts[key] = counts.get(key, 0) + 1
     holders = sorted((PeakHolder(m, op, size, n) for (m, op, size), n in counts.items()),
                      key=lambda h: (-h.bytes, h.module, h.op))
@@ -353,4 +364,4 @@ def peak_composition(step: Callable[[], Any], model: torch.nn.Module) -> PeakCom
     for h in holders:
         top = ".".join(h.module.split(".")[:3]) if h.module else ""
         by_module[top] = by_module.get(top, 0) + h.bytes
-    return PeakComposition(allocations[peak][3] - start, holders, freed_resident, by_module)
+    return PeakComposition(allocations[peak].level, holders, freed_resident, by_module)

@@ -32,9 +32,9 @@ from kiwi.torch.parallel.checkpointing import ATTENTION_CORE
 # linears are not among them (never recomputable).
 KNOWN = frozenset({
     "attn.norm", "mlp.norm", "attn.q_norm", "attn.k_norm", "mlp.act", "mlp.gated", "attn.residual", "mlp.residual",
-    "attn.q_rotary",
-    "attn.k_rotary", "attn.attention", "attn.scores", "attn.softmax", "attn.attn_dropout_mask", "attn.attn_dropout",
-    "attn.context", "attn.out_dropout_mask", "attn.out_dropout", "mlp.dropout_mask", "mlp.dropout"})
+    "attn.q_rotary", "attn.k_rotary", "attn.attention", "attn.scores", "attn.softmax", "attn.attn_dropout_mask",
+    "attn.attn_dropout", "attn.context", "attn.out_dropout_mask", "attn.out_dropout", "mlp.dropout_mask",
+    "mlp.dropout"})
 # Reshapes (the model builder's "<op>_split", "_heads", "_groups", "_merge", "_merged", a name's second op
 # "#1"): views of their input, nothing of their own to keep or recompute.
 _VIEW_NAME = re.compile(r"^attn\.[a-z_]+(_split|_heads|_groups|_merge|_merged|#\d+)$")
