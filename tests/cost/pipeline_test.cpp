@@ -43,36 +43,52 @@ TEST(MicrobatchesInFlight, InterleavedCountsChunksAsMegatronsWarmUp) {
 // 2 stages of 2 chunks keeping 10 and 30 bytes per micro-batch, 2 micro-batches. Stage 0 runs every
 // forward first (chunks 0, 0, 1, 1): 2 x 10 + 2 x 30; stage 1 two forwards of chunk 0, then chunk 1's
 // forward before each of its backwards: 2 x 10 + 30, where its 3 chunk-micro-batches in flight at the
-// largest chunk would be 90. States add up, transients are the largest.
+// largest chunk would be 90. States add up; the most one layer's backward holds beyond them, 3 + 50, is added.
 TEST(InterleavedStagePeakBytes, HoldsWhatMegatronsOrderHolds) {
-  const std::vector<StageMemory> chunks = {{100, 10, 7, 0}, {200, 30, 3, 50}};
-  EXPECT_EQ(InterleavedStagePeakBytes(chunks, 2, 2, 0), 300 + (2 * 10 + 2 * 30) + 7 + 50);
-  EXPECT_EQ(InterleavedStagePeakBytes(chunks, 2, 2, 1), 300 + (2 * 10 + 30) + 7 + 50);
+  const std::vector<StageMemory> chunks = {LayerTerms(100, 10, 7, 0), LayerTerms(200, 30, 3, 50)};
+  EXPECT_EQ(InterleavedStagePeakBytes(chunks, 2, 2, 0), 300 + (2 * 10 + 2 * 30) + 53);
+  EXPECT_EQ(InterleavedStagePeakBytes(chunks, 2, 2, 1), 300 + (2 * 10 + 30) + 53);
   // Equal chunks: MicrobatchesInFlight of them.
-  const std::vector<StageMemory> equal(3, StageMemory{100, 10, 0, 0});
+  const std::vector<StageMemory> equal(3, LayerTerms(100, 10, 0, 0));
   for (int s = 0; s < 4; ++s)
     EXPECT_EQ(InterleavedStagePeakBytes(equal, 4, 8, s), 300 + 10 * MicrobatchesInFlight(PipelineSchedule::k1F1B, 4, 8, s, 3));
 }
 
-TEST(StageMemory, AddsStatesAndActivationsTakesTheLargestTransients) {
+// The backward pass runs the layers in reverse: layer i's transient and gather sit beside the
+// activations of layers <= i only. Three layers keeping 10, 20, 30: their backwards hold 10 + 7,
+// 30 + 3 + 50 and 60 + 5 + 40; the last is the peak, 45 above the activations (Eq. 1's sum of the
+// largest transient and gather would be 57).
+TEST(StageMemory, PeaksAtOneLayersBackwardWithTheEarlierLayersActivations) {
   StageMemory stage;
-  stage += StageMemory{100, 10, 7, 0};
-  stage += StageMemory{200, 20, 3, 50};
-  stage += StageMemory{300, 30, 5, 40};
+  stage += LayerTerms(100, 10, 7, 0);
+  stage += LayerTerms(200, 20, 3, 50);
+  stage += LayerTerms(300, 30, 5, 40);
   EXPECT_EQ(stage.model_states, 600);
   EXPECT_EQ(stage.activations, 60);
   EXPECT_EQ(stage.transient, 7);
   EXPECT_EQ(stage.gathered, 50);
-  // Eq. 1: states + in_flight x activations + the largest transient + the largest gather.
+  EXPECT_EQ(stage.backward_peak, 105);
+  EXPECT_EQ(stage.Headroom(), 45);
   EXPECT_EQ(stage.AdditiveBytes(3), 600 + 3 * 60);
-  EXPECT_EQ(stage.PeakBytes(3), 600 + 3 * 60 + 7 + 50);
-  EXPECT_EQ(stage.PeakBytes(0), 600 + 7 + 50);
-  EXPECT_EQ(StageMemory::StagePeakBytes(1000, 7, 50), 1057);
+  // The other micro-batches in flight keep all their activations.
+  EXPECT_EQ(stage.PeakBytes(3), 600 + 3 * 60 + 45);
+  EXPECT_EQ(stage.PeakBytes(1), 600 + 105);
+}
+
+TEST(StageMemory, AnEarlyLayersTransientIsCoveredByTheLaterLayersFreedActivations) {
+  StageMemory early, late;
+  early += LayerTerms(0, 10, 100, 0);  // a large transient first, then 50 bytes of activations
+  early += LayerTerms(0, 50, 0, 0);
+  late += LayerTerms(0, 50, 0, 0);
+  late += LayerTerms(0, 10, 100, 0);  // the same layers the other way round
+  EXPECT_EQ(early.PeakBytes(1), 110);  // the first layer's backward: its 10 + 100, the 50 freed
+  EXPECT_EQ(late.PeakBytes(1), 160);   // the last layer's backward: all 60 + 100
+  EXPECT_EQ(early.PeakBytes(2), 170);  // another micro-batch's 60 beside it
 }
 
 TEST(StageMemory, SixteenBitCountsDoNotOverflow) {
   // A 175B model's stage: tens of GiB of states, micro-batches of GiB in flight.
-  StageMemory stage{int64_t{60} << 30, int64_t{3} << 30, int64_t{2} << 30, int64_t{1} << 30};
+  const StageMemory stage = LayerTerms(int64_t{60} << 30, int64_t{3} << 30, int64_t{2} << 30, int64_t{1} << 30);
   EXPECT_EQ(stage.PeakBytes(8), (int64_t{60} << 30) + 8 * (int64_t{3} << 30) + (int64_t{3} << 30));
 }
 

@@ -361,7 +361,7 @@ int64_t TransientBytes(const PlacedLayer& l) {
          kRingSendsBackward * RingBytes(l);
 }
 
-// A layer's terms of Galvatron-BMW Eq. 1 (StageMemory): its model states, the forward activations of
+// A layer's memory terms (StageMemory, Galvatron-BMW Eq. 1's): its model states, the forward activations of
 // one micro-batch (boundary only when checkpointed, c(f) = c(bnd)), the transient of its backward pass
 // (the intermediates a checkpointed layer recomputes, c(b) = c(int), with its gradients in flight:
 // LayerProfile::backward_transient_bytes_per_sample), and the whole (TP-shard) parameters or gradient
@@ -403,7 +403,7 @@ StageMemory LayerMemory(const PlacedLayer& l, const LayerModel& model) {
     m.gathered = whole_gradient;  // its whole gradient beside its copy (more micro-batches: among the whole ones)
   if (GradientsComeAsActivationsGo(model, l.micro_batches))
     m.activations = std::max(m.activations, MadeGradientBytes(l, model));
-  return m;
+  return LayerTerms(m.model_states, m.activations, m.transient, m.gathered);
 }
 
 ModelStateSplit ModelStatesOf(const PlacedLayer& l, const LayerModel& model) {

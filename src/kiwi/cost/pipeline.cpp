@@ -13,17 +13,31 @@ int MicrobatchesInFlight(plan::PipelineSchedule schedule, int pp, int micro_batc
 }
 
 StageMemory& StageMemory::operator+=(const StageMemory& layer) {
+  backward_peak = std::max(backward_peak, activations + layer.backward_peak);  // this layer's backward: ours kept
   model_states += layer.model_states;
   activations += layer.activations;
   transient = std::max(transient, layer.transient);
   gathered = std::max(gathered, layer.gathered);
+  layer_headroom = std::max(layer_headroom, layer.layer_headroom);
   return *this;
+}
+
+StageMemory LayerTerms(int64_t model_states, int64_t activations, int64_t transient, int64_t gathered) {
+  return StageMemory{.model_states = model_states,
+                     .activations = activations,
+                     .transient = transient,
+                     .gathered = gathered,
+                     .backward_peak = activations + transient + gathered,
+                     .layer_headroom = transient + gathered};
 }
 
 int64_t InterleavedStagePeakBytes(const std::vector<StageMemory>& chunks, int pp, int micro_batches, int stage) {
   const int v = static_cast<int>(chunks.size());
-  StageMemory sum;
-  for (const StageMemory& c : chunks) sum += c;
+  int64_t states = 0, headroom = 0;
+  for (const StageMemory& c : chunks) {
+    states += c.model_states;
+    headroom = std::max(headroom, c.layer_headroom);
+  }
   const int total = v * micro_batches;
   const int warmup = MicrobatchesInFlight(plan::PipelineSchedule::k1F1B, pp, micro_batches, stage, v) - 1;
   auto chunk_of = [&](int k, bool backward) {
@@ -38,7 +52,7 @@ int64_t InterleavedStagePeakBytes(const std::vector<StageMemory>& chunks, int pp
     forward(warmup + i);
     backward(i);
   }
-  return sum.model_states + most + sum.transient + sum.gathered;
+  return states + most + headroom;
 }
 
 int64_t ReservedBytes(const DeviceSpec& device) { return std::max<int64_t>(device.reserved_bytes, 0); }

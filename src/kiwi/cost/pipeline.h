@@ -3,8 +3,9 @@
 // simulator (sim/layer_simulator.cpp) and the hybrid search's estimates (solve/hybrid/), so both
 // combine a stage's terms the same way.
 //
-//   StageMemory m;  m += layer_terms...;  int64_t peak = m.PeakBytes(MicrobatchesInFlight(k1F1B, 4, 8, s));
+//   StageMemory m;  m += layer_terms...;  (in model order)  int64_t peak = m.PeakBytes(MicrobatchesInFlight(k1F1B, 4, 8, s));
 //   double t = PipelineIterationSeconds(8, slowest_microbatch, sum_of_stages, slowest_optimizer_step);
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -22,30 +23,40 @@ namespace kiwi::cost {
 // pp (1 + (pp - 1) / (pp v)) micro-batches of its layers).
 int MicrobatchesInFlight(plan::PipelineSchedule schedule, int pp, int micro_batches, int stage, int virtual_stages = 1);
 
-// Galvatron-BMW Eq. 1 for one stage on one device, kept as its terms so layers add one at a time:
-// model states and the activations of each micro-batch in flight add up; a backward pass's transient
-// and a ZeRO-2/3 layer's whole parameters or gradient are held by one layer at a time, so the stage
-// takes the largest of each (both at once: an upper bound when different layers cause them).
+// A stage's memory on one device, kept as terms so layers add one at a time in model order. Model
+// states and the activations of each micro-batch in flight add up (Galvatron-BMW Eq. 1). The backward
+// pass runs the layers in reverse, and layer i's backward holds its transient (recomputed
+// intermediates, gradients in flight) and its gathered ZeRO-2/3 parameters or gradient beside the
+// activations of layers <= i only: the later layers' are freed by then. So the stage peaks at
+//   states + (in_flight - 1) activations + max_i (activations_<=i + transient_i + gathered_i),
+// which is what HuggingFace Llama / GPT-2 stages measure on 4 gloo ranks (docs/distributed.md, "What the
+// peak holds"); Eq. 1's states + in_flight activations + max transient + max gathered bounds it from above.
 struct StageMemory {
-  int64_t model_states = 0;  // parameters, gradients, optimizer states
-  int64_t activations = 0;   // kept activations of one micro-batch
-  int64_t transient = 0;     // the largest backward transient: recomputed intermediates, gradients in flight
-  int64_t gathered = 0;      // the largest whole (TP-shard) parameters or gradient a ZeRO-3 / ZeRO-2 layer holds
+  int64_t model_states = 0;   // parameters, gradients, optimizer states
+  int64_t activations = 0;    // kept activations of one micro-batch
+  int64_t transient = 0;      // the largest backward transient: recomputed intermediates, gradients in flight
+  int64_t gathered = 0;       // the largest whole (TP-shard) parameters or gradient a ZeRO-3 / ZeRO-2 layer holds
+  int64_t backward_peak = 0;  // max_i activations_<=i + transient_i + gathered_i over the layers so far
+  int64_t layer_headroom = 0; // max_i transient_i + gathered_i: what one layer's backward holds beyond activations
 
+  // Appends `layer` (the next in model order) to the stage.
   StageMemory& operator+=(const StageMemory& layer);
   // What grows with every layer: model states + `in_flight` micro-batches' activations.
   int64_t AdditiveBytes(int in_flight) const { return model_states + static_cast<int64_t>(in_flight) * activations; }
-  int64_t PeakBytes(int in_flight) const { return StagePeakBytes(AdditiveBytes(in_flight), transient, gathered); }
-  // Eq. 1 from the additive bytes and the two largest transients.
-  static int64_t StagePeakBytes(int64_t additive, int64_t transient, int64_t gathered) {
-    return additive + transient + gathered;
-  }
+  // What the backward pass holds at its peak beyond one micro-batch's activations (>= 0).
+  int64_t Headroom() const { return std::max<int64_t>(backward_peak - activations, 0); }
+  int64_t PeakBytes(int in_flight) const { return AdditiveBytes(in_flight) + Headroom(); }
 };
 
-// Eq. 1 for stage `stage` of an interleaved 1F1B pipeline running `chunks` (its model chunks' terms, in
+// One layer's terms: its backward pass peaks with all its activations, its transient and its gather.
+StageMemory LayerTerms(int64_t model_states, int64_t activations, int64_t transient, int64_t gathered);
+
+// The peak of stage `stage` of an interleaved 1F1B pipeline running `chunks` (its model chunks' terms, in
 // model order): their model states, the most activations the schedule holds at once (Megatron-LM's op
 // order replayed: forward k runs chunk (k mod pp v) / pp, the backwards the chunks in reverse; at most
-// MicrobatchesInFlight chunk-micro-batches, each of its own chunk), the largest transients.
+// MicrobatchesInFlight chunk-micro-batches, each of its own chunk), and the most one layer's backward
+// holds beyond them (layer_headroom: which chunk's backward runs at that moment, and which of its
+// layers' activations are freed by then, is not followed: an upper bound).
 int64_t InterleavedStagePeakBytes(const std::vector<StageMemory>& chunks, int pp, int micro_batches, int stage);
 
 // Memory a process holds per device beyond its tensors (DeviceSpec::reserved_bytes; negative: none),

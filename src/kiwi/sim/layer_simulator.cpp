@@ -265,7 +265,7 @@ Result<PricedStage> CostStage(const cost::LayerModel& model, const LayerPlan& pl
   const int last_chunk = static_cast<int>(chunks.size()) - 1;
   cost::StageCost c;
   std::vector<cost::StageMemory> chunk_memory;
-  cost::StageMemory whole;  // all chunks' terms: model states and the largest transients
+  int64_t headroom = 0;  // interleaved: the most one layer's backward holds beyond the activations
   cost::ModelStateSplit states;
   std::vector<double> chunk_forward, chunk_backward;
   cost::PlacedLayer embedding, head;
@@ -291,7 +291,7 @@ Result<PricedStage> CostStage(const cost::LayerModel& model, const LayerPlan& pl
       c.parameter_gather += cost::ParameterGatherSeconds(*layer, cost_model);
     }
     chunk_memory.push_back(memory);
-    whole += memory;
+    headroom = std::max(headroom, memory.layer_headroom);
     for (int i = std::max(span.first, 1); i < span.first + span.count; ++i) {
       Result<double> reshard = cost::SliceGatherSeconds(placed[static_cast<size_t>(i) - 1], placed[static_cast<size_t>(i)],
                                                         cluster, cost_model);
@@ -317,7 +317,7 @@ Result<PricedStage> CostStage(const cost::LayerModel& model, const LayerPlan& pl
   StageMemorySplit split{.parameters = states.parameters,
                          .gradients = states.gradients,
                          .optimizer_states = states.optimizer_states,
-                         .buffers = whole.transient + whole.gathered,
+                         .buffers = plan.virtual_stages > 1 ? headroom : chunk_memory.front().Headroom(),
                          .reserved = cost::ReservedBytes(cluster.device)};
   split.activations = c.peak_memory_bytes - split.Total();  // the micro-batches in flight (Eq. 1's rest)
   return PricedStage{c, split, std::move(chunk_forward), std::move(chunk_backward)};

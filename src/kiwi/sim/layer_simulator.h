@@ -23,7 +23,9 @@ struct StageMemorySplit {
   int64_t gradients = 0;
   int64_t optimizer_states = 0;  // with fp32 master weights
   int64_t activations = 0;       // kept for the backward passes of the micro-batches in flight
-  int64_t buffers = 0;           // the largest backward transient and ZeRO-2/3 gathered parameters or gradient
+  // At the backward pass's peak: a layer's transient and ZeRO-2/3 gathered parameters or gradient, less
+  // the later layers' activations freed by then (cost::StageMemory::Headroom).
+  int64_t buffers = 0;
   int64_t reserved = 0;          // the device's reserve (cost::ReservedBytes)
   int64_t Total() const { return parameters + gradients + optimizer_states + activations + buffers + reserved; }
 };

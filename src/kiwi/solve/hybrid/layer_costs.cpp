@@ -204,7 +204,7 @@ const StrategyCost& CostTables::Cost(int type, int strategy) const {
 }
 
 StrategyCost CostTables::LayerCost(int layer, int strategy) const {
-  StrategyCost c = Cost(types_->type_of[static_cast<size_t>(layer)], strategy);
+  StrategyCost c;  // in model order: the embeddings, the layer, the head (StageMemory adds in order)
   auto add = [&c](const StrategyCost& o) {
     c.memory += o.memory;
     c.microbatch_seconds += o.microbatch_seconds;
@@ -212,6 +212,7 @@ StrategyCost CostTables::LayerCost(int layer, int strategy) const {
     c.optimizer_seconds += o.optimizer_seconds;
   };
   if (layer == 0) add(Embedding(strategy));
+  add(Cost(types_->type_of[static_cast<size_t>(layer)], strategy));
   if (layer + 1 == static_cast<int>(types_->type_of.size())) add(Head(strategy));
   return c;
 }

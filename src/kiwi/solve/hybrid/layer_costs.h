@@ -106,6 +106,9 @@ class CostTables {
   const LayerTypes& types() const { return *types_; }
   // The per-model-layer tables an interleaved one was made from (itself otherwise).
   const CostTables& base() const { return base_ ? *base_ : *this; }
+  // Round tables (Interleaved): a stage's memory is cost::InterleavedStagePeakBytes', whose headroom is
+  // the largest layer's (StageMemory::layer_headroom), no later activations freed.
+  bool interleaved() const { return base_ != nullptr; }
   // The DP's memory per stage equals the simulator's (false: an upper bound; interleaved stages whose
   // chunks keep different activations: the embeddings', the head's, a last layer with the final norm).
   bool MemoryExact() const { return memory_exact_; }

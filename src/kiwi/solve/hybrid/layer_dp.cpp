@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <iterator>
 #include <limits>
+#include <map>
 #include <vector>
 
 #include "kiwi/solve/hybrid/completion_bound.h"
@@ -12,8 +14,7 @@ namespace {
 
 struct Label {
   int64_t memory = 0;     // additive bytes of the stage so far (model states + in-flight activations)
-  int64_t recompute = 0;  // largest backward transient of a layer so far (recomputed intermediates, gradients)
-  int64_t gather = 0;     // largest SDP parameter gather so far
+  int64_t headroom = 0;   // what its backward pass holds beyond that at its peak (cost::StageMemory::Headroom)
   double cost = 0.0;      // weighted objective so far (exact mode: sum of C_s + G_s so far)
   double stage_seconds = 0.0;  // exact mode: C of the current stage so far
   double slowest = 0.0;        // exact mode: largest C_s of the finished stages
@@ -22,7 +23,7 @@ struct Label {
   int32_t parent = -1;    // index in the previous layer's labels
   int16_t strategy = -1;
   int16_t layout = 0;     // layout index of `strategy` (CostTables::LayoutIndex)
-  int64_t Peak() const { return cost::StageMemory::StagePeakBytes(memory, recompute, gather); }
+  int64_t Peak() const { return memory + headroom; }
   double Bottleneck() const { return std::max(slowest, stage_seconds); }
   double OptimizerStep() const { return std::max(slowest_optimizer, stage_optimizer); }
 };
@@ -42,18 +43,27 @@ struct Option {
   double seconds = 0.0;    // c
   double weight = 1.0;
   double optimizer = 0.0;  // the optimizer step over the layer's states (exact mode's O_s)
-  int64_t memory = 0;      // states + in_flight * activations
-  int64_t recompute = 0;
-  int64_t gather = 0;
+  int64_t memory = 0;       // states + in_flight * activations
+  int64_t activations = 0;  // of one micro-batch
+  int64_t headroom = 0;     // cost::StageMemory::Headroom
+  int64_t Peak() const { return memory + headroom; }
 };
 
-void Absorb(const StrategyCost& c, const DpStage& stage, Option& o) {
+// A label followed by an option (the stage's next layer): the option's backward pass runs before the
+// label's layers', so the label's headroom shrinks by the option's activations, freed by then.
+void Append(const Option& o, int64_t& memory, int64_t& headroom) {
+  headroom = std::max(headroom - o.activations, o.headroom);
+  memory += o.memory;
+}
+
+void Absorb(const StrategyCost& c, const DpStage& stage, bool interleaved, Option& o) {
   o.cost += stage.weight * c.microbatch_seconds + stage.optimizer_weight * c.optimizer_seconds + c.sync_seconds;
   o.seconds += c.microbatch_seconds;
   o.optimizer += c.optimizer_seconds;
   o.memory += c.memory.AdditiveBytes(stage.in_flight);
-  o.recompute = std::max(o.recompute, c.memory.transient);
-  o.gather = std::max(o.gather, c.memory.gathered);
+  // interleaved (CostTables::interleaved): no activations freed before a backward, the largest layer's headroom
+  o.activations += interleaved ? 0 : c.memory.activations;
+  o.headroom = interleaved ? c.memory.layer_headroom : c.memory.Headroom();
 }
 
 // Options of layer `layer`, without those another option of the same layout beats on every count
@@ -65,8 +75,8 @@ std::vector<Option> LayerOptions(const LayerDpProblem& p, const DpStage& stage, 
     if (!p.allowed.empty() && !p.allowed[static_cast<size_t>(j)]) continue;
     if (!t.Places(layer, j)) continue;
     Option o{j, t.LayoutIndex(j), 0.0, 0.0, stage.weight, 0.0, 0, 0, 0};
-    Absorb(t.LayerCost(layer, j), stage, o);
-    if (cost::StageMemory::StagePeakBytes(o.memory, o.recompute, o.gather) <= budget) all.push_back(o);
+    Absorb(t.LayerCost(layer, j), stage, t.interleaved(), o);
+    if (o.Peak() <= budget) all.push_back(o);
   }
   std::vector<Option> kept;
   for (size_t a = 0; a < all.size(); ++a) {
@@ -74,10 +84,13 @@ std::vector<Option> LayerOptions(const LayerDpProblem& p, const DpStage& stage, 
     for (size_t b = 0; b < all.size() && !dominated; ++b) {
       const Option &x = all[a], &y = all[b];
       if (a == b || x.layout != y.layout) continue;
-      const bool no_worse = y.cost <= x.cost && y.memory <= x.memory && y.recompute <= x.recompute &&
-                            y.gather <= x.gather && (!p.exact || (y.seconds <= x.seconds && y.optimizer <= x.optimizer));
-      const bool equal = y.cost == x.cost && y.memory == x.memory && y.recompute == x.recompute &&
-                         y.gather == x.gather && y.seconds == x.seconds && y.optimizer == x.optimizer;
+      // After any label of headroom h, an option adds memory + max(h - activations, headroom) to the
+      // peak: no more with y for every h when both of its terms are no larger.
+      const bool no_worse = y.cost <= x.cost && y.memory <= x.memory && y.Peak() <= x.Peak() &&
+                            y.memory - y.activations <= x.memory - x.activations &&
+                            (!p.exact || (y.seconds <= x.seconds && y.optimizer <= x.optimizer));
+      const bool equal = y.cost == x.cost && y.memory == x.memory && y.headroom == x.headroom &&
+                         y.activations == x.activations && y.seconds == x.seconds && y.optimizer == x.optimizer;
       dominated = no_worse && (!equal || b < a);
     }
     if (!dominated) kept.push_back(all[a]);
@@ -86,30 +99,38 @@ std::vector<Option> LayerOptions(const LayerDpProblem& p, const DpStage& stage, 
 }
 
 // Keeps the labels no other label beats in every completion of the stage: y beats x when it is no
-// slower and y.memory + (y.recompute - x.recompute)^+ + (y.gather - x.gather)^+ <= x.memory. Labels are
-// visited cheapest first, so only kept ones can beat a label; per (recompute, gather) class the
-// smallest kept memory suffices.
+// slower and holds no more memory and no higher a peak (a completion adds to the peak the larger of
+// the label's peak less the completion's activations and the label's memory plus the completion's
+// headroom: both no larger with y). Labels are visited cheapest first, so only kept ones can beat a
+// label; the kept (memory, peak) pairs that no other kept pair beats form a staircase (peaks falling as
+// memory grows), and x is beaten when the staircase's step at its memory is no higher than its peak.
+class Staircase {
+ public:
+  bool Beaten(int64_t memory, int64_t peak) const {
+    auto it = steps_.upper_bound(memory);
+    return it != steps_.begin() && std::prev(it)->second <= peak;
+  }
+  void Add(int64_t memory, int64_t peak) {
+    auto it = steps_.lower_bound(memory);
+    while (it != steps_.end() && it->second >= peak) it = steps_.erase(it);
+    steps_[memory] = peak;
+  }
+
+ private:
+  std::map<int64_t, int64_t> steps_;  // memory -> least peak with at most that memory
+};
+
 std::vector<Label> ParetoLabels(std::vector<Label> labels) {
   std::sort(labels.begin(), labels.end(), [](const Label& a, const Label& b) {
     if (a.cost != b.cost) return a.cost < b.cost;
     return a.Peak() < b.Peak();
   });
-  struct Class { int64_t recompute, gather, memory; };
-  std::vector<Class> classes;
+  Staircase front;
   std::vector<Label> kept;
   for (const Label& x : labels) {
-    bool beaten = false;
-    for (const Class& c : classes)
-      if (c.memory + std::max<int64_t>(c.recompute - x.recompute, 0) + std::max<int64_t>(c.gather - x.gather, 0) <= x.memory) {
-        beaten = true;
-        break;
-      }
-    if (beaten) continue;
+    if (front.Beaten(x.memory, x.Peak())) continue;
     kept.push_back(x);
-    auto it = std::find_if(classes.begin(), classes.end(),
-                           [&](const Class& c) { return c.recompute == x.recompute && c.gather == x.gather; });
-    if (it == classes.end()) classes.push_back({x.recompute, x.gather, x.memory});
-    else it->memory = std::min(it->memory, x.memory);
+    front.Add(x.memory, x.Peak());
   }
   return kept;
 }
@@ -119,50 +140,38 @@ bool Thinned(size_t size, size_t max_labels) { return size > max_labels && max_l
 
 // Exact mode: y beats x when it is also no slower in the current stage, no worse a bottleneck, and no
 // slower an optimizer step (its stage's so far, and the slowest of the finished stages).
-// Pairwise, but indexed: the kept labels sit per (recompute, gather) class sorted by memory, so x is
-// checked only against those of each class whose memory leaves room to beat it (the memory term of
-// ParetoLabels is, within a class, a bound on y.memory); their other terms sit in flat arrays, the scan's
-// hot loop. Labels come cheapest first, so the kept ones hold the most memory: few pass the bound. Once
-// more than `max_labels` labels are kept the filter stops: the state will be thinned, and an exact run
-// stops at its first thinned state (SolveLayerDp), so the rest would be filtered for nothing.
+// Pairwise, but indexed: the kept labels sit sorted by memory, so x is checked only against those with
+// no more memory than it; their other terms sit in flat arrays, the scan's hot loop. Labels come
+// cheapest first, so the kept ones hold the most memory: few pass the bound. Once more than
+// `max_labels` labels are kept the filter stops: the state will be thinned, and an exact run stops at
+// its first thinned state (SolveLayerDp), so the rest would be filtered for nothing.
 class ExactFront {
  public:
   bool Beaten(const Label& x) const {
     const double x_bottleneck = x.Bottleneck(), x_optimizer_step = x.OptimizerStep();
-    for (const Class& c : classes_) {
-      const int64_t room = x.memory - std::max<int64_t>(c.recompute - x.recompute, 0) - std::max<int64_t>(c.gather - x.gather, 0);
-      const size_t end = static_cast<size_t>(std::upper_bound(c.memory.begin(), c.memory.end(), room) - c.memory.begin());
-      for (size_t k = 0; k < end; ++k)
-        if (c.stage_optimizer[k] <= x.stage_optimizer && c.optimizer_step[k] <= x_optimizer_step &&
-            c.stage_seconds[k] <= x.stage_seconds && c.bottleneck[k] <= x_bottleneck)
-          return true;
-    }
+    const int64_t x_peak = x.Peak();
+    const size_t end = static_cast<size_t>(std::upper_bound(memory_.begin(), memory_.end(), x.memory) - memory_.begin());
+    for (size_t k = 0; k < end; ++k)
+      if (peak_[k] <= x_peak && stage_optimizer_[k] <= x.stage_optimizer && optimizer_step_[k] <= x_optimizer_step &&
+          stage_seconds_[k] <= x.stage_seconds && bottleneck_[k] <= x_bottleneck)
+        return true;
     return false;
   }
 
   void Add(const Label& l) {
-    auto it = std::find_if(classes_.begin(), classes_.end(),
-                           [&](const Class& c) { return c.recompute == l.recompute && c.gather == l.gather; });
-    if (it == classes_.end()) {
-      classes_.push_back({l.recompute, l.gather, {}, {}, {}, {}, {}});
-      it = classes_.end() - 1;
-    }
-    Class& c = *it;
-    const auto at = static_cast<std::ptrdiff_t>(std::upper_bound(c.memory.begin(), c.memory.end(), l.memory) - c.memory.begin());
-    c.memory.insert(c.memory.begin() + at, l.memory);
-    c.stage_seconds.insert(c.stage_seconds.begin() + at, l.stage_seconds);
-    c.bottleneck.insert(c.bottleneck.begin() + at, l.Bottleneck());
-    c.stage_optimizer.insert(c.stage_optimizer.begin() + at, l.stage_optimizer);
-    c.optimizer_step.insert(c.optimizer_step.begin() + at, l.OptimizerStep());
+    const auto at = static_cast<std::ptrdiff_t>(std::upper_bound(memory_.begin(), memory_.end(), l.memory) - memory_.begin());
+    memory_.insert(memory_.begin() + at, l.memory);
+    peak_.insert(peak_.begin() + at, l.Peak());
+    stage_seconds_.insert(stage_seconds_.begin() + at, l.stage_seconds);
+    bottleneck_.insert(bottleneck_.begin() + at, l.Bottleneck());
+    stage_optimizer_.insert(stage_optimizer_.begin() + at, l.stage_optimizer);
+    optimizer_step_.insert(optimizer_step_.begin() + at, l.OptimizerStep());
   }
 
  private:
-  struct Class {
-    int64_t recompute, gather;
-    std::vector<int64_t> memory;  // ascending
-    std::vector<double> stage_seconds, bottleneck, stage_optimizer, optimizer_step;
-  };
-  std::vector<Class> classes_;
+  std::vector<int64_t> memory_;  // ascending
+  std::vector<int64_t> peak_;
+  std::vector<double> stage_seconds_, bottleneck_, stage_optimizer_, optimizer_step_;
 };
 
 std::vector<Label> ExactParetoLabels(std::vector<Label> labels, size_t max_labels) {
@@ -181,9 +190,10 @@ std::vector<Label> ExactParetoLabels(std::vector<Label> labels, size_t max_label
   return kept;
 }
 
-// Above `max_labels`, keeps the cheapest label of each of max_labels memory buckets plus, for every
-// (recompute, gather) class, the label with the least memory: whatever completion fits after some
-// label also fits after that one, so thinning never makes a feasible stage infeasible.
+// Above `max_labels`, keeps the cheapest label of each of max_labels peak buckets plus every label on
+// the (memory, peak) staircase (least peak for its memory, cost aside): whatever completion fits after
+// some label also fits after the staircase's label with no more memory and no higher a peak, so
+// thinning never makes a feasible stage infeasible.
 std::vector<Label> Thin(std::vector<Label> labels, size_t max_labels, bool& thinned) {
   if (!Thinned(labels.size(), max_labels)) return labels;
   thinned = true;
@@ -194,18 +204,22 @@ std::vector<Label> Thin(std::vector<Label> labels, size_t max_labels, bool& thin
   }
   const int64_t width = (hi - lo) / static_cast<int64_t>(max_labels - 1) + 1;
   std::vector<bool> keep(labels.size(), false), taken(max_labels, false);
-  std::vector<size_t> class_min;  // index of the least-memory label of each class
   for (size_t k = 0; k < labels.size(); ++k) {  // cheapest first (ParetoLabels order)
     const size_t bucket = static_cast<size_t>((labels[k].Peak() - lo) / width);
     if (!taken[bucket]) keep[k] = taken[bucket] = true;
-    auto same = [&](size_t c) {
-      return labels[c].recompute == labels[k].recompute && labels[c].gather == labels[k].gather;
-    };
-    auto it = std::find_if(class_min.begin(), class_min.end(), same);
-    if (it == class_min.end()) class_min.push_back(k);
-    else if (labels[k].memory < labels[*it].memory) *it = k;
   }
-  for (size_t c : class_min) keep[c] = true;
+  std::vector<size_t> by_memory(labels.size());  // the staircase: by memory, each lowering the least peak
+  for (size_t k = 0; k < labels.size(); ++k) by_memory[k] = k;
+  std::sort(by_memory.begin(), by_memory.end(), [&](size_t a, size_t b) {
+    if (labels[a].memory != labels[b].memory) return labels[a].memory < labels[b].memory;
+    return labels[a].Peak() < labels[b].Peak();
+  });
+  int64_t least_peak = std::numeric_limits<int64_t>::max();
+  for (size_t k : by_memory)
+    if (labels[k].Peak() < least_peak) {
+      least_peak = labels[k].Peak();
+      keep[k] = true;
+    }
   std::vector<Label> out;
   for (size_t k = 0; k < labels.size(); ++k)
     if (keep[k]) out.push_back(labels[k]);
@@ -272,35 +286,81 @@ Sources StageEntry(const LayerDpProblem& p, const std::vector<Label>& previous, 
     entry.cost += weight_after * receive;
     entry.stage_seconds = receive;
     entry.stage_optimizer = 0.0;
-    entry.memory = entry.recompute = entry.gather = 0;
+    entry.memory = entry.headroom = 0;
     s.labels.push_back(entry);
     s.ids.push_back(k);
   }
   return s;
 }
 
+// The rest of a layer's stage priced within the bytes a label leaves it (completion_bound.h): a label
+// that spent the memory its stage's later layers need for their fast options is cut early. A stage's
+// peak is at least the label's memory plus the rest's memory, and at least the label's peak plus the
+// rest's memory less its activations (Append): two knapsacks, each a bound.
+struct StageRest {
+  CompletionBound after_memory;  // options at their memory, within budget - label memory
+  CompletionBound after_peak;    // options at memory - activations, within budget - label peak
+  void Prepend(const std::vector<Option>& options, double Option::*term) {
+    std::vector<CostPoint> by_memory, by_rest;
+    for (const Option& o : options) {
+      by_memory.push_back({o.memory, o.*term});
+      by_rest.push_back({o.memory - o.activations, o.*term});
+    }
+    after_memory.Prepend(by_memory);
+    after_peak.Prepend(by_rest);
+  }
+  double LeastCost(const Label& l, int64_t budget) const {
+    return std::max(after_memory.LeastCost(budget - l.memory), after_peak.LeastCost(budget - l.Peak()));
+  }
+};
+
 // Per layer: its options, the cheapest cost of all later layers and the least memory the rest of
 // its stage needs (labels that cannot finish within the budget or below the cutoff are dropped).
 struct LayerBounds {
   std::vector<std::vector<Option>> options;
   std::vector<double> later_cost;
-  // The rest of the layer's stage priced within the bytes a label leaves it (completion_bound.h): a
-  // label that spent the memory its stage's later layers need for their fast options is cut early.
-  std::vector<CompletionBound> stage_rest;          // on the objective's terms (cost)
-  std::vector<CompletionBound> stage_rest_seconds;  // exact mode: on C
+  std::vector<StageRest> stage_rest;          // on the objective's terms (cost)
+  std::vector<StageRest> stage_rest_seconds;  // exact mode: on C
   std::vector<double> later_stages_cost;  // the cheapest cost of the stages after the layer's
-  std::vector<int64_t> later_memory;
+  std::vector<int64_t> later_memory;      // the least memory the rest of the layer's stage adds
+  std::vector<int64_t> later_rest;        // and the least memory less activations
+  // What the rest of the layer's stage frees and holds at least before the layer's backward pass runs:
+  // a label's headroom below it adds nothing to any completion's peak (Append), so it is raised to it
+  // and labels that differ only below it are one (the stage's last layer: 0, its peak exact).
+  std::vector<int64_t> masked;
+  std::vector<bool> stage_end;  // the last layer of its stage
+  // The layer before its stage's last: a label's memory and peak matter only through which of the last
+  // layer's options fit after it (memory <= budget - o.memory - o.headroom, peak <= budget - o.memory +
+  // o.activations), so each is raised to the next of those bounds (ascending): labels that admit the
+  // same options are one. Empty elsewhere.
+  std::vector<std::vector<int64_t>> memory_steps, peak_steps;
+  // `l` raised so (layer before a stage's last); false when no option of the last layer fits after it.
+  bool RaiseToSteps(int layer, Label& l) const {
+    const std::vector<int64_t>& m = memory_steps[static_cast<size_t>(layer)];
+    if (m.empty()) return true;
+    const std::vector<int64_t>& p = peak_steps[static_cast<size_t>(layer)];
+    const auto memory = std::lower_bound(m.begin(), m.end(), l.memory);
+    const auto peak = std::lower_bound(p.begin(), p.end(), l.Peak());
+    if (memory == m.end() || peak == p.end()) return false;
+    l.headroom = *peak - *memory;
+    l.memory = *memory;
+    return true;
+  }
   std::vector<double> later_stage_seconds;  // exact mode: least C the rest of the layer's stage adds
   std::vector<double> later_stages_slowest; // exact mode: least C of the slowest later stage
+  // Whether the stage can still finish within `budget` after label `l` at `layer`.
+  bool Fits(int layer, const Label& l, int64_t budget) const {
+    const size_t i = static_cast<size_t>(layer);
+    return l.memory + later_memory[i] <= budget && l.Peak() + later_rest[i] <= budget;
+  }
 };
 
 // Exact mode: Eq. 8 of any completion of `l` is at least this.
 double ExactBound(const LayerDpProblem& p, const LayerBounds& b, int layer, const Label& l) {
   const size_t i = static_cast<size_t>(layer);
-  const int64_t left = p.budget - l.Peak();
-  const double rest_seconds = std::max(b.later_stage_seconds[i], b.stage_rest_seconds[i].LeastCost(left));
+  const double rest_seconds = std::max(b.later_stage_seconds[i], b.stage_rest_seconds[i].LeastCost(l, p.budget));
   const double slowest = std::max({l.slowest, l.stage_seconds + rest_seconds, b.later_stages_slowest[i]});
-  const double rest_cost = std::max(b.later_cost[i], b.stage_rest[i].LeastCost(left) + b.later_stages_cost[i]);
+  const double rest_cost = std::max(b.later_cost[i], b.stage_rest[i].LeastCost(l, p.budget) + b.later_stages_cost[i]);
   return cost::PipelineIterationSeconds(p.micro_batches, slowest, l.cost + rest_cost, l.OptimizerStep());
 }
 
@@ -310,18 +370,22 @@ std::vector<Label> Extend(const LayerDpProblem& p, const Sources& sources, const
   const int prev_type = layer > 0 ? t.types().type_of[static_cast<size_t>(layer) - 1] : 0;
   const double cutoff = p.cutoff - bounds.later_cost[static_cast<size_t>(layer)];
   const bool bounded = p.cutoff < std::numeric_limits<double>::infinity();
-  const CompletionBound& stage_rest = bounds.stage_rest[static_cast<size_t>(layer)];
+  const StageRest& stage_rest = bounds.stage_rest[static_cast<size_t>(layer)];
   const double rest_cutoff = p.cutoff - bounds.later_stages_cost[static_cast<size_t>(layer)];
-  const int64_t budget = p.budget - bounds.later_memory[static_cast<size_t>(layer)];
   std::vector<std::vector<Label>> by_layout(static_cast<size_t>(t.num_layouts()));
   for (size_t k = 0; k < sources.labels.size(); ++k) {
     const Label& src = sources.labels[k];
     for (const Option& o : bounds.options[static_cast<size_t>(layer)]) {
       Label l;
-      l.memory = src.memory + o.memory;
-      l.recompute = std::max(src.recompute, o.recompute);
-      l.gather = std::max(src.gather, o.gather);
-      if (l.Peak() > budget) continue;
+      l.memory = src.memory;
+      l.headroom = src.headroom;
+      Append(o, l.memory, l.headroom);
+      l.headroom = std::max(l.headroom, bounds.masked[static_cast<size_t>(layer)]);
+      if (!bounds.RaiseToSteps(layer, l)) continue;
+      if (!bounds.Fits(layer, l, p.budget)) continue;
+      // A finished stage's memory is its own (it fits): the next starts from none, so labels that
+      // differ only in it are one.
+      if (bounds.stage_end[static_cast<size_t>(layer)]) l.memory = l.headroom = 0;
       const double reshard = layer > 0 ? t.SliceGather(prev_type, src.layout, o.layout) : 0.0;
       l.cost = src.cost + o.cost + o.weight * reshard;
       l.stage_seconds = src.stage_seconds + o.seconds + reshard;
@@ -329,7 +393,7 @@ std::vector<Label> Extend(const LayerDpProblem& p, const Sources& sources, const
       l.stage_optimizer = src.stage_optimizer + o.optimizer;
       l.slowest_optimizer = src.slowest_optimizer;
       if (p.exact ? bounded && ExactBound(p, bounds, layer, l) >= p.cutoff
-                  : l.cost >= cutoff || (bounded && l.cost + stage_rest.LeastCost(p.budget - l.Peak()) >= rest_cutoff)) {
+                  : l.cost >= cutoff || (bounded && l.cost + stage_rest.LeastCost(l, p.budget) >= rest_cutoff)) {
         r.cut_off = true;
         continue;
       }
@@ -365,13 +429,18 @@ LayerBounds MakeBounds(const LayerDpProblem& p) {
   b.options.resize(layers);
   b.later_cost.assign(layers, 0.0);
   b.later_memory.assign(layers, 0);
+  b.later_rest.assign(layers, 0);
+  b.masked.assign(layers, 0);
+  b.stage_end.assign(layers, false);
+  b.memory_steps.assign(layers, {});
+  b.peak_steps.assign(layers, {});
   b.later_stage_seconds.assign(layers, 0.0);
   b.later_stages_slowest.assign(layers, 0.0);
-  b.stage_rest.assign(layers, CompletionBound{});
-  b.stage_rest_seconds.assign(layers, CompletionBound{});
+  b.stage_rest.assign(layers, StageRest{});
+  b.stage_rest_seconds.assign(layers, StageRest{});
   b.later_stages_cost.assign(layers, 0.0);
   std::vector<double> cheapest(layers, 0.0), fastest(layers, 0.0), stage_fastest;
-  std::vector<int64_t> smallest(layers, 0);
+  std::vector<int64_t> smallest(layers, 0), smallest_rest(layers, 0), least_activations(layers, 0), least_backward(layers, 0);
   for (const DpStage& stage : p.stages) {
     std::vector<std::vector<Option>> by_type(static_cast<size_t>(p.tables->types().num_types()));
     for (int i = stage.first; i < stage.first + stage.count; ++i) {
@@ -382,27 +451,43 @@ LayerBounds MakeBounds(const LayerDpProblem& p) {
       if (!own) b.options[static_cast<size_t>(i)] = shared;
       const size_t u = static_cast<size_t>(i);
       cheapest[u] = fastest[u] = std::numeric_limits<double>::infinity();
-      smallest[u] = std::numeric_limits<int64_t>::max() / 4;
+      smallest[u] = smallest_rest[u] = least_activations[u] = least_backward[u] = std::numeric_limits<int64_t>::max() / 4;
       for (const Option& o : b.options[u]) {
         cheapest[u] = std::min(cheapest[u], o.cost);
         fastest[u] = std::min(fastest[u], o.seconds);
         smallest[u] = std::min(smallest[u], o.memory);
+        smallest_rest[u] = std::min(smallest_rest[u], o.memory - o.activations);
+        least_activations[u] = std::min(least_activations[u], o.activations);
+        least_backward[u] = std::min(least_backward[u], o.activations + o.headroom);
       }
     }
-    CompletionBound rest, rest_seconds;
+    const size_t end = static_cast<size_t>(stage.first + stage.count - 1);
+    b.stage_end[end] = true;
+    if (stage.count > 1) {
+      for (const Option& o : b.options[end]) {
+        b.memory_steps[end - 1].push_back(p.budget - o.memory - o.headroom);
+        b.peak_steps[end - 1].push_back(p.budget - o.memory + o.activations);
+      }
+      for (std::vector<int64_t>* v : {&b.memory_steps[end - 1], &b.peak_steps[end - 1]}) {
+        std::sort(v->begin(), v->end());
+        v->erase(std::unique(v->begin(), v->end()), v->end());
+      }
+    }
+    StageRest rest, rest_seconds;
+    // The rest of the stage after layer i frees its activations and holds at least its last layer's
+    // backward (activations + headroom) before layer i's backward runs.
+    int64_t masked = least_backward[static_cast<size_t>(stage.first + stage.count - 1)];
     for (int i = stage.first + stage.count - 2; i >= stage.first; --i) {
       const size_t u = static_cast<size_t>(i);
+      b.masked[u] = masked;
+      masked = std::min(masked + least_activations[u], std::numeric_limits<int64_t>::max() / 4);
       b.later_memory[u] = b.later_memory[u + 1] + smallest[u + 1];
+      b.later_rest[u] = b.later_rest[u + 1] + smallest_rest[u + 1];
       b.later_stage_seconds[u] = b.later_stage_seconds[u + 1] + fastest[u + 1];
-      std::vector<CostPoint> costs, seconds;
-      for (const Option& o : b.options[u + 1]) {
-        costs.push_back({o.memory, o.cost});
-        if (p.exact) seconds.push_back({o.memory, o.seconds});
-      }
-      rest.Prepend(costs);
+      rest.Prepend(b.options[u + 1], &Option::cost);
       b.stage_rest[u] = rest;
       if (p.exact) {
-        rest_seconds.Prepend(seconds);
+        rest_seconds.Prepend(b.options[u + 1], &Option::seconds);
         b.stage_rest_seconds[u] = rest_seconds;
       }
     }

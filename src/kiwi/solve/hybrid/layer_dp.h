@@ -6,11 +6,12 @@
 //
 // Memory granularity: none. Instead of a dense table over E / g memory cells, each state keeps the
 // Pareto set of (exact bytes used, time) labels: a label is dropped only when another one is no slower
-// and needs no more memory in every completion (the transients, the stage's largest recomputed layer and
-// largest SDP gather, are tracked as maxima, Eq. 1). This is the dense DP with 1-byte granularity, so
-// claimed memory is exact and, below `max_labels` labels per state, so is the optimum. Above it the
-// labels are thinned to `max_labels` evenly spaced in memory (always keeping the smallest-memory one,
-// so feasibility is never lost): the 1 MB granularity of Galvatron's table, chosen adaptively.
+// and needs no more memory in every completion (a label is its additive bytes and its peak: the backward
+// pass's headroom, cost::StageMemory, shrinks by each later layer's activations). This is the dense DP
+// with 1-byte granularity, so claimed memory is exact and, below `max_labels` labels per state, so is
+// the optimum. Above it the labels are thinned to `max_labels` evenly spaced in peak (always keeping the
+// (memory, peak) staircase, so feasibility is never lost): the 1 MB granularity of Galvatron's table,
+// chosen adaptively.
 //
 // Branch and bound: a label is dropped when its cost plus a lower bound on every completion reaches
 // the cutoff; the bound prices the rest of its stage within the memory the label leaves (the LP

@@ -37,8 +37,7 @@ class FixedAssignment {
  public:
   FixedAssignment(const CostTables& t, const PipelineConfig& config, const std::vector<int>& strategies)
       : t_(t), config_(config), s_(strategies), n_(static_cast<int>(strategies.size())),
-        transient_(LayerTerms(t, strategies, &cost::StageMemory::transient)),
-        gathered_(LayerTerms(t, strategies, &cost::StageMemory::gathered)) {
+        backward_(BackwardPeaks(t, strategies)) {
     const std::vector<int>& type_of = t.types().type_of;
     seconds_.assign(static_cast<size_t>(n_) + 1, 0.0);
     states_.assign(static_cast<size_t>(n_) + 1, 0);
@@ -62,22 +61,27 @@ class FixedAssignment {
     return c;
   }
 
-  // Eq. 1 for layers [first, first + count) as stage s.
+  // The peak of layers [first, first + count) as stage s (cost::StageMemory::PeakBytes).
   int64_t Memory(int s, int first, int count) const {
     const int last = first + count - 1;
     cost::StageMemory memory;
     memory.model_states = states_[static_cast<size_t>(last) + 1] - states_[static_cast<size_t>(first)];
     memory.activations = activations_[static_cast<size_t>(last) + 1] - activations_[static_cast<size_t>(first)];
-    memory.transient = transient_.Max(first, count);
-    memory.gathered = gathered_.Max(first, count);
+    memory.backward_peak = backward_.Max(first, count) - activations_[static_cast<size_t>(first)];
     return memory.PeakBytes(InFlight(config_, s));
   }
 
  private:
-  static std::vector<int64_t> LayerTerms(const CostTables& t, const std::vector<int>& strategies,
-                                         int64_t cost::StageMemory::*term) {
+  // Per layer i: the activations of the layers before it plus its own backward peak, so a stage's
+  // backward peak is the range's maximum less the activations before the stage.
+  static std::vector<int64_t> BackwardPeaks(const CostTables& t, const std::vector<int>& strategies) {
     std::vector<int64_t> out(strategies.size());
-    for (size_t i = 0; i < strategies.size(); ++i) out[i] = t.LayerCost(static_cast<int>(i), strategies[i]).memory.*term;
+    int64_t before = 0;
+    for (size_t i = 0; i < strategies.size(); ++i) {
+      const cost::StageMemory m = t.LayerCost(static_cast<int>(i), strategies[i]).memory;
+      out[i] = before + m.backward_peak;
+      before += m.activations;
+    }
     return out;
   }
 
@@ -88,7 +92,7 @@ class FixedAssignment {
   PipelineConfig config_;
   const std::vector<int>& s_;
   int n_;
-  RangeMax transient_, gathered_;
+  RangeMax backward_;
   std::vector<double> seconds_;
   std::vector<int64_t> states_, activations_;
 };
@@ -166,64 +170,82 @@ Partition TimeBalancedPartition(const CostTables& t, const PipelineConfig& confi
 }
 
 StagePeakBounds::StagePeakBounds(const CostTables& t, const PipelineConfig& config, const std::vector<bool>& allowed)
-    : num_layers_(static_cast<int>(t.types().type_of.size())), num_stages_(config.pp) {
+    : num_layers_(static_cast<int>(t.types().type_of.size())), num_stages_(config.pp),
+      num_types_(t.types().num_types()), type_of_(t.types().type_of) {
   auto ok = [&](int j) { return allowed.empty() || allowed[static_cast<size_t>(j)]; };
-  std::vector<int64_t> recomputes{0}, gathers{0};
-  for (int j = 0; j < t.num_strategies(); ++j) {
-    if (!ok(j)) continue;
-    gathers.push_back(t.Embedding(j).memory.gathered);
-    gathers.push_back(t.Head(j).memory.gathered);
-    recomputes.push_back(t.Embedding(j).memory.transient);  // the loss's gradients: the head's backward transient
-    recomputes.push_back(t.Head(j).memory.transient);
-    for (int k = 0; k < t.types().num_types(); ++k) {
-      recomputes.push_back(t.Cost(k, j).memory.transient);
-      gathers.push_back(t.Cost(k, j).memory.gathered);
+  options_.resize(static_cast<size_t>(num_stages_) * static_cast<size_t>(num_types_ + 2));
+  std::vector<int64_t> headrooms{0};
+  for (int s = 0; s < num_stages_; ++s) {
+    const int in_flight = InFlight(config, s);
+    // Per type once (a 10,000-layer stack has a handful of types), and the first and last layers, which
+    // carry the embeddings and the head (CostTables::LayerCost).
+    for (int k = 0; k < num_types_ + 2; ++k) {
+      std::vector<Option>& out = options_[static_cast<size_t>(s * (num_types_ + 2) + k)];
+      for (int j = 0; j < t.num_strategies(); ++j) {
+        if (!ok(j)) continue;
+        const cost::StageMemory m = k < num_types_ ? t.Cost(k, j).memory : t.LayerCost(k == num_types_ ? 0 : num_layers_ - 1, j).memory;
+        // as the layer DP prices it (layer_dp.cpp Absorb): round tables free no activations before a backward
+        const int64_t headroom = t.interleaved() ? m.layer_headroom : m.Headroom();
+        out.push_back({m.AdditiveBytes(in_flight), t.interleaved() ? 0 : m.activations, headroom});
+        headrooms.push_back(headroom);
+      }
     }
   }
-  for (int64_t r : SortedUnique(recomputes))
-    for (int64_t g : SortedUnique(gathers)) caps_.push_back({r, g});
+  caps_ = SortedUnique(headrooms);
   const size_t stride = static_cast<size_t>(num_layers_) + 1;
   prefix_.assign(caps_.size() * static_cast<size_t>(num_stages_) * stride, 0);
-  const std::vector<int>& type_of = t.types().type_of;
-  std::vector<int64_t> by_type(static_cast<size_t>(t.types().num_types()));
   for (size_t c = 0; c < caps_.size(); ++c)
     for (int s = 0; s < num_stages_; ++s) {
-      const int in_flight = InFlight(config, s);
-      // Layer i's least additive bytes within the cap: its type's, but for the first and last layers,
-      // which carry the embeddings and the head (CostTables::LayerCost). Per type once: a 10,000-layer
-      // stack has a handful of types.
-      const auto smallest = [&](auto cost_of) {
-        int64_t least = kUnreachable;
-        for (int j = 0; j < t.num_strategies(); ++j) {
-          if (!ok(j)) continue;
-          const StrategyCost x = cost_of(j);
-          if (x.memory.transient <= caps_[c].recompute && x.memory.gathered <= caps_[c].gather)
-            least = std::min(least, x.memory.AdditiveBytes(in_flight));
-        }
-        return least;
-      };
-      for (size_t k = 0; k < by_type.size(); ++k)
-        by_type[k] = smallest([&](int j) { return t.Cost(static_cast<int>(k), j); });
       int64_t* row = &prefix_[(c * static_cast<size_t>(num_stages_) + static_cast<size_t>(s)) * stride];
       for (int i = 0; i < num_layers_; ++i) {
-        const bool ends = i == 0 || i + 1 == num_layers_;
-        const int64_t least = ends ? smallest([&](int j) { return t.LayerCost(i, j); })
-                                   : by_type[static_cast<size_t>(type_of[static_cast<size_t>(i)])];
+        int64_t least = kUnreachable;  // the layer's least memory with its headroom within the cap
+        for (const Option& o : OptionsOf(s, i))
+          if (o.headroom <= caps_[c]) least = std::min(least, o.memory);
         row[i + 1] = std::min(row[i] + least, kUnreachable);
       }
     }
 }
 
-int64_t StagePeakBounds::StagePeak(int stage, int first, int count) const {
+const std::vector<StagePeakBounds::Option>& StagePeakBounds::OptionsOf(int stage, int layer) const {
+  const int k = layer == 0 ? num_types_ : layer + 1 == num_layers_ ? num_types_ + 1 : type_of_[static_cast<size_t>(layer)];
+  return options_[static_cast<size_t>(stage * (num_types_ + 2) + k)];
+}
+
+int64_t StagePeakBounds::CappedStagePeak(int stage, int first, int count) const {
   const size_t stride = static_cast<size_t>(num_layers_) + 1;
   int64_t best = kUnreachable;
   for (size_t c = 0; c < caps_.size(); ++c) {
     const int64_t* row = &prefix_[(c * static_cast<size_t>(num_stages_) + static_cast<size_t>(stage)) * stride];
     const int64_t sum = row[first + count] - row[first];
     if (row[first + count] >= kUnreachable || sum >= kUnreachable) continue;
-    best = std::min(best, cost::StageMemory::StagePeakBytes(sum, caps_[c].recompute, caps_[c].gather));
+    best = std::min(best, sum + caps_[c]);
   }
   return best;
+}
+
+// Layer by layer, the (memory, peak) pairs of the stage so far that no other has both of no larger
+// (what a later layer adds to the peak grows with both: layer_dp.cpp's labels, costs aside).
+int64_t StagePeakBounds::StagePeak(int stage, int first, int count) const {
+  struct Pair { int64_t memory, headroom; };
+  std::vector<Pair> front{{0, 0}}, next;
+  for (int i = first; i < first + count; ++i) {
+    next.clear();
+    for (const Pair& p : front)
+      for (const Option& o : OptionsOf(stage, i)) next.push_back({p.memory + o.memory, std::max(p.headroom - o.activations, o.headroom)});
+    if (next.empty()) return kUnreachable;
+    std::sort(next.begin(), next.end(), [](const Pair& a, const Pair& b) {
+      if (a.memory != b.memory) return a.memory < b.memory;
+      return a.memory + a.headroom < b.memory + b.headroom;
+    });
+    front.clear();
+    int64_t least_peak = kUnreachable;
+    for (const Pair& p : next)
+      if (p.memory + p.headroom < least_peak) {
+        least_peak = p.memory + p.headroom;
+        front.push_back(p);
+      }
+  }
+  return front.back().memory + front.back().headroom;  // the staircase's last step has the least peak
 }
 
 int64_t StagePeakBounds::Peak(const Partition& partition) const {
@@ -238,7 +260,7 @@ int64_t StagePeakBounds::Peak(const Partition& partition) const {
 
 Partition StagePeakBounds::BestPartition(Clock::time_point deadline) const {
   return LinearPartition(num_layers_, num_stages_, [this](int s, int first, int count) {
-    return static_cast<double>(StagePeak(s, first, count));
+    return static_cast<double>(CappedStagePeak(s, first, count));
   }, /*grows=*/true, deadline);
 }
 

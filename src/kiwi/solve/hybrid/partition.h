@@ -25,29 +25,39 @@ using Clock = std::chrono::steady_clock;
 Partition LinearPartition(int num_layers, int num_stages, const std::function<double(int, int, int)>& cost,
                           bool grows = false, Clock::time_point deadline = Clock::time_point::max());
 
-// Stage memory (Eq. 1) and stage micro-batch time C_s for fixed per-layer strategies, balanced.
+// Stage memory (cost::StageMemory::PeakBytes) and stage micro-batch time C_s for fixed per-layer strategies, balanced.
 Partition MemoryBalancedPartition(const CostTables& tables, const PipelineConfig& config, const std::vector<int>& strategies,
                                   Clock::time_point deadline = Clock::time_point::max());
 Partition TimeBalancedPartition(const CostTables& tables, const PipelineConfig& config, const std::vector<int>& strategies,
                                 Clock::time_point deadline = Clock::time_point::max());
 
-// The smallest peak any assignment of allowed strategies reaches per stage, for a given partition or
-// for the best partition: caps on the two transients (largest recomputation, largest SDP gather) are
-// enumerated, and under each pair every layer takes its smallest-memory strategy. Exact.
+// The smallest peak (cost::StageMemory::PeakBytes) any assignment of allowed strategies reaches per
+// stage, for a given partition (exact: a DP over the stage's layers keeping the (memory, peak) pairs no
+// other beats, as the layer DP's labels) or for the best partition by an upper bound that takes O(1)
+// per stage: a cap on every layer's own headroom (its transient and gather) is enumerated, and under
+// each cap every layer takes its smallest-memory strategy; that assignment's peak is at most the sum
+// plus the cap (a stage's headroom is a layer's, less the later layers' activations).
 class StagePeakBounds {
  public:
   StagePeakBounds(const CostTables& tables, const PipelineConfig& config, const std::vector<bool>& allowed);
   int64_t StagePeak(int stage, int first, int count) const;   // kUnreachable if nothing fits
   int64_t Peak(const Partition& partition) const;             // max over stages
-  Partition BestPartition(Clock::time_point deadline = Clock::time_point::max()) const;  // minimizes Peak
+  // The partition with the least upper bound (the caps' above) on its largest stage peak.
+  Partition BestPartition(Clock::time_point deadline = Clock::time_point::max()) const;
   static constexpr int64_t kUnreachable = int64_t{1} << 60;
 
  private:
-  struct Cap { int64_t recompute, gather; };
-  std::vector<Cap> caps_;
+  struct Option { int64_t memory, activations, headroom; };  // a layer's strategy on one stage
+  const std::vector<Option>& OptionsOf(int stage, int layer) const;
+  int64_t CappedStagePeak(int stage, int first, int count) const;
+
+  std::vector<int64_t> caps_;  // ascending
   int num_layers_ = 0;
   int num_stages_ = 0;
+  int num_types_ = 0;
+  std::vector<int> type_of_;
   std::vector<int64_t> prefix_;  // [cap][stage][layer + 1]: sums of the smallest memory under the cap
+  std::vector<std::vector<Option>> options_;  // [stage][type, then the first and the last layer]
 };
 
 // Every partition of num_layers into num_stages non-empty stages (for exhaustive tests).

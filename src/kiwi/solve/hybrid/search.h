@@ -9,7 +9,7 @@
 //    per partition, the layer DP (pipeline_solver.h);
 //  - branch and bound over configurations: each gets an upper bound on its throughput (every layer at
 //    its fastest strategy, the bubble spread evenly: valid for any partition and ignoring memory) and
-//    an exact lower bound on its peak memory (partition.h StagePeakBounds); configurations are tried
+//    its least peak memory (partition.h StagePeakBounds); configurations are tried
 //    best bound first and the search stops when no bound beats the best plan found. That, identical
 //    layers sharing cost rows, and the label DP are why a 48-layer sweep takes well under a second.
 //
