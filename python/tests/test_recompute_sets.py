@@ -15,7 +15,7 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 # What each family's block runs, by kiwi's names (the rest is linears and views, never recomputed).
 NAMED = {
-    "llama": {"attn.norm", "attn.q_rotary", "attn.k_rotary", "attn.attention", "attn.residual", "mlp.norm",
+    "llama": {"attn.norm_normalized", "attn.norm", "mlp.norm_normalized", "attn.q_rotary", "attn.k_rotary", "attn.attention", "attn.residual", "mlp.norm",
               "mlp.act", "mlp.gated", "mlp.residual"},
     "gpt2": {"attn.norm", "attn.attention", "attn.residual", "mlp.norm", "mlp.act", "mlp.residual"},
     "bert": {"attn.attention", "attn.residual", "attn.norm", "mlp.act", "mlp.residual", "mlp.norm"},
@@ -36,7 +36,7 @@ class _Names(TorchDispatchMode):
         self.names, self.seen = names, []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.seen.append(self.names.name(func))
+        self.seen.append(self.names.name(func, args))
         return func(*args, **(kwargs or {}))
 
 
@@ -61,14 +61,19 @@ def test_block_ops_are_named_as_kiwi_names_them(model_name):
     if model_name == "bert":  # post-norm: each section's norm after its residual
         assert runs.index("attn.residual") < runs.index("attn.norm") < runs.index("mlp.act") < runs.index("mlp.norm")
     else:
-        assert runs[0] == "attn.norm" and runs.index("attn.residual") < runs.index("mlp.norm") < runs.index("mlp.act")
+        first = runs.index("attn.norm_normalized") if "attn.norm_normalized" in runs else runs.index("attn.norm")
+        assert first == 0 and runs.index("attn.residual") < runs.index("mlp.norm") < runs.index("mlp.act")
+        # HuggingFace's eager RMSNorm: the normalized input, then its product with the weight
+        if "attn.norm_normalized" in runs:
+            assert runs.index("attn.norm_normalized") + 1 == runs.index("attn.norm")
+            assert runs.index("mlp.norm_normalized") + 1 == runs.index("mlp.norm")
 
 
 def test_names_are_ops_of_kiwis_llama_layer(tmp_path):
-    """Every name the Llama block's ops get is an op of kiwi's own Llama layer graph."""
-    out = tmp_path / "g.json"
-    r = kiwi.cli("graph", "--model", "llama", "--layers", "1", "--hidden", "64", "--heads", "4", "--seq", "16",
-                 "--batch", "1", "--vocab", str(h.VOCAB), "--export", str(out))
+    """Every name the Llama block's ops get is an op of kiwi's layer graph of the same HuggingFace config."""
+    out, config = tmp_path / "g.json", tmp_path / "config.json"
+    h.build("llama").config.to_json_file(str(config))
+    r = kiwi.cli("graph", "--hf-config", str(config), "--seq", "16", "--batch", "1", "--export", str(out))
     assert r.returncode == 0, r.stderr
     ops = {n["name"][len("layer0."):] for n in json.loads(out.read_text())["nodes"] if n["name"].startswith("layer0.")}
     assert NAMED["llama"] <= ops

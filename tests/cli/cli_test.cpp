@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <random>
+#include <set>
 
 #include "kiwi/cli/common.h"
 #include "run_kiwi.h"
@@ -157,6 +158,27 @@ TEST(Cli, GraphFromModelZooAndExportRoundTrips) {
   for (const char* field : {"nodes", "edges", "forward_nodes", "backward_nodes", "checkpoint_all_peak_bytes"})
     EXPECT_EQ(zoo[field], file[field]) << field;
   EXPECT_DOUBLE_EQ(zoo["compute_cost"].get<double>(), file["compute_cost"].get<double>());
+}
+
+// --hf-config: a HuggingFace config's training graph, as the planners build it: a Llama's RMSNorms are
+// HuggingFace's eager module (the normalized input, then its product with the weight); beside --model or a
+// GRAPH file, refused.
+TEST(Cli, GraphTakesAHuggingFaceConfig) {
+  const std::string config = std::string(KIWI_TEST_DATA_DIR) + "/hf/llama.json";
+  const std::string exported = (TempDir() / "hf_llama_graph.json").string();
+  auto r = RunKiwi("graph --hf-config " + config + " --seq 16 --batch 1 --json --export " + exported);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::ifstream in(exported);
+  const nlohmann::json graph = nlohmann::json::parse(in);
+  std::set<std::string> names;
+  for (const auto& node : graph["nodes"]) names.insert(node["name"].get<std::string>());
+  for (const char* op : {"layer0.attn.norm_normalized", "layer0.attn.norm", "layer0.mlp.norm_normalized", "layer0.mlp.norm"})
+    EXPECT_TRUE(names.count(op)) << op;
+  EXPECT_EQ(RunKiwi("graph --hf-config " + config + " --model gpt").exit_code, 2);
+  EXPECT_EQ(RunKiwi("graph " + exported + " --hf-config " + config).exit_code, 2);
+  auto missing = RunKiwi("graph --hf-config " + (TempDir() / "no_such_config.json").string());
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_EQ(CountLines(missing.err), 1) << missing.err;
 }
 
 TEST(Cli, BadModelFlagsExitTwo) {

@@ -77,13 +77,13 @@ TEST(HybridCli, Fsdp2RuntimePlansWhatParallelizeRuns) {
     EXPECT_EQ(l.value("cp", 1), 1) << l;
     EXPECT_EQ(l.value("ep", 1), 1) << l;
   }
-  // A 4-layer, hidden-64 Llama on 4 CPU processes (test_parallelize.py's) at 1080 KiB: a set on the first stage.
+  // A 4-layer, hidden-64 Llama on 4 CPU processes (test_parallelize.py's) at 1040 KiB: a set on the first stage.
   const std::string cluster = (TempDir() / "fsdp2_cpu4.json").string();
   std::ofstream(cluster) << R"({"kiwi_cluster_version": 1, "name": "cpu4", "num_nodes": 1, "devices_per_node": 4,
       "device": {"name": "cpu", "memory": "1GiB", "memory_bandwidth_gbps": 10, "peak_tflops": {"f32": 0.02}},
       "intra_node": {"name": "loopback", "bandwidth_gbps": 1, "latency_us": 50}})";
   auto small = RunKiwi("hybrid --model llama --layers 4 --hidden 64 --heads 4 --ffn 128 --seq 16 --vocab 128 --batch 8 "
-                       "--dtype fp32 --optimizer sgd --memory 1080KiB --runtime fsdp2 --quiet --json --cluster " + cluster);
+                       "--dtype fp32 --optimizer sgd --memory 1040KiB --runtime fsdp2 --quiet --json --cluster " + cluster);
   ASSERT_EQ(small.exit_code, 0) << small.err;
   int with_sets = 0;
   const auto small_layers = small.Json()["layers"];

@@ -227,8 +227,9 @@ TEST(BuildLayerModel, TorchSequenceParallelKeepsTheGatheredInputsOfTheColumnPara
 // keeps 10sbh whole on every rank (norm inputs, column-parallel inputs, the masks after the row-parallel
 // linears); one TP rank's activations of one micro-batch are sbh(10 + 24/t + 5as/(ht)) for t = 1, 2, 4, 8,
 // and a checkpointed layer keeps its whole 2sbh input; with sequence parallelism (eq. 4) everything is split:
-// sbh(34/t + 5as/(ht)), the checkpointed input 2sbh/t. With fused attention the 5as^2b of scores go and
-// the attention's output (2sbh, split over TP like q, k and v) comes: sbh(10 + 26/t).
+// sbh(34/t + 5as/(ht)), the checkpointed input 2sbh/t. With fused attention the 5as^2b of scores go; its
+// output, which its backward reads, is the output projection's input (the heads merged by views), counted
+// once: sbh(10 + 24/t).
 TEST(BuildLayerModel, TpRankActivationsAreKorthikantis) {
   for (models::AttentionKernel kernel : {models::AttentionKernel::kMaterialized, models::AttentionKernel::kFused}) {
   SCOPED_TRACE(models::AttentionKernelName(kernel));
@@ -238,8 +239,8 @@ TEST(BuildLayerModel, TpRankActivationsAreKorthikantis) {
   Result<LayerModel> m = KorthikantiGpt::Build(kernel, cm);
   ASSERT_TRUE(m.ok()) << m.error().message;
   const LayerProfile& mid = m->layers[1];
-  const int64_t sbh = s * b * h, attention = fused ? 0 : 5 * a * s * s * b, output = fused ? 2 * sbh : 0;
-  EXPECT_EQ(mid.activation_bytes_per_sample * b, 34 * sbh + output + attention);
+  const int64_t sbh = s * b * h, attention = fused ? 0 : 5 * a * s * s * b;
+  EXPECT_EQ(mid.activation_bytes_per_sample * b, 34 * sbh + attention);
   EXPECT_EQ(mid.replicated_activation_bytes_per_sample * b, 10 * sbh);
   EXPECT_EQ(mid.boundary_bytes_per_sample * b, 2 * sbh);
   for (int t : {1, 2, 4, 8}) {
@@ -250,16 +251,16 @@ TEST(BuildLayerModel, TpRankActivationsAreKorthikantis) {
       const int64_t kept = LayerMemory(placed, no_states).activations;
       if (sp && t > 1) {  // eq. 4: sbh(34/t + 5as/(ht)); checkpointed, the input's shard 2sbh/t
         if (!checkpoint) {
-          EXPECT_EQ(kept, (34 * sbh + output + attention) / t) << "t " << t;
+          EXPECT_EQ(kept, (34 * sbh + attention) / t) << "t " << t;
         } else {
           EXPECT_EQ(kept, 2 * sbh / t) << "t " << t;
-          EXPECT_EQ(RecomputedBytes(placed), (32 * sbh + output + attention) / t) << "t " << t;
+          EXPECT_EQ(RecomputedBytes(placed), (32 * sbh + attention) / t) << "t " << t;
         }
       } else if (!checkpoint) {
-        EXPECT_EQ(kept, 10 * sbh + (24 * sbh + output) / t + attention / t) << "t " << t;
+        EXPECT_EQ(kept, 10 * sbh + (24 * sbh) / t + attention / t) << "t " << t;
       } else {
         EXPECT_EQ(kept, 2 * sbh) << "t " << t;  // the layer's input, whole on every rank
-        EXPECT_EQ(RecomputedBytes(placed), 8 * sbh + (24 * sbh + output) / t + attention / t) << "t " << t;
+        EXPECT_EQ(RecomputedBytes(placed), 8 * sbh + (24 * sbh) / t + attention / t) << "t " << t;
       }
       }
     }

@@ -1,5 +1,5 @@
 // `kiwi graph GRAPH --json` (CONTRACT.md): counts, checkpoint-all peak and compute cost of a graph
-// file, or of a model-zoo training graph with --model.
+// file, or of a model-zoo training graph with --model, or of a HuggingFace config's with --hf-config.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -18,14 +18,22 @@ namespace {
 struct GraphOptions {
   std::string path;
   ModelFlags model;
+  std::string hf_config;  // a HuggingFace config.json instead of GRAPH or --model
   std::string cluster = "v100-nvlink-8";
   std::string export_path;
   bool json = false;
   CostFlags cost;
 };
 
+Result<ir::Graph> LoadGraph(const GraphOptions& o, const CLI::App& app) {
+  if (o.hf_config.empty()) return LoadGraphOrModel(o.path, o.model, app);
+  Result<models::ModelSpec> spec = o.model.LoadHfConfig(o.hf_config, /*with_batch=*/true);
+  if (!spec) return spec.error();
+  return models::BuildTrainingGraph(*spec);
+}
+
 int RunGraph(const GraphOptions& o, const CLI::App& app) {
-  Result<ir::Graph> graph = LoadGraphOrModel(o.path, o.model, app);
+  Result<ir::Graph> graph = LoadGraph(o, app);
   if (!graph) return ReportError(graph.error());
   Result<cost::Cluster> cluster = io::LoadCluster(o.cluster);
   if (!cluster) return ReportError(cluster.error());
@@ -53,6 +61,9 @@ Command AddGraphCommand(CLI::App& root) {
   CLI::App* app = root.add_subcommand("graph", "describe a training graph: size, checkpoint-all peak, compute cost");
   app->add_option("GRAPH", o->path, "kiwi graph JSON, Checkmate node-link JSON or random-layered JSON (.gz ok)");
   o->model.Add(app, "gpt");
+  app->add_option("--hf-config", o->hf_config, "the training graph of a HuggingFace config.json instead of GRAPH or --model")
+      ->excludes(app->get_option("--model"))
+      ->excludes(app->get_option("GRAPH"));
   app->add_option("--cluster", o->cluster, ClusterHelp() + "; its device prices roofline costs")
       ->capture_default_str();
   app->add_option("--export", o->export_path, "write the graph as kiwi graph JSON to this file")->check(OutputFile());

@@ -176,8 +176,11 @@ TpLayout TpLayoutOf(const ir::Graph& graph, std::span<const ir::NodeId> forward)
       out = is_split(node.inputs[0]);
     } else {
       out = std::any_of(node.inputs.begin(), node.inputs.end(), is_split);
-      for (ir::NodeId in : node.inputs)  // a dropout mask (no inputs of its own) is split like its tensor
+      for (ir::NodeId in : node.inputs) {  // a dropout mask (no inputs of its own) is split like its tensor
         if (graph.node(in).kind == ir::OpKind::kRandom) t.split[in] = out;
+        // a weight applied to a whole tensor (an eager norm's): whole on every rank
+        if (!out && graph.node(in).kind == ir::OpKind::kParameter) t.replicated_parameter_bytes += graph.node(in).output.Bytes();
+      }
     }
     t.split[id] = out;
   }

@@ -324,6 +324,18 @@ std::vector<bool> SavedForBackward(const Graph& training) {
         if (in >= 0 && in < training.size()) saved[static_cast<size_t>(in)] = true;
   for (const Node& n : training.nodes())
     if (n.is_backward() || n.is_persistent()) saved[static_cast<size_t>(n.id)] = false;
+  // A fused attention writes its output in the [B, s, heads, d] order its reader wants, so the
+  // transposes and reshapes that merge its heads are views: the output projection's saved input and
+  // the attention's saved output are one tensor, counted once, as the view (PyTorch's SDPA and
+  // FlashAttention; measured in docs/distributed.md, "What the peak holds").
+  auto is_view = [](const Node& n) { return n.kind == OpKind::kReshape || n.kind == OpKind::kTranspose; };
+  for (const Node& n : training.nodes()) {
+    if (!saved[static_cast<size_t>(n.id)] || !is_view(n)) continue;
+    NodeId root = n.inputs.empty() ? kNoNode : n.inputs[0];
+    while (root != kNoNode && is_view(training.node(root)) && !training.node(root).inputs.empty())
+      root = training.node(root).inputs[0];
+    if (root != kNoNode && training.node(root).kind == OpKind::kAttention) saved[static_cast<size_t>(root)] = false;
+  }
   return saved;
 }
 

@@ -68,7 +68,10 @@ NodeId ReduceMean(GraphBuilder& gb, const std::string& name, NodeId x, int axis)
 NodeId CrossEntropy(GraphBuilder& gb, const std::string& name, NodeId logits, NodeId labels);
 
 // ---- Building blocks (transformer_blocks.cpp) ----
-enum class NormKind : uint8_t { kLayerNorm, kRmsNorm };
+// kEagerRmsNorm: HuggingFace's RMSNorm (LlamaRMSNorm and its copies), weight * (x * rsqrt(mean(x^2) +
+// eps)) in eager ops: the normalized x is kept for the weight's gradient beside the output, two
+// tensors where a fused rmsnorm keeps one ("<name>_normalized", then "<name>" = it times the weight).
+enum class NormKind : uint8_t { kLayerNorm, kRmsNorm, kEagerRmsNorm };
 
 // x[..., in] x W[in, out] (+ b[out]); parameters "<name>.weight" / "<name>.bias".
 NodeId Linear(GraphBuilder& gb, const std::string& name, NodeId x, int64_t out, bool bias);

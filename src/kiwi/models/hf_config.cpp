@@ -356,6 +356,8 @@ Result<ModelSpec> ParseHfConfig(std::string_view text, const std::string& source
     return BadInput(fmt::format("{}: --seq: not applicable to an image model", source));
   // transformers' causal and masked LM losses read logits.float() (T5's and the image classifiers' do not)
   t->loss_in_fp32 = t->family == Family::kGpt || t->family == Family::kBert || t->family == Family::kLlama;
+  // and their RMSNorm is an eager module (LlamaRMSNorm, MistralRMSNorm, Qwen2RMSNorm, ...)
+  t->eager_rms_norm = t->family == Family::kLlama;
   if (o.seq) t->seq = *o.seq;
   if (o.batch) t->batch = *o.batch;
   if (o.capacity_factor) {  // a training choice, not the config's

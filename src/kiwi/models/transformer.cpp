@@ -217,14 +217,15 @@ Result<ir::Graph> BuildLlama(const TransformerConfig& c) {
   } else {
     x = HiddenInput(gb, "hidden", {c.batch, c.seq, c.hidden});
   }
-  LayerOptions layer = StandardLayer(c, NormKind::kRmsNorm, true, Activation::kSwiGlu, false);
+  const NormKind rms = c.eager_rms_norm ? NormKind::kEagerRmsNorm : NormKind::kRmsNorm;
+  LayerOptions layer = StandardLayer(c, rms, true, Activation::kSwiGlu, false);
   layer.self_attn.rotary = true;
   LayerOptions dense = layer;  // DeepSeek's first layers: a dense MLP before the experts' layers
   dense.mlp = {.ffn = c.dense_ffn, .activation = Activation::kSwiGlu, .bias = false, .dropout_p = DropoutP(c)};
   for (int i = 0; i < c.layers; ++i) x = TransformerLayer(gb, i, x, i < c.dense_layers ? dense : layer);
   if (c.embeddings) {
     gb.Enter(-1, "head");
-    x = Norm(gb, "final_norm", x, NormKind::kRmsNorm);
+    x = Norm(gb, "final_norm", x, rms);
     x = c.tied_embeddings ? Matmul(gb, "lm_head", x, word, ir::kNoNode, /*transpose_b=*/true)
                           : Linear(gb, "lm_head", x, c.vocab, false);
   }

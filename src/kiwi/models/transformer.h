@@ -60,6 +60,8 @@ struct TransformerConfig {
   // The loss reads logits.float(): HuggingFace's causal and masked LM losses (transformers' ForCausalLMLoss,
   // ForMaskedLMLoss) upcast 16-bit logits, so that the loss, its saved softmax and the logits' gradient are fp32.
   bool loss_in_fp32 = false;
+  // Llama family: RMSNorms as HuggingFace's eager module runs them (NormKind::kEagerRmsNorm), not fused.
+  bool eager_rms_norm = false;
   // GPT, BERT: the learned position table's rows (HuggingFace's n_positions, max_position_embeddings), of
   // which the first seq are looked up; 0 (or at most seq): a table of seq rows, added whole.
   int64_t max_positions = 0;  // GPT, Llama families: the LM head is the word embedding (GPT-2, Llama 3.2 1B, Qwen2 0.5B)

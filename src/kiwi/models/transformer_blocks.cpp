@@ -21,6 +21,10 @@ NodeId Norm(GraphBuilder& gb, const std::string& name, NodeId x, NormKind kind) 
   if (kind == NormKind::kRmsNorm) {
     return gb.Add(ir::OpKind::kLayerNorm, "rmsnorm", name, {x, gamma}, {gb.dtype(), gb.shape(x)});
   }
+  if (kind == NormKind::kEagerRmsNorm) {
+    NodeId normalized = gb.Add(ir::OpKind::kLayerNorm, "rmsnorm", name + "_normalized", {x}, {gb.dtype(), gb.shape(x)});
+    return Binary(gb, "mul", name, normalized, gamma);
+  }
   NodeId beta = gb.Parameter(name + ".beta", {h});
   return gb.Add(ir::OpKind::kLayerNorm, "layernorm", name, {x, gamma, beta}, {gb.dtype(), gb.shape(x)});
 }

@@ -9,7 +9,8 @@ recipe and recomputed, once, when the backward pass unpacks it.
 Each ATen op the block runs is named as kiwi's layer graph names its op ("attn.norm", "mlp.act",
 "mlp.gated", ...), by where it runs, found with module hooks as the block's forward goes: inside the
 n-th norm module ("attn.norm", then "mlp.norm": pre-norm and post-norm blocks alike run them in kiwi's
-order; a norm between the attention's projections and its output is a head norm, Qwen3's "attn.q_norm"
+order; in a norm with a weight, the ops before the one that reads it are "attn.norm_normalized": the
+normalized input HuggingFace's eager RMSNorm keeps beside its output, as kiwi's Llama graph has it; a norm between the attention's projections and its output is a head norm, Qwen3's "attn.q_norm"
 then "attn.k_norm"), the activation module ("mlp.act"), the attention core (fused scaled dot-product attention or the
 eager scores/softmax/context: "attn.attention", kiwi's fused op, or "attn.softmax" of its materialized
 core), and between the landmarks: the rotary embedding's elementwise ops after the q/k/v projections
@@ -31,7 +32,7 @@ from kiwi.torch.parallel.checkpointing import ATTENTION_CORE
 # The names of kiwi's transformer layer ops (models/transformer_blocks.cpp) a recompute set may hold;
 # linears are not among them (never recomputable).
 KNOWN = frozenset({
-    "attn.norm", "mlp.norm", "attn.q_norm", "attn.k_norm", "mlp.act", "mlp.gated", "attn.residual", "mlp.residual",
+    "attn.norm", "mlp.norm", "attn.norm_normalized", "mlp.norm_normalized", "attn.q_norm", "attn.k_norm", "mlp.act", "mlp.gated", "attn.residual", "mlp.residual",
     "attn.q_rotary", "attn.k_rotary", "attn.attention", "attn.scores", "attn.softmax", "attn.attn_dropout_mask",
     "attn.attn_dropout", "attn.context", "attn.out_dropout_mask", "attn.out_dropout", "mlp.dropout_mask",
     "mlp.dropout"})
@@ -47,6 +48,18 @@ _NORM_CLASS = re.compile(r"norm$", re.IGNORECASE)
 _ACTIVATION = (torch.nn.SiLU, torch.nn.GELU, torch.nn.ReLU, torch.nn.Tanh, torch.nn.Sigmoid)
 _ADD = frozenset({torch.ops.aten.add.Tensor, torch.ops.aten.add_.Tensor})
 _MUL = frozenset({torch.ops.aten.mul.Tensor})
+_BLOCK_NORMS = frozenset({"attn.norm", "mlp.norm"})
+
+
+def _has_vector_weight(module: torch.nn.Module) -> bool:
+    weight = getattr(module, "weight", None)
+    return isinstance(weight, torch.Tensor) and weight.dim() == 1
+
+
+def _reads_vector(args) -> bool:
+    """Whether an op reads a 1-D tensor: a norm's weight (its other operands are [..., hidden] or the
+    [..., 1] statistics)."""
+    return any(isinstance(a, torch.Tensor) and a.dim() == 1 for a in args)
 
 
 def _is_activation(module: torch.nn.Module) -> bool:
@@ -80,6 +93,7 @@ class BlockOpNames:
 
     def _reset(self, *_) -> None:
         self.stack: List[str] = []
+        self.weighted: List[bool] = []  # per stack entry: a norm module with a weight
         self.norms = 0
         self.head_norms = 0     # norms inside the attention, between its projections and its output
         self.mlp = False        # an MLP input projection has run: the MLP section
@@ -95,22 +109,27 @@ class BlockOpNames:
         if role == "norm":
             if self.projected and not self.after_out and not self.mlp:  # Qwen3's query, then key head norm
                 self.stack.append(("attn.q_norm", "attn.k_norm")[self.head_norms] if self.head_norms < 2 else "")
+                self.weighted.append(False)
                 self.head_norms += 1
                 return
             self.stack.append("attn.norm" if self.norms == 0 else "mlp.norm" if self.norms == 1 else "")
+            self.weighted.append(_has_vector_weight(module))
             self.norms += 1
             return
         if role == "mlp_in" and not self.mlp:
             self.mlp, self.after_out = True, False
         if role == "dropout":
             self.stack.append("mlp.dropout" if self.mlp else "attn.out_dropout" if self.after_out else "attn.attn_dropout")
+            self.weighted.append(False)
             return
         self.stack.append({"act": "mlp.act"}.get(role, ""))  # linears: nothing of theirs is recomputed
+        self.weighted.append(False)
 
     def _leave(self, module, _args, _output) -> None:
         role = self.roles[module]
         if self.stack:
             self.stack.pop()
+            self.weighted.pop()
         if role == "out":
             self.after_out = True
         elif role == "linear":
@@ -118,10 +137,13 @@ class BlockOpNames:
         elif role == "act":
             self.act_done = True
 
-    def name(self, op) -> str:
-        """kiwi's name of the op now running ("" where it has none here)."""
+    def name(self, op, args=()) -> str:
+        """kiwi's name of the op now running with `args` ("" where it has none here)."""
         if self.stack:
-            return self.stack[-1]
+            top = self.stack[-1]
+            if top in _BLOCK_NORMS and self.weighted[-1] and not _reads_vector(args):
+                return top + "_normalized"
+            return top
         if op in ATTENTION_CORE:
             self.core = True
             return "attn.attention"
@@ -189,7 +211,7 @@ class _RecordSet(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        name = self.policy.ops.name(func)
+        name = self.policy.ops.name(func, args)
         recipes = self.policy.recipes
         ours = name in self.policy.names and not _draws(func, args, kwargs)
         # a view of a set's output (a linear's 2-D view of its input) is saved for its backward: made again too
