@@ -328,7 +328,9 @@ std::vector<bool> SavedForBackward(const Graph& training) {
   // transposes and reshapes that merge its heads are views: the output projection's saved input and
   // the attention's saved output are one tensor, counted once, as the view (PyTorch's SDPA and
   // FlashAttention; measured in docs/distributed.md, "What the peak holds").
-  auto is_view = [](const Node& n) { return n.kind == OpKind::kReshape || n.kind == OpKind::kTranspose; };
+  auto is_view = [](const Node& n) {  // a kReshape "concat" joins tensors: not a view
+    return n.kind == OpKind::kTranspose || (n.kind == OpKind::kReshape && n.inputs.size() == 1);
+  };
   for (const Node& n : training.nodes()) {
     if (!saved[static_cast<size_t>(n.id)] || !is_view(n)) continue;
     NodeId root = n.inputs.empty() ? kNoNode : n.inputs[0];
