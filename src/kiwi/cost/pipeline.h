@@ -48,6 +48,13 @@ struct StageMemory {
   int64_t PeakBytes(int in_flight) const { return AdditiveBytes(in_flight) + Headroom(); }
 };
 
+// A stage's Headroom once a next layer follows with `next_activations` and a headroom of its own: that
+// layer's backward pass runs first and frees its activations before the earlier layers' run.
+// (StageMemory::operator+= in terms of backward_peak.)
+inline int64_t AppendedHeadroom(int64_t headroom, int64_t next_activations, int64_t next_headroom) {
+  return std::max(headroom - next_activations, next_headroom);
+}
+
 // One layer's terms: its backward pass peaks with all its activations, its transient and its gather.
 StageMemory LayerTerms(int64_t model_states, int64_t activations, int64_t transient, int64_t gathered);
 

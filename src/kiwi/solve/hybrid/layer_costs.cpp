@@ -217,6 +217,12 @@ StrategyCost CostTables::LayerCost(int layer, int strategy) const {
   return c;
 }
 
+StageTerms CostTables::StageTermsOf(const cost::StageMemory& memory, int in_flight) const {
+  const bool interleaved = base_ != nullptr;
+  return {memory.AdditiveBytes(in_flight), interleaved ? 0 : memory.activations,
+          interleaved ? memory.layer_headroom : memory.Headroom()};
+}
+
 double CostTables::SliceGather(int prev_type, int prev_layout, int next_layout) const {
   return slice_gather_[static_cast<size_t>((prev_type * num_layouts() + prev_layout) * num_layouts() + next_layout)];
 }

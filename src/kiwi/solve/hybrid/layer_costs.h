@@ -19,6 +19,7 @@
 #include "kiwi/cost/layer_profile.h"
 #include "kiwi/cost/pipeline.h"
 #include "kiwi/plan/plan.h"
+#include "kiwi/solve/hybrid/stage_terms.h"
 #include "kiwi/solve/hybrid/strategy_space.h"
 #include "kiwi/util/result.h"
 
@@ -106,9 +107,10 @@ class CostTables {
   const LayerTypes& types() const { return *types_; }
   // The per-model-layer tables an interleaved one was made from (itself otherwise).
   const CostTables& base() const { return base_ ? *base_ : *this; }
-  // Round tables (Interleaved): a stage's memory is cost::InterleavedStagePeakBytes', whose headroom is
-  // the largest layer's (StageMemory::layer_headroom), no later activations freed.
-  bool interleaved() const { return base_ != nullptr; }
+  // A layer's `memory` as a stage with `in_flight` micro-batches adds it up. Round tables (Interleaved)
+  // price a stage as cost::InterleavedStagePeakBytes does: no activations freed before a backward pass,
+  // the largest layer's headroom (StageMemory::layer_headroom).
+  StageTerms StageTermsOf(const cost::StageMemory& memory, int in_flight) const;
   // The DP's memory per stage equals the simulator's (false: an upper bound; interleaved stages whose
   // chunks keep different activations: the embeddings', the head's, a last layer with the final norm).
   bool MemoryExact() const { return memory_exact_; }

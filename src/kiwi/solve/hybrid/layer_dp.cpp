@@ -36,34 +36,25 @@ double PipelineSeconds(const LayerDpProblem& p, const Label& l) {
 }
 
 // A strategy as one layer of one stage sees it: weighted time and the memory terms (Eq. 1, 4).
-struct Option {
+struct Option : StageTerms {
   int strategy = 0;
   int layout = 0;
   double cost = 0.0;       // weight * c + g (+ the embeddings on the first layer, the head on the last)
   double seconds = 0.0;    // c
   double weight = 1.0;
   double optimizer = 0.0;  // the optimizer step over the layer's states (exact mode's O_s)
-  int64_t memory = 0;       // states + in_flight * activations
-  int64_t activations = 0;  // of one micro-batch
-  int64_t headroom = 0;     // cost::StageMemory::Headroom
-  int64_t Peak() const { return memory + headroom; }
 };
 
-// A label followed by an option (the stage's next layer): the option's backward pass runs before the
-// label's layers', so the label's headroom shrinks by the option's activations, freed by then.
-void Append(const Option& o, int64_t& memory, int64_t& headroom) {
-  headroom = std::max(headroom - o.activations, o.headroom);
-  memory += o.memory;
-}
-
-void Absorb(const StrategyCost& c, const DpStage& stage, bool interleaved, Option& o) {
-  o.cost += stage.weight * c.microbatch_seconds + stage.optimizer_weight * c.optimizer_seconds + c.sync_seconds;
-  o.seconds += c.microbatch_seconds;
-  o.optimizer += c.optimizer_seconds;
-  o.memory += c.memory.AdditiveBytes(stage.in_flight);
-  // interleaved (CostTables::interleaved): no activations freed before a backward, the largest layer's headroom
-  o.activations += interleaved ? 0 : c.memory.activations;
-  o.headroom = interleaved ? c.memory.layer_headroom : c.memory.Headroom();
+Option MakeOption(const CostTables& t, const StrategyCost& c, const DpStage& stage, int strategy) {
+  Option o;
+  static_cast<StageTerms&>(o) = t.StageTermsOf(c.memory, stage.in_flight);
+  o.strategy = strategy;
+  o.layout = t.LayoutIndex(strategy);
+  o.cost = stage.weight * c.microbatch_seconds + stage.optimizer_weight * c.optimizer_seconds + c.sync_seconds;
+  o.seconds = c.microbatch_seconds;
+  o.weight = stage.weight;
+  o.optimizer = c.optimizer_seconds;
+  return o;
 }
 
 // Options of layer `layer`, without those another option of the same layout beats on every count
@@ -74,8 +65,7 @@ std::vector<Option> LayerOptions(const LayerDpProblem& p, const DpStage& stage, 
   for (int j = 0; j < t.num_strategies(); ++j) {
     if (!p.allowed.empty() && !p.allowed[static_cast<size_t>(j)]) continue;
     if (!t.Places(layer, j)) continue;
-    Option o{j, t.LayoutIndex(j), 0.0, 0.0, stage.weight, 0.0, 0, 0, 0};
-    Absorb(t.LayerCost(layer, j), stage, t.interleaved(), o);
+    const Option o = MakeOption(t, t.LayerCost(layer, j), stage, j);
     if (o.Peak() <= budget) all.push_back(o);
   }
   std::vector<Option> kept;
@@ -208,18 +198,9 @@ std::vector<Label> Thin(std::vector<Label> labels, size_t max_labels, bool& thin
     const size_t bucket = static_cast<size_t>((labels[k].Peak() - lo) / width);
     if (!taken[bucket]) keep[k] = taken[bucket] = true;
   }
-  std::vector<size_t> by_memory(labels.size());  // the staircase: by memory, each lowering the least peak
-  for (size_t k = 0; k < labels.size(); ++k) by_memory[k] = k;
-  std::sort(by_memory.begin(), by_memory.end(), [&](size_t a, size_t b) {
-    if (labels[a].memory != labels[b].memory) return labels[a].memory < labels[b].memory;
-    return labels[a].Peak() < labels[b].Peak();
-  });
-  int64_t least_peak = std::numeric_limits<int64_t>::max();
-  for (size_t k : by_memory)
-    if (labels[k].Peak() < least_peak) {
-      least_peak = labels[k].Peak();
-      keep[k] = true;
-    }
+  for (size_t k : StaircaseIndices(labels.size(), [&](size_t a) { return labels[a].memory; },
+                                   [&](size_t a) { return labels[a].Peak(); }))
+    keep[k] = true;
   std::vector<Label> out;
   for (size_t k = 0; k < labels.size(); ++k)
     if (keep[k]) out.push_back(labels[k]);
@@ -379,7 +360,8 @@ std::vector<Label> Extend(const LayerDpProblem& p, const Sources& sources, const
       Label l;
       l.memory = src.memory;
       l.headroom = src.headroom;
-      Append(o, l.memory, l.headroom);
+      l.headroom = cost::AppendedHeadroom(l.headroom, o.activations, o.headroom);  // o follows the label
+      l.memory += o.memory;
       l.headroom = std::max(l.headroom, bounds.masked[static_cast<size_t>(layer)]);
       if (!bounds.RaiseToSteps(layer, l)) continue;
       if (!bounds.Fits(layer, l, p.budget)) continue;

@@ -180,14 +180,12 @@ StagePeakBounds::StagePeakBounds(const CostTables& t, const PipelineConfig& conf
     // Per type once (a 10,000-layer stack has a handful of types), and the first and last layers, which
     // carry the embeddings and the head (CostTables::LayerCost).
     for (int k = 0; k < num_types_ + 2; ++k) {
-      std::vector<Option>& out = options_[static_cast<size_t>(s * (num_types_ + 2) + k)];
+      std::vector<StageTerms>& out = options_[static_cast<size_t>(s * (num_types_ + 2) + k)];
       for (int j = 0; j < t.num_strategies(); ++j) {
         if (!ok(j)) continue;
         const cost::StageMemory m = k < num_types_ ? t.Cost(k, j).memory : t.LayerCost(k == num_types_ ? 0 : num_layers_ - 1, j).memory;
-        // as the layer DP prices it (layer_dp.cpp Absorb): round tables free no activations before a backward
-        const int64_t headroom = t.interleaved() ? m.layer_headroom : m.Headroom();
-        out.push_back({m.AdditiveBytes(in_flight), t.interleaved() ? 0 : m.activations, headroom});
-        headrooms.push_back(headroom);
+        out.push_back(t.StageTermsOf(m, in_flight));  // as the layer DP prices it
+        headrooms.push_back(out.back().headroom);
       }
     }
   }
@@ -199,14 +197,14 @@ StagePeakBounds::StagePeakBounds(const CostTables& t, const PipelineConfig& conf
       int64_t* row = &prefix_[(c * static_cast<size_t>(num_stages_) + static_cast<size_t>(s)) * stride];
       for (int i = 0; i < num_layers_; ++i) {
         int64_t least = kUnreachable;  // the layer's least memory with its headroom within the cap
-        for (const Option& o : OptionsOf(s, i))
+        for (const StageTerms& o : OptionsOf(s, i))
           if (o.headroom <= caps_[c]) least = std::min(least, o.memory);
         row[i + 1] = std::min(row[i] + least, kUnreachable);
       }
     }
 }
 
-const std::vector<StagePeakBounds::Option>& StagePeakBounds::OptionsOf(int stage, int layer) const {
+const std::vector<StageTerms>& StagePeakBounds::OptionsOf(int stage, int layer) const {
   const int k = layer == 0 ? num_types_ : layer + 1 == num_layers_ ? num_types_ + 1 : type_of_[static_cast<size_t>(layer)];
   return options_[static_cast<size_t>(stage * (num_types_ + 2) + k)];
 }
@@ -226,26 +224,21 @@ int64_t StagePeakBounds::CappedStagePeak(int stage, int first, int count) const 
 // Layer by layer, the (memory, peak) pairs of the stage so far that no other has both of no larger
 // (what a later layer adds to the peak grows with both: layer_dp.cpp's labels, costs aside).
 int64_t StagePeakBounds::StagePeak(int stage, int first, int count) const {
-  struct Pair { int64_t memory, headroom; };
-  std::vector<Pair> front{{0, 0}}, next;
+  std::vector<StageTerms> front{StageTerms{}}, next;
   for (int i = first; i < first + count; ++i) {
     next.clear();
-    for (const Pair& p : front)
-      for (const Option& o : OptionsOf(stage, i)) next.push_back({p.memory + o.memory, std::max(p.headroom - o.activations, o.headroom)});
-    if (next.empty()) return kUnreachable;
-    std::sort(next.begin(), next.end(), [](const Pair& a, const Pair& b) {
-      if (a.memory != b.memory) return a.memory < b.memory;
-      return a.memory + a.headroom < b.memory + b.headroom;
-    });
-    front.clear();
-    int64_t least_peak = kUnreachable;
-    for (const Pair& p : next)
-      if (p.memory + p.headroom < least_peak) {
-        least_peak = p.memory + p.headroom;
-        front.push_back(p);
+    for (const StageTerms& p : front)
+      for (const StageTerms& o : OptionsOf(stage, i)) {
+        next.push_back(p);
+        next.back().Append(o);
       }
+    if (next.empty()) return kUnreachable;
+    front.clear();
+    for (size_t k : StaircaseIndices(next.size(), [&](size_t a) { return next[a].memory; },
+                                     [&](size_t a) { return next[a].Peak(); }))
+      front.push_back(next[k]);
   }
-  return front.back().memory + front.back().headroom;  // the staircase's last step has the least peak
+  return front.back().Peak();  // the staircase's last step has the least peak
 }
 
 int64_t StagePeakBounds::Peak(const Partition& partition) const {

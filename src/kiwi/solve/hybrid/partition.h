@@ -47,8 +47,7 @@ class StagePeakBounds {
   static constexpr int64_t kUnreachable = int64_t{1} << 60;
 
  private:
-  struct Option { int64_t memory, activations, headroom; };  // a layer's strategy on one stage
-  const std::vector<Option>& OptionsOf(int stage, int layer) const;
+  const std::vector<StageTerms>& OptionsOf(int stage, int layer) const;  // a layer's strategies on a stage
   int64_t CappedStagePeak(int stage, int first, int count) const;
 
   std::vector<int64_t> caps_;  // ascending
@@ -57,7 +56,7 @@ class StagePeakBounds {
   int num_types_ = 0;
   std::vector<int> type_of_;
   std::vector<int64_t> prefix_;  // [cap][stage][layer + 1]: sums of the smallest memory under the cap
-  std::vector<std::vector<Option>> options_;  // [stage][type, then the first and the last layer]
+  std::vector<std::vector<StageTerms>> options_;  // [stage][type, then the first and the last layer]
 };
 
 // Every partition of num_layers into num_stages non-empty stages (for exhaustive tests).
